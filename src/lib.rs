@@ -1,0 +1,1 @@
+//! releasegate: a release-sanitizing proxy for typed decision APIs.
