@@ -1,1 +1,2 @@
 //! releasegate: a release-sanitizing proxy for typed decision APIs.
+pub mod rng;
