@@ -1,0 +1,320 @@
+//! Configuration: a TOML file plus `RELEASEGATE_`-prefixed environment
+//! overrides, extracted into raw structs and validated into typed config.
+//!
+//! Figment is used only in this module, so swapping it for a fork is a
+//! one-line change. Every error names the key and the reason.
+
+mod raw;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use secrecy::SecretString;
+
+use crate::contract::{Coarsening, Contract, QuestionRule};
+use crate::mechanism::Mechanism;
+
+pub use raw::RawConfig;
+
+/// The default configuration file, also embedded in the binary.
+pub const DEFAULT_PATH: &str = "config/releasegate.toml";
+/// The embedded default configuration (simulated provider, demo recipients).
+pub const EMBEDDED_DEFAULT: &str = include_str!("../config/releasegate.toml");
+/// Prefix of environment overrides (`RELEASEGATE_SERVER__LISTEN=...`).
+pub const ENV_PREFIX: &str = "RELEASEGATE_";
+
+/// Configuration errors.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The file or an override could not be read or has the wrong shape.
+    #[error("{0}")]
+    Load(String),
+    /// The configuration has the right shape but breaks a rule.
+    #[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
+    Invalid(Vec<String>),
+}
+
+/// The validated configuration.
+#[derive(Debug)]
+pub struct Config {
+    /// Listener and limit settings.
+    pub server: Server,
+    /// Providers by name.
+    pub providers: BTreeMap<String, Provider>,
+    /// Recipients, each with its key digest and bound contracts.
+    pub recipients: Vec<Recipient>,
+    /// Contracts by name.
+    pub contracts: BTreeMap<String, Arc<Contract>>,
+    /// Where the configuration came from (for messages).
+    pub source: String,
+}
+
+/// Listener and limit settings.
+#[derive(Debug, Clone)]
+pub struct Server {
+    /// Public listener (System One endpoints).
+    pub listen: SocketAddr,
+    /// Admin listener (metrics and health).
+    pub admin_listen: SocketAddr,
+    /// Largest accepted request body, before and after decompression.
+    pub max_body_bytes: usize,
+    /// Largest accepted upstream response body.
+    pub max_upstream_body_bytes: usize,
+    /// How long shutdown waits for in-flight requests.
+    pub shutdown_grace: Duration,
+}
+
+/// A provider that answers System One requests.
+#[derive(Debug)]
+pub enum Provider {
+    /// A remote System One endpoint.
+    SystemOne(RemoteProvider),
+    /// The in-process deterministic simulator (no network, no key).
+    Simulated,
+}
+
+/// A remote System One provider.
+#[derive(Debug)]
+pub struct RemoteProvider {
+    /// Root URL; `/v1/systemone` and `/v1/models` are appended.
+    pub base_url: String,
+    /// The provider key, read from the environment at load time.
+    pub api_key: Option<SecretString>,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// Most requests in flight to this provider at once.
+    pub max_concurrency: usize,
+}
+
+/// A caller identified by its key.
+#[derive(Debug, Clone)]
+pub struct Recipient {
+    /// The recipient's name (for logs).
+    pub name: String,
+    /// SHA-256 of its key.
+    pub key_sha256: [u8; 32],
+    /// The contracts the key is bound to.
+    pub contracts: Vec<String>,
+}
+
+// === impl Config ===
+
+impl Config {
+    /// Loads `path` (or the embedded default when `path` is `None` and the
+    /// default file does not exist) with environment overrides, and validates it.
+    pub fn load(path: Option<&Path>) -> Result<Config, Error> {
+        let (figment, source) = match path {
+            Some(path) => {
+                if !path.exists() {
+                    return Err(Error::Load(format!(
+                        "configuration file {} does not exist",
+                        path.display()
+                    )));
+                }
+                (Figment::from(Toml::file(path)), path.display().to_string())
+            }
+            None if Path::new(DEFAULT_PATH).exists() => (
+                Figment::from(Toml::file(DEFAULT_PATH)),
+                DEFAULT_PATH.to_string(),
+            ),
+            None => (
+                Figment::from(Toml::string(EMBEDDED_DEFAULT)),
+                "embedded default".to_string(),
+            ),
+        };
+        let base_dir = path
+            .and_then(Path::parent)
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        let figment = figment.merge(Env::prefixed(ENV_PREFIX).split("__"));
+        Config::from_figment(figment, source, &base_dir)
+    }
+
+    /// Parses a TOML string (no environment overrides); used by tests and tools.
+    pub fn from_toml(text: &str) -> Result<Config, Error> {
+        Config::from_figment(
+            Figment::from(Toml::string(text)),
+            "inline".to_string(),
+            Path::new("."),
+        )
+    }
+
+    fn from_figment(figment: Figment, source: String, base_dir: &Path) -> Result<Config, Error> {
+        let raw: RawConfig = figment.extract().map_err(|error| {
+            let reasons: Vec<String> = error.into_iter().map(describe_figment_error).collect();
+            Error::Load(format!(
+                "cannot read configuration ({source}): {}",
+                reasons.join("; ")
+            ))
+        })?;
+        raw.validate(source, base_dir, &|name| std::env::var(name).ok())
+    }
+
+    /// The contract named `name`.
+    pub fn contract(&self, name: &str) -> Option<&Arc<Contract>> {
+        self.contracts.get(name)
+    }
+
+    /// A short human summary (printed by `check-config`).
+    pub fn summary(&self) -> String {
+        let mut out = format!(
+            "configuration OK ({})\nlisten {} · admin {} · max body {} bytes\n",
+            self.source, self.server.listen, self.server.admin_listen, self.server.max_body_bytes
+        );
+        for (name, provider) in &self.providers {
+            match provider {
+                Provider::Simulated => out.push_str(&format!("provider {name}: simulated\n")),
+                Provider::SystemOne(remote) => out.push_str(&format!(
+                    "provider {name}: systemone {} (timeout {} ms, concurrency {}, key {})\n",
+                    remote.base_url,
+                    remote.timeout.as_millis(),
+                    remote.max_concurrency,
+                    if remote.api_key.is_some() {
+                        "set"
+                    } else {
+                        "none"
+                    }
+                )),
+            }
+        }
+        for recipient in &self.recipients {
+            out.push_str(&format!(
+                "recipient {}: contracts {}\n",
+                recipient.name,
+                recipient.contracts.join(", ")
+            ));
+        }
+        for (name, contract) in &self.contracts {
+            out.push_str(&format!(
+                "contract {name}: provider {}, usage {:?}\n",
+                contract.provider, contract.usage
+            ));
+            for (question, rule) in &contract.questions {
+                out.push_str(&format!(
+                    "  question {question}: {} classes, view {}, mechanism {}{}{}\n",
+                    rule.classes.len(),
+                    rule.view,
+                    rule.mechanism.kind(),
+                    if rule.coarsen.is_some() {
+                        ", coarsened"
+                    } else {
+                        ""
+                    },
+                    if rule.withhold.iter().any(|w| *w) {
+                        ", withholding"
+                    } else {
+                        ""
+                    },
+                ));
+            }
+        }
+        out
+    }
+}
+
+fn describe_figment_error(error: figment::Error) -> String {
+    let key = error.path.join(".");
+    let kind = error.kind.to_string();
+    if key.is_empty() {
+        kind
+    } else {
+        format!("key `{key}`: {kind}")
+    }
+}
+
+pub(crate) fn build_question(
+    key: &str,
+    raw: raw::RawQuestion,
+    problems: &mut Vec<String>,
+) -> Option<QuestionRule> {
+    let n_problems = problems.len();
+    let classes = raw.classes;
+    if classes.len() < 2 || classes.len() > 255 {
+        problems.push(format!(
+            "{key}.classes: needs 2 to 255 classes, got {}",
+            classes.len()
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for class in &classes {
+        if class.trim().is_empty() {
+            problems.push(format!("{key}.classes: a class label is blank"));
+        }
+        if !seen.insert(class.as_str()) {
+            problems.push(format!("{key}.classes: `{class}` is listed twice"));
+        }
+    }
+    let coarsen = if raw.coarsen.is_empty() {
+        None
+    } else {
+        for fine in raw.coarsen.keys() {
+            if !classes.contains(fine) {
+                problems.push(format!("{key}.coarsen: `{fine}` is not one of the classes"));
+            }
+        }
+        let mut labels: Vec<String> = Vec::new();
+        let mut map = Vec::with_capacity(classes.len());
+        for class in &classes {
+            let coarse = raw.coarsen.get(class).unwrap_or(class);
+            let index = match labels.iter().position(|label| label == coarse) {
+                Some(index) => index,
+                None => {
+                    labels.push(coarse.clone());
+                    labels.len() - 1
+                }
+            };
+            map.push(index);
+        }
+        if labels.len() < 2 {
+            problems.push(format!(
+                "{key}.coarsen: leaves fewer than two released labels"
+            ));
+        }
+        Some(Coarsening { labels, map })
+    };
+    let released: &[String] = coarsen.as_ref().map_or(&classes, |c| &c.labels);
+    let mut withhold = vec![false; released.len()];
+    for label in &raw.withhold_labels {
+        match released.iter().position(|l| l == label) {
+            Some(index) => withhold[index] = true,
+            None => problems.push(format!(
+                "{key}.withhold_labels: `{label}` is not a released label"
+            )),
+        }
+    }
+    let mechanism = match Mechanism::from_raw(raw.mechanism) {
+        Ok(mechanism) => mechanism,
+        Err(reason) => {
+            problems.push(format!("{key}.mechanism: {reason}"));
+            Mechanism::None
+        }
+    };
+    (problems.len() == n_problems).then(|| QuestionRule {
+        classes,
+        view: raw.view,
+        coarsen,
+        withhold,
+        mechanism,
+    })
+}
+
+/// Parses a 64-digit hex SHA-256.
+pub fn parse_sha256_hex(text: &str) -> Option<[u8; 32]> {
+    let text = text.trim();
+    if text.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests;

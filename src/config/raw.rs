@@ -1,0 +1,310 @@
+//! The configuration as read, before validation.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use secrecy::SecretString;
+use serde::Deserialize;
+
+use super::{Config, Error, Provider, Recipient, RemoteProvider, Server};
+use crate::contract::{Contract, Usage, View};
+use crate::mechanism;
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    server: RawServer,
+    #[serde(default)]
+    providers: BTreeMap<String, RawProvider>,
+    #[serde(default)]
+    recipients: Vec<RawRecipient>,
+    #[serde(default)]
+    contracts: BTreeMap<String, RawContract>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawServer {
+    listen: String,
+    admin_listen: String,
+    max_body_bytes: u64,
+    max_upstream_body_bytes: u64,
+    shutdown_grace_ms: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+enum RawProvider {
+    Systemone {
+        base_url: String,
+        api_key_env: Option<String>,
+        #[serde(default = "default_timeout_ms")]
+        timeout_ms: u64,
+        #[serde(default = "default_max_concurrency")]
+        max_concurrency: u64,
+    },
+    Simulated,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRecipient {
+    name: String,
+    key_sha256: String,
+    contracts: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawContract {
+    provider: String,
+    model: Option<String>,
+    #[serde(default = "default_usage")]
+    usage: Usage,
+    #[serde(default)]
+    questions: BTreeMap<String, RawQuestion>,
+}
+
+/// One `[contracts.NAME.questions.ID]` table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawQuestion {
+    pub(crate) classes: Vec<String>,
+    pub(crate) view: View,
+    #[serde(default)]
+    pub(crate) coarsen: BTreeMap<String, String>,
+    #[serde(default)]
+    pub(crate) withhold_labels: Vec<String>,
+    #[serde(default)]
+    pub(crate) mechanism: mechanism::Raw,
+}
+
+fn default_timeout_ms() -> u64 {
+    30_000
+}
+
+fn default_max_concurrency() -> u64 {
+    64
+}
+
+fn default_usage() -> Usage {
+    Usage::Keep
+}
+
+impl Default for RawServer {
+    fn default() -> Self {
+        RawServer {
+            listen: "127.0.0.1:8080".to_string(),
+            admin_listen: "127.0.0.1:9090".to_string(),
+            max_body_bytes: 1024 * 1024,
+            max_upstream_body_bytes: 8 * 1024 * 1024,
+            shutdown_grace_ms: 10_000,
+        }
+    }
+}
+
+// === impl RawConfig ===
+
+impl RawConfig {
+    /// Validates into typed config; `env` reads provider keys.
+    pub(crate) fn validate(
+        self,
+        source: String,
+        _base_dir: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, Error> {
+        let mut problems = Vec::new();
+        let server = validate_server(self.server, &mut problems);
+
+        let mut providers = BTreeMap::new();
+        for (name, raw) in self.providers {
+            if let Some(provider) = validate_provider(&name, raw, env, &mut problems) {
+                providers.insert(name, provider);
+            }
+        }
+
+        let mut contracts = BTreeMap::new();
+        for (name, raw) in self.contracts {
+            let key = format!("contracts.{name}");
+            if !providers.contains_key(&raw.provider) {
+                problems.push(format!(
+                    "{key}.provider: no provider named `{}` is configured",
+                    raw.provider
+                ));
+            }
+            if raw.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
+                problems.push(format!("{key}.model: must not be blank"));
+            }
+            if raw.questions.is_empty() {
+                problems.push(format!(
+                    "{key}.questions: a contract must cover at least one question"
+                ));
+            }
+            let mut questions = BTreeMap::new();
+            for (id, question) in raw.questions {
+                if let Some(rule) =
+                    super::build_question(&format!("{key}.questions.{id}"), question, &mut problems)
+                {
+                    questions.insert(id, rule);
+                }
+            }
+            contracts.insert(
+                name.clone(),
+                Arc::new(Contract {
+                    name,
+                    provider: raw.provider,
+                    model: raw.model,
+                    usage: raw.usage,
+                    questions,
+                }),
+            );
+        }
+
+        let mut recipients = Vec::new();
+        let mut digests = std::collections::BTreeSet::new();
+        for (index, raw) in self.recipients.into_iter().enumerate() {
+            let key = format!("recipients[{index}]");
+            if raw.name.trim().is_empty() {
+                problems.push(format!("{key}.name: must not be blank"));
+            }
+            let Some(digest) = super::parse_sha256_hex(&raw.key_sha256) else {
+                problems.push(format!(
+                    "{key}.key_sha256: must be 64 hex digits (use `releasegate hash-key`)"
+                ));
+                continue;
+            };
+            if !digests.insert(digest) {
+                problems.push(format!(
+                    "{key}.key_sha256: the same key is bound to two recipients"
+                ));
+            }
+            if raw.contracts.is_empty() {
+                problems.push(format!("{key}.contracts: bind at least one contract"));
+            }
+            for contract in &raw.contracts {
+                if !contracts.contains_key(contract) {
+                    problems.push(format!("{key}.contracts: no contract named `{contract}`"));
+                }
+            }
+            recipients.push(Recipient {
+                name: raw.name,
+                key_sha256: digest,
+                contracts: raw.contracts,
+            });
+        }
+
+        if problems.is_empty() {
+            Ok(Config {
+                server,
+                providers,
+                recipients,
+                contracts,
+                source,
+            })
+        } else {
+            Err(Error::Invalid(problems))
+        }
+    }
+}
+
+fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
+    let mut parse_addr = |key: &str, text: &str| {
+        text.parse::<SocketAddr>().unwrap_or_else(|_| {
+            problems.push(format!("server.{key}: `{text}` is not an IP:port address"));
+            SocketAddr::from(([127, 0, 0, 1], 0))
+        })
+    };
+    let listen = parse_addr("listen", &raw.listen);
+    let admin_listen = parse_addr("admin_listen", &raw.admin_listen);
+    if listen.port() != 0 && listen == admin_listen {
+        problems.push("server.admin_listen: must differ from server.listen".to_string());
+    }
+    if raw.max_body_bytes == 0 {
+        problems.push("server.max_body_bytes: must be greater than 0".to_string());
+    }
+    if raw.max_upstream_body_bytes == 0 {
+        problems.push("server.max_upstream_body_bytes: must be greater than 0".to_string());
+    }
+    Server {
+        listen,
+        admin_listen,
+        max_body_bytes: usize::try_from(raw.max_body_bytes).unwrap_or(usize::MAX),
+        max_upstream_body_bytes: usize::try_from(raw.max_upstream_body_bytes).unwrap_or(usize::MAX),
+        shutdown_grace: Duration::from_millis(raw.shutdown_grace_ms),
+    }
+}
+
+fn validate_provider(
+    name: &str,
+    raw: RawProvider,
+    env: &dyn Fn(&str) -> Option<String>,
+    problems: &mut Vec<String>,
+) -> Option<Provider> {
+    let key = format!("providers.{name}");
+    match raw {
+        RawProvider::Simulated => Some(Provider::Simulated),
+        RawProvider::Systemone {
+            base_url,
+            api_key_env,
+            timeout_ms,
+            max_concurrency,
+        } => {
+            let n_problems = problems.len();
+            let trimmed = base_url.trim_end_matches('/').to_string();
+            match reqwest_free_url_check(&trimmed) {
+                Ok(()) => {}
+                Err(reason) => problems.push(format!("{key}.base_url: {reason}")),
+            }
+            if timeout_ms == 0 {
+                problems.push(format!("{key}.timeout_ms: must be greater than 0"));
+            }
+            if max_concurrency == 0 {
+                problems.push(format!("{key}.max_concurrency: must be greater than 0"));
+            }
+            let api_key = match api_key_env {
+                None => None,
+                Some(var) => match env(&var) {
+                    Some(value) if !value.trim().is_empty() => {
+                        Some(SecretString::from(value.trim().to_string()))
+                    }
+                    _ => {
+                        problems.push(format!(
+                            "{key}.api_key_env: environment variable `{var}` is not set"
+                        ));
+                        None
+                    }
+                },
+            };
+            (problems.len() == n_problems).then(|| {
+                Provider::SystemOne(RemoteProvider {
+                    base_url: trimmed,
+                    api_key,
+                    timeout: Duration::from_millis(timeout_ms),
+                    max_concurrency: usize::try_from(max_concurrency).unwrap_or(usize::MAX),
+                })
+            })
+        }
+    }
+}
+
+/// Checks the URL shape without pulling the HTTP client into configuration.
+fn reqwest_free_url_check(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .ok_or_else(|| format!("`{url}` must start with http:// or https://"))?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err(format!("`{url}` has no host"));
+    }
+    if rest.contains(['?', '#', ' ']) {
+        return Err(format!(
+            "`{url}` must not contain a query, fragment or space"
+        ));
+    }
+    Ok(())
+}

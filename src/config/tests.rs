@@ -1,0 +1,101 @@
+use super::*;
+
+const MINIMAL: &str = r#"
+[providers.sim]
+kind = "simulated"
+
+[[recipients]]
+name = "r"
+key_sha256 = "d2aacb68b85bbdced6e4c3f176f8c2c9f0e8faa9e41842a3c426d1111a37022b"
+contracts = ["c"]
+
+[contracts.c]
+provider = "sim"
+
+[contracts.c.questions.q]
+classes = ["A", "B", "C"]
+view = "full_native"
+"#;
+
+fn problems(text: &str) -> Vec<String> {
+    match Config::from_toml(text) {
+        Err(Error::Invalid(problems)) => problems,
+        Err(Error::Load(message)) => vec![message],
+        Ok(_) => Vec::new(),
+    }
+}
+
+#[test]
+fn embedded_default_is_valid() {
+    let config = Config::from_toml(EMBEDDED_DEFAULT).unwrap();
+    assert!(config.contracts.contains_key("dispatcher"));
+    assert!(config.summary().contains("contract dispatcher"));
+}
+
+#[test]
+fn minimal_config_gets_server_defaults() {
+    let config = Config::from_toml(MINIMAL).unwrap();
+    assert_eq!(config.server.listen.port(), 8080);
+    assert_eq!(config.server.max_body_bytes, 1024 * 1024);
+    assert_eq!(
+        config.contract("c").unwrap().questions["q"].classes.len(),
+        3
+    );
+}
+
+#[test]
+fn errors_name_the_key_and_reason() {
+    let cases = [
+        (MINIMAL.replace("provider = \"sim\"", "provider = \"nope\""), "contracts.c.provider"),
+        (MINIMAL.replace("[\"A\", \"B\", \"C\"]", "[\"A\"]"), "contracts.c.questions.q.classes"),
+        (MINIMAL.replace("[\"A\", \"B\", \"C\"]", "[\"A\", \"A\"]"), "listed twice"),
+        (MINIMAL.replace("contracts = [\"c\"]", "contracts = [\"x\"]"), "recipients[0].contracts"),
+        (MINIMAL.replace("key_sha256 = \"d2", "key_sha256 = \"zz"), "recipients[0].key_sha256"),
+        (MINIMAL.replace("full_native", "everything"), "view"),
+        (
+            format!("{MINIMAL}withhold_labels = [\"Z\"]\n"),
+            "contracts.c.questions.q.withhold_labels",
+        ),
+        (format!("{MINIMAL}coarsen = {{ Z = \"Y\" }}\n"), "contracts.c.questions.q.coarsen"),
+        (format!("{MINIMAL}surprise = 1\n"), "surprise"),
+        (
+            MINIMAL.replace("kind = \"simulated\"", "kind = \"systemone\"\nbase_url = \"ftp://x\""),
+            "providers.sim.base_url",
+        ),
+        (
+            MINIMAL.replace(
+                "kind = \"simulated\"",
+                "kind = \"systemone\"\nbase_url = \"http://x\"\napi_key_env = \"RELEASEGATE_TEST_UNSET_KEY_VAR\"",
+            ),
+            "RELEASEGATE_TEST_UNSET_KEY_VAR",
+        ),
+        (format!("[server]\nlisten = \"nowhere\"\n{MINIMAL}"), "server.listen"),
+    ];
+    for (text, needle) in cases {
+        let found = problems(&text);
+        assert!(
+            found.iter().any(|p| p.contains(needle)),
+            "expected a problem naming {needle}, got {found:?}"
+        );
+    }
+}
+
+#[test]
+fn coarsening_orders_labels_by_first_appearance() {
+    let text =
+        format!("{MINIMAL}coarsen = {{ A = \"X\", C = \"X\" }}\nwithhold_labels = [\"B\"]\n");
+    let config = Config::from_toml(&text).unwrap();
+    let rule = &config.contract("c").unwrap().questions["q"];
+    let coarsening = rule.coarsen.as_ref().unwrap();
+    assert_eq!(coarsening.labels, vec!["X".to_string(), "B".to_string()]);
+    assert_eq!(coarsening.map, vec![0, 1, 0]);
+    assert_eq!(rule.withhold, vec![false, true]);
+}
+
+#[test]
+fn sha256_hex_parses_only_64_hex_digits() {
+    assert!(parse_sha256_hex(&"ab".repeat(32)).is_some());
+    assert!(parse_sha256_hex(&"ab".repeat(31)).is_none());
+    assert!(parse_sha256_hex(&"zz".repeat(32)).is_none());
+    assert!(parse_sha256_hex(&"é".repeat(32)).is_none());
+}

@@ -1,0 +1,193 @@
+//! Release contracts: what each recipient may learn from each answer.
+//!
+//! A contract names its provider, optionally pins the model, decides whether
+//! token usage goes out, and lists the questions it covers. Everything a
+//! contract does not list is denied. This module holds the validated, typed
+//! form; `config` builds it from the raw file and `release` applies it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Deserialize;
+
+use crate::mechanism::Mechanism;
+
+/// A validated release contract.
+#[derive(Debug)]
+pub struct Contract {
+    /// The contract's name (a metrics label and the `X-Release-Contract` value).
+    pub name: String,
+    /// The provider that answers requests under this contract.
+    pub provider: String,
+    /// When set, replaces the caller's `model` in the forwarded request.
+    pub model: Option<String>,
+    /// Whether token usage counts go out.
+    pub usage: Usage,
+    /// The covered questions by id; any other question is denied.
+    pub questions: BTreeMap<String, QuestionRule>,
+}
+
+/// How one question's answers are released.
+#[derive(Debug)]
+pub struct QuestionRule {
+    /// The canonical class order: probabilities are aligned to it by class id.
+    pub classes: Vec<String>,
+    /// Which prediction fields go out.
+    pub view: View,
+    /// Optional fine-to-coarse relabelling, applied before anything else.
+    pub coarsen: Option<Coarsening>,
+    /// Released labels whose selection withholds every other probability and the confidence.
+    pub withhold: Vec<bool>,
+    /// The mechanism that rewrites the probability and confidence fields.
+    pub mechanism: Mechanism,
+}
+
+/// A fine-to-coarse relabelling of a question's classes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Coarsening {
+    /// The released (coarse) labels, in order of first appearance in the canonical order.
+    pub labels: Vec<String>,
+    /// For each canonical class index, the index of its released label.
+    pub map: Vec<usize>,
+}
+
+/// Whether token usage goes out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Usage {
+    /// Forward `usage.input_tokens` and `usage.output_tokens`.
+    Keep,
+    /// Release an empty `usage` object (client libraries accept it; token counts leak input size).
+    Drop,
+}
+
+/// The fields of an answer a recipient receives.
+///
+/// | view | choice answers | score answers | noul answers |
+/// |---|---|---|---|
+/// | `no_output` | `type` only | `type` only | `type` only |
+/// | `choice` | `choice` | `score` = selected level, `legend` | `noul` = 0 or 1 (selected outcome) |
+/// | `choice_confidence` | + `confidence` | + `confidence` | as `choice` (noul has no confidence) |
+/// | `full_probabilities` | `choice`, `probabilities` | `score` = Σ level·p, `legend`, `probabilities` | `noul` = P(true) |
+/// | `full_native` | + `confidence` | + `confidence` | as `full_probabilities` |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum View {
+    /// No prediction field.
+    NoOutput,
+    /// The selected class only.
+    Choice,
+    /// The selected class and the confidence.
+    ChoiceConfidence,
+    /// The selected class and the probabilities.
+    FullProbabilities,
+    /// Everything the provider sent: class, probabilities and confidence.
+    FullNative,
+}
+
+// === impl Contract ===
+
+impl Contract {
+    /// Whether `question` is covered by this contract.
+    pub fn covers(&self, question: &str) -> bool {
+        self.questions.contains_key(question)
+    }
+}
+
+// === impl QuestionRule ===
+
+impl QuestionRule {
+    /// The labels answers are released under (coarse labels when coarsened).
+    pub fn released_labels(&self) -> &[String] {
+        match &self.coarsen {
+            Some(coarsening) => &coarsening.labels,
+            None => &self.classes,
+        }
+    }
+}
+
+// === impl View ===
+
+impl View {
+    /// Every view, in order of increasing disclosure.
+    pub const ALL: [View; 5] = [
+        View::NoOutput,
+        View::Choice,
+        View::ChoiceConfidence,
+        View::FullProbabilities,
+        View::FullNative,
+    ];
+
+    /// The view's configuration name (also its metrics label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            View::NoOutput => "no_output",
+            View::Choice => "choice",
+            View::ChoiceConfidence => "choice_confidence",
+            View::FullProbabilities => "full_probabilities",
+            View::FullNative => "full_native",
+        }
+    }
+
+    /// Parses a view name.
+    pub fn parse(name: &str) -> Option<View> {
+        View::ALL.into_iter().find(|view| view.as_str() == name)
+    }
+
+    /// Whether the selected class goes out.
+    pub fn has_choice(self) -> bool {
+        self != View::NoOutput
+    }
+
+    /// Whether the probabilities go out.
+    pub fn has_probabilities(self) -> bool {
+        matches!(self, View::FullProbabilities | View::FullNative)
+    }
+
+    /// Whether the confidence goes out.
+    pub fn has_confidence(self) -> bool {
+        matches!(self, View::ChoiceConfidence | View::FullNative)
+    }
+}
+
+impl fmt::Display for View {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+// === impl Usage ===
+
+impl Usage {
+    /// Whether token usage goes out.
+    pub fn keeps(self) -> bool {
+        self == Usage::Keep
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_parse_and_expose_fields_as_documented() {
+        let fields: Vec<(bool, bool, bool)> = View::ALL
+            .iter()
+            .map(|v| (v.has_choice(), v.has_probabilities(), v.has_confidence()))
+            .collect();
+        assert_eq!(
+            fields,
+            vec![
+                (false, false, false),
+                (true, false, false),
+                (true, false, true),
+                (true, true, false),
+                (true, true, true),
+            ]
+        );
+        for view in View::ALL {
+            assert_eq!(View::parse(view.as_str()), Some(view));
+        }
+        assert_eq!(View::parse("everything"), None);
+    }
+}

@@ -1,0 +1,184 @@
+use serde_json::{Value, json};
+
+use super::*;
+use crate::config::Config;
+use crate::wire::check_request;
+
+fn contract(view: &str, extra: &str, usage: &str) -> std::sync::Arc<Contract> {
+    let text = format!(
+        "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\nusage = \"{usage}\"\n\
+         [contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"{view}\"\n{extra}\
+         [contracts.c.questions.s]\nclasses = [\"0\", \"1\", \"2\"]\nview = \"{view}\"\n\
+         [contracts.c.questions.n]\nclasses = [\"false\", \"true\"]\nview = \"{view}\"\n"
+    );
+    Config::from_toml(&text).unwrap().contracts["c"].clone()
+}
+
+fn request() -> Value {
+    json!({"model": "m", "state": "s", "questions": {
+        "q": {"type": "choice", "criteria": {"D": null, "C": null, "B": null, "A": null}},
+        "s": {"type": "score", "criteria": ["low", "mid", "high"]},
+        "n": {"type": "noul", "instructions": "?"}}})
+}
+
+fn native() -> Value {
+    json!({"model": "m-1", "id": "upstream-id", "provider": "x",
+        "answers": {
+            "n": {"type": "noul", "noul": 0.8, "extra": 1},
+            "q": {"type": "choice", "choice": "B", "confidence": 0.6, "rationale": "leak",
+                  "probabilities": {"D": 0.1, "C": 0.05, "B": 0.7, "A": 0.15}},
+            "s": {"type": "score", "score": 1.05, "confidence": 0.92, "legend": {"0": "upstream text"},
+                  "probabilities": {"2": 0.05, "1": 0.95, "0": 0.0}},
+            "unasked": {"type": "choice", "choice": "x", "probabilities": {"x": 1.0}, "confidence": 1.0},
+            "b": {"type": "box", "box": {}}},
+        "usage": {"input_tokens": 392, "output_tokens": 1, "cost": 0.1}})
+}
+
+fn released(view: &str, extra: &str, usage: &str) -> Value {
+    let c = contract(view, extra, usage);
+    let asked = check_request(&request(), &c).unwrap();
+    release(&c, &asked, &native()).unwrap().body
+}
+
+#[test]
+fn every_view_keeps_exactly_its_fields() {
+    let legend = json!({"0": "low", "1": "mid", "2": "high"});
+    let expected = [
+        (
+            "no_output",
+            json!({"q": {"type": "choice"}, "s": {"type": "score"}, "n": {"type": "noul"}}),
+        ),
+        (
+            "choice",
+            json!({"q": {"type": "choice", "choice": "B"},
+            "s": {"type": "score", "score": 1.0, "legend": legend},
+            "n": {"type": "noul", "noul": 1.0}}),
+        ),
+        (
+            "choice_confidence",
+            json!({"q": {"type": "choice", "choice": "B", "confidence": 0.6},
+            "s": {"type": "score", "score": 1.0, "legend": legend, "confidence": 0.92},
+            "n": {"type": "noul", "noul": 1.0}}),
+        ),
+        (
+            "full_probabilities",
+            json!({"q": {"type": "choice", "choice": "B",
+                "probabilities": {"A": 0.15, "B": 0.7, "C": 0.05, "D": 0.1}},
+            "s": {"type": "score", "score": 1.05, "legend": legend,
+                "probabilities": {"0": 0.0, "1": 0.95, "2": 0.05}},
+            "n": {"type": "noul", "noul": 0.8}}),
+        ),
+        (
+            "full_native",
+            json!({"q": {"type": "choice", "choice": "B",
+                "probabilities": {"A": 0.15, "B": 0.7, "C": 0.05, "D": 0.1}, "confidence": 0.6},
+            "s": {"type": "score", "score": 1.05, "legend": legend,
+                "probabilities": {"0": 0.0, "1": 0.95, "2": 0.05}, "confidence": 0.92},
+            "n": {"type": "noul", "noul": 0.8}}),
+        ),
+    ];
+    for (view, answers) in expected {
+        let body = released(view, "", "keep");
+        assert_eq!(body["answers"], answers, "view {view}");
+        assert_eq!(body["model"], json!("m-1"));
+        // Deny by default: unknown top-level fields, unasked and unknown answers are gone.
+        assert_eq!(body.as_object().unwrap().len(), 3, "view {view}");
+    }
+}
+
+#[test]
+fn probabilities_go_out_in_canonical_order() {
+    let body = released("full_native", "", "keep");
+    let keys: Vec<&String> = body["answers"]["q"]["probabilities"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(keys, ["A", "B", "C", "D"]);
+    let text = serde_json::to_string(&body).unwrap();
+    assert!(!text.contains("leak") && !text.contains("upstream") && !text.contains("cost"));
+}
+
+#[test]
+fn usage_is_kept_or_dropped() {
+    assert_eq!(
+        released("choice", "", "keep")["usage"],
+        json!({"input_tokens": 392, "output_tokens": 1})
+    );
+    assert_eq!(released("choice", "", "drop")["usage"], json!({}));
+}
+
+#[test]
+fn coarsening_sums_fine_probabilities() {
+    let body = released(
+        "full_native",
+        "coarsen = { A = \"AB\", B = \"AB\" }\n",
+        "keep",
+    );
+    let q = &body["answers"]["q"];
+    assert_eq!(q["choice"], json!("AB"));
+    let probabilities = q["probabilities"].as_object().unwrap();
+    assert_eq!(probabilities.keys().collect::<Vec<_>>(), ["AB", "C", "D"]);
+    assert!((probabilities["AB"].as_f64().unwrap() - 0.85).abs() < 1e-12);
+}
+
+#[test]
+fn a_withheld_selection_drops_residual_scores_and_confidence() {
+    let body = released("full_native", "withhold_labels = [\"B\"]\n", "keep");
+    assert_eq!(
+        body["answers"]["q"],
+        json!({"type": "choice", "choice": "B", "probabilities": {"B": 0.7}})
+    );
+    // A withheld label that is not selected changes nothing.
+    let body = released("full_native", "withhold_labels = [\"A\"]\n", "keep");
+    assert_eq!(
+        body["answers"]["q"]["probabilities"]
+            .as_object()
+            .unwrap()
+            .len(),
+        4
+    );
+    // Withholding a coarse label applies after coarsening.
+    let body = released(
+        "full_native",
+        "coarsen = { A = \"AB\", B = \"AB\" }\nwithhold_labels = [\"AB\"]\n",
+        "keep",
+    );
+    assert_eq!(
+        body["answers"]["q"]["probabilities"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["AB"]
+    );
+    assert!(body["answers"]["q"].get("confidence").is_none());
+}
+
+#[test]
+fn invalid_or_missing_answers_reject_the_whole_response() {
+    let c = contract("full_native", "", "keep");
+    let asked = check_request(&request(), &c).unwrap();
+    let mut missing = native();
+    missing["answers"].as_object_mut().unwrap().remove("s");
+    assert_eq!(
+        release(&c, &asked, &missing).unwrap_err(),
+        Invalid::MissingAnswer
+    );
+    let mut nan = native();
+    nan["answers"]["n"]["noul"] = json!(1.5);
+    assert_eq!(
+        release(&c, &asked, &nan).unwrap_err(),
+        Invalid::BadProbability
+    );
+    let mut usage = native();
+    usage["usage"]["input_tokens"] = json!(1.5);
+    assert_eq!(
+        release(&c, &asked, &usage).unwrap_err(),
+        Invalid::MissingField
+    );
+    assert_eq!(
+        release(&c, &asked, &json!({"answers": {}})).unwrap_err(),
+        Invalid::MissingField
+    );
+}

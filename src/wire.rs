@@ -1,0 +1,344 @@
+//! The System One wire format as the release path needs it: checking a
+//! request against a contract, and reading native answers into class vectors
+//! aligned by class id (never by position).
+
+use serde_json::{Map, Value};
+
+use crate::contract::{Contract, QuestionRule};
+use crate::mechanism::ClassVector;
+
+/// Tolerance on the sum of a native probability vector.
+pub const SUM_TOLERANCE: f64 = 1e-3;
+
+/// The answer types a contract can release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `choice`: labels from `criteria`.
+    Choice,
+    /// `score`: levels `"0".."N-1"`.
+    Score,
+    /// `noul`: outcomes `false`, `true`.
+    Noul,
+}
+
+/// A request checked against a contract.
+#[derive(Debug, Clone)]
+pub struct Asked {
+    /// The requested model.
+    pub model: String,
+    /// The questions, in request order.
+    pub questions: Vec<AskedQuestion>,
+}
+
+/// One question of a checked request.
+#[derive(Debug, Clone)]
+pub struct AskedQuestion {
+    /// The caller's question id (covered by the contract).
+    pub id: String,
+    /// The question type.
+    pub kind: Kind,
+    /// For score questions, the legend echoed from the request's criteria.
+    pub legend: Option<Map<String, Value>>,
+}
+
+/// Why a request cannot be served under a contract (400).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RequestError(pub String);
+
+/// Why a native answer is rejected (a metrics label: keep it bounded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    /// The body is not JSON.
+    #[error("not_json")]
+    NotJson,
+    /// A required field is missing or has the wrong JSON type.
+    #[error("missing_field")]
+    MissingField,
+    /// The answer's type differs from the question's.
+    #[error("type_mismatch")]
+    TypeMismatch,
+    /// A probability or confidence is outside [0, 1] or not finite.
+    #[error("bad_probability")]
+    BadProbability,
+    /// Probabilities do not sum to 1 within the tolerance.
+    #[error("probability_sum")]
+    ProbabilitySum,
+    /// The probabilities do not cover exactly the question's classes.
+    #[error("class_mismatch")]
+    ClassMismatch,
+    /// The selected choice is not one of the classes.
+    #[error("unknown_choice")]
+    UnknownChoice,
+    /// An asked question has no answer.
+    #[error("missing_answer")]
+    MissingAnswer,
+}
+
+// === impl Kind ===
+
+impl Kind {
+    /// The wire `type` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Choice => "choice",
+            Kind::Score => "score",
+            Kind::Noul => "noul",
+        }
+    }
+}
+
+// === impl Invalid ===
+
+impl Invalid {
+    /// Every reason, for pre-registering metrics.
+    pub const ALL: [Invalid; 8] = [
+        Invalid::NotJson,
+        Invalid::MissingField,
+        Invalid::TypeMismatch,
+        Invalid::BadProbability,
+        Invalid::ProbabilitySum,
+        Invalid::ClassMismatch,
+        Invalid::UnknownChoice,
+        Invalid::MissingAnswer,
+    ];
+}
+
+/// Checks a request body against a contract: `model`, `state` and `questions`
+/// are present, every question is covered and its classes match the contract.
+pub fn check_request(body: &Value, contract: &Contract) -> Result<Asked, RequestError> {
+    let object = body
+        .as_object()
+        .ok_or_else(|| RequestError("the request body must be a JSON object".into()))?;
+    let model = match object.get("model") {
+        Some(Value::String(model)) if !model.trim().is_empty() => model.clone(),
+        Some(_) => return Err(RequestError("`model` must be a non-empty string".into())),
+        None => return Err(RequestError("the request is missing `model`".into())),
+    };
+    match object.get("state") {
+        Some(Value::String(_) | Value::Object(_) | Value::Array(_)) => {}
+        Some(_) => {
+            return Err(RequestError(
+                "`state` must be a string, an object or an array".into(),
+            ));
+        }
+        None => return Err(RequestError("the request is missing `state`".into())),
+    }
+    let questions = match object.get("questions") {
+        Some(Value::Object(questions)) if !questions.is_empty() => questions,
+        Some(Value::Object(_)) => {
+            return Err(RequestError(
+                "`questions` must hold at least one question".into(),
+            ));
+        }
+        Some(_) => return Err(RequestError("`questions` must be an object".into())),
+        None => return Err(RequestError("the request is missing `questions`".into())),
+    };
+    let mut asked = Vec::with_capacity(questions.len());
+    for (id, question) in questions {
+        let rule = contract.questions.get(id).ok_or_else(|| {
+            RequestError(format!(
+                "question `{id}` is not covered by release contract `{}`",
+                contract.name
+            ))
+        })?;
+        asked.push(check_question(id, question, rule)?);
+    }
+    Ok(Asked {
+        model,
+        questions: asked,
+    })
+}
+
+fn check_question(
+    id: &str,
+    question: &Value,
+    rule: &QuestionRule,
+) -> Result<AskedQuestion, RequestError> {
+    let fail = |reason: &str| RequestError(format!("question `{id}`: {reason}"));
+    let kind = match question.get("type").and_then(Value::as_str) {
+        Some("choice") => Kind::Choice,
+        Some("score") => Kind::Score,
+        Some("noul") => Kind::Noul,
+        Some(other) => {
+            return Err(fail(&format!(
+                "type `{other}` cannot be released under a contract (choice, score or noul only)"
+            )));
+        }
+        None => return Err(fail("missing `type`")),
+    };
+    if kind != Kind::Choice && rule.coarsen.is_some() {
+        return Err(fail(
+            "the contract coarsens it, which applies to choice questions only",
+        ));
+    }
+    let mut legend = None;
+    match kind {
+        Kind::Choice => {
+            let criteria = question
+                .get("criteria")
+                .and_then(Value::as_object)
+                .ok_or_else(|| fail("a choice question needs a `criteria` object"))?;
+            let same = criteria.len() == rule.classes.len()
+                && rule
+                    .classes
+                    .iter()
+                    .all(|class| criteria.contains_key(class));
+            if !same {
+                return Err(fail(
+                    "its criteria labels differ from the contract's classes",
+                ));
+            }
+        }
+        Kind::Score => {
+            let criteria = question
+                .get("criteria")
+                .and_then(Value::as_array)
+                .ok_or_else(|| fail("a score question needs a `criteria` array"))?;
+            if criteria.len() != rule.classes.len() || !is_level_permutation(&rule.classes) {
+                return Err(fail(&format!(
+                    "it has {} levels; the contract's classes must be the levels \"0\"..\"{}\"",
+                    criteria.len(),
+                    criteria.len().saturating_sub(1)
+                )));
+            }
+            legend = Some(
+                criteria
+                    .iter()
+                    .enumerate()
+                    .map(|(level, text)| (level.to_string(), text.clone()))
+                    .collect(),
+            );
+        }
+        Kind::Noul => {
+            let mut classes: Vec<&str> = rule.classes.iter().map(String::as_str).collect();
+            classes.sort_unstable();
+            if classes != ["false", "true"] {
+                return Err(fail(
+                    "the contract's classes for a noul question must be \"false\" and \"true\"",
+                ));
+            }
+        }
+    }
+    Ok(AskedQuestion {
+        id: id.to_string(),
+        kind,
+        legend,
+    })
+}
+
+fn is_level_permutation(classes: &[String]) -> bool {
+    let mut seen = vec![false; classes.len()];
+    classes.iter().all(|class| match class.parse::<usize>() {
+        Ok(level) if level < seen.len() && level.to_string() == *class && !seen[level] => {
+            seen[level] = true;
+            true
+        }
+        _ => false,
+    })
+}
+
+/// Reads a native answer into a class vector in the rule's canonical class order.
+pub fn parse_answer(
+    kind: Kind,
+    rule: &QuestionRule,
+    answer: &Value,
+) -> Result<ClassVector, Invalid> {
+    let object = answer.as_object().ok_or(Invalid::MissingField)?;
+    match object.get("type").and_then(Value::as_str) {
+        Some(t) if t == kind.as_str() => {}
+        Some(_) => return Err(Invalid::TypeMismatch),
+        None => return Err(Invalid::MissingField),
+    }
+    let classes = &rule.classes;
+    let (probabilities, choice, confidence) = match kind {
+        Kind::Choice | Kind::Score => {
+            let map = object
+                .get("probabilities")
+                .and_then(Value::as_object)
+                .ok_or(Invalid::MissingField)?;
+            if map.len() != classes.len() {
+                return Err(Invalid::ClassMismatch);
+            }
+            let mut probabilities = Vec::with_capacity(classes.len());
+            for class in classes {
+                let value = map.get(class).ok_or(Invalid::ClassMismatch)?;
+                probabilities.push(unit_number(value)?);
+            }
+            let choice = match kind {
+                Kind::Choice => {
+                    let label = object
+                        .get("choice")
+                        .and_then(Value::as_str)
+                        .ok_or(Invalid::MissingField)?;
+                    classes
+                        .iter()
+                        .position(|c| c == label)
+                        .ok_or(Invalid::UnknownChoice)?
+                }
+                _ => {
+                    match object.get("score") {
+                        Some(Value::Number(n)) if n.as_f64().is_some_and(f64::is_finite) => {}
+                        _ => return Err(Invalid::MissingField),
+                    }
+                    argmax(&probabilities)
+                }
+            };
+            let confidence = match object.get("confidence") {
+                None | Some(Value::Null) => None,
+                Some(value) => Some(unit_number(value)?),
+            };
+            (probabilities, choice, confidence)
+        }
+        Kind::Noul => {
+            let p_true = unit_number(object.get("noul").ok_or(Invalid::MissingField)?)?;
+            let probabilities: Vec<f64> = classes
+                .iter()
+                .map(|class| {
+                    if class == "true" {
+                        p_true
+                    } else {
+                        1.0 - p_true
+                    }
+                })
+                .collect();
+            let choice = argmax(&probabilities);
+            (probabilities, choice, None)
+        }
+    };
+    let sum: f64 = probabilities.iter().sum();
+    if (sum - 1.0).abs() > SUM_TOLERANCE {
+        return Err(Invalid::ProbabilitySum);
+    }
+    Ok(ClassVector {
+        choice,
+        probabilities,
+        confidence,
+    })
+}
+
+fn unit_number(value: &Value) -> Result<f64, Invalid> {
+    let number = match value {
+        Value::Number(n) => n.as_f64().ok_or(Invalid::BadProbability)?,
+        _ => return Err(Invalid::MissingField),
+    };
+    if number.is_finite() && (0.0..=1.0).contains(&number) {
+        Ok(number)
+    } else {
+        Err(Invalid::BadProbability)
+    }
+}
+
+/// Index of the largest value; ties go to the earliest index.
+pub fn argmax(values: &[f64]) -> usize {
+    let mut best = 0;
+    for (index, value) in values.iter().enumerate() {
+        if *value > values[best] {
+            best = index;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,179 @@
+use serde_json::json;
+
+use super::*;
+use crate::config::Config;
+
+fn contract(questions: &str) -> std::sync::Arc<Contract> {
+    let text = format!(
+        "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n{questions}"
+    );
+    Config::from_toml(&text).unwrap().contracts["c"].clone()
+}
+
+const CHOICE: &str =
+    "[contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\"]\nview = \"full_native\"\n";
+
+#[test]
+fn request_needs_model_state_and_covered_questions() {
+    let c = contract(CHOICE);
+    let ok = json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"C": null, "A": "a", "B": null}}}});
+    assert_eq!(
+        check_request(&ok, &c).unwrap().questions[0].kind,
+        Kind::Choice
+    );
+    let cases = [
+        (json!([1]), "JSON object"),
+        (json!({"state": "s", "questions": {}}), "missing `model`"),
+        (
+            json!({"model": "", "state": "s", "questions": {}}),
+            "`model`",
+        ),
+        (
+            json!({"model": "m", "questions": {"q": {}}}),
+            "missing `state`",
+        ),
+        (
+            json!({"model": "m", "state": 3, "questions": {"q": {}}}),
+            "`state` must be",
+        ),
+        (json!({"model": "m", "state": "s"}), "missing `questions`"),
+        (
+            json!({"model": "m", "state": "s", "questions": {}}),
+            "at least one",
+        ),
+        (
+            json!({"model": "m", "state": "s", "questions": {"other": {"type": "choice"}}}),
+            "`other` is not covered",
+        ),
+        (
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "box"}}}),
+            "type `box`",
+        ),
+        (
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"A": null, "B": null}}}}),
+            "differ",
+        ),
+        (
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "score", "criteria": ["x", "y", "z"]}}}),
+            "levels",
+        ),
+    ];
+    for (body, needle) in cases {
+        let error = check_request(&body, &c).unwrap_err();
+        assert!(
+            error.0.contains(needle),
+            "{} should contain {needle}",
+            error.0
+        );
+    }
+}
+
+#[test]
+fn score_and_noul_classes_must_be_levels_and_outcomes() {
+    let c = contract(
+        "[contracts.c.questions.s]\nclasses = [\"2\", \"0\", \"1\"]\nview = \"full_native\"\n[contracts.c.questions.n]\nclasses = [\"true\", \"false\"]\nview = \"choice\"\n",
+    );
+    let body = json!({"model": "m", "state": {}, "questions": {
+        "s": {"type": "score", "criteria": ["low", "mid", "high"]},
+        "n": {"type": "noul", "instructions": "?"}}});
+    let asked = check_request(&body, &c).unwrap();
+    assert_eq!(
+        asked.questions[0].legend.as_ref().unwrap()["2"],
+        json!("high")
+    );
+    assert!(!is_level_permutation(&["0".into(), "01".into()]));
+    assert!(!is_level_permutation(&["0".into(), "0".into()]));
+    let wrong = json!({"model": "m", "state": {}, "questions": {"s": {"type": "noul"}}});
+    assert!(check_request(&wrong, &c).unwrap_err().0.contains("false"));
+}
+
+#[test]
+fn answers_are_aligned_by_class_id_not_position() {
+    let c = contract(CHOICE);
+    let rule = &c.questions["q"];
+    let answer = json!({"type": "choice", "choice": "B", "confidence": 0.5,
+        "probabilities": {"C": 0.1, "B": 0.7, "A": 0.2}});
+    let vector = parse_answer(Kind::Choice, rule, &answer).unwrap();
+    assert_eq!(vector.probabilities, vec![0.2, 0.7, 0.1]);
+    assert_eq!(vector.choice, 1);
+    assert_eq!(vector.confidence, Some(0.5));
+}
+
+#[test]
+fn invalid_answers_are_classified() {
+    let c = contract(CHOICE);
+    let rule = &c.questions["q"];
+    let base = json!({"type": "choice", "choice": "A", "confidence": 0.5, "probabilities": {"A": 0.5, "B": 0.3, "C": 0.2}});
+    let with = |key: &str, value: Value| {
+        let mut v = base.clone();
+        v[key] = value;
+        v
+    };
+    let cases = [
+        (json!("nope"), Invalid::MissingField),
+        (with("type", json!("score")), Invalid::TypeMismatch),
+        (with("choice", json!("Z")), Invalid::UnknownChoice),
+        (
+            with("probabilities", json!({"A": 0.5, "B": 0.5})),
+            Invalid::ClassMismatch,
+        ),
+        (
+            with("probabilities", json!({"A": 0.5, "B": 0.3, "Z": 0.2})),
+            Invalid::ClassMismatch,
+        ),
+        (
+            with("probabilities", json!({"A": 1.5, "B": -0.3, "C": -0.2})),
+            Invalid::BadProbability,
+        ),
+        (
+            with("probabilities", json!({"A": 0.5, "B": 0.3, "C": 0.3})),
+            Invalid::ProbabilitySum,
+        ),
+        (
+            with("probabilities", json!({"A": "0.5", "B": 0.3, "C": 0.2})),
+            Invalid::MissingField,
+        ),
+        (with("confidence", json!(2.0)), Invalid::BadProbability),
+    ];
+    for (answer, expected) in cases {
+        assert_eq!(
+            parse_answer(Kind::Choice, rule, &answer),
+            Err(expected),
+            "{answer}"
+        );
+    }
+    // Within the 1e-3 tolerance is accepted.
+    assert!(
+        parse_answer(
+            Kind::Choice,
+            rule,
+            &with("probabilities", json!({"A": 0.5, "B": 0.3, "C": 0.2009}))
+        )
+        .is_ok()
+    );
+}
+
+#[test]
+fn noul_and_score_answers_map_onto_class_vectors() {
+    let c = contract(
+        "[contracts.c.questions.s]\nclasses = [\"0\", \"1\", \"2\"]\nview = \"full_native\"\n[contracts.c.questions.n]\nclasses = [\"true\", \"false\"]\nview = \"choice\"\n",
+    );
+    let noul = parse_answer(
+        Kind::Noul,
+        &c.questions["n"],
+        &json!({"type": "noul", "noul": 0.25}),
+    )
+    .unwrap();
+    assert_eq!(noul.probabilities, vec![0.25, 0.75]);
+    assert_eq!(noul.choice, 1);
+    let score = json!({"type": "score", "score": 1.05, "confidence": 0.92, "legend": {}, "probabilities": {"0": 0.0, "1": 0.95, "2": 0.05}});
+    let vector = parse_answer(Kind::Score, &c.questions["s"], &score).unwrap();
+    assert_eq!(vector.choice, 1);
+    assert_eq!(argmax(&[0.3, 0.3, 0.1]), 0);
+    let mut no_score = score.clone();
+    no_score.as_object_mut().unwrap().remove("score");
+    assert_eq!(
+        parse_answer(Kind::Score, &c.questions["s"], &no_score),
+        Err(Invalid::MissingField)
+    );
+}
