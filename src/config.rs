@@ -294,7 +294,7 @@ pub(crate) fn build_question(
             Mechanism::None
         }
     };
-    (problems.len() == n_problems).then(|| QuestionRule {
+    (problems.len() == n_problems).then_some(QuestionRule {
         classes,
         view: raw.view,
         coarsen,
