@@ -331,3 +331,38 @@ proptest! {
         prop_assert!((sum_of(&score["probabilities"]) - 1.0).abs() < 1e-9);
     }
 }
+
+#[test]
+fn shipped_example_requests_are_answered() {
+    let examples = [
+        (
+            include_str!("../../../config/examples/delivery-request.json"),
+            vec!["coarse_cause"],
+        ),
+        (
+            include_str!("../../../config/examples/score-request.json"),
+            vec!["severity"],
+        ),
+        (
+            include_str!("../../../config/examples/noul-request.json"),
+            vec!["is_urgent"],
+        ),
+        (
+            include_str!("../../../config/examples/mixed-request.json"),
+            vec!["department", "frustration", "is_urgent"],
+        ),
+    ];
+    for (text, ids) in examples {
+        let response = respond_bytes(text.as_bytes()).expect("example is valid");
+        let answers = response["answers"].as_object().expect("answers");
+        assert_eq!(answers.keys().collect::<Vec<_>>(), ids);
+    }
+    let delivery: Value = serde_json::from_str(include_str!(
+        "../../../config/examples/delivery-request.json"
+    ))
+    .expect("json");
+    assert!(
+        infer(&delivery["state"]).is_some(),
+        "the delivery example carries report cues"
+    );
+}
