@@ -4,10 +4,12 @@
 //!
 //! Pure core (synchronous, deterministic, no tokio/axum/reqwest):
 //! - `contract`: the typed release contract (views, coarsening, withholding).
+//! - `wire`: checking requests and parsing System One answers into class vectors.
 //! - `mechanism`: release mechanisms that rewrite probability/confidence fields.
-//! - `answer`: parsing and validating System One answers into class vectors.
 //! - `release`: applies a contract to a whole response; the one code path
 //!   shared by the proxy and the offline replay.
+//! - `simulate`: the TUPLE-like world generator and the simulated provider.
+//! - `worlds`: the saved decision log format (JSON Lines).
 //! - `rng`: deterministic random numbers.
 //!
 //! Edges (IO):
@@ -16,11 +18,15 @@
 //! - `upstream`: providers (remote System One over reqwest, or the simulator).
 //! - `server`: the axum application, handlers and errors.
 //! - `metrics`: the Prometheus registry and handles.
+//! - `replay`: the offline replay of a contract over a worlds file.
 //! - `cli`: the `releasegate` subcommands.
+//! - `telemetry`: logging set-up.
 
 pub mod config;
 pub mod contract;
 pub mod mechanism;
 pub mod release;
 pub mod rng;
+pub mod simulate;
 pub mod wire;
+pub mod worlds;
