@@ -28,6 +28,9 @@ pub const EMBEDDED_DEFAULT: &str = include_str!("../config/releasegate.toml");
 /// Prefix of environment overrides (`RELEASEGATE_SERVER__LISTEN=...`).
 pub const ENV_PREFIX: &str = "RELEASEGATE_";
 
+/// Reads an environment variable (injected so tests never mutate the process environment).
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
 /// Configuration errors.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -108,6 +111,16 @@ impl Config {
     /// Loads `path` (or the embedded default when `path` is `None` and the
     /// default file does not exist) with environment overrides, and validates it.
     pub fn load(path: Option<&Path>) -> Result<Config, Error> {
+        Config::load_with(path, true)
+    }
+
+    /// Like `load`, for the offline tools: provider keys are not read (the
+    /// tools never contact a provider), so unset key variables are no error.
+    pub fn load_offline(path: Option<&Path>) -> Result<Config, Error> {
+        Config::load_with(path, false)
+    }
+
+    fn load_with(path: Option<&Path>, read_keys: bool) -> Result<Config, Error> {
         let (figment, source) = match path {
             Some(path) => {
                 if !path.exists() {
@@ -132,19 +145,36 @@ impl Config {
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."));
         let figment = figment.merge(Env::prefixed(ENV_PREFIX).split("__"));
-        Config::from_figment(figment, source, &base_dir)
+        let process_env = |name: &str| std::env::var(name).ok();
+        let env: Option<EnvLookup<'_>> = read_keys.then_some(&process_env);
+        Config::from_figment_with_env(figment, source, &base_dir, env)
     }
 
     /// Parses a TOML string (no environment overrides); used by tests and tools.
     pub fn from_toml(text: &str) -> Result<Config, Error> {
-        Config::from_figment(
+        Config::from_toml_with_env(text, &|name| std::env::var(name).ok())
+    }
+
+    /// Parses a TOML string, reading provider keys through `env` instead of the
+    /// process environment (tests inject keys without mutating global state).
+    pub fn from_toml_with_env(
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, Error> {
+        Config::from_figment_with_env(
             Figment::from(Toml::string(text)),
             "inline".to_string(),
             Path::new("."),
+            Some(env),
         )
     }
 
-    fn from_figment(figment: Figment, source: String, base_dir: &Path) -> Result<Config, Error> {
+    fn from_figment_with_env(
+        figment: Figment,
+        source: String,
+        base_dir: &Path,
+        env: Option<EnvLookup<'_>>,
+    ) -> Result<Config, Error> {
         let raw: RawConfig = figment.extract().map_err(|error| {
             let reasons: Vec<String> = error.into_iter().map(describe_figment_error).collect();
             Error::Load(format!(
@@ -152,7 +182,7 @@ impl Config {
                 reasons.join("; ")
             ))
         })?;
-        raw.validate(source, base_dir, &|name| std::env::var(name).ok())
+        raw.validate(source, base_dir, env)
     }
 
     /// The contract named `name`.

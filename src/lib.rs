@@ -22,11 +22,18 @@
 //! - `cli`: the `releasegate` subcommands.
 //! - `telemetry`: logging set-up.
 
+pub mod auth;
+pub mod cli;
 pub mod config;
 pub mod contract;
 pub mod mechanism;
+pub mod metrics;
 pub mod release;
+pub mod replay;
 pub mod rng;
+pub mod server;
 pub mod simulate;
+pub mod telemetry;
+pub mod upstream;
 pub mod wire;
 pub mod worlds;

@@ -33,6 +33,21 @@ pub struct AnswerRecord {
     pub withheld: bool,
 }
 
+/// The body of an error the recipient receives: `{"detail": {"error_type", "message"}}`.
+pub fn error_body(error_type: &str, message: &str) -> Value {
+    serde_json::json!({"detail": {"error_type": error_type, "message": message}})
+}
+
+/// The message a recipient gets when a native answer fails validation.
+pub fn invalid_answer_message(reason: Invalid) -> String {
+    format!("the provider's answer failed validation ({reason})")
+}
+
+/// The error body a recipient gets when a native answer fails validation.
+pub fn invalid_answer_body(reason: Invalid) -> Value {
+    error_body("invalid_upstream_answer", &invalid_answer_message(reason))
+}
+
 /// Releases `native` (the provider's response body) under `contract`.
 pub fn release(contract: &Contract, asked: &Asked, native: &Value) -> Result<Release, Invalid> {
     let object = native.as_object().ok_or(Invalid::MissingField)?;
@@ -188,7 +203,8 @@ fn encode(
             } else {
                 level(choice)
             };
-            out.insert("score".into(), Value::from(score));
+            // Round away float noise of the weighted sum (Σ level·p of 4-decimal inputs).
+            out.insert("score".into(), Value::from((score * 1e10).round() / 1e10));
             if let Some(legend) = &question.legend {
                 out.insert("legend".into(), Value::Object(legend.clone()));
             }

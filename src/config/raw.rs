@@ -9,7 +9,7 @@ use std::time::Duration;
 use secrecy::SecretString;
 use serde::Deserialize;
 
-use super::{Config, Error, Provider, Recipient, RemoteProvider, Server};
+use super::{Config, EnvLookup, Error, Provider, Recipient, RemoteProvider, Server};
 use crate::contract::{Contract, Usage, View};
 use crate::mechanism;
 
@@ -116,7 +116,7 @@ impl RawConfig {
         self,
         source: String,
         _base_dir: &Path,
-        env: &dyn Fn(&str) -> Option<String>,
+        env: Option<EnvLookup<'_>>,
     ) -> Result<Config, Error> {
         let mut problems = Vec::new();
         let server = validate_server(self.server, &mut problems);
@@ -242,7 +242,7 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
 fn validate_provider(
     name: &str,
     raw: RawProvider,
-    env: &dyn Fn(&str) -> Option<String>,
+    env: Option<EnvLookup<'_>>,
     problems: &mut Vec<String>,
 ) -> Option<Provider> {
     let key = format!("providers.{name}");
@@ -266,9 +266,9 @@ fn validate_provider(
             if max_concurrency == 0 {
                 problems.push(format!("{key}.max_concurrency: must be greater than 0"));
             }
-            let api_key = match api_key_env {
-                None => None,
-                Some(var) => match env(&var) {
+            let api_key = match (api_key_env, env) {
+                (None, _) | (_, None) => None,
+                (Some(var), Some(env)) => match env(&var) {
                     Some(value) if !value.trim().is_empty() => {
                         Some(SecretString::from(value.trim().to_string()))
                     }

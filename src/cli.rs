@@ -1,0 +1,176 @@
+//! The `releasegate` command line: the proxy and its offline tools.
+
+mod offline;
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+use crate::server::Application;
+
+/// Exit status for unusable configuration or arguments (EX_USAGE).
+pub const EXIT_USAGE: u8 = 64;
+
+/// releasegate: a release-sanitizing proxy for typed decision APIs.
+#[derive(Debug, Parser)]
+#[command(name = "releasegate", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the proxy (public and admin listeners).
+    Serve {
+        /// Configuration file; without it, config/releasegate.toml or the embedded default.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Log as JSON lines instead of text.
+        #[arg(long)]
+        log_json: bool,
+    },
+    /// Validate a configuration and print a summary (exit 0 when valid).
+    CheckConfig {
+        /// Configuration file; without it, config/releasegate.toml or the embedded default.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Read a key on stdin and print its SHA-256 hex for `key_sha256`.
+    HashKey,
+    /// Write paired counterfactual worlds (TUPLE-Bench design) as JSON Lines.
+    Simulate {
+        /// Pairs per domain (three domains; the paper's size is 240).
+        #[arg(long, default_value_t = 240)]
+        pairs_per_domain: usize,
+        /// Seed of every random choice.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Output worlds file.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Apply a contract to every saved answer of a worlds file; print a JSON summary.
+    Replay {
+        /// Configuration file holding the contract.
+        #[arg(long)]
+        config: PathBuf,
+        /// The contract to apply.
+        #[arg(long)]
+        contract: String,
+        /// Input worlds (JSON Lines).
+        #[arg(long)]
+        worlds: PathBuf,
+        /// Output: the released worlds.
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+/// Runs the command line and returns the process exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve { config, log_json } => serve(config, log_json),
+        Command::CheckConfig { config } => match Config::load(config.as_deref()) {
+            Ok(config) => {
+                print!("{}", config.summary());
+                ExitCode::SUCCESS
+            }
+            Err(error) => usage_error(&error),
+        },
+        Command::Simulate {
+            pairs_per_domain,
+            seed,
+            out,
+        } => offline::simulate_command(pairs_per_domain, seed, &out),
+        Command::Replay {
+            config,
+            contract,
+            worlds,
+            out,
+        } => offline::replay_command(&config, &contract, &worlds, &out),
+        Command::HashKey => {
+            let mut key = String::new();
+            if std::io::stdin().read_to_string(&mut key).is_err() {
+                eprintln!("error: cannot read the key from stdin");
+                return ExitCode::from(EXIT_USAGE);
+            }
+            let key = key.trim_end_matches(['\n', '\r']);
+            if key.is_empty() {
+                eprintln!("error: the key on stdin is empty");
+                return ExitCode::from(EXIT_USAGE);
+            }
+            println!("{}", crate::auth::hash_key(key));
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn usage_error(error: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("error: {error}");
+    ExitCode::from(EXIT_USAGE)
+}
+
+fn failure(error: &dyn std::error::Error) -> ExitCode {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    eprintln!("error: {message}");
+    ExitCode::FAILURE
+}
+
+fn serve(config: Option<PathBuf>, log_json: bool) -> ExitCode {
+    crate::telemetry::init(log_json);
+    let config = match Config::load(config.as_deref()) {
+        Ok(config) => config,
+        Err(error) => return usage_error(&error),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => return usage_error(&format!("cannot start the runtime: {error}")),
+    };
+    let result = runtime.block_on(async {
+        let app = Application::build(config).await?;
+        app.run_until_stopped(shutdown_signal()).await?;
+        anyhow::Ok(())
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+    tracing::info!("shutdown signal received");
+}

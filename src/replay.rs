@@ -1,0 +1,173 @@
+//! Offline replay: applies a contract to every saved answer of a worlds file
+//! through exactly the proxy's release path (`wire::check_request` then
+//! `release::release`), writes the released worlds and summarizes.
+//!
+//! A recipient's view of a world is what the proxy would have sent: the
+//! released body, or the proxy's error body when the request does not fit the
+//! contract or the saved answer fails validation.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::contract::Contract;
+use crate::release;
+use crate::wire;
+use crate::worlds::{self, Reader, Writer};
+
+/// Most rejected worlds listed one by one in the summary (all are counted).
+pub const MAX_LISTED: usize = 1000;
+
+/// Replay failures (the summary is not produced).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An input line is malformed, or the output cannot be written.
+    #[error(transparent)]
+    Worlds(#[from] worlds::Error),
+}
+
+/// What a replay did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    /// The contract applied.
+    pub contract: String,
+    /// Worlds read (non-blank lines).
+    pub worlds_read: u64,
+    /// Worlds written.
+    pub worlds_written: u64,
+    /// Released answers by question and view.
+    pub answers_released: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Saved answers rejected as invalid (the recipient would get a 502).
+    pub rejected_answers: Rejections,
+    /// Saved requests that do not fit the contract (the recipient would get a 400).
+    pub rejected_requests: Rejections,
+    /// Per-question mechanism counters.
+    pub mechanisms: BTreeMap<String, MechanismSummary>,
+}
+
+/// Rejected worlds: counts by reason and the first `MAX_LISTED` occurrences.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Rejections {
+    /// How many worlds.
+    pub total: u64,
+    /// Counts by reason.
+    pub by_reason: BTreeMap<String, u64>,
+    /// The first occurrences with their line numbers.
+    pub worlds: Vec<Rejected>,
+}
+
+/// One rejected world.
+#[derive(Debug, Clone, Serialize)]
+pub struct Rejected {
+    /// 1-based input line.
+    pub line: usize,
+    /// The world's id.
+    pub world_id: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Counters of one question's mechanism.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MechanismSummary {
+    /// The mechanism kind.
+    pub kind: String,
+    /// Answers the mechanism processed.
+    pub answers: u64,
+}
+
+// === impl Rejections ===
+
+impl Rejections {
+    fn record(&mut self, line: usize, world_id: &str, reason: String, key: &str) {
+        self.total += 1;
+        *self.by_reason.entry(key.to_string()).or_default() += 1;
+        if self.worlds.len() < MAX_LISTED {
+            self.worlds.push(Rejected {
+                line,
+                world_id: world_id.to_string(),
+                reason,
+            });
+        }
+    }
+}
+
+/// Replays every world of `input` under `contract` into `output`; `progress`
+/// is called with the number of worlds done so far.
+pub fn replay<R: BufRead, W: Write>(
+    contract: &Contract,
+    input: Reader<R>,
+    output: &mut Writer<W>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Summary, Error> {
+    let mut summary = Summary {
+        contract: contract.name.clone(),
+        ..Summary::default()
+    };
+    let mut input = input;
+    while let Some(world) = input.next() {
+        let mut world = world?;
+        let line = input.line();
+        summary.worlds_read += 1;
+        world.response = match wire::check_request(&world.request, contract) {
+            Err(error) => {
+                let body = release::error_body("invalid_request", &error.to_string());
+                summary.rejected_requests.record(
+                    line,
+                    &world.world_id,
+                    error.to_string(),
+                    "invalid_request",
+                );
+                body
+            }
+            Ok(asked) => match release::release(contract, &asked, &world.response) {
+                Ok(released) => {
+                    for record in &released.answers {
+                        *summary
+                            .answers_released
+                            .entry(record.question.clone())
+                            .or_default()
+                            .entry(record.view.as_str().to_string())
+                            .or_default() += 1;
+                        if let Some(rule) = contract.questions.get(&record.question) {
+                            let mechanism = summary
+                                .mechanisms
+                                .entry(record.question.clone())
+                                .or_default();
+                            mechanism.kind = rule.mechanism.kind().to_string();
+                            mechanism.answers += 1;
+                        }
+                    }
+                    released.body
+                }
+                Err(reason) => {
+                    summary.rejected_answers.record(
+                        line,
+                        &world.world_id,
+                        reason.to_string(),
+                        &reason.to_string(),
+                    );
+                    release::invalid_answer_body(reason)
+                }
+            },
+        };
+        output.write(&world)?;
+        summary.worlds_written += 1;
+        if summary.worlds_read.is_multiple_of(1024) {
+            progress(summary.worlds_read);
+        }
+    }
+    output.flush()?;
+    progress(summary.worlds_read);
+    Ok(summary)
+}
+
+/// Convenience: the summary as pretty JSON.
+pub fn summary_json(summary: &Summary) -> Value {
+    serde_json::to_value(summary).unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,309 @@
+//! Providers: a remote System One endpoint over the one shared reqwest client,
+//! or the in-process simulator. Upstream bodies never reach clients; this
+//! module only hands back parsed JSON or a status.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use crate::config::{Config, Provider};
+use crate::metrics::Metrics;
+
+/// Request headers of real clients that are forwarded upstream (never credentials).
+pub const FORWARDED_HEADERS: [&str; 4] = [
+    "user-agent",
+    "x-typesafe-sdk",
+    "x-typesafe-runtime",
+    "x-typesafe-retry-count",
+];
+
+/// Upstream failures (each maps to one client status).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The provider did not answer in time (504).
+    #[error("upstream timed out")]
+    Timeout,
+    /// The provider could not be reached (502).
+    #[error("upstream unreachable")]
+    Connect(#[source] reqwest::Error),
+    /// The connection failed mid-exchange (502).
+    #[error("upstream transport failure")]
+    Transport(#[source] reqwest::Error),
+    /// The provider's body exceeded the configured cap (502).
+    #[error("upstream body too large")]
+    TooLarge,
+    /// Too many requests already in flight to this provider (503).
+    #[error("upstream concurrency limit reached")]
+    Saturated,
+    /// The in-process simulator refused the request (400).
+    #[error("{0}")]
+    Rejected(String),
+}
+
+/// A provider's answer.
+#[derive(Debug)]
+pub enum Reply {
+    /// A 2xx answer with a body (not yet validated; may not even be JSON).
+    Success(Bytes),
+    /// Any other status; the body is dropped here so it can never leak.
+    Status {
+        /// The upstream status.
+        status: u16,
+        /// `retry-after`, when sent with 429/529.
+        retry_after: Option<HeaderValue>,
+        /// `retry-after-ms`, when sent with 429/529.
+        retry_after_ms: Option<HeaderValue>,
+    },
+}
+
+/// All configured providers.
+#[derive(Clone, Debug)]
+pub struct Upstreams {
+    providers: Arc<BTreeMap<String, Upstream>>,
+    max_body_bytes: usize,
+    metrics: Metrics,
+}
+
+#[derive(Debug)]
+enum Upstream {
+    Remote(Remote),
+    Simulated,
+}
+
+#[derive(Debug)]
+struct Remote {
+    client: reqwest::Client,
+    base_url: String,
+    api_key: Option<SecretString>,
+    timeout: Duration,
+    permits: Semaphore,
+}
+
+// === impl Upstreams ===
+
+impl Upstreams {
+    /// Builds the one shared HTTP client and the providers.
+    pub fn new(config: &Config, metrics: Metrics) -> Result<Upstreams, reqwest::Error> {
+        // A second install (tests build many apps per process) is harmless.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(5))
+            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(64)
+            .tcp_nodelay(true)
+            .user_agent(concat!("releasegate/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        let providers = config
+            .providers
+            .iter()
+            .map(|(name, provider)| {
+                let upstream = match provider {
+                    Provider::Simulated => Upstream::Simulated,
+                    Provider::SystemOne(remote) => Upstream::Remote(Remote {
+                        client: client.clone(),
+                        base_url: remote.base_url.clone(),
+                        api_key: remote.api_key.clone(),
+                        timeout: remote.timeout,
+                        permits: Semaphore::new(remote.max_concurrency),
+                    }),
+                };
+                (name.clone(), upstream)
+            })
+            .collect();
+        Ok(Upstreams {
+            providers: Arc::new(providers),
+            max_body_bytes: config.server.max_upstream_body_bytes,
+            metrics,
+        })
+    }
+
+    /// Sends a System One request body to `provider`.
+    pub async fn systemone(
+        &self,
+        provider: &str,
+        body: Bytes,
+        headers: &HeaderMap,
+    ) -> Result<Reply, Error> {
+        self.call(provider, "/v1/systemone", Some((body, headers)))
+            .await
+    }
+
+    /// Lists the provider's models.
+    pub async fn models(&self, provider: &str) -> Result<Reply, Error> {
+        self.call(provider, "/v1/models", None).await
+    }
+
+    async fn call(
+        &self,
+        provider: &str,
+        path: &str,
+        post: Option<(Bytes, &HeaderMap)>,
+    ) -> Result<Reply, Error> {
+        let upstream = self
+            .providers
+            .get(provider)
+            .ok_or_else(|| Error::Rejected(format!("provider `{provider}` is not configured")))?;
+        let started = Instant::now();
+        let result = match upstream {
+            Upstream::Simulated => simulated(path, post.map(|(body, _)| body)),
+            Upstream::Remote(remote) => remote.call(path, post, self.max_body_bytes).await,
+        };
+        self.metrics
+            .upstream_latency
+            .with_label_values(&[provider])
+            .observe(started.elapsed().as_secs_f64());
+        if let Err(error) = &result {
+            let kind = match error {
+                Error::Timeout => "timeout",
+                Error::Connect(_) => "connect",
+                Error::Transport(_) => "transport",
+                Error::TooLarge => "too_large",
+                Error::Saturated => "saturated",
+                Error::Rejected(_) => "rejected",
+            };
+            self.metrics
+                .upstream_errors
+                .with_label_values(&[provider, kind])
+                .inc();
+        }
+        result
+    }
+}
+
+// === impl Remote ===
+
+impl Remote {
+    async fn call(
+        &self,
+        path: &str,
+        post: Option<(Bytes, &HeaderMap)>,
+        max_body: usize,
+    ) -> Result<Reply, Error> {
+        let deadline = Instant::now() + self.timeout;
+        let _permit = tokio::time::timeout(self.timeout, self.permits.acquire())
+            .await
+            .map_err(|_| Error::Saturated)?
+            .map_err(|_| Error::Saturated)?;
+        let url = format!("{}{path}", self.base_url);
+        let mut request = match post {
+            Some((body, headers)) => {
+                let mut request = self
+                    .client
+                    .post(&url)
+                    .body(body)
+                    .header(CONTENT_TYPE, "application/json");
+                for name in FORWARDED_HEADERS {
+                    if let Some(value) = headers.get(name) {
+                        request = request.header(name, value.clone());
+                    }
+                }
+                request
+            }
+            None => self.client.get(&url),
+        };
+        request = request.header(ACCEPT, "application/json");
+        if let Some(key) = &self.api_key {
+            request = request.header(AUTHORIZATION, format!("Bearer {}", key.expose_secret()));
+        }
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let exchange = async {
+            let mut response = request.send().await.map_err(classify)?;
+            let status = response.status().as_u16();
+            if !(200..300).contains(&status) {
+                let (retry_after, retry_after_ms) = if status == 429 || status == 529 {
+                    (
+                        safe_header(response.headers().get("retry-after")),
+                        safe_header(response.headers().get("retry-after-ms")),
+                    )
+                } else {
+                    (None, None)
+                };
+                return Ok(Reply::Status {
+                    status,
+                    retry_after,
+                    retry_after_ms,
+                });
+            }
+            if response
+                .content_length()
+                .is_some_and(|n| n > max_body as u64)
+            {
+                return Err(Error::TooLarge);
+            }
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await.map_err(classify)? {
+                if body.len() + chunk.len() > max_body {
+                    return Err(Error::TooLarge);
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(Reply::Success(Bytes::from(body)))
+        };
+        tokio::time::timeout(remaining, exchange)
+            .await
+            .map_err(|_| Error::Timeout)?
+    }
+}
+
+fn classify(error: reqwest::Error) -> Error {
+    if error.is_timeout() {
+        Error::Timeout
+    } else if error.is_connect() {
+        Error::Connect(error)
+    } else {
+        Error::Transport(error)
+    }
+}
+
+/// Keeps a retry header only when it is a short plain value (seconds, ms or an HTTP date).
+fn safe_header(value: Option<&HeaderValue>) -> Option<HeaderValue> {
+    let value = value?;
+    let text = value.to_str().ok()?;
+    let plain = text.len() <= 64
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, ' ' | ',' | ':' | '.'));
+    plain.then(|| value.clone())
+}
+
+fn simulated(path: &str, body: Option<Bytes>) -> Result<Reply, Error> {
+    let answer = match (path, body) {
+        ("/v1/models", _) => serde_json::json!({"models": [{
+            "name": crate::simulate::LATEST_MODEL,
+            "description": "In-process deterministic simulator of a System One decision model.",
+            "release_date": "2026-11-01",
+        }]}),
+        (_, Some(body)) => {
+            let request: Value = serde_json::from_slice(&body)
+                .map_err(|_| Error::Rejected("the request body is not valid JSON".into()))?;
+            crate::simulate::respond(&request)
+                .map_err(|error| Error::Rejected(error.to_string()))?
+        }
+        (_, None) => return Err(Error::Rejected("no request body".into())),
+    };
+    let bytes =
+        serde_json::to_vec(&answer).map_err(|_| Error::Rejected("unserializable answer".into()))?;
+    Ok(Reply::Success(Bytes::from(bytes)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_retry_headers_pass() {
+        let ok = HeaderValue::from_static("120");
+        assert_eq!(safe_header(Some(&ok)), Some(ok));
+        let date = HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT");
+        assert!(safe_header(Some(&date)).is_some());
+        assert!(safe_header(Some(&HeaderValue::from_static("<script>"))).is_none());
+        assert!(safe_header(None).is_none());
+    }
+}

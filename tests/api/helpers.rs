@@ -1,0 +1,275 @@
+//! Test harness: a scriptable local System One upstream and a spawned proxy.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use releasegate::config::Config;
+use releasegate::server::Application;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+pub const CLIENT_KEY: &str = "client-key-one";
+pub const MULTI_KEY: &str = "client-key-two";
+pub const PROVIDER_KEY: &str = "provider-secret-key";
+pub const PROVIDER_KEY_ENV: &str = "RELEASEGATE_TEST_PROVIDER_KEY";
+
+/// What the upstream answers next.
+#[derive(Clone, Debug)]
+pub struct Script {
+    pub status: u16,
+    pub body: Vec<u8>,
+    pub headers: Vec<(String, String)>,
+    pub delay: Duration,
+}
+
+/// A request the upstream received.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+#[derive(Clone, Default)]
+pub struct Upstream {
+    script: Arc<Mutex<Option<Script>>>,
+    pub seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Upstream {
+    pub fn answer(&self, body: Value) {
+        self.script(200, serde_json::to_vec(&body).unwrap(), &[], Duration::ZERO);
+    }
+
+    pub fn script(&self, status: u16, body: Vec<u8>, headers: &[(&str, &str)], delay: Duration) {
+        *self.script.lock().unwrap() = Some(Script {
+            status,
+            body,
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            delay,
+        });
+    }
+
+    pub fn last(&self) -> Seen {
+        self.seen
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .expect("upstream saw no request")
+    }
+}
+
+async fn upstream_handler(
+    State(upstream): State<Upstream>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    upstream.seen.lock().unwrap().push(Seen { headers, body });
+    let script = upstream.script.lock().unwrap().clone().unwrap_or(Script {
+        status: 200,
+        body: serde_json::to_vec(&native_answer()).unwrap(),
+        headers: vec![],
+        delay: Duration::ZERO,
+    });
+    tokio::time::sleep(script.delay).await;
+    let mut response = (StatusCode::from_u16(script.status).unwrap(), script.body).into_response();
+    for (name, value) in script.headers {
+        response.headers_mut().insert(
+            axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            value.parse().unwrap(),
+        );
+    }
+    response
+}
+
+/// A native answer to `request()` with a secret marker in fields no view releases.
+pub fn native_answer() -> Value {
+    json!({
+        "model": "jev-1.13.0",
+        "id": "UPSTREAM-SECRET-ID",
+        "answers": {
+            "cause": {"type": "choice", "choice": "B", "confidence": 0.61, "rationale": "UPSTREAM-SECRET",
+                      "probabilities": {"D": 0.1, "C": 0.05, "B": 0.7, "A": 0.15}},
+            "level": {"type": "score", "score": 1.05, "confidence": 0.92, "legend": {"0": "UPSTREAM-SECRET"},
+                      "probabilities": {"0": 0.0, "1": 0.95, "2": 0.05}},
+            "urgent": {"type": "noul", "noul": 0.8},
+            "other": {"type": "box", "box": {"top": 0.1}}
+        },
+        "usage": {"input_tokens": 392, "output_tokens": 1, "cost": "UPSTREAM-SECRET"}
+    })
+}
+
+/// A request with one question of each type.
+pub fn request() -> Value {
+    json!({
+        "model": "jev-latest",
+        "state": {"ticket": "late parcel"},
+        "questions": {
+            "cause": {"type": "choice", "instructions": "Why?", "criteria": {"A": null, "B": "b", "C": null, "D": null}},
+            "level": {"type": "score", "criteria": ["low", "mid", "high"]},
+            "urgent": {"type": "noul", "instructions": "Urgent?"}
+        }
+    })
+}
+
+pub struct TestApp {
+    pub address: String,
+    pub admin: String,
+    pub client: reqwest::Client,
+    pub upstream: Upstream,
+    stop: Option<oneshot::Sender<()>>,
+    handle: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Contract questions for the three question types under one view.
+pub fn questions(contract: &str, view: &str, extra: &str) -> String {
+    format!(
+        "[contracts.{contract}.questions.cause]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"{view}\"\n{extra}\n\
+         [contracts.{contract}.questions.level]\nclasses = [\"0\", \"1\", \"2\"]\nview = \"{view}\"\n\
+         [contracts.{contract}.questions.urgent]\nclasses = [\"false\", \"true\"]\nview = \"{view}\"\n"
+    )
+}
+
+/// Spawns an upstream and a proxy whose contract `main` uses `view` (+ `extra` on `cause`).
+pub async fn spawn(view: &str, extra: &str) -> TestApp {
+    spawn_with(view, extra, "timeout_ms = 2000", "").await
+}
+
+pub async fn spawn_with(
+    view: &str,
+    extra: &str,
+    provider_extra: &str,
+    contract_extra: &str,
+) -> TestApp {
+    spawn_full(view, extra, provider_extra, contract_extra, None).await
+}
+
+/// Like `spawn_with`, optionally pointing the provider at `base_url` instead of the local upstream.
+pub async fn spawn_full(
+    view: &str,
+    extra: &str,
+    provider_extra: &str,
+    contract_extra: &str,
+    base_url: Option<String>,
+) -> TestApp {
+    let upstream = Upstream::default();
+    let upstream_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream_port = upstream_listener.local_addr().unwrap().port();
+    let upstream_app = Router::new()
+        .route("/v1/systemone", post(upstream_handler))
+        .route(
+            "/v1/models",
+            get(|| async {
+                axum::Json(json!({"models": [
+                    {"name": "jev-latest", "description": "d", "release_date": "2026-09-15", "secret": "UPSTREAM-SECRET"},
+                    {"name": "jev-1.13.0", "description": "d", "release_date": "2026-09-01"}]}))
+            }),
+        )
+        .with_state(upstream.clone());
+    tokio::spawn(async move {
+        let _ = axum::serve(upstream_listener, upstream_app).await;
+    });
+    let base_url = base_url.unwrap_or_else(|| format!("http://127.0.0.1:{upstream_port}"));
+    let digest = |key: &str| releasegate::auth::hash_key(key);
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nmax_body_bytes = 65536\nshutdown_grace_ms = 500\n\
+         [providers.up]\nkind = \"systemone\"\nbase_url = \"{base_url}\"\napi_key_env = \"{PROVIDER_KEY_ENV}\"\n{provider_extra}\n\
+         [[recipients]]\nname = \"one\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n\
+         [[recipients]]\nname = \"two\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\", \"other\"]\n\
+         [contracts.main]\nprovider = \"up\"\n{contract_extra}\n{}\
+         [contracts.other]\nprovider = \"up\"\nusage = \"drop\"\n{}",
+        digest(CLIENT_KEY),
+        digest(MULTI_KEY),
+        questions("main", view, extra),
+        questions("other", "choice", ""),
+    );
+    let env = |name: &str| (name == PROVIDER_KEY_ENV).then(|| PROVIDER_KEY.to_string());
+    let config = Config::from_toml_with_env(&text, &env).unwrap();
+    let app = Application::build(config).await.unwrap();
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let admin = format!("http://127.0.0.1:{}", app.admin_port());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let handle = tokio::spawn(async move {
+        let _ = app
+            .run_until_stopped(async move {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    TestApp {
+        address,
+        admin,
+        client: reqwest::Client::new(),
+        upstream,
+        stop: Some(stop),
+        handle: Some(handle),
+    }
+}
+
+impl TestApp {
+    pub async fn post(&self, body: &Value) -> reqwest::Response {
+        self.post_raw(
+            serde_json::to_vec(body).unwrap(),
+            &[("authorization", &format!("Bearer {CLIENT_KEY}"))],
+        )
+        .await
+    }
+
+    pub async fn post_raw(&self, body: Vec<u8>, headers: &[(&str, &str)]) -> reqwest::Response {
+        let mut request = self
+            .client
+            .post(format!("{}/v1/systemone", self.address))
+            .body(body);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.send().await.unwrap()
+    }
+
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(format!("{}/metrics", self.admin))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(handle) = self.handle.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), handle).await;
+        }
+    }
+}
+
+/// Reads an error response: status, error_type, message.
+pub async fn error_of(response: reqwest::Response) -> (u16, String, String) {
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap();
+    let detail = &body["detail"];
+    (
+        status,
+        detail["error_type"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        detail["message"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+/// Request headers as name/value pairs.
+pub type Headers<'a> = Vec<(&'a str, &'a str)>;

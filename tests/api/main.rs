@@ -1,0 +1,9 @@
+//! Integration tests: the real proxy on 127.0.0.1:0 against a real local upstream.
+
+mod auth;
+mod bad_input;
+mod cli;
+mod helpers;
+mod release;
+mod replay;
+mod upstream_failures;

@@ -1,0 +1,188 @@
+//! Views, coarsening, withholding and deny-by-default through the real proxy.
+
+use std::io::Write;
+
+use serde_json::{Value, json};
+
+use crate::helpers::{self, CLIENT_KEY, native_answer, request, spawn, spawn_with};
+
+#[tokio::test]
+async fn every_view_releases_only_its_fields() {
+    let legend = json!({"0": "low", "1": "mid", "2": "high"});
+    let cases = [
+        (
+            "no_output",
+            json!({"cause": {"type": "choice"}, "level": {"type": "score"}, "urgent": {"type": "noul"}}),
+        ),
+        (
+            "choice",
+            json!({"cause": {"type": "choice", "choice": "B"},
+            "level": {"type": "score", "score": 1.0, "legend": legend}, "urgent": {"type": "noul", "noul": 1.0}}),
+        ),
+        (
+            "choice_confidence",
+            json!({"cause": {"type": "choice", "choice": "B", "confidence": 0.61},
+            "level": {"type": "score", "score": 1.0, "legend": legend, "confidence": 0.92},
+            "urgent": {"type": "noul", "noul": 1.0}}),
+        ),
+        (
+            "full_probabilities",
+            json!({"cause": {"type": "choice", "choice": "B",
+                "probabilities": {"A": 0.15, "B": 0.7, "C": 0.05, "D": 0.1}},
+            "level": {"type": "score", "score": 1.05, "legend": legend, "probabilities": {"0": 0.0, "1": 0.95, "2": 0.05}},
+            "urgent": {"type": "noul", "noul": 0.8}}),
+        ),
+        (
+            "full_native",
+            json!({"cause": {"type": "choice", "choice": "B",
+                "probabilities": {"A": 0.15, "B": 0.7, "C": 0.05, "D": 0.1}, "confidence": 0.61},
+            "level": {"type": "score", "score": 1.05, "legend": legend,
+                "probabilities": {"0": 0.0, "1": 0.95, "2": 0.05}, "confidence": 0.92},
+            "urgent": {"type": "noul", "noul": 0.8}}),
+        ),
+    ];
+    for (view, expected) in cases {
+        let app = spawn(view, "").await;
+        let response = app.post(&request()).await;
+        assert_eq!(response.status(), 200, "view {view}");
+        assert!(response.headers().contains_key("x-request-id"));
+        let text = response.text().await.unwrap();
+        assert!(
+            !text.contains("UPSTREAM-SECRET"),
+            "view {view} leaked: {text}"
+        );
+        let body: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(body["answers"], expected, "view {view}");
+        assert_eq!(
+            body["usage"],
+            json!({"input_tokens": 392, "output_tokens": 1})
+        );
+        let metrics = app.metrics().await;
+        assert!(
+            metrics.contains(&format!(
+                "releasegate_released_answers_total{{contract=\"main\",question=\"cause\",view=\"{view}\"}} 1"
+            )),
+            "{metrics}"
+        );
+        app.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn coarsening_and_withholding_apply_in_the_proxy() {
+    let app = spawn("full_native", "coarsen = { A = \"AB\", B = \"AB\" }").await;
+    let body: Value = app.post(&request()).await.json().await.unwrap();
+    assert_eq!(body["answers"]["cause"]["choice"], json!("AB"));
+    let p = body["answers"]["cause"]["probabilities"]
+        .as_object()
+        .unwrap();
+    assert_eq!(p.keys().collect::<Vec<_>>(), ["AB", "C", "D"]);
+    assert!((p["AB"].as_f64().unwrap() - 0.85).abs() < 1e-12);
+    app.stop().await;
+
+    let app = spawn("full_native", "withhold_labels = [\"B\"]").await;
+    let body: Value = app.post(&request()).await.json().await.unwrap();
+    assert_eq!(
+        body["answers"]["cause"],
+        json!({"type": "choice", "choice": "B", "probabilities": {"B": 0.7}})
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn usage_drop_and_model_override_and_forwarded_request() {
+    let app = spawn_with(
+        "choice",
+        "",
+        "timeout_ms = 2000",
+        "model = \"jev-1.13.0\"\nusage = \"drop\"",
+    )
+    .await;
+    let response = app
+        .post_raw(
+            serde_json::to_vec(&request()).unwrap(),
+            &[
+                ("authorization", &format!("Bearer {CLIENT_KEY}")),
+                ("x-typesafe-sdk", "typesafe-sdk/0.7.5"),
+                ("cookie", "session=CLIENT-COOKIE"),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["usage"], json!({}));
+    let seen = app.upstream.last();
+    let forwarded: Value = serde_json::from_slice(&seen.body).unwrap();
+    let mut expected = request();
+    expected["model"] = json!("jev-1.13.0");
+    assert_eq!(forwarded, expected);
+    // The provider key goes upstream; the client's credentials and cookies never do.
+    assert_eq!(
+        seen.headers["authorization"],
+        format!("Bearer {}", helpers::PROVIDER_KEY)
+    );
+    assert_eq!(seen.headers["x-typesafe-sdk"], "typesafe-sdk/0.7.5");
+    let all_headers = format!("{:?}", seen.headers);
+    assert!(!all_headers.contains(CLIENT_KEY) && !all_headers.contains("CLIENT-COOKIE"));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_callers_request_is_forwarded_unchanged_without_override() {
+    let app = spawn("choice", "").await;
+    let raw = br#"{"model":"jev-latest","state":"s","questions":{"cause":{"type":"choice","criteria":{"D":null,"C":null,"B":null,"A":null}}},"extra":1.50}"#;
+    let response = app
+        .post_raw(raw.to_vec(), &[("x-api-key", CLIENT_KEY)])
+        .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(app.upstream.last().body.as_ref(), raw);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn compressed_bodies_are_accepted() {
+    let app = spawn("choice", "").await;
+    let body = serde_json::to_vec(&request()).unwrap();
+    let zstd_body = zstd::encode_all(body.as_slice(), 3).unwrap();
+    let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gzip.write_all(&body).unwrap();
+    let gzip_body = gzip.finish().unwrap();
+    let auth = format!("Bearer {CLIENT_KEY}");
+    for (encoding, bytes) in [("zstd", zstd_body), ("gzip", gzip_body)] {
+        let response = app
+            .post_raw(
+                bytes,
+                &[
+                    ("authorization", &auth),
+                    ("content-encoding", encoding),
+                    ("content-type", "application/json"),
+                ],
+            )
+            .await;
+        assert_eq!(response.status(), 200, "{encoding}");
+        // The provider receives the decoded JSON.
+        let forwarded: Value = serde_json::from_slice(&app.upstream.last().body).unwrap();
+        assert_eq!(forwarded, request());
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_answer_types_and_unasked_answers_never_go_out() {
+    let app = spawn("full_native", "").await;
+    let mut native = native_answer();
+    native["answers"]["unasked"] =
+        json!({"type": "choice", "choice": "x", "probabilities": {"x": 1.0}, "confidence": 1.0});
+    app.upstream.answer(native);
+    let body: Value = app.post(&request()).await.json().await.unwrap();
+    let answers = body["answers"].as_object().unwrap();
+    assert_eq!(
+        answers.keys().collect::<Vec<_>>(),
+        ["cause", "level", "urgent"]
+    );
+    assert_eq!(
+        body.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["model", "answers", "usage"]
+    );
+    app.stop().await;
+}

@@ -1,0 +1,187 @@
+//! Upstream failures: statuses, timeouts, invalid answers; bodies never leak.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::helpers::{error_of, native_answer, request, spawn, spawn_full, spawn_with};
+
+const SECRET: &str = "UPSTREAM-SECRET-BODY";
+
+#[tokio::test]
+async fn upstream_statuses_are_kept_without_echoing_bodies() {
+    let app = spawn("full_native", "").await;
+    let body = format!("{{\"detail\": \"{SECRET}\"}}").into_bytes();
+    let cases: [(u16, u16, &str); 6] = [
+        (400, 400, "upstream_error"),
+        (422, 422, "upstream_error"),
+        (401, 401, "upstream_error"),
+        (429, 429, "rate_limited"),
+        (529, 529, "overloaded"),
+        (500, 502, "upstream_error"),
+    ];
+    for (upstream_status, status, error_type) in cases {
+        app.upstream.script(
+            upstream_status,
+            body.clone(),
+            &[
+                ("retry-after", "7"),
+                ("retry-after-ms", "7000"),
+                ("x-typesafe-request-id", "UP-ID"),
+            ],
+            Duration::ZERO,
+        );
+        let response = app.post(&request()).await;
+        assert_eq!(response.status().as_u16(), status, "{upstream_status}");
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap();
+        assert!(!text.contains(SECRET), "{text}");
+        assert!(!headers.contains_key("x-typesafe-request-id"));
+        let detail: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            detail["detail"]["error_type"], error_type,
+            "{upstream_status}"
+        );
+        let retry = headers
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_string());
+        if upstream_status == 429 || upstream_status == 529 {
+            assert_eq!(retry.as_deref(), Some("7"));
+            assert_eq!(headers["retry-after-ms"], "7000");
+        } else {
+            assert_eq!(retry, None);
+        }
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn invalid_answers_are_502_counted_and_never_forwarded() {
+    let app = spawn("choice", "").await;
+    let with = |path: &[&str], value: Value| {
+        let mut native = native_answer();
+        let mut slot = &mut native;
+        for key in path {
+            slot = &mut slot[*key];
+        }
+        *slot = value;
+        serde_json::to_vec(&native).unwrap()
+    };
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (format!("<html>{SECRET}</html>").into_bytes(), "not_json"),
+        (
+            with(&["answers", "cause", "probabilities", "A"], json!(1.5)),
+            "bad_probability",
+        ),
+        (
+            with(&["answers", "cause", "probabilities", "A"], json!(-0.1)),
+            "bad_probability",
+        ),
+        (
+            with(&["answers", "cause", "probabilities", "A"], json!(0.5)),
+            "probability_sum",
+        ),
+        (
+            with(&["answers", "cause", "choice"], json!("Z")),
+            "unknown_choice",
+        ),
+        (
+            with(
+                &["answers", "cause"],
+                json!({"type": "choice", "choice": "A"}),
+            ),
+            "missing_field",
+        ),
+        (
+            with(&["answers", "urgent"], json!({"type": "choice"})),
+            "type_mismatch",
+        ),
+        (with(&["answers"], json!({})), "missing_answer"),
+        (with(&["model"], json!(7)), "missing_field"),
+    ];
+    let mut counts = std::collections::BTreeMap::new();
+    for (body, reason) in cases {
+        let count = counts.entry(reason).or_insert(0);
+        *count += 1;
+        app.upstream.script(200, body, &[], Duration::ZERO);
+        let (status, error_type, message) = error_of(app.post(&request()).await).await;
+        assert_eq!(
+            (status, error_type.as_str()),
+            (502, "invalid_upstream_answer"),
+            "{reason}"
+        );
+        assert!(!message.contains(SECRET));
+        let metrics = app.metrics().await;
+        assert!(
+            metrics.contains(&format!(
+                "releasegate_rejected_upstream_answers_total{{contract=\"main\",reason=\"{reason}\"}} {count}"
+            )),
+            "{reason}: {metrics}"
+        );
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn timeouts_are_504_and_connection_failures_502() {
+    let app = spawn_with("choice", "", "timeout_ms = 200", "").await;
+    app.upstream.script(
+        200,
+        serde_json::to_vec(&native_answer()).unwrap(),
+        &[],
+        Duration::from_millis(1500),
+    );
+    let (status, error_type, _) = error_of(app.post(&request()).await).await;
+    assert_eq!((status, error_type.as_str()), (504, "upstream_timeout"));
+    app.stop().await;
+
+    // A provider on a port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://127.0.0.1:{}", closed.local_addr().unwrap().port());
+    drop(closed);
+    let app = spawn_full("choice", "", "timeout_ms = 2000", "", Some(dead)).await;
+    let (status, error_type, _) = error_of(app.post(&request()).await).await;
+    assert_eq!((status, error_type.as_str()), (502, "upstream_unavailable"));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn oversized_upstream_bodies_are_rejected() {
+    let app = spawn("choice", "").await;
+    let mut native = native_answer();
+    native["padding"] = json!("x".repeat(9 * 1024 * 1024));
+    app.upstream.script(
+        200,
+        serde_json::to_vec(&native).unwrap(),
+        &[],
+        Duration::ZERO,
+    );
+    let (status, error_type, _) = error_of(app.post(&request()).await).await;
+    assert_eq!((status, error_type.as_str()), (502, "upstream_unavailable"));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn health_readiness_and_metrics_are_on_the_admin_port() {
+    let app = spawn("choice", "").await;
+    let get = |path: &str| app.client.get(format!("{}{path}", app.admin)).send();
+    assert_eq!(get("/healthz").await.unwrap().status(), 200);
+    assert_eq!(get("/readyz").await.unwrap().status(), 200);
+    let _ = app.post(&request()).await;
+    let metrics = app.metrics().await;
+    for name in [
+        "releasegate_requests_total{contract=\"main\",status_class=\"2xx\"} 1",
+        "releasegate_upstream_latency_seconds_bucket{provider=\"up\"",
+    ] {
+        assert!(metrics.contains(name), "missing {name}");
+    }
+    // The public port does not serve metrics.
+    let public = app
+        .client
+        .get(format!("{}/metrics", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(public.status(), 404);
+    app.stop().await;
+}
