@@ -1,0 +1,73 @@
+//! Replay throughput: answers released per second for each field view, on
+//! simulator worlds held in memory (parsing, release and writing included;
+//! disk excluded). Run: `cargo bench --bench replay`.
+
+use std::io::Cursor;
+use std::time::Instant;
+
+use releasegate::config::Config;
+use releasegate::contract::View;
+use releasegate::simulate::{self, Options};
+use releasegate::worlds::{Reader, Writer};
+
+fn main() {
+    let worlds = simulate::generate(&Options {
+        pairs_per_domain: 240,
+        seed: 7,
+    })
+    .expect("simulate");
+    // One contract covers one class set: replay the delivery domain's worlds.
+    let lines: Vec<String> = worlds
+        .iter()
+        .filter(|w| w.domain == "delivery")
+        .map(|w| w.to_line().expect("line"))
+        .collect();
+    let mut input = String::new();
+    while input.lines().count() < 100_000 {
+        for line in &lines {
+            input.push_str(line);
+            input.push('\n');
+        }
+    }
+    let n_lines = input.lines().count();
+    println!(
+        "replay benchmark: {n_lines} worlds, {} MiB in memory",
+        input.len() >> 20
+    );
+    for view in View::ALL {
+        let text = format!(
+            "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n\
+             [contracts.c.questions.coarse_cause]\n\
+             classes = [\"DELAY\", \"ADDRESS\", \"DAMAGE\", \"DELIVERY_RECORD\"]\nview = \"{view}\"\n"
+        );
+        let contract = Config::from_toml(&text).expect("config").contracts["c"].clone();
+        let mut best = f64::MAX;
+        let mut released = 0;
+        for _ in 0..3 {
+            let mut writer = Writer::new(Vec::with_capacity(input.len()));
+            let started = Instant::now();
+            let summary = releasegate::replay::replay(
+                &contract,
+                Reader::new(Cursor::new(input.as_bytes())),
+                &mut writer,
+                &mut |_| {},
+            )
+            .expect("replay");
+            best = best.min(started.elapsed().as_secs_f64());
+            released = summary
+                .answers_released
+                .values()
+                .flat_map(|m| m.values())
+                .sum::<u64>();
+            assert_eq!(
+                summary.rejected_requests.total, 0,
+                "worlds must fit the contract"
+            );
+        }
+        println!(
+            "view {:<20} {released} answers in {best:.3} s = {:.0} answers/s",
+            view.as_str(),
+            released as f64 / best
+        );
+    }
+}
