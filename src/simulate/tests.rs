@@ -108,29 +108,6 @@ fn choice_recovery(worlds: &[World]) -> f64 {
     correct as f64 / test.len() as f64
 }
 
-fn log_probabilities(world: &World) -> Vec<f64> {
-    canonical_probabilities(world)
-        .iter()
-        .map(|p| (p.max(1e-4)).ln())
-        .collect()
-}
-
-fn choice_one_hot(world: &World) -> Vec<f64> {
-    let domain = ontology::domain(&world.domain).expect("known domain");
-    let choice = answer(world)["choice"].as_str().unwrap_or("");
-    domain
-        .classes
-        .iter()
-        .map(|c| if c.label == choice { 1.0 } else { 0.0 })
-        .collect()
-}
-
-fn choice_and_confidence(world: &World) -> Vec<f64> {
-    let mut f = choice_one_hot(world);
-    f.push(2.0 * answer(world)["confidence"].as_f64().unwrap_or(0.0));
-    f
-}
-
 fn coarse_accuracy(worlds: &[World]) -> f64 {
     let correct = worlds
         .iter()
@@ -152,34 +129,6 @@ fn full_probabilities_leak_more_than_the_choice_alone() {
     assert!(choice < 0.62, "choice {choice:.3}");
     let coarse = coarse_accuracy(&worlds);
     assert!((0.8..0.98).contains(&coarse), "coarse accuracy {coarse:.3}");
-}
-
-/// Prints the leakage profile of the default data set; run with
-/// `cargo test --lib simulate::tests::calibration -- --ignored --nocapture`.
-#[test]
-#[ignore = "slow calibration report, not an assertion"]
-fn calibration() {
-    for seed in [0, 1, 2] {
-        let worlds = generate(&Options {
-            pairs_per_domain: 240,
-            seed,
-        })
-        .expect("generates");
-        let constant = recovery(&worlds, |_| vec![0.0]);
-        let choice = choice_recovery(&worlds);
-        let logs = recovery(&worlds, log_probabilities);
-        let confidence = recovery(&worlds, choice_and_confidence);
-        let full = recovery(&worlds, canonical_probabilities);
-        let native = recovery(&worlds, |w| {
-            let mut f = canonical_probabilities(w);
-            f.push(answer(w)["confidence"].as_f64().unwrap_or(0.0));
-            f
-        });
-        println!(
-            "seed {seed}: coarse {:.3} none {constant:.3} choice {choice:.3} choice+conf {confidence:.3} probs {full:.3} log-probs {logs:.3} native {native:.3}",
-            coarse_accuracy(&worlds)
-        );
-    }
 }
 
 #[test]
