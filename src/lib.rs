@@ -1,4 +1,6 @@
 //! releasegate: a release-sanitizing proxy for typed decision APIs.
+pub mod codebook;
 pub mod features;
 pub mod rng;
+pub mod wcpq;
 pub mod workflow;

@@ -67,7 +67,7 @@ pub enum Error {
 }
 
 /// Why a release is not a valid answer of the question.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum InvalidRelease {
     /// `choice` is not a class index.
     #[error("choice is not a class index")]
