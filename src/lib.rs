@@ -1,4 +1,5 @@
 //! releasegate: a release-sanitizing proxy for typed decision APIs.
+pub mod baseline;
 pub mod codebook;
 pub mod features;
 pub mod rng;
