@@ -10,7 +10,9 @@ use criterion::Criterion;
 use releasegate::codebook::{self, TrainingAnswer};
 use releasegate::rng::Rng;
 use releasegate::wcpq::{Mapper, Outcome};
-use releasegate::workflow::{Release, Spec};
+use releasegate::workflow::{
+    CostBase, Family, LOGISTIC_FORMAT, LogisticModel, Posterior, Profile, Release, Spec,
+};
 use serde_json::{Map, Value, json};
 
 const CLASSES: [&str; 4] = ["DELAY", "ADDRESS", "DAMAGE", "DELIVERY_RECORD"];
@@ -60,9 +62,44 @@ fn roundtrip(classes: &[String], r: &Release) -> Option<Release> {
     })
 }
 
-fn setup() -> (Mapper, Vec<Release>, Vec<String>) {
+/// A synthetic frozen logistic model over the release features and two public token counts.
+fn logistic_spec(classes: &[String]) -> Spec {
+    let mut rng = Rng::new(7);
+    let f = 2 * classes.len() + 3 + 2;
+    let weights: Vec<Vec<f64>> = (0..classes.len())
+        .map(|t| {
+            (0..f)
+                .map(|i| if i == t { 3.0 } else { 0.3 * rng.normal() })
+                .collect()
+        })
+        .collect();
+    let model: LogisticModel = serde_json::from_value(json!({
+        "format": LOGISTIC_FORMAT,
+        "classes": classes,
+        "public_features": {"features": [
+            {"kind": "tokens", "pointer": "/text", "vocabulary": ["late", "box"]},
+        ]},
+        "intercepts": vec![0.0; classes.len()],
+        "weights": weights,
+    }))
+    .expect("model");
+    Spec::new(
+        classes.to_vec(),
+        CostBase::authored_4(),
+        &Family::ALL,
+        &Profile::ALL,
+        Posterior::Logistic(Box::new(model)),
+    )
+    .expect("logistic spec")
+}
+
+fn setup(logistic: bool) -> (Mapper, Vec<Release>, Vec<String>) {
     let classes: Vec<String> = CLASSES.iter().map(|s| s.to_string()).collect();
-    let spec = Spec::standard(classes.clone()).expect("standard spec");
+    let spec = if logistic {
+        logistic_spec(&classes)
+    } else {
+        Spec::standard(classes.clone()).expect("standard spec")
+    };
     let mut rng = Rng::new(20261011);
     let training: Vec<TrainingAnswer> = (0..1200)
         .map(|i| TrainingAnswer {
@@ -119,7 +156,7 @@ fn percentiles(mapper: &Mapper, answers: &[Release], classes: &[String]) {
 }
 
 fn main() {
-    let (mapper, answers, classes) = setup();
+    let (mapper, answers, classes) = setup(false);
     percentiles(&mapper, &answers, &classes);
     let state = json!({});
     let rt = |r: &Release| roundtrip(&classes, r);
@@ -138,6 +175,34 @@ fn main() {
         b.iter(|| {
             i = (i + 1) % answers.len();
             black_box(mapper.native_signature(black_box(&answers[i]), &state))
+        })
+    });
+    criterion.bench_function("json_roundtrip_only", |b| {
+        b.iter(|| {
+            i = (i + 1) % answers.len();
+            black_box(rt(black_box(&answers[i])))
+        })
+    });
+    let (logistic, answers, _) = setup(true);
+    let state = json!({"text": "parcel late, box damaged"});
+    let mut covered = 0usize;
+    let started = Instant::now();
+    for answer in &answers {
+        covered += usize::from(matches!(
+            logistic.map(answer, &state, &rt),
+            Outcome::Covered { .. }
+        ));
+    }
+    eprintln!(
+        "logistic posterior: {} answers mapped in {:?} (scan path), coverage {covered}/{}",
+        answers.len(),
+        started.elapsed(),
+        answers.len()
+    );
+    criterion.bench_function("wcpq_map_logistic_scan", |b| {
+        b.iter(|| {
+            i = (i + 1) % answers.len();
+            black_box(logistic.map(black_box(&answers[i]), &state, &rt))
         })
     });
     criterion.final_summary();

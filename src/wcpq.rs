@@ -215,14 +215,40 @@ impl Mapper {
                     None => Outcome::Fallback(Reason::NoAdmissibleCodeword),
                 }
             }
-            None => {
-                let admissible = candidates.iter().map(|&i| i as usize).filter(|&i| {
-                    self.candidate(native, i)
-                        .is_some_and(|z| self.spec.signature_with_public(&z, &public) == target)
-                });
-                self.verify(admissible, native, &target, &public, roundtrip)
-            }
+            None => self.scan(candidates, native, &target, &public, roundtrip),
         }
+    }
+
+    /// The request-dependent path: scans the class's candidates in order, reusing one candidate
+    /// release and one posterior buffer, and stops comparing plans at the first difference.
+    fn scan(
+        &self,
+        candidates: &[u32],
+        native: &Release,
+        target: &Signature,
+        public: &[f64],
+        roundtrip: &dyn Fn(&Release) -> Option<Release>,
+    ) -> Outcome {
+        let codewords = self.codebook.codewords();
+        let mut z = native.clone();
+        let mut scratch = Vec::with_capacity(self.spec.class_count());
+        let admissible = candidates.iter().map(|&i| i as usize).filter(|&i| {
+            let Some(cw) = codewords.get(i) else {
+                return false;
+            };
+            if let Some(p) = z.probabilities.as_mut() {
+                p.clear();
+                p.extend_from_slice(&cw.p);
+            }
+            if z.confidence.is_some() {
+                z.confidence = Some(cw.c);
+            }
+            self.spec
+                .signature_matches(&z, public, target, &mut scratch)
+        });
+        // Lazy: the scan stops at the first admissible codeword that survives the round trip.
+        // `verify` rebuilds each admissible candidate itself, so `z` is only the scan's buffer.
+        self.verify(admissible, native, target, public, roundtrip)
     }
 
     /// Reference implementation for tests: scans every codeword in order with no precomputation.

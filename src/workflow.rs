@@ -375,6 +375,30 @@ impl Spec {
         }
     }
 
+    /// True when the release's signature equals `target`; same computation as
+    /// [`Spec::signature_with_public`], but it stops at the first differing plan and reuses
+    /// `scratch` for the posterior (for scans over many candidates).
+    pub fn signature_matches(
+        &self,
+        release: &Release,
+        public: &[f64],
+        target: &Signature,
+        scratch: &mut Vec<f64>,
+    ) -> bool {
+        if release.choice != target.choice
+            || release.availability() != target.availability
+            || target.plans.len() != self.policies.len()
+        {
+            return false;
+        }
+        self.posterior
+            .estimate(self.class_count(), release, public, scratch);
+        self.policies
+            .iter()
+            .zip(&target.plans)
+            .all(|(policy, plan)| policy.decide(scratch) == *plan)
+    }
+
     /// Realized cost of each plan (one per policy, in policy order) for a hypothetical true class.
     pub fn realized_costs(&self, plans: &[Plan], true_class: usize) -> Vec<f64> {
         self.policies

@@ -186,17 +186,35 @@ impl LogisticModel {
 
     /// Fills `out` with the model's (unsmoothed) softmax over `n` classes.
     fn softmax(&self, n: usize, release: &Release, public: &[f64], out: &mut Vec<f64>) {
-        let release_x = release_features(n, release);
+        let probabilities = release.probabilities.as_deref();
+        // The feature layout of `release_features`, read without allocating.
+        let feature = |f: usize| -> f64 {
+            if f < n {
+                if release.choice == f { 1.0 } else { 0.0 }
+            } else if f < 2 * n {
+                probabilities
+                    .and_then(|p| p.get(f - n))
+                    .copied()
+                    .unwrap_or(0.0)
+            } else if f == 2 * n {
+                release.confidence.unwrap_or(0.0)
+            } else if f == 2 * n + 1 {
+                if probabilities.is_some() { 1.0 } else { 0.0 }
+            } else if f == 2 * n + 2 {
+                if release.confidence.is_some() {
+                    1.0
+                } else {
+                    0.0
+                }
+            } else {
+                public.get(f - 2 * n - 3).copied().unwrap_or(0.0)
+            }
+        };
         for t in 0..n {
             let mut z = self.intercepts.get(t).copied().unwrap_or(0.0);
             if let Some(row) = self.weights.get(t) {
                 for (f, w) in row.iter().enumerate() {
-                    let raw = if f < release_x.len() {
-                        release_x[f]
-                    } else {
-                        public.get(f - release_x.len()).copied().unwrap_or(0.0)
-                    };
-                    z += w * self.standardize(f, raw);
+                    z += w * self.standardize(f, feature(f));
                 }
             }
             out.push(z);

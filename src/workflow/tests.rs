@@ -429,3 +429,109 @@ fn canonical_json_is_deterministic_and_sensitive() {
         "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     );
 }
+
+#[test]
+fn raw_config_reads_from_toml_through_figment() {
+    use figment::Figment;
+    use figment::providers::{Format, Toml};
+    let text = r#"
+        [contracts.partner.questions.route.workflows]
+        costs = { c_wrong = 10, c_review = 2.5, matrix = [[0, 1], [1, 0], [0.5, 0.5]] }
+        families = ["asymmetric", "selective"]
+        posterior = { kind = "prior", probabilities = [0.25, 0.75] }
+
+        [contracts.partner.questions.other.workflows]
+        posterior = "native"
+    "#;
+    let figment = Figment::from(Toml::string(text));
+    let raw: RawWorkflows = figment
+        .extract_inner("contracts.partner.questions.route.workflows")
+        .unwrap();
+    let spec = Spec::from_raw(&raw, &labels(2), Path::new(".")).unwrap();
+    assert_eq!(spec.families(), &[Family::Selective, Family::Asymmetric]);
+    assert_eq!(spec.policies().len(), 12);
+    assert_eq!(spec.base_costs().c_review, 2.5);
+    assert_eq!(
+        spec.posterior_estimator(),
+        &Posterior::Prior(vec![0.25, 0.75])
+    );
+    let other: RawWorkflows = figment
+        .extract_inner("contracts.partner.questions.other.workflows")
+        .unwrap();
+    assert_eq!(
+        Spec::from_raw(&other, &labels(4), Path::new(".")).unwrap(),
+        Spec::standard(labels(4)).unwrap()
+    );
+    let unknown = Figment::from(Toml::string("colour = 1")).extract::<RawWorkflows>();
+    assert!(unknown.is_err());
+}
+
+#[test]
+fn logistic_posterior_follows_the_documented_feature_layout() {
+    let classes = labels(3);
+    let public_dim = 2;
+    let f = 2 * 3 + 3 + public_dim;
+    let mut rng = Rng::new(21);
+    let weights: Vec<Vec<f64>> = (0..3)
+        .map(|_| (0..f).map(|_| rng.normal()).collect())
+        .collect();
+    let intercepts: Vec<f64> = (0..3).map(|_| rng.normal()).collect();
+    let mean: Vec<f64> = (0..f).map(|_| rng.normal()).collect();
+    let scale: Vec<f64> = (0..f).map(|_| 0.5 + rng.uniform()).collect();
+    let model: LogisticModel = serde_json::from_value(json!({
+        "format": LOGISTIC_FORMAT,
+        "classes": classes,
+        "public_features": {"features": [
+            {"kind": "categorical", "pointer": "/channel", "values": ["web", "phone"]},
+        ]},
+        "mean": mean,
+        "scale": scale,
+        "intercepts": intercepts,
+        "weights": weights,
+    }))
+    .unwrap();
+    let spec = Spec::new(
+        classes.clone(),
+        CostBase {
+            matrix: vec![vec![1.0; 3]; 4],
+            ..CostBase::authored_4()
+        },
+        &Family::ALL,
+        &Profile::ALL,
+        Posterior::Logistic(Box::new(model)),
+    )
+    .unwrap();
+    let state = json!({"channel": "phone"});
+    for i in 0..50 {
+        let r = Release {
+            choice: i % 3,
+            probabilities: (i % 4 != 0).then(|| vec![0.2, 0.3, 0.5]),
+            confidence: (i % 3 != 0).then_some(rng.uniform()),
+        };
+        let mut x = release_features(3, &r);
+        x.extend([0.0, 1.0]);
+        let mut z: Vec<f64> = (0..3)
+            .map(|t| {
+                let mut acc = intercepts[t];
+                for (k, xv) in x.iter().enumerate() {
+                    acc += weights[t][k] * ((xv - mean[k]) / scale[k]);
+                }
+                acc
+            })
+            .collect();
+        let max = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let mut sum = 0.0;
+        for v in z.iter_mut() {
+            *v = (*v - max).exp();
+            sum += *v;
+        }
+        for v in z.iter_mut() {
+            *v /= sum;
+        }
+        smooth(&mut z);
+        assert_eq!(spec.posterior(&r, &state), z);
+        let target = spec.signature(&r, &state);
+        let mut scratch = Vec::new();
+        assert!(spec.signature_matches(&r, &spec.public_features(&state), &target, &mut scratch));
+    }
+}
