@@ -7,6 +7,9 @@
 
 use crate::rng::Rng;
 
+/// Smallest accepted quantization step (keeps unit counts far inside `i64`).
+pub const MIN_STEP: f64 = 1e-9;
+
 /// Slack absorbing representation error in `floor(p_i / step)` (e.g. 0.3 / 0.1 = 2.9999999999999996).
 pub const FLOOR_SLACK: f64 = 1e-9;
 
@@ -38,10 +41,10 @@ pub enum Error {
 /// Should flooring ever yield more than `U` units, units are removed from the smallest
 /// remainders (ties: later position first).
 pub fn quantize(p: &[f64], step: f64) -> Result<Vec<f64>, Error> {
-    if !(step.is_finite() && step > 0.0 && step <= 1.0) {
+    if !(step.is_finite() && (MIN_STEP..=1.0).contains(&step)) {
         return Err(Error::Parameter {
             name: "step",
-            expected: "in (0, 1]",
+            expected: "in [1e-9, 1]",
             value: step,
         });
     }
@@ -201,6 +204,9 @@ mod tests {
         assert!(quantize(&[0.5, 0.5], 0.0).is_err());
         assert!(quantize(&[0.5, 0.5], f64::NAN).is_err());
         assert!(quantize(&[0.5, 0.5], 1.5).is_err());
+        assert!(quantize(&[0.5, 0.5], 1e-300).is_err());
+        let fine = quantize(&[0.3, 0.7], 1e-9).unwrap();
+        assert!((fine.iter().sum::<f64>() - 1.0).abs() < 1e-6);
         assert!(quantize(&[], 0.1).is_err());
         assert!(quantize(&[0.5, f64::NAN], 0.1).is_err());
         assert!(close(&quantize(&[0.0, 0.0], 0.5).unwrap(), &[0.5, 0.5]));

@@ -162,14 +162,15 @@ impl Policy {
                 }
             }
             Family::Asymmetric => {
-                let rows = c.matrix.len().min(n + 1);
-                let pick = pick_min(rows, |a| {
-                    let mut sum = 0.0;
-                    for (t, qt) in q.iter().enumerate() {
-                        sum += qt * c.matrix[a].get(t).copied().unwrap_or(0.0);
-                    }
-                    sum
-                });
+                // sum_t q_t * M[a][t], accumulated from 0.0 in canonical t order; computed once
+                // per action because rows are O(n) each.
+                let costs: Vec<f64> = c
+                    .matrix
+                    .iter()
+                    .take(n + 1)
+                    .map(|row| row.iter().zip(q).fold(0.0, |sum, (m, qt)| sum + qt * m))
+                    .collect();
+                let pick = pick_min(costs.len(), |a| costs[a]);
                 Plan::Act { action: idx(pick) }
             }
         }
