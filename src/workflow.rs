@@ -83,6 +83,20 @@ pub enum InvalidRelease {
     Confidence,
 }
 
+/// Why label-keyed fields cannot be aligned to canonical class order.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AlignError {
+    /// A label is not one of the question's classes.
+    #[error("unknown class label {0:?}")]
+    UnknownLabel(String),
+    /// A class has no probability.
+    #[error("no probability for class {0:?}")]
+    MissingLabel(String),
+    /// A class has more than one probability.
+    #[error("duplicate probability for class {0:?}")]
+    DuplicateLabel(String),
+}
+
 /// A released answer as the consumer sees it, over canonical class order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Release {
@@ -310,6 +324,32 @@ impl Spec {
     /// The frozen policies: family-major, then profile in table order.
     pub fn policies(&self) -> &[Policy] {
         &self.policies
+    }
+
+    /// The canonical index of a class label.
+    pub fn class_index(&self, label: &str) -> Option<usize> {
+        self.classes.iter().position(|c| c == label)
+    }
+
+    /// Aligns label-keyed probabilities (in any order, e.g. as transmitted) to canonical order.
+    /// Every class must appear exactly once and no other label may appear.
+    pub fn align<'a>(
+        &self,
+        pairs: impl IntoIterator<Item = (&'a str, f64)>,
+    ) -> Result<Vec<f64>, AlignError> {
+        let mut out: Vec<Option<f64>> = vec![None; self.class_count()];
+        for (label, value) in pairs {
+            let i = self
+                .class_index(label)
+                .ok_or_else(|| AlignError::UnknownLabel(label.to_string()))?;
+            if out[i].replace(value).is_some() {
+                return Err(AlignError::DuplicateLabel(label.to_string()));
+            }
+        }
+        out.iter()
+            .zip(&self.classes)
+            .map(|(v, label)| v.ok_or_else(|| AlignError::MissingLabel(label.clone())))
+            .collect()
     }
 
     /// Checks that a release is a well-formed answer (choice in range, n finite non-negative

@@ -535,3 +535,23 @@ fn logistic_posterior_follows_the_documented_feature_layout() {
         assert!(spec.signature_matches(&r, &spec.public_features(&state), &target, &mut scratch));
     }
 }
+
+#[test]
+fn align_maps_labels_to_canonical_order() {
+    let spec = Spec::standard(labels(4)).unwrap();
+    let pairs = [("C2", 0.3), ("C0", 0.1), ("C3", 0.4), ("C1", 0.2)];
+    assert_eq!(spec.align(pairs), Ok(vec![0.1, 0.2, 0.3, 0.4]));
+    assert_eq!(spec.class_index("C3"), Some(3));
+    assert_eq!(
+        spec.align([("C0", 1.0)]),
+        Err(AlignError::MissingLabel("C1".into()))
+    );
+    assert_eq!(
+        spec.align([("X", 1.0)]),
+        Err(AlignError::UnknownLabel("X".into()))
+    );
+    assert_eq!(
+        spec.align([("C0", 0.5), ("C0", 0.5)]),
+        Err(AlignError::DuplicateLabel("C0".into()))
+    );
+}
