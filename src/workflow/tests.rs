@@ -555,3 +555,53 @@ fn align_maps_labels_to_canonical_order() {
         Err(AlignError::DuplicateLabel("C0".into()))
     );
 }
+
+/// Hand-computed reference plans (authored matrix, default costs, native posterior), in policy
+/// order: selective x 6 profiles, clarification x 6, asymmetric x 6.
+#[test]
+fn reference_plans_for_the_delivery_classes() {
+    let classes: Vec<String> = ["DELAY", "ADDRESS", "DAMAGE", "DELIVERY_RECORD"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let spec = Spec::standard(classes.clone()).unwrap();
+    let show = |p: &[f64]| -> Vec<String> {
+        spec.plans(&release(0, p, Some(0.5)), &json!({}))
+            .iter()
+            .map(|plan| plan.display(&classes).to_string())
+            .collect()
+    };
+    let check0 = "check(DELAY, yes->DELAY, no->ADDRESS)";
+    // Confident: route 1.5 beats review 2 unless review halves or errors double; every check
+    // costs 1.4 (ties: check 0) under authored costs.
+    assert_eq!(
+        show(&[0.85, 0.05, 0.05, 0.05]),
+        vec![
+            "route(DELAY)",
+            "review",
+            "route(DELAY)",
+            "route(DELAY)",
+            "review",
+            "route(DELAY)",
+            check0,
+            check0,
+            check0,
+            check0,
+            check0,
+            check0,
+            "act(DELAY)",
+            "act(inspection)",
+            "act(DELAY)",
+            "act(DELAY)",
+            "act(inspection)",
+            "act(DELAY)",
+        ]
+    );
+    // Uncertain: review everywhere; checks 0 and 1 tie at 2.9; inspection (1.8) beats act(DELAY) (4.1).
+    let uncertain = show(&[0.4, 0.35, 0.15, 0.1]);
+    assert_eq!(uncertain[0], "review");
+    assert_eq!(uncertain[6], check0);
+    assert_eq!(uncertain[12], "act(inspection)");
+    // review_double makes inspection cost 3.6, still below act(DELAY) at 4.1.
+    assert_eq!(uncertain[14], "act(inspection)");
+}
