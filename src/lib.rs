@@ -1,4 +1,5 @@
 //! releasegate: a release-sanitizing proxy for typed decision APIs.
+<<<<<<< HEAD
 //!
 //! # Layout
 //!
@@ -8,6 +9,11 @@
 //! - `mechanism`: release mechanisms that rewrite probability/confidence fields.
 //! - `release`: applies a contract to a whole response; the one code path
 //!   shared by the proxy and the offline replay.
+//! - `workflow`: frozen downstream workflows, plans and behaviour signatures.
+//! - `features`: public request features taken from `state` by JSON pointer.
+//! - `codebook`: the WCPQ codebook builder and artifact.
+//! - `wcpq`: the strict WCPQ mapper.
+//! - `baseline`: baseline mechanisms (quantize, top-k, temperature, Gaussian noise).
 //! - `simulate`: the TUPLE-like world generator and the simulated provider.
 //! - `worlds`: the saved decision log format (JSON Lines).
 //! - `rng`: deterministic random numbers.
@@ -23,9 +29,12 @@
 //! - `telemetry`: logging set-up.
 
 pub mod auth;
+pub mod baseline;
 pub mod cli;
+pub mod codebook;
 pub mod config;
 pub mod contract;
+pub mod features;
 pub mod mechanism;
 pub mod metrics;
 pub mod release;
@@ -35,5 +44,7 @@ pub mod server;
 pub mod simulate;
 pub mod telemetry;
 pub mod upstream;
+pub mod wcpq;
 pub mod wire;
+pub mod workflow;
 pub mod worlds;

@@ -1,0 +1,242 @@
+use super::*;
+use crate::workflow::{CostBase, Family, Posterior, Profile};
+
+fn labels(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("C{i}")).collect()
+}
+
+fn spec4() -> Spec {
+    Spec::standard(labels(4)).unwrap()
+}
+
+fn answer(pair: &str, p: &[f64], c: Option<f64>) -> TrainingAnswer {
+    TrainingAnswer {
+        pair_id: pair.to_string(),
+        probabilities: p.to_vec(),
+        confidence: c,
+    }
+}
+
+#[test]
+fn grid_size_is_exact_and_saturates() {
+    assert_eq!(grid_size(4, 20), 1771);
+    assert_eq!(grid_size(2, 5), 6);
+    assert_eq!(grid_size(8, 6), 1716);
+    assert_eq!(grid_size(255, 1), 255);
+    assert_eq!(grid_size(255, 1_000_000), u128::MAX);
+    assert_eq!(grid_size(30, 30), 59_132_290_782_430_712);
+    let d = largest_denominator_within(4, 2_000_000).unwrap();
+    assert!(grid_size(4, d) <= 2_000_000 && grid_size(4, d + 1) > 2_000_000);
+    assert_eq!(largest_denominator_within(255, 10), None);
+}
+
+#[test]
+fn too_large_grid_is_refused_with_a_suggestion() {
+    let n = 12;
+    let matrix = vec![vec![1.0; n]; n + 1];
+    let base = CostBase {
+        matrix,
+        ..CostBase::authored_4()
+    };
+    let spec = Spec::new(
+        labels(n),
+        base,
+        &Family::ALL,
+        &Profile::ALL,
+        Posterior::Native,
+    )
+    .unwrap();
+    match build(&labels(n), 20, &spec, &[], String::new()) {
+        Err(Error::GridTooLarge {
+            grid_size: g,
+            largest_fitting_denominator: Some(d),
+            ..
+        }) => {
+            assert_eq!(g, grid_size(12, 20));
+            assert!(grid_size(12, d) <= DEFAULT_GRID_LIMIT);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn grid_only_codebook_is_ordered_from_uniform() {
+    let built = build(&labels(4), 20, &spec4(), &[], "src".into()).unwrap();
+    let cb = &built.codebook;
+    assert_eq!(cb.len(), 1771 * 3);
+    assert_eq!(built.stats.grid_vectors, 1771);
+    assert_eq!(
+        cb.codewords()[0],
+        Codeword {
+            p: vec![0.25; 4],
+            c: 0.0
+        }
+    );
+    assert_eq!(
+        cb.codewords()[1],
+        Codeword {
+            p: vec![0.25; 4],
+            c: 0.5
+        }
+    );
+    assert_eq!(cb.codewords()[3].c, 0.0);
+    // Next ring: distance 2 * 0.05^2; lexicographically smallest p first.
+    assert_eq!(cb.codewords()[3].p, vec![0.2, 0.25, 0.25, 0.3]);
+    for w in cb.codewords().windows(2) {
+        assert_eq!(codeword_order(&w[0], &w[1]), Ordering::Less);
+    }
+    assert_eq!(
+        cb.codewords().last().unwrap(),
+        &Codeword {
+            p: vec![1.0, 0.0, 0.0, 0.0],
+            c: 1.0
+        }
+    );
+}
+
+#[test]
+fn training_natives_midpoints_and_duplicates() {
+    let training = vec![
+        answer("a", &[0.7, 0.1, 0.1, 0.1], Some(0.6)),
+        answer("a", &[0.5, 0.3, 0.1, 0.1], Some(0.2)),
+        answer("b", &[0.25, 0.25, 0.25, 0.25], Some(0.5)), // duplicate of a grid codeword
+        answer("c", &[0.4, 0.4, 0.1, 0.1], None),
+        answer("c", &[0.1, 0.1, 0.4, 0.4], None),
+        answer("c", &[0.2, 0.2, 0.3, 0.3], Some(0.1)), // group of three: no midpoint
+        answer("d", &[2.0, 1.0, 1.0, 0.0], Some(0.3)), // renormalized
+    ];
+    let built = build(&labels(4), 20, &spec4(), &training, "src".into()).unwrap();
+    let s = &built.stats;
+    assert_eq!(s.training_codewords, 1 + 1 + 1 + 3 + 3 + 1 + 1);
+    assert_eq!((s.pairs, s.ignored_groups, s.midpoint_codewords), (1, 3, 1));
+    assert_eq!(s.renormalized, 1);
+    let cws = built.codebook.codewords();
+    let has = |p: &[f64], c: f64| cws.iter().any(|cw| cw.p == p && cw.c == c);
+    assert!(has(&[0.7, 0.1, 0.1, 0.1], 0.6));
+    assert!(has(&[0.6, 0.2, 0.1, 0.1], 0.4));
+    assert!(has(&[0.4, 0.4, 0.1, 0.1], 1.0));
+    assert!(has(&[0.5, 0.25, 0.25, 0.0], 0.3));
+    assert_eq!(
+        s.codewords + s.duplicates_removed,
+        s.grid_codewords + s.training_codewords + s.midpoint_codewords
+    );
+    assert!(s.duplicates_removed >= 1);
+    for w in cws.windows(2) {
+        assert_eq!(codeword_order(&w[0], &w[1]), Ordering::Less);
+    }
+}
+
+#[test]
+fn invalid_training_answers_are_rejected_by_index() {
+    for bad in [
+        answer("x", &[0.5, 0.5], None),
+        answer("x", &[f64::NAN, 0.5, 0.5, 0.0], None),
+        answer("x", &[-0.1, 0.6, 0.5, 0.0], None),
+        answer("x", &[0.0; 4], None),
+        answer("x", &[0.25; 4], Some(f64::INFINITY)),
+    ] {
+        let training = vec![answer("y", &[0.25; 4], None), bad];
+        match build(&labels(4), 4, &spec4(), &training, String::new()) {
+            Err(Error::Training { index: 1, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(matches!(
+        build(&labels(4), 0, &spec4(), &[], String::new()),
+        Err(Error::Denominator)
+    ));
+    assert!(matches!(
+        build(&labels(3), 4, &spec4(), &[], String::new()),
+        Err(Error::ClassesMismatch { .. })
+    ));
+}
+
+#[test]
+fn artifact_is_deterministic_roundtrips_and_is_validated() {
+    let training = vec![
+        answer("a", &[0.7, 0.1, 0.1, 0.1], Some(0.6)),
+        answer("a", &[0.1, 0.2, 0.3, 0.4], None),
+    ];
+    let a = build(&labels(4), 6, &spec4(), &training, "abc".into())
+        .unwrap()
+        .codebook;
+    let b = build(&labels(4), 6, &spec4(), &training, "abc".into())
+        .unwrap()
+        .codebook;
+    let bytes = a.to_json_bytes();
+    assert_eq!(bytes, b.to_json_bytes());
+    let back = Codebook::from_json(&bytes).unwrap();
+    assert_eq!(back, a);
+    assert_eq!(back.to_json_bytes(), bytes);
+    back.check_matches(&spec4(), &labels(4)).unwrap();
+
+    let mut v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(v["format"], FORMAT);
+    assert_eq!(v["codeword_count"], serde_json::json!(a.len()));
+    let tamper = |f: &dyn Fn(&mut Value)| {
+        let mut t = v.clone();
+        f(&mut t);
+        Codebook::from_json(&serde_json::to_vec(&t).unwrap())
+    };
+    assert!(tamper(&|t| t["codewords"][3]["p"][0] = serde_json::json!(0.9)).is_err());
+    assert!(tamper(&|t| t["codeword_count"] = serde_json::json!(1)).is_err());
+    assert!(
+        tamper(&|t| t["workflows"]["policies"][0]["c_wrong"] = serde_json::json!(11.0)).is_err()
+    );
+    assert!(tamper(&|t| t["format"] = serde_json::json!("other")).is_err());
+    assert!(tamper(&|t| t["extra"] = serde_json::json!(1)).is_err());
+    assert!(
+        tamper(&|t| {
+            let cws = t["codewords"].as_array_mut().unwrap();
+            cws.swap(0, 5);
+        })
+        .is_err()
+    );
+    assert!(
+        tamper(&|t| {
+            let first = t["codewords"][0].clone();
+            t["codewords"].as_array_mut().unwrap().insert(0, first);
+            t["codeword_count"] = serde_json::json!(a.len() + 1);
+        })
+        .is_err()
+    );
+    v["source_sha256"] = serde_json::json!("other");
+    assert!(Codebook::from_json(&serde_json::to_vec(&v).unwrap()).is_ok());
+    assert!(Codebook::from_json(b"{").is_err());
+}
+
+#[test]
+fn check_matches_refuses_other_workflows_or_classes() {
+    let cb = build(&labels(4), 4, &spec4(), &[], String::new())
+        .unwrap()
+        .codebook;
+    let other = Spec::new(
+        labels(4),
+        CostBase::authored_4(),
+        &[Family::Selective],
+        &Profile::ALL,
+        Posterior::Native,
+    )
+    .unwrap();
+    assert!(matches!(
+        cb.check_matches(&other, &labels(4)),
+        Err(Error::WorkflowsMismatch { .. })
+    ));
+    let renamed: Vec<String> = ["A", "B", "C", "D"].iter().map(|s| s.to_string()).collect();
+    let spec_renamed = Spec::standard(renamed.clone()).unwrap();
+    assert!(matches!(
+        cb.check_matches(&spec_renamed, &renamed),
+        Err(Error::ClassesMismatch { .. })
+    ));
+    let dir =
+        std::env::temp_dir().join(format!("releasegate-codebook-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("cb.json");
+    cb.write(&path).unwrap();
+    assert_eq!(Codebook::load(&path).unwrap(), cb);
+    assert!(matches!(
+        Codebook::load(&dir.join("missing.json")),
+        Err(Error::Io { .. })
+    ));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,331 @@
+//! The WCPQ strict mapper (`shared/spec/wcpq.md` section 6): per answer, release the first
+//! codeword whose behaviour signature equals the native one and survives the serialization round
+//! trip, or report a fallback reason.
+//!
+//! Everything request-independent is precomputed in [`Mapper::new`]: per selected class the
+//! ordered candidate list (codewords whose exact argmax set contains the class) and, for the
+//! native and prior posteriors, the plans of every candidate grouped into ordered admissible
+//! lists keyed by plans. Mapping is then one signature computation, one ordered-map lookup and a
+//! round trip of the first admissible codeword. For the request-dependent logistic posterior the
+//! mapper scans the class's candidate list in order.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::codebook::{self, Codebook};
+use crate::workflow::{InvalidRelease, Plan, Release, Signature, Spec};
+
+/// After this many admissible codewords fail the round trip, the mapper falls back.
+///
+/// A correct round trip never fails (floats round-trip exactly), so the bound only caps the cost
+/// of a broken serializer; falling back is always safe.
+pub const MAX_ROUNDTRIP_MISMATCHES: u32 = 16;
+
+/// Errors of mapper construction.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The codebook was built for other classes or workflows.
+    #[error("codebook does not match the question's workflows")]
+    Mismatch(#[source] codebook::Error),
+}
+
+/// Why an answer was not covered. Bounded: use [`Reason::label`] as a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// The native answer is malformed (choice out of range, wrong vector length, NaN, ...).
+    InvalidNative(InvalidRelease),
+    /// No codeword's argmax set contains the selected class.
+    NoCandidate,
+    /// No candidate codeword has the native signature.
+    NoAdmissibleCodeword,
+    /// Admissible codewords exist but none survived the serialization round trip.
+    RoundtripMismatch {
+        /// How many admissible codewords failed (at most [`MAX_ROUNDTRIP_MISMATCHES`]).
+        mismatches: u32,
+    },
+}
+
+/// The result of mapping one answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Release `release` (the codeword with D's choice and availability).
+    Covered {
+        /// The replacement answer to serialize and send.
+        release: Release,
+        /// Index of the codeword in the codebook order.
+        codeword_index: usize,
+    },
+    /// Apply the contract's fallback (native, choice_only or deny).
+    Fallback(Reason),
+}
+
+/// The strict mapper for one question.
+#[derive(Debug, Clone)]
+pub struct Mapper {
+    spec: Spec,
+    codebook: Codebook,
+    /// Per selected class: indices of codewords whose argmax set contains it, ascending.
+    candidates: Vec<Vec<u32>>,
+    /// For request-independent posteriors: per class, [without probabilities, with probabilities],
+    /// plans -> ascending admissible codeword indices.
+    table: Option<Vec<AdmissibleLists>>,
+}
+
+/// For one selected class: `[without probabilities, with probabilities]`, each mapping plans to
+/// the ascending indices of the codewords with exactly those plans.
+type AdmissibleLists = [BTreeMap<Vec<Plan>, Vec<u32>>; 2];
+
+// === impl Reason ===
+
+impl Reason {
+    /// A fixed metric label: `invalid_native`, `no_candidate`, `no_admissible_codeword` or
+    /// `roundtrip_mismatch`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Reason::InvalidNative(_) => "invalid_native",
+            Reason::NoCandidate => "no_candidate",
+            Reason::NoAdmissibleCodeword => "no_admissible_codeword",
+            Reason::RoundtripMismatch { .. } => "roundtrip_mismatch",
+        }
+    }
+
+    /// All labels, for pre-registering metric series.
+    pub const LABELS: [&'static str; 4] = [
+        "invalid_native",
+        "no_candidate",
+        "no_admissible_codeword",
+        "roundtrip_mismatch",
+    ];
+}
+
+// === impl Mapper ===
+
+impl Mapper {
+    /// Checks that the codebook was built for `spec` and precomputes candidate lists and, for
+    /// request-independent posteriors, the admissible lists.
+    pub fn new(codebook: Codebook, spec: Spec) -> Result<Mapper, Error> {
+        codebook
+            .check_matches(&spec, spec.classes())
+            .map_err(Error::Mismatch)?;
+        let n = spec.class_count();
+        let mut candidates = vec![Vec::new(); n];
+        for (i, cw) in codebook.codewords().iter().enumerate() {
+            let Ok(index) = u32::try_from(i) else { break };
+            for class in argmax_set(&cw.p) {
+                if let Some(list) = candidates.get_mut(class) {
+                    list.push(index);
+                }
+            }
+        }
+        let table = spec
+            .posterior_estimator()
+            .is_request_independent()
+            .then(|| {
+                candidates
+                    .iter()
+                    .enumerate()
+                    .map(|(class, list)| {
+                        let mut slots: AdmissibleLists = Default::default();
+                        for (slot, with_probabilities) in [(0, false), (1, true)] {
+                            for &index in list {
+                                let cw = &codebook.codewords()[index as usize];
+                                let release = Release {
+                                    choice: class,
+                                    probabilities: with_probabilities.then(|| cw.p.clone()),
+                                    confidence: None,
+                                };
+                                let plans = spec.plans_with_public(&release, &[]);
+                                slots[slot].entry(plans).or_default().push(index);
+                            }
+                        }
+                        slots
+                    })
+                    .collect()
+            });
+        Ok(Mapper {
+            spec,
+            codebook,
+            candidates,
+            table,
+        })
+    }
+
+    /// The frozen workflows.
+    pub fn spec(&self) -> &Spec {
+        &self.spec
+    }
+
+    /// The codebook.
+    pub fn codebook(&self) -> &Codebook {
+        &self.codebook
+    }
+
+    /// σ(D) of a native answer as it would be released (fields the contract drops must already
+    /// be `None`).
+    pub fn native_signature(&self, native: &Release, state: &Value) -> Signature {
+        self.spec.signature(native, state)
+    }
+
+    /// The candidate release for codeword `index`: D's choice and availability, the codeword's
+    /// probabilities and confidence for the fields D carries.
+    pub fn candidate(&self, native: &Release, index: usize) -> Option<Release> {
+        let cw = self.codebook.codewords().get(index)?;
+        Some(Release {
+            choice: native.choice,
+            probabilities: native.probabilities.as_ref().map(|_| cw.p.clone()),
+            confidence: native.confidence.map(|_| cw.c),
+        })
+    }
+
+    /// Maps one answer. `native` is D with the availability that would be released; `state` is
+    /// the public request state; `roundtrip` serializes a candidate exactly as the proxy will send
+    /// it and parses it back through the consumer path (None if that fails).
+    pub fn map(
+        &self,
+        native: &Release,
+        state: &Value,
+        roundtrip: &dyn Fn(&Release) -> Option<Release>,
+    ) -> Outcome {
+        if let Err(e) = self.spec.check_release(native) {
+            return Outcome::Fallback(Reason::InvalidNative(e));
+        }
+        let Some(candidates) = self.candidates.get(native.choice) else {
+            return Outcome::Fallback(Reason::NoCandidate);
+        };
+        if candidates.is_empty() {
+            return Outcome::Fallback(Reason::NoCandidate);
+        }
+        let public = self.spec.public_features(state);
+        let target = self.spec.signature_with_public(native, &public);
+        match &self.table {
+            Some(table) => {
+                let slot = usize::from(native.probabilities.is_some());
+                let admissible = table
+                    .get(native.choice)
+                    .and_then(|slots| slots[slot].get(target.plans.as_slice()));
+                match admissible {
+                    Some(list) => self.verify(
+                        list.iter().map(|&i| i as usize),
+                        native,
+                        &target,
+                        &public,
+                        roundtrip,
+                    ),
+                    None => Outcome::Fallback(Reason::NoAdmissibleCodeword),
+                }
+            }
+            None => self.scan(candidates, native, &target, &public, roundtrip),
+        }
+    }
+
+    /// The request-dependent path: scans the class's candidates in order, reusing one candidate
+    /// release and one posterior buffer, and stops comparing plans at the first difference.
+    fn scan(
+        &self,
+        candidates: &[u32],
+        native: &Release,
+        target: &Signature,
+        public: &[f64],
+        roundtrip: &dyn Fn(&Release) -> Option<Release>,
+    ) -> Outcome {
+        let codewords = self.codebook.codewords();
+        let mut z = native.clone();
+        let mut scratch = Vec::with_capacity(self.spec.class_count());
+        let admissible = candidates.iter().map(|&i| i as usize).filter(|&i| {
+            let Some(cw) = codewords.get(i) else {
+                return false;
+            };
+            if let Some(p) = z.probabilities.as_mut() {
+                p.clear();
+                p.extend_from_slice(&cw.p);
+            }
+            if z.confidence.is_some() {
+                z.confidence = Some(cw.c);
+            }
+            self.spec
+                .signature_matches(&z, public, target, &mut scratch)
+        });
+        // Lazy: the scan stops at the first admissible codeword that survives the round trip.
+        // `verify` rebuilds each admissible candidate itself, so `z` is only the scan's buffer.
+        self.verify(admissible, native, target, public, roundtrip)
+    }
+
+    /// Reference implementation for tests: scans every codeword in order with no precomputation.
+    pub fn map_reference(
+        &self,
+        native: &Release,
+        state: &Value,
+        roundtrip: &dyn Fn(&Release) -> Option<Release>,
+    ) -> Outcome {
+        if let Err(e) = self.spec.check_release(native) {
+            return Outcome::Fallback(Reason::InvalidNative(e));
+        }
+        let target = self.spec.signature(native, state);
+        let public = self.spec.public_features(state);
+        let codewords = self.codebook.codewords();
+        let mut any_candidate = false;
+        let mut admissible = Vec::new();
+        for (i, cw) in codewords.iter().enumerate() {
+            if !argmax_set(&cw.p).contains(&native.choice) {
+                continue;
+            }
+            any_candidate = true;
+            if let Some(z) = self.candidate(native, i)
+                && self.spec.signature(&z, state) == target
+            {
+                admissible.push(i);
+            }
+        }
+        if !any_candidate {
+            return Outcome::Fallback(Reason::NoCandidate);
+        }
+        self.verify(admissible.into_iter(), native, &target, &public, roundtrip)
+    }
+
+    /// Round-trips admissible codewords in order; the first whose re-parsed signature equals the
+    /// target is released.
+    fn verify(
+        &self,
+        admissible: impl Iterator<Item = usize>,
+        native: &Release,
+        target: &Signature,
+        public: &[f64],
+        roundtrip: &dyn Fn(&Release) -> Option<Release>,
+    ) -> Outcome {
+        let mut mismatches = 0u32;
+        for index in admissible {
+            let Some(release) = self.candidate(native, index) else {
+                continue;
+            };
+            match roundtrip(&release) {
+                Some(back) if self.spec.signature_with_public(&back, public) == *target => {
+                    return Outcome::Covered {
+                        release,
+                        codeword_index: index,
+                    };
+                }
+                _ => {
+                    mismatches += 1;
+                    if mismatches >= MAX_ROUNDTRIP_MISMATCHES {
+                        break;
+                    }
+                }
+            }
+        }
+        if mismatches == 0 {
+            Outcome::Fallback(Reason::NoAdmissibleCodeword)
+        } else {
+            Outcome::Fallback(Reason::RoundtripMismatch { mismatches })
+        }
+    }
+}
+
+/// Indices whose value equals the maximum exactly (empty if all values are NaN).
+pub fn argmax_set(p: &[f64]) -> Vec<usize> {
+    let max = p.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (0..p.len()).filter(|&i| p[i] == max).collect()
+}
+
+#[cfg(test)]
+mod tests;

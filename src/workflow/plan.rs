@@ -1,0 +1,309 @@
+//! Complete plans of the three workflow families: decision rules, tie rule, realized cost and display.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::cost::{Family, Policy};
+
+/// Two expected costs `a`, `b` are tied when `|a - b| <= TIE_TOLERANCE`.
+pub const TIE_TOLERANCE: f64 = 1e-9;
+
+/// A complete plan of one frozen policy. Class and action indices are canonical-order indices.
+///
+/// The JSON form (`{"plan":"check","target":1,"yes":1,"no":0}`) is unambiguous; the display form uses
+/// labels through [`Plan::display`], e.g. `check(B, yes->B, no->A)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(tag = "plan", rename_all = "snake_case")]
+pub enum Plan {
+    /// Selective routing: route to `class`.
+    Route {
+        /// The routed class.
+        class: u16,
+    },
+    /// Selective routing: trusted review.
+    Review,
+    /// Clarification: route immediately to `class` without a check.
+    Now {
+        /// The routed class.
+        class: u16,
+    },
+    /// Clarification: check `target`; on yes route to `yes` (always `target`), on no route to `no`.
+    Check {
+        /// The checked class.
+        target: u16,
+        /// Final route after a yes answer.
+        yes: u16,
+        /// Final route after a no answer.
+        no: u16,
+    },
+    /// Asymmetric routing: action `action`; `action == n` is general inspection.
+    Act {
+        /// The action row of the matrix.
+        action: u16,
+    },
+}
+
+/// A [`Plan`] rendered with class labels (see [`Plan::display`]).
+#[derive(Debug, Clone, Copy)]
+pub struct PlanDisplay<'a> {
+    plan: &'a Plan,
+    classes: &'a [String],
+}
+
+// === impl Plan ===
+
+impl Plan {
+    /// Renders the plan with class labels: `route(L)`, `review`, `now(L)`, `check(K, yes->K, no->T)`,
+    /// `act(L)` or `act(inspection)` for the inspection row.
+    pub fn display<'a>(&'a self, classes: &'a [String]) -> PlanDisplay<'a> {
+        PlanDisplay {
+            plan: self,
+            classes,
+        }
+    }
+}
+
+impl fmt::Display for Plan {
+    /// Renders with canonical indices, e.g. `check(1, yes->1, no->0)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Plan::Route { class } => write!(f, "route({class})"),
+            Plan::Review => write!(f, "review"),
+            Plan::Now { class } => write!(f, "now({class})"),
+            Plan::Check { target, yes, no } => write!(f, "check({target}, yes->{yes}, no->{no})"),
+            Plan::Act { action } => write!(f, "act({action})"),
+        }
+    }
+}
+
+// === impl PlanDisplay ===
+
+impl PlanDisplay<'_> {
+    fn label(&self, index: u16) -> String {
+        self.classes
+            .get(usize::from(index))
+            .cloned()
+            .unwrap_or_else(|| "inspection".to_string())
+    }
+}
+
+impl fmt::Display for PlanDisplay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self.plan {
+            Plan::Route { class } => write!(f, "route({})", self.label(class)),
+            Plan::Review => write!(f, "review"),
+            Plan::Now { class } => write!(f, "now({})", self.label(class)),
+            Plan::Check { target, yes, no } => write!(
+                f,
+                "check({}, yes->{}, no->{})",
+                self.label(target),
+                self.label(yes),
+                self.label(no)
+            ),
+            Plan::Act { action } => write!(f, "act({})", self.label(action)),
+        }
+    }
+}
+
+// === impl Policy ===
+
+impl Policy {
+    /// The complete plan of this policy for posterior `q` (canonical order, length n).
+    ///
+    /// Never panics: NaN costs make no candidate strictly minimal and the first candidate wins.
+    pub fn decide(&self, q: &[f64]) -> Plan {
+        let c = &self.costs;
+        let n = q.len();
+        if n == 0 {
+            // Unreachable through `Spec` (2..=255 classes); keeps the public function total.
+            return match self.family {
+                Family::Selective => Plan::Review,
+                Family::Clarification => Plan::Now { class: 0 },
+                Family::Asymmetric => Plan::Act { action: 0 },
+            };
+        }
+        match self.family {
+            Family::Selective => {
+                let pick = pick_min(n + 1, |i| {
+                    if i < n {
+                        c.c_wrong * (1.0 - q[i])
+                    } else {
+                        c.c_review
+                    }
+                });
+                if pick < n {
+                    Plan::Route { class: idx(pick) }
+                } else {
+                    Plan::Review
+                }
+            }
+            Family::Clarification => {
+                let best = pick_min(n, |t| c.c_wrong * (1.0 - q[t]));
+                let runner = RunnerUp::new(q);
+                let pick = pick_min(n + 1, |i| {
+                    if i == 0 {
+                        c.c_wrong * (1.0 - q[best])
+                    } else {
+                        let k = i - 1;
+                        let t_no = runner.best_except(q, k);
+                        c.c_check + c.c_wrong * (1.0 - q[k] - q[t_no])
+                    }
+                });
+                if pick == 0 {
+                    Plan::Now { class: idx(best) }
+                } else {
+                    let k = pick - 1;
+                    Plan::Check {
+                        target: idx(k),
+                        yes: idx(k),
+                        no: idx(runner.best_except(q, k)),
+                    }
+                }
+            }
+            Family::Asymmetric => {
+                // sum_t q_t * M[a][t], accumulated from 0.0 in canonical t order; computed once
+                // per action because rows are O(n) each.
+                let costs: Vec<f64> = c
+                    .matrix
+                    .iter()
+                    .take(n + 1)
+                    .map(|row| row.iter().zip(q).fold(0.0, |sum, (m, qt)| sum + qt * m))
+                    .collect();
+                let pick = pick_min(costs.len(), |a| costs[a]);
+                Plan::Act { action: idx(pick) }
+            }
+        }
+    }
+
+    /// The realized cost of `plan` when the true class is `true_class`.
+    ///
+    /// A plan of another family, or an index outside the matrix, yields NaN (never a panic).
+    pub fn realized_cost(&self, plan: &Plan, true_class: usize) -> f64 {
+        let c = &self.costs;
+        let route_cost = |class: u16| {
+            if usize::from(class) == true_class {
+                0.0
+            } else {
+                c.c_wrong
+            }
+        };
+        match (self.family, *plan) {
+            (Family::Selective, Plan::Route { class }) => route_cost(class),
+            (Family::Selective, Plan::Review) => c.c_review,
+            (Family::Clarification, Plan::Now { class }) => route_cost(class),
+            (Family::Clarification, Plan::Check { target, yes, no }) => {
+                let final_route = if usize::from(target) == true_class {
+                    yes
+                } else {
+                    no
+                };
+                c.c_check + route_cost(final_route)
+            }
+            (Family::Asymmetric, Plan::Act { action }) => c
+                .matrix
+                .get(usize::from(action))
+                .and_then(|row| row.get(true_class))
+                .copied()
+                .unwrap_or(f64::NAN),
+            _ => f64::NAN,
+        }
+    }
+}
+
+/// Index of the earliest candidate whose cost is within [`TIE_TOLERANCE`] of the minimal cost.
+///
+/// Costs are evaluated twice (once for the minimum, once for the pick) to avoid allocation.
+pub(crate) fn pick_min(len: usize, cost: impl Fn(usize) -> f64) -> usize {
+    let mut min = f64::INFINITY;
+    for i in 0..len {
+        let v = cost(i);
+        if v < min {
+            min = v;
+        }
+    }
+    (0..len)
+        .find(|&i| {
+            let v = cost(i);
+            v == min || (v - min).abs() <= TIE_TOLERANCE
+        })
+        .unwrap_or(0)
+}
+
+fn idx(i: usize) -> u16 {
+    u16::try_from(i).unwrap_or(u16::MAX)
+}
+
+/// Answers "the class with the largest q among t != k (ties: earliest)" in O(1) per k.
+///
+/// Rule: with `M_k = max_{t != k} q_t`, t_no(k) is the earliest `t != k` with `q_t >= M_k - 1e-9`.
+struct RunnerUp {
+    /// First index of the exact maximum.
+    top: usize,
+    /// The earliest two indices within tolerance of the overall maximum.
+    near_top: [usize; 2],
+    /// The earliest two indices within tolerance of the maximum over `t != top`.
+    near_second: [usize; 2],
+}
+
+impl RunnerUp {
+    fn new(q: &[f64]) -> RunnerUp {
+        let top = first_max(q, usize::MAX);
+        let second = first_max(q, top);
+        let m1 = q.get(top).copied().unwrap_or(f64::NAN);
+        let m2 = q.get(second).copied().unwrap_or(f64::NAN);
+        let near = |m: f64, skip: usize| {
+            let mut out = [usize::MAX; 2];
+            let mut filled = 0;
+            for (t, &v) in q.iter().enumerate() {
+                if t != skip && filled < 2 && v >= m - TIE_TOLERANCE {
+                    out[filled] = t;
+                    filled += 1;
+                }
+            }
+            out
+        };
+        RunnerUp {
+            top,
+            near_top: near(m1, usize::MAX),
+            near_second: near(m2, top),
+        }
+    }
+
+    fn best_except(&self, q: &[f64], k: usize) -> usize {
+        let list = if k == self.top {
+            &self.near_second
+        } else {
+            &self.near_top
+        };
+        let found = list.iter().copied().find(|&t| t != k && t < q.len());
+        // Fallback for NaN posteriors: the earliest class other than k.
+        found.unwrap_or(if k == 0 {
+            1.min(q.len().saturating_sub(1))
+        } else {
+            0
+        })
+    }
+}
+
+/// First index of the exact maximum of `q`, skipping `skip`; `usize::MAX` when nothing qualifies.
+fn first_max(q: &[f64], skip: usize) -> usize {
+    let mut best = usize::MAX;
+    for (t, &v) in q.iter().enumerate() {
+        if t == skip || v.is_nan() {
+            continue;
+        }
+        if best == usize::MAX || v > q[best] {
+            best = t;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+pub(crate) mod tests_support {
+    /// Exposes the O(1) runner-up rule for comparison with the naive definition.
+    pub(crate) fn best_except(q: &[f64], k: usize) -> usize {
+        super::RunnerUp::new(q).best_except(q, k)
+    }
+}
