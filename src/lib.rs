@@ -1,5 +1,4 @@
 //! releasegate: a release-sanitizing proxy for typed decision APIs.
-<<<<<<< HEAD
 //!
 //! # Layout
 //!
