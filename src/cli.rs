@@ -53,6 +53,27 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Build the WCPQ codebook of a contract question from the train split of saved worlds.
+    BuildCodebook {
+        /// Configuration file holding the contract (its codebooks are not loaded).
+        #[arg(long)]
+        config: PathBuf,
+        /// The contract.
+        #[arg(long)]
+        contract: String,
+        /// The question id (it must declare `workflows`).
+        #[arg(long)]
+        question: String,
+        /// Worlds file; only the train split is used.
+        #[arg(long)]
+        worlds: PathBuf,
+        /// Output codebook artifact (JSON).
+        #[arg(long)]
+        out: PathBuf,
+        /// Simplex grid denominator.
+        #[arg(long, default_value_t = 20)]
+        denominator: u32,
+    },
     /// Apply a contract to every saved answer of a worlds file; print a JSON summary.
     Replay {
         /// Configuration file holding the contract.
@@ -87,6 +108,21 @@ pub fn main() -> ExitCode {
             seed,
             out,
         } => offline::simulate_command(pairs_per_domain, seed, &out),
+        Command::BuildCodebook {
+            config,
+            contract,
+            question,
+            worlds,
+            out,
+            denominator,
+        } => offline::build_codebook_command(
+            &config,
+            &contract,
+            &question,
+            &worlds,
+            &out,
+            denominator,
+        ),
         Command::Replay {
             config,
             contract,

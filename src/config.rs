@@ -18,6 +18,7 @@ use secrecy::SecretString;
 
 use crate::contract::{Coarsening, Contract, QuestionRule};
 use crate::mechanism::Mechanism;
+use crate::workflow::Spec;
 
 pub use raw::RawConfig;
 
@@ -25,11 +26,29 @@ pub use raw::RawConfig;
 pub const DEFAULT_PATH: &str = "config/releasegate.toml";
 /// The embedded default configuration (simulated provider, demo recipients).
 pub const EMBEDDED_DEFAULT: &str = include_str!("../config/releasegate.toml");
+/// Files the embedded default refers to, by their path relative to `config/`.
+const EMBEDDED_FILES: [(&str, &[u8]); 1] = [(
+    "codebooks/delivery-coarse_cause.json",
+    include_bytes!("../config/codebooks/delivery-coarse_cause.json"),
+)];
+/// The source name of the embedded default.
+const EMBEDDED_SOURCE: &str = "embedded default";
 /// Prefix of environment overrides (`RELEASEGATE_SERVER__LISTEN=...`).
 pub const ENV_PREFIX: &str = "RELEASEGATE_";
 
 /// Reads an environment variable (injected so tests never mutate the process environment).
 pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// How much of the outside world validation reads.
+#[derive(Clone, Copy)]
+pub(crate) struct Mode<'a> {
+    /// Reads provider keys; `None` for offline tools (keys are not read).
+    pub(crate) env: Option<EnvLookup<'a>>,
+    /// Loads and checks WCPQ codebooks.
+    pub(crate) codebooks: bool,
+    /// Files come from the binary (the embedded default), not the file system.
+    pub(crate) embedded: bool,
+}
 
 /// Configuration errors.
 #[derive(Debug, thiserror::Error)]
@@ -120,6 +139,34 @@ impl Config {
         Config::load_with(path, false)
     }
 
+    /// Like `load_offline`, without loading WCPQ codebooks: for building the
+    /// codebook a contract will name. WCPQ questions come back with the
+    /// mechanism `none`; never serve such a configuration.
+    pub fn load_without_codebooks(path: &Path) -> Result<Config, Error> {
+        let figment = Figment::from(Toml::file(path)).merge(Env::prefixed(ENV_PREFIX).split("__"));
+        let base_dir = path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        let source = format!("{} (codebooks not loaded)", path.display());
+        if !path.exists() {
+            return Err(Error::Load(format!(
+                "configuration file {} does not exist",
+                path.display()
+            )));
+        }
+        Config::from_figment_mode(
+            figment,
+            source,
+            &base_dir,
+            Mode {
+                env: None,
+                codebooks: false,
+                embedded: false,
+            },
+        )
+    }
+
     fn load_with(path: Option<&Path>, read_keys: bool) -> Result<Config, Error> {
         let (figment, source) = match path {
             Some(path) => {
@@ -137,17 +184,48 @@ impl Config {
             ),
             None => (
                 Figment::from(Toml::string(EMBEDDED_DEFAULT)),
-                "embedded default".to_string(),
+                EMBEDDED_SOURCE.to_string(),
             ),
         };
-        let base_dir = path
+        let file = match path {
+            Some(path) => Some(path),
+            None => Path::new(DEFAULT_PATH)
+                .exists()
+                .then_some(Path::new(DEFAULT_PATH)),
+        };
+        let base_dir = file
             .and_then(Path::parent)
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."));
         let figment = figment.merge(Env::prefixed(ENV_PREFIX).split("__"));
         let process_env = |name: &str| std::env::var(name).ok();
         let env: Option<EnvLookup<'_>> = read_keys.then_some(&process_env);
-        Config::from_figment_with_env(figment, source, &base_dir, env)
+        let embedded = source == EMBEDDED_SOURCE;
+        Config::from_figment_mode(
+            figment,
+            source,
+            &base_dir,
+            Mode {
+                env,
+                codebooks: true,
+                embedded,
+            },
+        )
+    }
+
+    /// The embedded default configuration (with its embedded codebooks).
+    pub fn embedded_default() -> Result<Config, Error> {
+        let env = |name: &str| std::env::var(name).ok();
+        Config::from_figment_mode(
+            Figment::from(Toml::string(EMBEDDED_DEFAULT)),
+            EMBEDDED_SOURCE.to_string(),
+            Path::new("."),
+            Mode {
+                env: Some(&env),
+                codebooks: true,
+                embedded: true,
+            },
+        )
     }
 
     /// Parses a TOML string (no environment overrides); used by tests and tools.
@@ -161,19 +239,23 @@ impl Config {
         text: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Config, Error> {
-        Config::from_figment_with_env(
+        Config::from_figment_mode(
             Figment::from(Toml::string(text)),
             "inline".to_string(),
             Path::new("."),
-            Some(env),
+            Mode {
+                env: Some(env),
+                codebooks: true,
+                embedded: false,
+            },
         )
     }
 
-    fn from_figment_with_env(
+    fn from_figment_mode(
         figment: Figment,
         source: String,
         base_dir: &Path,
-        env: Option<EnvLookup<'_>>,
+        mode: Mode<'_>,
     ) -> Result<Config, Error> {
         let raw: RawConfig = figment.extract().map_err(|error| {
             let reasons: Vec<String> = error.into_iter().map(describe_figment_error).collect();
@@ -182,7 +264,7 @@ impl Config {
                 reasons.join("; ")
             ))
         })?;
-        raw.validate(source, base_dir, env)
+        raw.validate(source, base_dir, &mode)
     }
 
     /// The contract named `name`.
@@ -260,6 +342,8 @@ fn describe_figment_error(error: figment::Error) -> String {
 pub(crate) fn build_question(
     key: &str,
     raw: raw::RawQuestion,
+    base_dir: &Path,
+    mode: &Mode<'_>,
     problems: &mut Vec<String>,
 ) -> Option<QuestionRule> {
     let n_problems = problems.len();
@@ -317,19 +401,51 @@ pub(crate) fn build_question(
             )),
         }
     }
-    let mechanism = match Mechanism::from_raw(raw.mechanism) {
-        Ok(mechanism) => mechanism,
-        Err(reason) => {
-            problems.push(format!("{key}.mechanism: {reason}"));
-            Mechanism::None
-        }
+    if problems.len() > n_problems {
+        return None;
+    }
+    let workflows = match &raw.workflows {
+        None => None,
+        Some(table) => match Spec::from_raw(table, released, base_dir) {
+            Ok(spec) => Some(spec),
+            Err(error) => {
+                problems.push(format!("{key}.workflows.{error}"));
+                None
+            }
+        },
     };
+    let raw_mechanism = match raw.mechanism {
+        crate::mechanism::Raw::Wcpq { .. } if !mode.codebooks => crate::mechanism::Raw::None,
+        other => other,
+    };
+    let read_embedded = |path: &Path| {
+        EMBEDDED_FILES
+            .iter()
+            .find(|(name, _)| path.ends_with(name))
+            .map(|(_, bytes)| bytes.to_vec())
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "not embedded"))
+    };
+    let read_file = |path: &Path| std::fs::read(path);
+    let read: &dyn Fn(&Path) -> std::io::Result<Vec<u8>> = if mode.embedded {
+        &read_embedded
+    } else {
+        &read_file
+    };
+    let mechanism =
+        match Mechanism::from_raw(raw_mechanism, released, workflows.as_ref(), base_dir, read) {
+            Ok(mechanism) => mechanism,
+            Err(reason) => {
+                problems.push(format!("{key}.mechanism: {reason}"));
+                Mechanism::None
+            }
+        };
     (problems.len() == n_problems).then_some(QuestionRule {
         classes,
         view: raw.view,
         coarsen,
         withhold,
         mechanism,
+        workflows,
     })
 }
 

@@ -11,6 +11,7 @@ use std::fmt;
 use serde::Deserialize;
 
 use crate::mechanism::Mechanism;
+use crate::workflow::Spec;
 
 /// A validated release contract.
 #[derive(Debug)]
@@ -40,6 +41,8 @@ pub struct QuestionRule {
     pub withhold: Vec<bool>,
     /// The mechanism that rewrites the probability and confidence fields.
     pub mechanism: Mechanism,
+    /// The recipient's frozen downstream workflows over the released labels, when declared.
+    pub workflows: Option<Spec>,
 }
 
 /// A fine-to-coarse relabelling of a question's classes.
@@ -91,6 +94,20 @@ impl Contract {
     /// Whether `question` is covered by this contract.
     pub fn covers(&self, question: &str) -> bool {
         self.questions.contains_key(question)
+    }
+
+    /// Whether any mechanism draws fresh randomness per request.
+    pub fn needs_fresh_randomness(&self) -> bool {
+        self.questions
+            .values()
+            .any(|rule| rule.mechanism.needs_fresh_randomness())
+    }
+
+    /// Whether releasing may be slow enough to belong off the async threads.
+    pub fn is_heavy(&self) -> bool {
+        self.questions
+            .values()
+            .any(|rule| rule.mechanism.is_heavy())
     }
 }
 

@@ -6,6 +6,7 @@
 //! - `contract`: the typed release contract (views, coarsening, withholding).
 //! - `wire`: checking requests and parsing System One answers into class vectors.
 //! - `mechanism`: release mechanisms that rewrite probability/confidence fields.
+//! - `dataset`: one contract question's native answers out of saved worlds.
 //! - `release`: applies a contract to a whole response; the one code path
 //!   shared by the proxy and the offline replay.
 //! - `workflow`: frozen downstream workflows, plans and behaviour signatures.
@@ -33,6 +34,7 @@ pub mod cli;
 pub mod codebook;
 pub mod config;
 pub mod contract;
+pub mod dataset;
 pub mod features;
 pub mod mechanism;
 pub mod metrics;

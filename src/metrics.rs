@@ -2,8 +2,11 @@
 //! configuration (contract, provider, question ids) and enums.
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
 };
+
+use crate::config::Config;
+use crate::mechanism::Mechanism;
 
 /// Typed metric handles.
 #[derive(Clone, Debug)]
@@ -19,6 +22,14 @@ pub struct Metrics {
     pub released_answers: IntCounterVec,
     /// Rejected upstream answers by contract and reason.
     pub rejected_answers: IntCounterVec,
+    /// WCPQ-mapped answers by contract, question and outcome (covered or fallback).
+    pub wcpq_answers: IntCounterVec,
+    /// WCPQ fallbacks by contract, question and reason.
+    pub wcpq_fallbacks: IntCounterVec,
+    /// Time spent in the WCPQ mapper by contract and question.
+    pub wcpq_mapping: HistogramVec,
+    /// One series per WCPQ question: the codebook's SHA-256 as a label, its codeword count as value.
+    pub codebook_info: IntGaugeVec,
 }
 
 /// Errors building metrics (only on programming mistakes such as duplicate names).
@@ -69,6 +80,41 @@ impl Metrics {
             ),
             &["contract", "reason"],
         )?;
+        let wcpq_answers = IntCounterVec::new(
+            Opts::new(
+                "releasegate_wcpq_answers_total",
+                "Answers mapped by WCPQ, by contract, question and outcome (covered or fallback)",
+            ),
+            &["contract", "question", "outcome"],
+        )?;
+        let wcpq_fallbacks = IntCounterVec::new(
+            Opts::new(
+                "releasegate_wcpq_fallbacks_total",
+                "WCPQ fallbacks by contract, question and reason",
+            ),
+            &["contract", "question", "reason"],
+        )?;
+        let wcpq_mapping = HistogramVec::new(
+            HistogramOpts::new(
+                "releasegate_wcpq_mapping_seconds",
+                "Time to map one answer with the WCPQ strict mapper",
+            )
+            .buckets(vec![
+                1e-6, 2.5e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2, 0.1,
+            ]),
+            &["contract", "question"],
+        )?;
+        let codebook_info = IntGaugeVec::new(
+            Opts::new(
+                "releasegate_codebook_info",
+                "WCPQ codebook in use per contract question (value: codeword count)",
+            ),
+            &["contract", "question", "sha256"],
+        )?;
+        registry.register(Box::new(wcpq_answers.clone()))?;
+        registry.register(Box::new(wcpq_fallbacks.clone()))?;
+        registry.register(Box::new(wcpq_mapping.clone()))?;
+        registry.register(Box::new(codebook_info.clone()))?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(upstream_latency.clone()))?;
         registry.register(Box::new(upstream_errors.clone()))?;
@@ -81,7 +127,43 @@ impl Metrics {
             upstream_errors,
             released_answers,
             rejected_answers,
+            wcpq_answers,
+            wcpq_fallbacks,
+            wcpq_mapping,
+            codebook_info,
         })
+    }
+
+    /// Publishes the codebook of every WCPQ question and starts its series at zero.
+    pub fn describe(&self, config: &Config) {
+        for (name, contract) in &config.contracts {
+            for (question, rule) in &contract.questions {
+                if let Mechanism::Wcpq(wcpq) = &rule.mechanism {
+                    let count = i64::try_from(wcpq.mapper.codebook().len()).unwrap_or(i64::MAX);
+                    self.codebook_info
+                        .with_label_values(&[
+                            name.as_str(),
+                            question.as_str(),
+                            wcpq.codebook_sha256.as_str(),
+                        ])
+                        .set(count);
+                    for outcome in ["covered", "fallback"] {
+                        self.wcpq_answers.with_label_values(&[
+                            name.as_str(),
+                            question.as_str(),
+                            outcome,
+                        ]);
+                    }
+                    for reason in crate::wcpq::Reason::LABELS {
+                        self.wcpq_fallbacks.with_label_values(&[
+                            name.as_str(),
+                            question.as_str(),
+                            reason,
+                        ]);
+                    }
+                }
+            }
+        }
     }
 
     /// The registry (for registering further collectors).

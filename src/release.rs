@@ -10,8 +10,10 @@
 use serde_json::{Map, Value};
 
 use crate::contract::{Coarsening, Contract, QuestionRule, View};
-use crate::mechanism::{ClassVector, Released};
+use crate::mechanism::{self, ClassVector, Context, Released};
+use crate::rng::Rng;
 use crate::wire::{self, Asked, AskedQuestion, Invalid, Kind};
+use crate::workflow;
 
 /// A released response and what happened to each answer.
 #[derive(Debug, Clone)]
@@ -31,6 +33,30 @@ pub struct AnswerRecord {
     pub view: View,
     /// Whether a withheld label was selected.
     pub withheld: bool,
+    /// What the mechanism did.
+    pub mechanism: mechanism::Outcome,
+    /// Time spent in the WCPQ mapper, if any.
+    pub mapping_seconds: Option<f64>,
+    /// Native and released forms as the frozen workflows read them (only when
+    /// `Options::evaluate` is set and the question declares workflows).
+    pub evaluation: Option<Box<Evaluation>>,
+}
+
+/// The two answers a frozen workflow would have acted on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation {
+    /// The native answer restricted to the view's fields (before any mechanism).
+    pub native: workflow::Release,
+    /// The released answer, read back from its serialized form.
+    pub released: workflow::Release,
+}
+
+/// Per-call options of the release path.
+pub struct Options<'a> {
+    /// Fresh randomness for unseeded noise mechanisms.
+    pub rng: &'a mut Rng,
+    /// Record native and released forms for workflow evaluation (offline tools).
+    pub evaluate: bool,
 }
 
 /// The body of an error the recipient receives: `{"detail": {"error_type", "message"}}`.
@@ -48,8 +74,16 @@ pub fn invalid_answer_body(reason: Invalid) -> Value {
     error_body("invalid_upstream_answer", &invalid_answer_message(reason))
 }
 
-/// Releases `native` (the provider's response body) under `contract`.
-pub fn release(contract: &Contract, asked: &Asked, native: &Value) -> Result<Release, Invalid> {
+/// Releases `native` (the provider's response body) under `contract`;
+/// `request` is the caller's request body (its `state` feeds request-dependent
+/// workflows and seeded noise).
+pub fn release(
+    contract: &Contract,
+    asked: &Asked,
+    request: &Value,
+    native: &Value,
+    options: &mut Options<'_>,
+) -> Result<Release, Invalid> {
     let object = native.as_object().ok_or(Invalid::MissingField)?;
     let model = object
         .get("model")
@@ -75,13 +109,9 @@ pub fn release(contract: &Contract, asked: &Asked, native: &Value) -> Result<Rel
             .ok_or(Invalid::MissingAnswer)?;
         let answer = answers.get(&question.id).ok_or(Invalid::MissingAnswer)?;
         let native_vector = wire::parse_answer(question.kind, rule, answer)?;
-        let (value, withheld) = release_answer(question, rule, &native_vector)?;
+        let (value, record) = release_answer(question, rule, &native_vector, request, options)?;
         released_answers.insert(question.id.clone(), value);
-        records.push(AnswerRecord {
-            question: question.id.clone(),
-            view: rule.view,
-            withheld,
-        });
+        records.push(record);
     }
 
     let mut body = Map::new();
@@ -97,25 +127,44 @@ pub fn release(contract: &Contract, asked: &Asked, native: &Value) -> Result<Rel
     })
 }
 
-/// Releases one parsed answer; returns the answer object and whether it was withheld.
+/// Releases one parsed answer; returns the answer object and its record.
 pub fn release_answer(
     question: &AskedQuestion,
     rule: &QuestionRule,
     native: &ClassVector,
-) -> Result<(Value, bool), Invalid> {
+    request: &Value,
+    options: &mut Options<'_>,
+) -> Result<(Value, AnswerRecord), Invalid> {
     let vector = match &rule.coarsen {
         Some(coarsening) => coarsen(coarsening, native),
         None => native.clone(),
     };
     let view = rule.view;
-    let released = if view.has_probabilities() || view.has_confidence() {
-        rule.mechanism.apply(&vector)
+    let labels = rule.released_labels();
+    let applied = if view.has_probabilities() || view.has_confidence() {
+        let state = request.get("state").unwrap_or(&Value::Null);
+        let identity = identity_bytes(&question.id, request);
+        let roundtrip =
+            |candidate: &workflow::Release| roundtrip(question, labels, view, candidate);
+        let mut context = Context {
+            state,
+            rng: options.rng,
+            roundtrip: &roundtrip,
+            identity: &identity,
+        };
+        rule.mechanism.apply(&vector, view, &mut context)
     } else {
-        Released {
-            probabilities: Vec::new(),
-            confidence: None,
+        mechanism::Applied {
+            released: Released {
+                probabilities: Vec::new(),
+                confidence: None,
+                deny: false,
+            },
+            outcome: mechanism::Outcome::Applied,
+            mapping_seconds: None,
         }
     };
+    let released = &applied.released;
     let finite = released
         .probabilities
         .iter()
@@ -126,11 +175,127 @@ pub fn release_answer(
         return Err(Invalid::BadProbability);
     }
     let withheld = rule.withhold.get(vector.choice).copied().unwrap_or(false);
-    let labels = rule.released_labels();
-    Ok((
-        encode(question, labels, view, vector.choice, &released, withheld),
+    let value = encode(question, labels, view, vector.choice, released, withheld);
+    let evaluation = match (&rule.workflows, options.evaluate) {
+        (Some(_), true) => read_released(question.kind, labels, view, &value).map(|released| {
+            Box::new(Evaluation {
+                native: workflow::Release {
+                    choice: vector.choice,
+                    probabilities: view
+                        .has_probabilities()
+                        .then(|| vector.probabilities.clone()),
+                    confidence: vector.confidence.filter(|_| view.has_confidence()),
+                },
+                released,
+            })
+        }),
+        _ => None,
+    };
+    let record = AnswerRecord {
+        question: question.id.clone(),
+        view,
         withheld,
-    ))
+        mechanism: applied.outcome,
+        mapping_seconds: applied.mapping_seconds,
+        evaluation,
+    };
+    Ok((value, record))
+}
+
+/// Serializes a candidate exactly as it would be sent, parses the text back
+/// and reads it the way a consumer does.
+fn roundtrip(
+    question: &AskedQuestion,
+    labels: &[String],
+    view: View,
+    candidate: &workflow::Release,
+) -> Option<workflow::Release> {
+    let released = Released {
+        probabilities: match &candidate.probabilities {
+            Some(p) => p.iter().copied().map(Some).collect(),
+            None => vec![None; labels.len()],
+        },
+        confidence: candidate.confidence,
+        deny: false,
+    };
+    let value = encode(question, labels, view, candidate.choice, &released, false);
+    let text = serde_json::to_string(&value).ok()?;
+    let parsed: Value = serde_json::from_str(&text).ok()?;
+    read_released(question.kind, labels, view, &parsed)
+}
+
+/// Reads a released answer object the way a downstream consumer does: the
+/// selected class, the probabilities when all are present, the confidence.
+///
+/// For score and noul answers, which carry no `choice` field, the selected
+/// class is the earliest most probable class when probabilities are present,
+/// else the released level (score) or outcome (noul). Whether probabilities
+/// are present is the view's to say (the recipient knows its contract).
+pub fn read_released(
+    kind: Kind,
+    labels: &[String],
+    view: View,
+    answer: &Value,
+) -> Option<workflow::Release> {
+    let object = answer.as_object()?;
+    let probabilities: Option<Vec<f64>> = match kind {
+        Kind::Noul => {
+            let p_true = object.get("noul")?.as_f64()?;
+            // Without probabilities the value is the hard outcome; it still reads as a vector.
+            Some(
+                labels
+                    .iter()
+                    .map(|l| if l == "true" { p_true } else { 1.0 - p_true })
+                    .collect(),
+            )
+        }
+        _ => object
+            .get("probabilities")
+            .and_then(Value::as_object)
+            .and_then(|map| {
+                (map.len() == labels.len())
+                    .then(|| {
+                        labels
+                            .iter()
+                            .map(|l| map.get(l).and_then(Value::as_f64))
+                            .collect::<Option<Vec<f64>>>()
+                    })
+                    .flatten()
+            }),
+    };
+    let choice = match kind {
+        Kind::Choice => {
+            let label = object.get("choice")?.as_str()?;
+            labels.iter().position(|l| l == label)?
+        }
+        Kind::Score => match &probabilities {
+            Some(p) => wire::argmax(p),
+            None => {
+                let level = object.get("score")?.as_f64()?;
+                labels
+                    .iter()
+                    .position(|l| l.parse::<f64>().ok() == Some(level))?
+            }
+        },
+        Kind::Noul => wire::argmax(probabilities.as_deref()?),
+    };
+    // A noul answer's value is a probability only when the view releases one.
+    let probabilities = probabilities.filter(|_| view.has_probabilities());
+    let confidence = object.get("confidence").and_then(Value::as_f64);
+    Some(workflow::Release {
+        choice,
+        probabilities,
+        confidence,
+    })
+}
+
+/// Stable bytes identifying a request's question (seeded noise): the question
+/// id and the request's serialized form.
+fn identity_bytes(question: &str, request: &Value) -> Vec<u8> {
+    let mut bytes = question.as_bytes().to_vec();
+    bytes.push(0);
+    bytes.extend(serde_json::to_vec(request).unwrap_or_default());
+    bytes
 }
 
 /// Sums fine probabilities into coarse labels and relabels the choice.
@@ -159,10 +324,13 @@ fn encode(
 ) -> Value {
     let mut out = Map::new();
     out.insert("type".into(), Value::String(question.kind.as_str().into()));
-    if !view.has_choice() {
+    if !view.has_choice() || released.deny {
         return Value::Object(out);
     }
-    let show_probabilities = view.has_probabilities();
+    // Probabilities go out when the view has them and the mechanism released any
+    // (a WCPQ `choice_only` fallback releases none: the field is then absent).
+    let show_probabilities =
+        view.has_probabilities() && released.probabilities.iter().any(Option::is_some);
     // A withheld selection keeps only its own probability: residual scores leak it.
     let probability_entries: Vec<(usize, f64)> = if show_probabilities {
         released

@@ -12,8 +12,10 @@ use std::io::{BufRead, Write};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::contract::Contract;
+use crate::contract::{Contract, QuestionRule};
+use crate::mechanism;
 use crate::release;
+use crate::rng::Rng;
 use crate::wire;
 use crate::worlds::{self, Reader, Writer};
 
@@ -26,6 +28,9 @@ pub enum Error {
     /// An input line is malformed, or the output cannot be written.
     #[error(transparent)]
     Worlds(#[from] worlds::Error),
+    /// The operating system gave no randomness for unseeded noise.
+    #[error("no operating system randomness available")]
+    Randomness,
 }
 
 /// What a replay did.
@@ -76,6 +81,79 @@ pub struct MechanismSummary {
     pub kind: String,
     /// Answers the mechanism processed.
     pub answers: u64,
+    /// WCPQ: answers released as a codeword.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub covered: Option<u64>,
+    /// WCPQ: covered / answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<f64>,
+    /// WCPQ: fallbacks by reason.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub fallbacks: BTreeMap<String, u64>,
+    /// With declared workflows: how the released answers change frozen workflows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflows: Option<WorkflowSummary>,
+}
+
+/// Native versus released behaviour of the question's frozen workflows.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct WorkflowSummary {
+    /// Frozen policies per answer.
+    pub policies: usize,
+    /// Answers compared.
+    pub answers: u64,
+    /// Policy-answer comparisons whose complete plans are equal.
+    pub plans_agreeing: u64,
+    /// All policy-answer comparisons.
+    pub plan_comparisons: u64,
+    /// plans_agreeing / plan_comparisons.
+    pub plan_agreement: f64,
+    /// Largest |realized cost(native) - realized cost(released)| over every
+    /// policy and hypothetical true class.
+    pub max_realized_cost_difference: f64,
+}
+
+// === impl MechanismSummary ===
+
+impl MechanismSummary {
+    fn record(&mut self, rule: &QuestionRule, record: &release::AnswerRecord, state: &Value) {
+        self.kind = rule.mechanism.kind().to_string();
+        self.answers += 1;
+        match record.mechanism {
+            mechanism::Outcome::Applied => {}
+            mechanism::Outcome::Covered { .. } => *self.covered.get_or_insert(0) += 1,
+            mechanism::Outcome::Fallback(reason) => {
+                self.covered.get_or_insert(0);
+                *self
+                    .fallbacks
+                    .entry(reason.label().to_string())
+                    .or_default() += 1;
+            }
+        }
+        if let Some(covered) = self.covered {
+            self.coverage = Some(covered as f64 / self.answers as f64);
+        }
+        if let (Some(spec), Some(evaluation)) = (&rule.workflows, &record.evaluation) {
+            let summary = self.workflows.get_or_insert_with(WorkflowSummary::default);
+            let native = spec.plans(&evaluation.native, state);
+            let released = spec.plans(&evaluation.released, state);
+            summary.policies = native.len();
+            summary.answers += 1;
+            summary.plan_comparisons += native.len() as u64;
+            summary.plans_agreeing +=
+                native.iter().zip(&released).filter(|(a, b)| a == b).count() as u64;
+            summary.plan_agreement =
+                summary.plans_agreeing as f64 / summary.plan_comparisons.max(1) as f64;
+            for true_class in 0..spec.class_count() {
+                let before = spec.realized_costs(&native, true_class);
+                let after = spec.realized_costs(&released, true_class);
+                for (a, b) in before.iter().zip(&after) {
+                    summary.max_realized_cost_difference =
+                        summary.max_realized_cost_difference.max((a - b).abs());
+                }
+            }
+        }
+    }
 }
 
 // === impl Rejections ===
@@ -106,6 +184,11 @@ pub fn replay<R: BufRead, W: Write>(
         contract: contract.name.clone(),
         ..Summary::default()
     };
+    let mut rng = Rng::new(crate::rng::os_seed().map_err(|_| Error::Randomness)?);
+    let mut options = release::Options {
+        rng: &mut rng,
+        evaluate: true,
+    };
     let mut input = input;
     while let Some(world) = input.next() {
         let mut world = world?;
@@ -122,7 +205,13 @@ pub fn replay<R: BufRead, W: Write>(
                 );
                 body
             }
-            Ok(asked) => match release::release(contract, &asked, &world.response) {
+            Ok(asked) => match release::release(
+                contract,
+                &asked,
+                &world.request,
+                &world.response,
+                &mut options,
+            ) {
                 Ok(released) => {
                     for record in &released.answers {
                         *summary
@@ -132,12 +221,12 @@ pub fn replay<R: BufRead, W: Write>(
                             .entry(record.view.as_str().to_string())
                             .or_default() += 1;
                         if let Some(rule) = contract.questions.get(&record.question) {
-                            let mechanism = summary
+                            let state = world.request.get("state").unwrap_or(&Value::Null);
+                            summary
                                 .mechanisms
                                 .entry(record.question.clone())
-                                .or_default();
-                            mechanism.kind = rule.mechanism.kind().to_string();
-                            mechanism.answers += 1;
+                                .or_default()
+                                .record(rule, record, state);
                         }
                     }
                     released.body

@@ -88,6 +88,13 @@ impl Rng {
     }
 }
 
+/// A seed from the operating system's randomness (for noise a recipient must
+/// not be able to predict). This is the only non-deterministic input, used
+/// at the edges: the proxy per request, replay when no seed is configured.
+pub fn os_seed() -> Result<u64, getrandom::Error> {
+    getrandom::u64()
+}
+
 fn splitmix64(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
     let mut z = *state;

@@ -83,6 +83,7 @@ impl Application {
         let public = bind(config.server.listen).await?;
         let admin = bind(config.server.admin_listen).await?;
         let metrics = Metrics::new()?;
+        metrics.describe(&config);
         let upstreams = Upstreams::new(&config, metrics.clone())?;
         let keys = Keys::new(&config.recipients);
         let seed = std::time::SystemTime::now()

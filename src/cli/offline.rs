@@ -7,9 +7,11 @@ use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::codebook::{self, TrainingAnswer};
 use crate::config::Config;
 use crate::contract::Contract;
-use crate::{replay, simulate, worlds};
+use crate::worlds::Split;
+use crate::{dataset, replay, simulate, workflow, worlds};
 
 /// A progress spinner on stderr when it is a terminal, hidden otherwise.
 pub fn progress(what: &str) -> ProgressBar {
@@ -100,6 +102,106 @@ pub fn simulate_command(pairs_per_domain: usize, seed: u64, output: &Path) -> Ex
         "wrote {} worlds to {}",
         writer.n_written(),
         output.display()
+    );
+    ExitCode::SUCCESS
+}
+
+/// Codebooks above this many grid vectors get a warning (mapping scans them).
+pub const GRID_WARNING: u128 = 200_000;
+
+/// `releasegate build-codebook`.
+pub fn build_codebook_command(
+    config: &Path,
+    contract_name: &str,
+    question: &str,
+    input: &Path,
+    output: &Path,
+    denominator: u32,
+) -> ExitCode {
+    let config = match Config::load_without_codebooks(config) {
+        Ok(config) => config,
+        Err(error) => return super::usage_error(&error),
+    };
+    let Some(contract) = config.contract(contract_name) else {
+        return super::usage_error(&format!("no contract named `{contract_name}`"));
+    };
+    let Some(rule) = contract.questions.get(question) else {
+        return super::usage_error(&format!(
+            "contract `{contract_name}` has no question `{question}`"
+        ));
+    };
+    let Some(spec) = &rule.workflows else {
+        return super::usage_error(&format!(
+            "contracts.{contract_name}.questions.{question} has no `workflows` table: a codebook is built for frozen workflows"
+        ));
+    };
+    let classes = rule.released_labels();
+    let grid = codebook::grid_size(classes.len(), denominator);
+    if grid > GRID_WARNING {
+        let suggestion = codebook::largest_denominator_within(classes.len(), GRID_WARNING)
+            .map_or_else(String::new, |d| {
+                format!("; --denominator {d} keeps it under {GRID_WARNING}")
+            });
+        eprintln!(
+            "warning: the denominator-{denominator} grid has {grid} vectors for {} classes (times 3 confidences){suggestion}",
+            classes.len()
+        );
+    }
+    let bytes = match std::fs::read(input) {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            return super::usage_error(&format!("cannot read {}: {error}", input.display()));
+        }
+    };
+    let source_sha256 = workflow::sha256_hex(&bytes);
+    let mut training = Vec::new();
+    let mut skipped: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    let bar = progress("worlds");
+    for (index, world) in worlds::Reader::new(bytes.as_slice()).enumerate() {
+        let world = match world {
+            Ok(world) => world,
+            Err(error) => {
+                bar.finish_and_clear();
+                return super::failure(&error);
+            }
+        };
+        bar.set_position(index as u64 + 1);
+        if world.split != Split::Train {
+            continue;
+        }
+        match dataset::native_answer(contract, question, &world) {
+            Ok(answer) => training.push(TrainingAnswer {
+                pair_id: world.pair_id.clone(),
+                probabilities: answer.vector.probabilities,
+                confidence: answer.vector.confidence,
+            }),
+            Err(skip) => *skipped.entry(skip.to_string()).or_default() += 1,
+        }
+    }
+    bar.set_message("building");
+    let built = codebook::build(classes, denominator, spec, &training, source_sha256);
+    bar.finish_and_clear();
+    let built = match built {
+        Ok(built) => built,
+        Err(error) => return super::usage_error(&error),
+    };
+    if let Err(error) = built.codebook.write(output) {
+        return super::failure(&error);
+    }
+    let summary = serde_json::json!({
+        "codebook": output.display().to_string(),
+        "contract": contract_name,
+        "question": question,
+        "classes": classes,
+        "denominator": denominator,
+        "training_answers": training.len(),
+        "skipped_train_worlds": skipped,
+        "workflows_sha256": built.codebook.workflows_sha256(),
+        "stats": built.stats,
+    });
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&summary).unwrap_or_default()
     );
     ExitCode::SUCCESS
 }

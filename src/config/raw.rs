@@ -82,6 +82,8 @@ pub(crate) struct RawQuestion {
     pub(crate) withhold_labels: Vec<String>,
     #[serde(default)]
     pub(crate) mechanism: mechanism::Raw,
+    #[serde(default)]
+    pub(crate) workflows: Option<crate::workflow::RawWorkflows>,
 }
 
 fn default_timeout_ms() -> u64 {
@@ -115,15 +117,15 @@ impl RawConfig {
     pub(crate) fn validate(
         self,
         source: String,
-        _base_dir: &Path,
-        env: Option<EnvLookup<'_>>,
+        base_dir: &Path,
+        mode: &super::Mode<'_>,
     ) -> Result<Config, Error> {
         let mut problems = Vec::new();
         let server = validate_server(self.server, &mut problems);
 
         let mut providers = BTreeMap::new();
         for (name, raw) in self.providers {
-            if let Some(provider) = validate_provider(&name, raw, env, &mut problems) {
+            if let Some(provider) = validate_provider(&name, raw, mode.env, &mut problems) {
                 providers.insert(name, provider);
             }
         }
@@ -147,9 +149,13 @@ impl RawConfig {
             }
             let mut questions = BTreeMap::new();
             for (id, question) in raw.questions {
-                if let Some(rule) =
-                    super::build_question(&format!("{key}.questions.{id}"), question, &mut problems)
-                {
+                if let Some(rule) = super::build_question(
+                    &format!("{key}.questions.{id}"),
+                    question,
+                    base_dir,
+                    mode,
+                    &mut problems,
+                ) {
                     questions.insert(id, rule);
                 }
             }

@@ -27,8 +27,20 @@ fn problems(text: &str) -> Vec<String> {
 
 #[test]
 fn embedded_default_is_valid() {
-    let config = Config::from_toml(EMBEDDED_DEFAULT).unwrap();
+    let config = Config::embedded_default().unwrap();
     assert!(config.contracts.contains_key("dispatcher"));
+    assert_eq!(
+        config.contract("planner").unwrap().questions["coarse_cause"]
+            .mechanism
+            .kind(),
+        "wcpq"
+    );
+    // The shipped file and the embedded copy agree.
+    let file = Config::load(Some(Path::new(DEFAULT_PATH))).unwrap();
+    assert_eq!(
+        file.summary().lines().skip(1).collect::<Vec<_>>(),
+        config.summary().lines().skip(1).collect::<Vec<_>>()
+    );
     assert!(config.summary().contains("contract dispatcher"));
 }
 

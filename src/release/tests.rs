@@ -34,10 +34,19 @@ fn native() -> Value {
         "usage": {"input_tokens": 392, "output_tokens": 1, "cost": 0.1}})
 }
 
+fn run(c: &Contract, asked: &crate::wire::Asked, native: &Value) -> Result<Release, Invalid> {
+    let mut rng = crate::rng::Rng::new(1);
+    let mut options = Options {
+        rng: &mut rng,
+        evaluate: true,
+    };
+    release(c, asked, &request(), native, &mut options)
+}
+
 fn released(view: &str, extra: &str, usage: &str) -> Value {
     let c = contract(view, extra, usage);
     let asked = check_request(&request(), &c).unwrap();
-    release(&c, &asked, &native()).unwrap().body
+    run(&c, &asked, &native()).unwrap().body
 }
 
 #[test]
@@ -162,23 +171,17 @@ fn invalid_or_missing_answers_reject_the_whole_response() {
     let mut missing = native();
     missing["answers"].as_object_mut().unwrap().remove("s");
     assert_eq!(
-        release(&c, &asked, &missing).unwrap_err(),
+        run(&c, &asked, &missing).unwrap_err(),
         Invalid::MissingAnswer
     );
     let mut nan = native();
     nan["answers"]["n"]["noul"] = json!(1.5);
-    assert_eq!(
-        release(&c, &asked, &nan).unwrap_err(),
-        Invalid::BadProbability
-    );
+    assert_eq!(run(&c, &asked, &nan).unwrap_err(), Invalid::BadProbability);
     let mut usage = native();
     usage["usage"]["input_tokens"] = json!(1.5);
+    assert_eq!(run(&c, &asked, &usage).unwrap_err(), Invalid::MissingField);
     assert_eq!(
-        release(&c, &asked, &usage).unwrap_err(),
-        Invalid::MissingField
-    );
-    assert_eq!(
-        release(&c, &asked, &json!({"answers": {}})).unwrap_err(),
+        run(&c, &asked, &json!({"answers": {}})).unwrap_err(),
         Invalid::MissingField
     );
 }

@@ -12,8 +12,12 @@ use serde_json::{Value, json};
 
 use super::error::Error;
 use super::{AppState, REQUEST_ID_HEADER, body};
+use std::sync::Arc;
+
 use crate::contract::Contract;
+use crate::mechanism;
 use crate::metrics::status_class;
+use crate::rng::Rng;
 use crate::upstream::Reply;
 use crate::{release, wire};
 
@@ -156,20 +160,80 @@ async fn answer(
         .systemone(&contract.provider, forward, headers)
         .await?;
     let native = success_json(state, contract, reply)?;
-    let released = release::release(contract, &asked, &native)
+    let released = release_off_thread(contract, asked, request, native)
+        .await?
         .map_err(|reason| reject(state, contract, reason))?;
-    for record in &released.answers {
-        state
-            .metrics()
-            .released_answers
-            .with_label_values(&[
-                contract.name.as_str(),
-                record.question.as_str(),
-                record.view.as_str(),
-            ])
-            .inc();
-    }
+    record_released(state, contract, &released);
     Ok(released.body)
+}
+
+/// Runs the pure release path; contracts whose mechanisms scan codebooks per
+/// request run on the blocking pool so they never stall the async workers.
+async fn release_off_thread(
+    contract: &Arc<Contract>,
+    asked: wire::Asked,
+    request: Value,
+    native: Value,
+) -> Result<Result<release::Release, wire::Invalid>, Error> {
+    let seed = if contract.needs_fresh_randomness() {
+        crate::rng::os_seed().map_err(|_| Error::Internal)?
+    } else {
+        0
+    };
+    let run = {
+        let contract = contract.clone();
+        move || {
+            let mut rng = Rng::new(seed);
+            let mut options = release::Options {
+                rng: &mut rng,
+                evaluate: false,
+            };
+            release::release(&contract, &asked, &request, &native, &mut options)
+        }
+    };
+    if contract.is_heavy() {
+        tokio::task::spawn_blocking(run)
+            .await
+            .map_err(|_| Error::Internal)
+    } else {
+        Ok(run())
+    }
+}
+
+fn record_released(state: &AppState, contract: &Contract, released: &release::Release) {
+    let metrics = state.metrics();
+    for record in &released.answers {
+        let labels = [contract.name.as_str(), record.question.as_str()];
+        metrics
+            .released_answers
+            .with_label_values(&[labels[0], labels[1], record.view.as_str()])
+            .inc();
+        match record.mechanism {
+            mechanism::Outcome::Applied => {}
+            mechanism::Outcome::Covered { .. } => {
+                metrics
+                    .wcpq_answers
+                    .with_label_values(&[labels[0], labels[1], "covered"])
+                    .inc();
+            }
+            mechanism::Outcome::Fallback(reason) => {
+                metrics
+                    .wcpq_answers
+                    .with_label_values(&[labels[0], labels[1], "fallback"])
+                    .inc();
+                metrics
+                    .wcpq_fallbacks
+                    .with_label_values(&[labels[0], labels[1], reason.label()])
+                    .inc();
+            }
+        }
+        if let Some(seconds) = record.mapping_seconds {
+            metrics
+                .wcpq_mapping
+                .with_label_values(&labels)
+                .observe(seconds);
+        }
+    }
 }
 
 async fn list_models(

@@ -69,6 +69,11 @@ impl Posterior {
         !matches!(self, Posterior::Logistic(_))
     }
 
+    /// True when plans depend on the request (a logistic posterior reads public features).
+    pub fn is_request_dependent(&self) -> bool {
+        !self.is_request_independent()
+    }
+
     /// The public request features this posterior reads (empty unless logistic).
     pub fn public_features(&self, state: &Value) -> Vec<f64> {
         match self {

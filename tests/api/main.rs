@@ -7,3 +7,4 @@ mod helpers;
 mod release;
 mod replay;
 mod upstream_failures;
+mod wcpq;

@@ -1,0 +1,189 @@
+//! WCPQ and the baseline mechanisms through the real proxy.
+
+use std::path::PathBuf;
+
+use releasegate::codebook;
+use releasegate::config::Config;
+use releasegate::workflow::Spec;
+use serde_json::{Value, json};
+
+use crate::helpers::{native_answer, request, spawn};
+
+fn classes() -> Vec<String> {
+    ["A", "B", "C", "D"].iter().map(|s| s.to_string()).collect()
+}
+
+/// Writes a grid-only codebook for the standard workflows over A..D.
+fn codebook_file(name: &str, denominator: u32) -> PathBuf {
+    let spec = Spec::standard(classes()).unwrap();
+    let built = codebook::build(&classes(), denominator, &spec, &[], "test".into()).unwrap();
+    let path = std::env::temp_dir().join(format!("releasegate-{}-{name}.json", std::process::id()));
+    built.codebook.write(&path).unwrap();
+    path
+}
+
+fn wcpq(path: &std::path::Path, fallback: &str) -> String {
+    format!(
+        "mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"{fallback}\" }}\nworkflows = {{}}",
+        path.display()
+    )
+}
+
+async fn cause_of(view: &str, extra: &str, native: Value) -> (Value, Vec<String>, String) {
+    let app = spawn(view, extra).await;
+    app.upstream.answer(native);
+    let response = app.post(&request()).await;
+    assert_eq!(response.status(), 200);
+    let mut headers: Vec<String> = response.headers().keys().map(|k| k.to_string()).collect();
+    headers.sort();
+    let body: Value = response.json().await.unwrap();
+    let metrics = app.metrics().await;
+    app.stop().await;
+    (body["answers"]["cause"].clone(), headers, metrics)
+}
+
+#[tokio::test]
+async fn a_covered_answer_keeps_every_frozen_plan_and_hides_the_native_vector() {
+    let path = codebook_file("covered", 20);
+    let (cause, _, metrics) =
+        cause_of("full_native", &wcpq(&path, "native"), native_answer()).await;
+    let native = &native_answer()["answers"]["cause"];
+    assert_eq!(cause["choice"], "B");
+    assert_ne!(
+        cause["probabilities"], native["probabilities"],
+        "a codeword replaces the vector"
+    );
+    let keys: Vec<&String> = cause.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["type", "choice", "probabilities", "confidence"]);
+    // Plans of every frozen policy are the native ones.
+    let spec = Spec::standard(classes()).unwrap();
+    let read = |answer: &Value| {
+        let p: Vec<f64> = classes()
+            .iter()
+            .map(|c| answer["probabilities"][c].as_f64().unwrap())
+            .collect();
+        releasegate::workflow::Release {
+            choice: 1,
+            probabilities: Some(p),
+            confidence: answer["confidence"].as_f64(),
+        }
+    };
+    assert_eq!(
+        spec.plans(&read(&cause), &Value::Null),
+        spec.plans(&read(native), &Value::Null)
+    );
+    assert!(metrics.contains(
+        "releasegate_wcpq_answers_total{contract=\"main\",outcome=\"covered\",question=\"cause\"} 1"
+    ), "{metrics}");
+    assert!(metrics.contains("releasegate_codebook_info{contract=\"main\",question=\"cause\""));
+    assert!(metrics.contains("releasegate_wcpq_mapping_seconds_bucket"));
+}
+
+#[tokio::test]
+async fn fallbacks_look_like_covered_answers_to_the_recipient() {
+    // A denominator-1 grid holds only the vertices: the native answer is not covered.
+    let coarse = codebook_file("coarse", 1);
+    let fine = codebook_file("fine", 20);
+    let (fallback, fallback_headers, metrics) =
+        cause_of("full_native", &wcpq(&coarse, "native"), native_answer()).await;
+    assert!(metrics.contains(
+        "releasegate_wcpq_fallbacks_total{contract=\"main\",question=\"cause\",reason=\"no_admissible_codeword\"} 1"
+    ), "{metrics}");
+    let (covered, covered_headers, _) =
+        cause_of("full_native", &wcpq(&fine, "native"), native_answer()).await;
+    // Same header names, same fields in the same order: only the values differ.
+    assert_eq!(fallback_headers, covered_headers);
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&fallback), keys(&covered));
+    assert_eq!(
+        keys(&fallback["probabilities"]),
+        keys(&covered["probabilities"])
+    );
+    // The native fallback releases the native answer.
+    assert_eq!(
+        fallback["probabilities"],
+        native_answer()["answers"]["cause"]["probabilities"]
+    );
+
+    let (choice_only, _, _) = cause_of(
+        "full_native",
+        &wcpq(&coarse, "choice_only"),
+        native_answer(),
+    )
+    .await;
+    assert_eq!(choice_only, json!({"type": "choice", "choice": "B"}));
+    let (deny, _, _) = cause_of("full_native", &wcpq(&coarse, "deny"), native_answer()).await;
+    assert_eq!(deny, json!({"type": "choice"}));
+}
+
+#[test]
+fn the_proxy_refuses_a_codebook_built_for_other_workflows() {
+    let path = codebook_file("mismatch", 20);
+    let text = format!(
+        "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n\
+         [contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"full_native\"\n\
+         mechanism = {{ kind = \"wcpq\", codebook = \"{}\" }}\nworkflows = {{ profiles = [\"authored\"] }}\n",
+        path.display()
+    );
+    let error = Config::from_toml(&text).unwrap_err().to_string();
+    assert!(
+        error.contains("contracts.c.questions.q.mechanism") && error.contains("does not match"),
+        "{error}"
+    );
+    let other_classes = text.replace(
+        "[\"A\", \"B\", \"C\", \"D\"]",
+        "[\"B\", \"A\", \"C\", \"D\"]",
+    );
+    assert!(Config::from_toml(&other_classes).is_err());
+    let without_workflows = text.replace("workflows = { profiles = [\"authored\"] }\n", "");
+    assert!(
+        Config::from_toml(&without_workflows)
+            .unwrap_err()
+            .to_string()
+            .contains("workflows")
+    );
+}
+
+#[tokio::test]
+async fn baseline_mechanisms_rewrite_the_probabilities() {
+    let (quantized, _, _) = cause_of(
+        "full_native",
+        "mechanism = { kind = \"quantize\", step = 0.25 }",
+        native_answer(),
+    )
+    .await;
+    assert_eq!(
+        quantized["probabilities"],
+        json!({"A": 0.25, "B": 0.75, "C": 0.0, "D": 0.0})
+    );
+    let (top, _, _) = cause_of(
+        "full_native",
+        "mechanism = { kind = \"top_k\", k = 2 }",
+        native_answer(),
+    )
+    .await;
+    assert_eq!(top["probabilities"], json!({"A": 0.15, "B": 0.7}));
+    let (warm, _, _) = cause_of(
+        "full_probabilities",
+        "mechanism = { kind = \"temperature\", tau = 2 }",
+        native_answer(),
+    )
+    .await;
+    let p = warm["probabilities"].as_object().unwrap();
+    assert!(p["B"].as_f64().unwrap() < 0.7 && p["C"].as_f64().unwrap() > 0.05);
+    let seeded = "mechanism = { kind = \"gaussian\", sigma = 0.05, seed = 9 }";
+    let (first, _, _) = cause_of("full_native", seeded, native_answer()).await;
+    let (second, _, _) = cause_of("full_native", seeded, native_answer()).await;
+    assert_eq!(first, second, "a seeded noise mechanism is reproducible");
+    let sum: f64 = first["probabilities"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_f64().unwrap())
+        .sum();
+    assert!((sum - 1.0).abs() < 1e-9);
+    assert_ne!(
+        first["probabilities"],
+        native_answer()["answers"]["cause"]["probabilities"]
+    );
+}
