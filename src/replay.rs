@@ -111,6 +111,17 @@ pub struct WorkflowSummary {
     /// Largest |realized cost(native) - realized cost(released)| over every
     /// policy and hypothetical true class.
     pub max_realized_cost_difference: f64,
+    /// Answers whose released probabilities differ from the native ones.
+    pub probabilities_changed: u64,
+    /// Mean L1 distance between native and released probabilities (answers
+    /// releasing probabilities; omitted entries count as 0).
+    pub mean_probability_l1_change: f64,
+    /// Answers whose released confidence differs from the native one.
+    pub confidence_changed: u64,
+    #[serde(skip)]
+    l1_sum: f64,
+    #[serde(skip)]
+    l1_count: u64,
 }
 
 // === impl MechanismSummary ===
@@ -144,6 +155,19 @@ impl MechanismSummary {
                 native.iter().zip(&released).filter(|(a, b)| a == b).count() as u64;
             summary.plan_agreement =
                 summary.plans_agreeing as f64 / summary.plan_comparisons.max(1) as f64;
+            if let (Some(before), Some(after)) = (&evaluation.native.probabilities, &evaluation.released.probabilities)
+            {
+                let l1: f64 = before.iter().zip(after).map(|(a, b)| (a - b).abs()).sum();
+                summary.l1_sum += l1;
+                summary.l1_count += 1;
+                summary.mean_probability_l1_change = summary.l1_sum / summary.l1_count as f64;
+            }
+            if evaluation.native.probabilities != evaluation.released.probabilities {
+                summary.probabilities_changed += 1;
+            }
+            if evaluation.native.confidence != evaluation.released.confidence {
+                summary.confidence_changed += 1;
+            }
             for true_class in 0..spec.class_count() {
                 let before = spec.realized_costs(&native, true_class);
                 let after = spec.realized_costs(&released, true_class);
