@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bounded loopback load test: the local upstream directly, then the proxy with
-# a full_native contract in front of it, side by side in one run.
+# a full_native contract and with a WCPQ contract in front of it, side by side
+# in one run.
 # Writes the figures to docs/benchmarks.md (section "Proxy overhead").
 # Not part of CI. Usage: benches/load.sh [seconds] [connections]
 set -euo pipefail
@@ -64,8 +65,14 @@ run_wrk() { # $1 = label, $2 = url
 
 results=()
 results+=("$(run_wrk upstream "http://127.0.0.1:$UP_PORT/v1/systemone")")
-# Each extra variant: name and contract lines. The WCPQ variant is added by the WCPQ work.
-VARIANTS=("full_native|view = \"full_native\"")
+# Each variant: name and contract lines for the coarse_cause question.
+CODEBOOK="$PWD/config/codebooks/delivery-coarse_cause.json"
+VARIANTS=(
+  "full_native|view = \"full_native\""
+  "wcpq|view = \"full_native\"
+mechanism = { kind = \"wcpq\", codebook = \"$CODEBOOK\" }
+workflows = {}"
+)
 if [ -n "${EXTRA_VARIANTS:-}" ]; then IFS=';' read -ra extra <<< "$EXTRA_VARIANTS"; VARIANTS+=("${extra[@]}"); fi
 for variant in "${VARIANTS[@]}"; do
   name="${variant%%|*}"; body="${variant#*|}"
