@@ -155,8 +155,10 @@ impl MechanismSummary {
                 native.iter().zip(&released).filter(|(a, b)| a == b).count() as u64;
             summary.plan_agreement =
                 summary.plans_agreeing as f64 / summary.plan_comparisons.max(1) as f64;
-            if let (Some(before), Some(after)) = (&evaluation.native.probabilities, &evaluation.released.probabilities)
-            {
+            if let (Some(before), Some(after)) = (
+                &evaluation.native.probabilities,
+                &evaluation.released.probabilities,
+            ) {
                 let l1: f64 = before.iter().zip(after).map(|(a, b)| (a - b).abs()).sum();
                 summary.l1_sum += l1;
                 summary.l1_count += 1;

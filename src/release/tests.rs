@@ -185,3 +185,87 @@ fn invalid_or_missing_answers_reject_the_whole_response() {
         Invalid::MissingField
     );
 }
+
+mod wcpq_through_the_release_path {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::super::*;
+    use crate::codebook;
+    use crate::config::Config;
+    use crate::wire::check_request;
+    use crate::workflow::Spec;
+
+    /// The two contracts, built once (codebook precomputation is the slow part).
+    fn contract(view: &str) -> std::sync::Arc<Contract> {
+        static CONTRACTS: std::sync::OnceLock<[std::sync::Arc<Contract>; 2]> =
+            std::sync::OnceLock::new();
+        let built = CONTRACTS.get_or_init(|| [build("full_native"), build("full_probabilities")]);
+        built[usize::from(view != "full_native")].clone()
+    }
+
+    /// A contract whose 4-class question releases WCPQ codewords (grid-only codebook).
+    fn build(view: &str) -> std::sync::Arc<Contract> {
+        let classes: Vec<String> = ["A", "B", "C", "D"].iter().map(|s| s.to_string()).collect();
+        let spec = Spec::standard(classes.clone()).unwrap();
+        let built = codebook::build(&classes, 12, &spec, &[], "property".into()).unwrap();
+        let path = std::env::temp_dir().join(format!(
+            "releasegate-release-prop-{}-{view}.json",
+            std::process::id()
+        ));
+        built.codebook.write(&path).unwrap();
+        let text = format!(
+            "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n\
+             [contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"{view}\"\n\
+             mechanism = {{ kind = \"wcpq\", codebook = \"{}\" }}\nworkflows = {{}}\n",
+            path.display()
+        );
+        Config::from_toml(&text).unwrap().contracts["c"].clone()
+    }
+
+    fn vector() -> impl Strategy<Value = Vec<f64>> {
+        prop::collection::vec(0.0f64..1.0, 4).prop_map(|raw| {
+            let cubed: Vec<f64> = raw.iter().map(|x| x * x * x + 1e-3).collect();
+            let sum: f64 = cubed.iter().sum();
+            cubed.iter().map(|x| x / sum).collect()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+        /// Through the proxy's own encoder and parser, a covered answer leaves
+        /// every frozen policy's plan and realized cost unchanged.
+        #[test]
+        fn covered_answers_keep_every_plan_and_cost(p in vector(), confidence in 0.0f64..1.0) {
+            let labels = ["A", "B", "C", "D"];
+            let choice = crate::wire::argmax(&p);
+            for view in ["full_native", "full_probabilities"] {
+                let contract = contract(view);
+                let request = json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"A": null, "B": null, "C": null, "D": null}}}});
+                let probabilities: serde_json::Map<String, Value> = labels.iter().zip(&p).map(|(l, v)| (l.to_string(), json!(v))).collect();
+                let native = json!({"model": "m", "answers": {"q": {"type": "choice", "choice": labels[choice], "probabilities": probabilities, "confidence": confidence}}, "usage": {}});
+                let asked = check_request(&request, &contract).unwrap();
+                let mut rng = crate::rng::Rng::new(0);
+                let mut options = Options { rng: &mut rng, evaluate: true };
+                let released = release(&contract, &asked, &request, &native, &mut options).unwrap();
+                let record = &released.answers[0];
+                let evaluation = record.evaluation.as_ref().unwrap();
+                let spec = contract.questions["q"].workflows.as_ref().unwrap();
+                let before = spec.plans(&evaluation.native, &Value::Null);
+                let after = spec.plans(&evaluation.released, &Value::Null);
+                match record.mechanism {
+                    crate::mechanism::Outcome::Covered { .. } => {
+                        prop_assert_eq!(&before, &after);
+                        for t in 0..4 {
+                            prop_assert_eq!(spec.realized_costs(&before, t), spec.realized_costs(&after, t));
+                        }
+                        prop_assert_eq!(evaluation.released.choice, choice);
+                    }
+                    // The native fallback releases the native answer unchanged.
+                    _ => prop_assert_eq!(&evaluation.native, &evaluation.released),
+                }
+            }
+        }
+    }
+}
