@@ -130,3 +130,80 @@ fn simulate_then_replay_through_the_binary() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_shipped_codebooks_rebuild_byte_for_byte_with_the_documented_commands() {
+    let dir = std::env::temp_dir().join(format!("releasegate-codebooks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let worlds = dir.join("worlds.jsonl");
+    let simulate = Command::new(BIN)
+        .args([
+            "simulate",
+            "--pairs-per-domain",
+            "240",
+            "--seed",
+            "0",
+            "--out",
+        ])
+        .arg(&worlds)
+        .output()
+        .unwrap();
+    assert!(simulate.status.success());
+    let root = env!("CARGO_MANIFEST_DIR");
+    let cases = [
+        (
+            "config/releasegate.toml",
+            "planner",
+            "delivery-coarse_cause.json",
+        ),
+        (
+            "config/tuple-bench.toml",
+            "delivery",
+            "delivery-coarse_cause.json",
+        ),
+        (
+            "config/tuple-bench.toml",
+            "equipment",
+            "equipment-coarse_cause.json",
+        ),
+        (
+            "config/tuple-bench.toml",
+            "it_ops",
+            "it_ops-coarse_cause.json",
+        ),
+    ];
+    for (config, contract, file) in cases {
+        let out = dir.join(file);
+        let build = Command::new(BIN)
+            .args([
+                "build-codebook",
+                "--config",
+                &format!("{root}/{config}"),
+                "--contract",
+                contract,
+            ])
+            .args([
+                "--question",
+                "coarse_cause",
+                "--denominator",
+                "20",
+                "--worlds",
+            ])
+            .arg(&worlds)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(
+            build.status.success(),
+            "{}",
+            String::from_utf8_lossy(&build.stderr)
+        );
+        let shipped = std::fs::read(format!("{root}/config/codebooks/{file}")).unwrap();
+        assert!(
+            std::fs::read(&out).unwrap() == shipped,
+            "{file} differs from the shipped codebook"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
