@@ -78,7 +78,12 @@ for m in mechs:
         tot["changed"] += w["probabilities_changed"]; tot["l1"] += w["mean_probability_l1_change"] * w["answers"]
         tot["conf"] += w["confidence_changed"]
     a = tot["answers"]
-    print(f"| {m} | {a} | {tot['covered'] if cov else '-'} | {f'{tot['covered']/a:.2%}' if cov else '-'} | {', '.join(f'{k}: {v}' for k,v in tot['fb'].items()) or '-'} | {tot['agree']}/{tot['comp']} ({tot['agree']/tot['comp']:.2%}) | {tot['maxd']:g} | {tot['changed']} | {tot['l1']/a:.4f} | {tot['conf']} |")
+    covered = str(tot["covered"]) if cov else "-"
+    coverage = "{:.2%}".format(tot["covered"] / a) if cov else "-"
+    fallbacks = ", ".join("{}: {}".format(k, v) for k, v in tot["fb"].items()) or "-"
+    agreement = "{}/{} ({:.2%})".format(tot["agree"], tot["comp"], tot["agree"] / tot["comp"])
+    print("| {} | {} | {} | {} | {} | {} | {:g} | {} | {:.4f} | {} |".format(
+        m, a, covered, coverage, fallbacks, agreement, tot["maxd"], tot["changed"], tot["l1"] / a, tot["conf"]))
 PY
 for d in "${DENOMINATORS[@]}"; do
   echo "codewords at d=$d: $(python3 -c "import json;print(json.load(open('$OUT/delivery-d$d.build.json'))['stats']['codewords'])")"
