@@ -1,6 +1,8 @@
 //! Timing of the full leakage audit on a synthetic paper-sized run
 //! (1,440 worlds, three domains, seven release views, three workflows).
 //! Run with `cargo bench --bench audit`; prints elapsed wall time.
+//! `AUDIT_THREADS=n` sets the fitting threads (default: all cores) and
+//! `AUDIT_SVG=path` also writes the privacy-utility SVG.
 
 use std::time::Instant;
 
@@ -26,6 +28,11 @@ fn main() {
     };
     let elapsed = start.elapsed();
     print!("{}", report.to_text());
+    if let Ok(path) = std::env::var("AUDIT_SVG")
+        && let Err(error) = std::fs::write(&path, audit::svg::render(&report))
+    {
+        eprintln!("cannot write {path}: {error}");
+    }
     let worlds: usize = input.releases.first().map_or(0, |r| r.examples.len());
     println!(
         "audit of {} releases x {} worlds: {:.2} s (threads setting {})",

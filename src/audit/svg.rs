@@ -135,10 +135,10 @@ fn panel(out: &mut String, left: f64, title: &str, y_label: &str, points: &[Poin
         (ymin, ymax) = (0.0, 1.0);
     }
     let (xmin, xmax) = nice_range(xmin, xmax);
-    let (ymin, ymax) = nice_range(
-        ymin.min(0.0).max(if ymin >= 0.0 { 0.0 } else { ymin }),
-        ymax,
-    );
+    // Costs are anchored at zero when none is negative.
+    let nonnegative = ymin >= 0.0;
+    let (ymin, ymax) = nice_range(if nonnegative { 0.0 } else { ymin }, ymax);
+    let ymin = if nonnegative { 0.0 } else { ymin };
     let sx = |v: f64| x0 + (v - xmin) / (xmax - xmin) * (x1 - x0);
     let sy = |v: f64| y1 - (v - ymin) / (ymax - ymin) * (y1 - y0);
     let _ = writeln!(
@@ -154,19 +154,19 @@ fn panel(out: &mut String, left: f64, title: &str, y_label: &str, points: &[Poin
         x1 - x0,
         y1 - y0
     );
-    for t in 0..=4 {
-        let xv = xmin + (xmax - xmin) * t as f64 / 4.0;
-        let yv = ymin + (ymax - ymin) * t as f64 / 4.0;
+    for xv in ticks(xmin, xmax) {
         let _ = writeln!(
             out,
-            r##"<line x1="{0:.1}" y1="{y0:.1}" x2="{0:.1}" y2="{y1:.1}" stroke="#eee"/><text x="{0:.1}" y="{1:.1}" text-anchor="middle">{2:.0}%</text>"##,
+            r##"<line x1="{0:.1}" y1="{y0:.1}" x2="{0:.1}" y2="{y1:.1}" stroke="#e4e4e4"/><text x="{0:.1}" y="{1:.1}" text-anchor="middle">{2}%</text>"##,
             sx(xv),
             y1 + 16.0,
-            100.0 * xv
+            tick(100.0 * xv)
         );
+    }
+    for yv in ticks(ymin, ymax) {
         let _ = writeln!(
             out,
-            r##"<line x1="{x0:.1}" y1="{0:.1}" x2="{x1:.1}" y2="{0:.1}" stroke="#eee"/><text x="{1:.1}" y="{2:.1}" text-anchor="end">{3}</text>"##,
+            r##"<line x1="{x0:.1}" y1="{0:.1}" x2="{x1:.1}" y2="{0:.1}" stroke="#e4e4e4"/><text x="{1:.1}" y="{2:.1}" text-anchor="end">{3}</text>"##,
             sy(yv),
             x0 - 6.0,
             sy(yv) + 4.0,
@@ -175,10 +175,10 @@ fn panel(out: &mut String, left: f64, title: &str, y_label: &str, points: &[Poin
     }
     let _ = writeln!(
         out,
-        r##"<line x1="{0:.1}" y1="{y0:.1}" x2="{0:.1}" y2="{y1:.1}" stroke="#888" stroke-dasharray="4 3"/><text x="{1:.1}" y="{2:.1}" fill="#666" font-size="10">no-output level 50%</text>"##,
+        r##"<line x1="{0:.1}" y1="{y0:.1}" x2="{0:.1}" y2="{y1:.1}" stroke="#888" stroke-dasharray="4 3"/><text x="{1:.1}" y="{2:.1}" fill="#666" font-size="10">50%</text>"##,
         sx(0.5),
         sx(0.5) + 3.0,
-        y0 + 12.0
+        y1 - 5.0
     );
     let _ = writeln!(
         out,
@@ -204,15 +204,71 @@ fn panel(out: &mut String, left: f64, title: &str, y_label: &str, points: &[Poin
             sy(p.y.2),
             c = p.color
         );
+    }
+    // Points above whiskers; labels placed where they overlap no earlier label.
+    let mut placed: Vec<(f64, f64, f64, f64)> = Vec::new();
+    for p in points {
+        let (cx, cy) = (sx(p.x.0), sy(p.y.0));
         let _ = writeln!(
             out,
-            r#"<circle cx="{cx:.1}" cy="{cy:.1}" r="5" fill="{}" stroke="white"/><text x="{:.1}" y="{:.1}" font-size="11">{}</text>"#,
-            p.color,
-            cx + 7.0,
-            cy - 6.0,
-            escape(&p.label)
+            r#"<circle cx="{cx:.1}" cy="{cy:.1}" r="5" fill="{}" stroke="white"/>"#,
+            p.color
         );
+        let w = 6.2 * p.label.chars().count() as f64;
+        let options = [
+            (7.0, -7.0, false),
+            (7.0, 15.0, false),
+            (-7.0, -7.0, true),
+            (-7.0, 15.0, true),
+            (7.0, -21.0, false),
+            (7.0, 29.0, false),
+        ];
+        for (dx, dy, end) in options {
+            let left_x = if end { cx + dx - w } else { cx + dx };
+            let bx = (left_x, cy + dy - 10.0, left_x + w, cy + dy + 2.0);
+            let inside = bx.0 >= left
+                && bx.2 <= left + PANEL_W
+                && bx.1 >= TITLE_H
+                && bx.3 <= TITLE_H + PANEL_H;
+            let clear = placed
+                .iter()
+                .all(|o| bx.2 < o.0 || bx.0 > o.2 || bx.3 < o.1 || bx.1 > o.3);
+            if inside && clear {
+                placed.push(bx);
+                let _ = writeln!(
+                    out,
+                    r#"<text x="{:.1}" y="{:.1}" font-size="11" fill="{}"{}>{}</text>"#,
+                    cx + dx,
+                    cy + dy,
+                    p.color,
+                    if end { r#" text-anchor="end""# } else { "" },
+                    escape(&p.label)
+                );
+                break;
+            }
+        }
     }
+}
+
+/// Round tick values covering `[lo, hi]` (about five).
+fn ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let span = hi - lo;
+    if !(span.is_finite() && span > 0.0) {
+        return vec![lo];
+    }
+    let raw = span / 5.0;
+    let magnitude = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * magnitude)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * magnitude);
+    let first = (lo / step).ceil();
+    (0..20)
+        .map(|i| (first + i as f64) * step)
+        .take_while(|v| *v <= hi + 1e-9 * step)
+        .map(|v| if v.abs() < 1e-12 { 0.0 } else { v })
+        .collect()
 }
 
 fn nice_range(lo: f64, hi: f64) -> (f64, f64) {
@@ -227,12 +283,12 @@ fn nice_range(lo: f64, hi: f64) -> (f64, f64) {
 }
 
 fn tick(v: f64) -> String {
-    if v.abs() >= 100.0 {
-        format!("{v:.0}")
-    } else if v.abs() >= 1.0 {
-        format!("{v:.2}")
+    let text = format!("{v:.3}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text == "-0" {
+        "0".to_string()
     } else {
-        format!("{v:.3}")
+        text.to_string()
     }
 }
 
@@ -241,4 +297,31 @@ fn escape(s: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_round_and_cover_the_range() {
+        let t = ticks(0.0, 1.0);
+        assert_eq!(t.len(), 6);
+        for (v, e) in t.iter().zip([0.0, 0.2, 0.4, 0.6, 0.8, 1.0]) {
+            assert!((v - e).abs() < 1e-12);
+        }
+        let t = ticks(0.47, 0.91);
+        assert!(
+            t.iter()
+                .all(|v| (v * 10.0 - (v * 10.0).round()).abs() < 1e-9)
+        );
+        assert_eq!(ticks(1.0, 1.0), vec![1.0]);
+        assert_eq!(tick(0.25), "0.25");
+        assert_eq!(tick(50.0), "50");
+    }
+
+    #[test]
+    fn labels_are_escaped() {
+        assert_eq!(escape("a<b>&\"c\""), "a&lt;b&gt;&amp;&quot;c&quot;");
+    }
 }

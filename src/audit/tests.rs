@@ -174,18 +174,18 @@ fn small_input(signal: f64) -> Input {
 }
 
 #[test]
-fn full_run_is_equivariant_deterministic_and_thread_independent() {
-    let input = small_input(1.5);
-    let one = run(&input, &quick_config()).unwrap();
-    assert!(one.equivariance_passed);
-    assert!(!one.test_used_for_selection);
-    for rel in &one.releases {
+fn full_run_is_equivariant_deterministic_thread_independent_and_finds_leaks() {
+    let input = small_input(2.5);
+    let report = run(&input, &quick_config()).unwrap();
+    assert!(report.equivariance_passed);
+    assert!(!report.test_used_for_selection);
+    for rel in &report.releases {
         for d in &rel.domains {
             assert!(d.equivariance.n_checked > 0);
             assert!(d.equivariance.max_deviation <= 1e-12);
         }
     }
-    let two = run(
+    let threaded = run(
         &input,
         &Config {
             threads: 2,
@@ -193,16 +193,12 @@ fn full_run_is_equivariant_deterministic_and_thread_independent() {
         },
     )
     .unwrap();
-    assert_eq!(one, two);
-    let json_a = serde_json::to_string(&one).unwrap();
-    let json_b = serde_json::to_string(&two).unwrap();
-    assert_eq!(json_a, json_b);
-}
+    assert_eq!(report, threaded);
+    assert_eq!(
+        serde_json::to_string(&report).unwrap(),
+        serde_json::to_string(&threaded).unwrap()
+    );
 
-#[test]
-fn leaky_release_beats_no_output() {
-    let input = small_input(2.5);
-    let report = run(&input, &quick_config()).unwrap();
     let by_name = |n: &str| report.releases.iter().find(|r| r.release == n).unwrap();
     let none = by_name("no_output");
     // No prediction field and balanced pairs: exactly one world of each pair is right.
@@ -218,8 +214,9 @@ fn leaky_release_beats_no_output() {
     assert!(full.pooled.accuracy.lower <= full.pooled.accuracy.mean);
     assert!(full.pooled.accuracy.mean <= full.pooled.accuracy.upper);
     assert_eq!(full.utility.len(), 3);
+    assert_eq!(full.utility[0].domains.len(), 2);
     let text = report.to_text();
-    assert!(text.contains("full") && text.contains("pooled"));
+    assert!(text.contains("full") && text.contains("pooled") && text.contains("selective"));
     let svg = svg::render(&report);
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     assert!(svg.contains("clarification") && svg.contains("choice_confidence"));
@@ -228,7 +225,7 @@ fn leaky_release_beats_no_output() {
 #[test]
 fn predictions_are_reported_in_caller_order() {
     let mut input = small_input(2.5);
-    input.releases.retain(|r| r.name == "full");
+    input.releases.retain(|r| r.name == "choice_confidence");
     input.costs.clear();
     // Reverse the hypotheses of every world (labels follow).
     let mut reversed = input.clone();
