@@ -420,3 +420,52 @@ fn degenerate_data_runs() {
     );
     assert!(report.is_ok());
 }
+
+#[test]
+fn folds_keep_pairs_together_and_ignore_input_order() {
+    let examples = dataset(41, 4, 3, 8, &signature_release);
+    let group = group_of(&examples);
+    let train = group.original_rows(Split::Train);
+    let folds = group.folds(4);
+    let mut fold_of_pair: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut sizes = [0usize; 4];
+    for (&i, &f) in train.iter().zip(&folds) {
+        let previous = fold_of_pair.insert(group.rows[i].pair_id.as_str(), f);
+        assert!(previous.is_none_or(|p| p == f), "pair split across folds");
+        sizes[f] += 1;
+    }
+    assert!(sizes.iter().all(|&s| s >= 2 * (fold_of_pair.len() / 4)));
+    let mut reversed = examples.clone();
+    reversed.reverse();
+    let other = group_of(&reversed);
+    let other_folds: BTreeMap<String, usize> = other
+        .original_rows(Split::Train)
+        .iter()
+        .zip(other.folds(4))
+        .map(|(&i, f)| (other.rows[i].pair_id.clone(), f))
+        .collect();
+    for (pair, f) in fold_of_pair {
+        assert_eq!(other_folds[pair], f);
+    }
+}
+
+#[test]
+fn test_split_never_influences_selection() {
+    let mut input = small_input(2.5);
+    input.releases.retain(|r| r.name == "choice_confidence");
+    input.costs.clear();
+    let a = run(&input, &quick_config()).unwrap();
+    // Scramble every test world's release and label: strategies and validation scores stay.
+    let mut rng = Rng::new(5);
+    for ex in &mut input.releases[0].examples {
+        if ex.split == Split::Test {
+            ex.release.confidence = Some(rng.uniform());
+            ex.release.choice = Some(rng.below(ex.class_count));
+        }
+    }
+    let b = run(&input, &quick_config()).unwrap();
+    for (da, db) in a.releases[0].domains.iter().zip(&b.releases[0].domains) {
+        assert_eq!(da.strategy, db.strategy);
+        assert_eq!(da.no_output_strategy, db.no_output_strategy);
+    }
+}
