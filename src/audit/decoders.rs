@@ -363,6 +363,11 @@ pub fn fit_predict(
     let single_class = y.iter().all(|&v| v == y[0]);
     let prior = (y.sum() + 1.0) / (y.len() as f64 + 2.0);
     let mut warm: BTreeMap<bool, logistic::Model> = BTreeMap::new();
+    // Standardized matrices (and X X' when wide) per logistic map, shared along the C grid.
+    type Prepared = (Array2<f64>, Array2<f64>, Option<Array2<f64>>);
+    let mut prepared: BTreeMap<bool, Prepared> = BTreeMap::new();
+    let mut shared_inputs: BTreeMap<Representation, (Array2<f64>, Array2<f64>)> = BTreeMap::new();
+    let mut template_inputs: BTreeMap<Representation, (Array2<f64>, Array2<f64>)> = BTreeMap::new();
     let mut out = Vec::with_capacity(specs.len());
     for spec in specs {
         let q = match *spec {
@@ -371,17 +376,22 @@ pub fn fit_predict(
                 if single_class || train.is_empty() {
                     vec![prior; targets.len()]
                 } else {
-                    let x = if quadratic {
-                        &features.logistic_quadratic
-                    } else {
-                        &features.logistic_linear
-                    };
-                    let (xt, xp) = standardized(x, train, targets);
-                    let model = logistic::fit(
+                    let (xt, xp, gram) = prepared.entry(quadratic).or_insert_with(|| {
+                        let x = if quadratic {
+                            &features.logistic_quadratic
+                        } else {
+                            &features.logistic_linear
+                        };
+                        let (xt, xp) = standardized(x, train, targets);
+                        let gram = (xt.ncols() > xt.nrows()).then(|| xt.dot(&xt.t()));
+                        (xt, xp, gram)
+                    });
+                    let model = logistic::fit_with_gram(
                         xt.view(),
                         y.view(),
                         logistic::Options::with_c(c),
                         warm.get(&quadratic),
+                        gram.as_ref(),
                     );
                     let q = model.predict(xp.view()).to_vec();
                     warm.insert(quadratic, model);
@@ -389,12 +399,26 @@ pub fn fit_predict(
                 }
             }
             Spec::Shared { representation, c } => {
-                shared_scorer(group, features, representation, c, train, &y, targets)
+                let (zt, zp) = shared_inputs.entry(representation).or_insert_with(|| {
+                    let z_all =
+                        concat_columns(&features.context, &features.release_matrix(representation));
+                    standardized(&z_all, train, targets)
+                });
+                shared_scorer(group, zt, zp, c, train, &y, targets)
             }
             Spec::Template {
                 representation,
                 config,
-            } => template(group, features, representation, config, train, targets),
+            } => {
+                let (rt, rp) = template_inputs.entry(representation).or_insert_with(|| {
+                    let r_all = concat_columns(
+                        &features.class_one_hot,
+                        &features.release_matrix(representation),
+                    );
+                    standardized(&r_all, train, targets)
+                });
+                template(group, rt, rp, config, train, targets)
+            }
         };
         out.push(q);
     }
@@ -422,17 +446,16 @@ fn concat_columns(a: &Array2<f64>, b: &Array2<f64>) -> Array2<f64> {
 /// fitted on pairwise score differences with L2 logistic loss and no intercept
 /// (paper D.4). The objective separates over connected components of the
 /// "appears in the same hypothesis pair" graph, so each component is fitted alone.
+/// `zt`/`zp` are the standardized `[context, release]` rows of `train`/`targets`.
 fn shared_scorer(
     group: &Group,
-    features: &ViewFeatures,
-    rep: Representation,
+    zt: &Array2<f64>,
+    zp: &Array2<f64>,
     c: f64,
     train: &[usize],
     y: &Array1<f64>,
     targets: &[usize],
 ) -> Vec<f64> {
-    let z_all = concat_columns(&features.context, &features.release_matrix(rep));
-    let (zt, zp) = standardized(&z_all, train, targets);
     let dz = zt.ncols() + 1;
     let m = group.mechanisms.len();
     // Union-find over mechanisms seen together in training pairs.
@@ -509,16 +532,15 @@ fn shared_scorer(
 /// Covariances exist only for classes seen in training (plus an all-class pool
 /// for unseen ones); above [`MAX_FULL_TEMPLATE_DIM`] columns the full
 /// configuration uses the diagonal covariance.
+/// `rt`/`rp` are the standardized `[T one-hot, release]` rows of `train`/`targets`.
 fn template(
     group: &Group,
-    features: &ViewFeatures,
-    rep: Representation,
+    rt: &Array2<f64>,
+    rp: &Array2<f64>,
     config: TemplateConfig,
     train: &[usize],
     targets: &[usize],
 ) -> Vec<f64> {
-    let r_all = concat_columns(&features.class_one_hot, &features.release_matrix(rep));
-    let (rt, rp) = standardized(&r_all, train, targets);
     let d = rt.ncols();
     let secret = |i: usize| {
         let row = &group.rows[i];

@@ -157,6 +157,18 @@ pub fn fit(
     options: Options,
     init: Option<&Model>,
 ) -> Model {
+    fit_with_gram(x, y, options, init, None)
+}
+
+/// [`fit`] with an optional precomputed `X X'` (used only when there are more
+/// columns than rows), so fits along a `C` grid share it.
+pub fn fit_with_gram(
+    x: ArrayView2<'_, f64>,
+    y: ArrayView1<'_, f64>,
+    options: Options,
+    init: Option<&Model>,
+    gram: Option<&Array2<f64>>,
+) -> Model {
     let (n, d) = x.dim();
     let c = if options.c.is_finite() && options.c > 0.0 {
         options.c
@@ -177,7 +189,15 @@ pub fn fit(
         return model;
     }
     let dual = d > n;
-    let gram = if dual { Some(x.dot(&x.t())) } else { None };
+    let owned_gram;
+    let gram = match (dual, gram) {
+        (false, _) => None,
+        (true, Some(g)) if g.dim() == (n, n) => Some(g),
+        (true, _) => {
+            owned_gram = x.dot(&x.t());
+            Some(&owned_gram)
+        }
+    };
     let mut obj = objective(x, y, &model, c);
     for _ in 0..options.max_iter {
         let z = model.decision(x);
@@ -186,7 +206,7 @@ pub fn fit(
         let r = &p - &y;
         let gw = x.t().dot(&r) + &model.weights / c;
         let gb = if options.intercept { r.sum() } else { 0.0 };
-        let step = match &gram {
+        let step = match gram {
             Some(k) => newton_step_dual(x, k, &s, &gw, gb, c, options.intercept),
             None => newton_step_primal(x, &s, &gw, gb, c, options.intercept),
         };
