@@ -18,6 +18,8 @@
 //! - `worlds`: the saved decision log format (JSON Lines).
 //! - `rng`: deterministic random numbers.
 //!
+//! - `audit`: the leakage audit's statistics (decoders, ensembles, bootstrap, report, SVG).
+//!
 //! Edges (IO):
 //! - `config`: figment loading and validation into typed config.
 //! - `auth`: recipient keys.
@@ -28,6 +30,7 @@
 //! - `cli`: the `releasegate` subcommands.
 //! - `telemetry`: logging set-up.
 
+pub mod audit;
 pub mod auth;
 pub mod baseline;
 pub mod cli;

@@ -1,0 +1,276 @@
+//! The audit report (deterministic, serializable) and its plain-text rendering.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::bootstrap::Estimate;
+use super::ensemble::Kind;
+use super::representation::FieldSet;
+
+/// The whole audit.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// Seed of the bootstrap streams.
+    pub seed: u64,
+    /// Bootstrap resamples per interval.
+    pub n_bootstrap: usize,
+    /// Grouped training folds.
+    pub n_folds: usize,
+    /// Always false: the test split is never used for fitting or selection.
+    pub test_used_for_selection: bool,
+    /// Whether the hypothesis-order check passed for every release and domain.
+    pub equivariance_passed: bool,
+    /// One entry per release, in input order.
+    pub releases: Vec<ReleaseReport>,
+}
+
+/// Results for one release.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReleaseReport {
+    /// Release name.
+    pub release: String,
+    /// Fields present in the release.
+    pub fields: FieldSet,
+    /// Per-domain results, sorted by domain.
+    pub domains: Vec<DomainReport>,
+    /// All domains pooled (per-domain frozen strategies, pairs resampled across domains).
+    pub pooled: Recovery,
+    /// Unweighted mean of the domain test accuracies.
+    pub macro_accuracy: f64,
+    /// Whether the hypothesis-order check passed in every domain.
+    pub equivariance_passed: bool,
+    /// Mean realized cost per workflow (empty when no costs were supplied).
+    pub utility: Vec<UtilityReport>,
+}
+
+/// Results for one (release, domain).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DomainReport {
+    /// Domain name.
+    pub domain: String,
+    /// Training worlds.
+    pub n_train: usize,
+    /// Validation worlds.
+    pub n_validation: usize,
+    /// Test worlds.
+    pub n_test: usize,
+    /// The frozen validation-selected strategy.
+    pub strategy: Strategy,
+    /// The strategy selected for the no-output baseline (no prediction field).
+    pub no_output_strategy: Strategy,
+    /// Test recovery of the frozen strategy.
+    pub recovery: Recovery,
+    /// Hypothesis-order equivariance check on the test worlds.
+    pub equivariance: Equivariance,
+    /// Per-world test predictions (empty unless requested).
+    pub predictions: Vec<WorldPrediction>,
+}
+
+/// A frozen strategy.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Strategy {
+    /// Candidate name (`subview/decoder`).
+    pub name: String,
+    /// The subview it reads.
+    pub subview: String,
+    /// What it is.
+    pub kind: Kind,
+    /// Base configurations and weights.
+    pub members: Vec<(String, f64)>,
+    /// Validation accuracy.
+    pub validation_accuracy: f64,
+    /// Validation log loss.
+    pub validation_log_loss: f64,
+    /// Number of candidates compared on validation.
+    pub n_candidates: usize,
+}
+
+/// Test recovery with 95% pair-clustered intervals.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Recovery {
+    /// Accuracy of identifying the secret (mean of per-world correctness).
+    pub accuracy: Estimate,
+    /// Mean log loss.
+    pub log_loss: Estimate,
+    /// Accuracy of the no-output baseline on the same worlds.
+    pub no_output_accuracy: Estimate,
+    /// Accuracy minus no-output accuracy (paired per world).
+    pub gain: Estimate,
+}
+
+/// Outcome of the hypothesis-order check.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Equivariance {
+    /// Whether every swapped prediction matched within tolerance.
+    pub passed: bool,
+    /// Largest `|p(swapped) - (1 - p(original))|`.
+    pub max_deviation: f64,
+    /// Worlds checked.
+    pub n_checked: usize,
+}
+
+/// One test world's frozen prediction.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorldPrediction {
+    /// Index of the example in the caller's release list.
+    pub example: usize,
+    /// Pair id.
+    pub pair_id: String,
+    /// `P(hypothesis index 1 is the secret)` in the caller's order.
+    pub p_index1: f64,
+    /// Predicted hypothesis index.
+    pub predicted: usize,
+    /// Whether it is the secret.
+    pub correct: bool,
+}
+
+/// Mean realized cost of one workflow under one release.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UtilityReport {
+    /// Workflow name.
+    pub workflow: String,
+    /// All domains pooled.
+    pub pooled: Estimate,
+    /// Per domain, sorted by domain.
+    pub domains: Vec<(String, Estimate)>,
+}
+
+// === impl Report ===
+
+impl Report {
+    /// Plain-text tables: recovery per release and domain, then utility.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "Secret recovery (test; 95% pair-clustered intervals, {} resamples; equivariance {})",
+            self.n_bootstrap,
+            if self.equivariance_passed {
+                "passed"
+            } else {
+                "FAILED"
+            }
+        );
+        let header = format!(
+            "{:<24} {:<12} {:>5} {:<26} {:<22} {:<22} {:<22} {:>5}",
+            "release",
+            "domain",
+            "n",
+            "accuracy [95% CI]",
+            "log loss [95% CI]",
+            "no output",
+            "gain [95% CI]",
+            "equiv"
+        );
+        let _ = writeln!(out, "{header}");
+        let _ = writeln!(out, "{}", "-".repeat(header.len()));
+        for rel in &self.releases {
+            for d in &rel.domains {
+                let _ = writeln!(
+                    out,
+                    "{:<24} {:<12} {:>5} {:<26} {:<22} {:<22} {:<22} {:>5}",
+                    clip(&rel.release, 24),
+                    clip(&d.domain, 12),
+                    d.n_test,
+                    pct(&d.recovery.accuracy),
+                    num(&d.recovery.log_loss),
+                    pct(&d.recovery.no_output_accuracy),
+                    points(&d.recovery.gain),
+                    if d.equivariance.passed { "ok" } else { "FAIL" }
+                );
+            }
+            let _ = writeln!(
+                out,
+                "{:<24} {:<12} {:>5} {:<26} {:<22} {:<22} {:<22} {:>5}",
+                clip(&rel.release, 24),
+                "pooled",
+                rel.pooled.accuracy.n,
+                pct(&rel.pooled.accuracy),
+                num(&rel.pooled.log_loss),
+                pct(&rel.pooled.no_output_accuracy),
+                points(&rel.pooled.gain),
+                if rel.equivariance_passed {
+                    "ok"
+                } else {
+                    "FAIL"
+                }
+            );
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "Selected strategies (validation accuracy, then log loss, then fixed order)"
+        );
+        for rel in &self.releases {
+            for d in &rel.domains {
+                let _ = writeln!(
+                    out,
+                    "{:<24} {:<12} {:<44} val acc {:>6.2}%  val loss {:.4}",
+                    clip(&rel.release, 24),
+                    clip(&d.domain, 12),
+                    clip(&d.strategy.name, 44),
+                    100.0 * d.strategy.validation_accuracy,
+                    d.strategy.validation_log_loss
+                );
+            }
+        }
+        if self.releases.iter().any(|r| !r.utility.is_empty()) {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "Mean realized cost (test; 95% pair-clustered intervals)"
+            );
+            let _ = writeln!(
+                out,
+                "{:<24} {:<20} {:>5} {:<28}",
+                "release", "workflow", "n", "mean cost [95% CI]"
+            );
+            for rel in &self.releases {
+                for u in &rel.utility {
+                    let _ = writeln!(
+                        out,
+                        "{:<24} {:<20} {:>5} {:<28}",
+                        clip(&rel.release, 24),
+                        clip(&u.workflow, 20),
+                        u.pooled.n,
+                        num(&u.pooled)
+                    );
+                }
+            }
+        }
+        out
+    }
+}
+
+fn clip(s: &str, width: usize) -> String {
+    if s.chars().count() <= width {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(width.saturating_sub(1)).collect();
+        t.push('~');
+        t
+    }
+}
+
+fn pct(e: &Estimate) -> String {
+    format!(
+        "{:.2}% [{:.2}, {:.2}]",
+        100.0 * e.mean,
+        100.0 * e.lower,
+        100.0 * e.upper
+    )
+}
+
+fn points(e: &Estimate) -> String {
+    format!(
+        "{:+.2} [{:+.2}, {:+.2}]",
+        100.0 * e.mean,
+        100.0 * e.lower,
+        100.0 * e.upper
+    )
+}
+
+fn num(e: &Estimate) -> String {
+    format!("{:.4} [{:.4}, {:.4}]", e.mean, e.lower, e.upper)
+}

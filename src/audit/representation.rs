@@ -1,0 +1,325 @@
+//! Attack-side feature construction: release field subviews and the raw,
+//! log-ratio and residual representations of a released decision.
+//!
+//! Missing fields are never read as observed zeros: every field carries an
+//! availability indicator and a missing value is encoded as 0 next to an
+//! indicator of 0.
+
+use serde::Serialize;
+
+use super::{Example, ReleasedFeatures};
+
+/// Floor added inside logarithms of probabilities (paper Appendix D.3).
+pub const LOG_EPS: f64 = 1e-4;
+/// Residual mass at or below this is "zero residual mass".
+pub const ZERO_MASS: f64 = 1e-12;
+
+/// Which release fields a view exposes to the attacker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct FieldSet {
+    /// The selected class.
+    pub choice: bool,
+    /// The per-class probability vector.
+    pub probabilities: bool,
+    /// The native confidence.
+    pub confidence: bool,
+}
+
+/// How a probability-bearing view is turned into numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Representation {
+    /// Indicators, probabilities, confidence and availability flags.
+    Raw,
+    /// Raw plus `log(p_i + eps) - log(p_ref + eps)` against class 0 of the canonical order.
+    LogRatio,
+    /// Raw plus residual mass `max(0, 1 - p_T)`, its indicators and the incorrect-class
+    /// proportions `p_i / (1 - p_T)`.
+    Residual,
+}
+
+/// A feature row and which of its columns are numeric (not indicators).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Row {
+    /// Feature values.
+    pub values: Vec<f64>,
+    /// `true` where the column is a numeric (probability-like) feature.
+    pub numeric: Vec<bool>,
+}
+
+// === impl FieldSet ===
+
+impl FieldSet {
+    /// The no-output view.
+    pub const NONE: FieldSet = FieldSet {
+        choice: false,
+        probabilities: false,
+        confidence: false,
+    };
+
+    /// Stable snake_case name (`no_output`, `choice`, `choice_confidence`,
+    /// `choice_probabilities`, `full`, or a generic join for other sets).
+    pub fn name(&self) -> String {
+        match (self.choice, self.probabilities, self.confidence) {
+            (false, false, false) => "no_output".to_string(),
+            (true, false, false) => "choice".to_string(),
+            (true, false, true) => "choice_confidence".to_string(),
+            (true, true, false) => "choice_probabilities".to_string(),
+            (true, true, true) => "full".to_string(),
+            (false, true, false) => "probabilities".to_string(),
+            (false, false, true) => "confidence".to_string(),
+            (false, true, true) => "probabilities_confidence".to_string(),
+        }
+    }
+
+    /// Whether every field of `self` is in `other`.
+    pub fn is_subset_of(&self, other: &FieldSet) -> bool {
+        (!self.choice || other.choice)
+            && (!self.probabilities || other.probabilities)
+            && (!self.confidence || other.confidence)
+    }
+
+    /// The fields present in at least one example.
+    pub fn observed<'a>(examples: impl IntoIterator<Item = &'a Example>) -> FieldSet {
+        let mut set = FieldSet::NONE;
+        for ex in examples {
+            set.choice |= ex.release.choice.is_some();
+            set.probabilities |= ex.release.probabilities.is_some();
+            set.confidence |= ex.release.confidence.is_some();
+        }
+        set
+    }
+
+    /// Nested subviews the attacker may select from (paper D.3): the view itself, then
+    /// choice+probabilities, choice+confidence, choice and no output when permitted.
+    pub fn subviews(&self) -> Vec<FieldSet> {
+        let candidates = [
+            *self,
+            FieldSet {
+                choice: true,
+                probabilities: true,
+                confidence: false,
+            },
+            FieldSet {
+                choice: true,
+                probabilities: false,
+                confidence: true,
+            },
+            FieldSet {
+                choice: true,
+                probabilities: false,
+                confidence: false,
+            },
+            FieldSet::NONE,
+        ];
+        let mut out: Vec<FieldSet> = Vec::new();
+        for c in candidates {
+            if c.is_subset_of(self) && !out.contains(&c) {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    /// Representations searched for this view.
+    pub fn representations(&self) -> Vec<Representation> {
+        if self.probabilities {
+            vec![
+                Representation::Raw,
+                Representation::LogRatio,
+                Representation::Residual,
+            ]
+        } else {
+            vec![Representation::Raw]
+        }
+    }
+}
+
+// === impl Representation ===
+
+impl Representation {
+    /// Stable short name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Representation::Raw => "raw",
+            Representation::LogRatio => "logratio",
+            Representation::Residual => "residual",
+        }
+    }
+}
+
+/// A probability entry if observed and finite.
+fn prob(release: &ReleasedFeatures, i: usize) -> Option<f64> {
+    release
+        .probabilities
+        .as_ref()
+        .and_then(|p| p.get(i).copied().flatten())
+        .filter(|v| v.is_finite())
+}
+
+/// Builds the release feature row for `fields` and `rep` with `k` class slots.
+/// `t_index` is the authorized class (used by the choice==T flag and the residual).
+pub fn release_row(
+    release: &ReleasedFeatures,
+    t_index: usize,
+    k: usize,
+    fields: FieldSet,
+    rep: Representation,
+) -> Row {
+    let mut row = Row::default();
+    let push = |row: &mut Row, v: f64, numeric: bool| {
+        row.values.push(v);
+        row.numeric.push(numeric);
+    };
+    if fields.choice {
+        let choice = release.choice.filter(|&c| c < k);
+        for i in 0..k {
+            push(&mut row, if choice == Some(i) { 1.0 } else { 0.0 }, false);
+        }
+        push(&mut row, if choice.is_some() { 1.0 } else { 0.0 }, false);
+        push(
+            &mut row,
+            if choice == Some(t_index) { 1.0 } else { 0.0 },
+            false,
+        );
+    }
+    if fields.probabilities {
+        for i in 0..k {
+            push(&mut row, prob(release, i).unwrap_or(0.0), true);
+        }
+        for i in 0..k {
+            push(
+                &mut row,
+                if prob(release, i).is_some() { 1.0 } else { 0.0 },
+                false,
+            );
+        }
+        let p_t = prob(release, t_index);
+        push(&mut row, p_t.unwrap_or(0.0), true);
+        push(&mut row, if p_t.is_some() { 1.0 } else { 0.0 }, false);
+        match rep {
+            Representation::Raw => {}
+            Representation::LogRatio => {
+                let reference = prob(release, 0);
+                for i in 1..k {
+                    let ratio = match (prob(release, i), reference) {
+                        (Some(p), Some(r)) => {
+                            (p.max(0.0) + LOG_EPS).ln() - (r.max(0.0) + LOG_EPS).ln()
+                        }
+                        _ => 0.0,
+                    };
+                    push(&mut row, ratio, true);
+                }
+                for i in 1..k {
+                    let both = prob(release, i).is_some() && reference.is_some();
+                    push(&mut row, if both { 1.0 } else { 0.0 }, false);
+                }
+            }
+            Representation::Residual => {
+                let mass = p_t.map(|p| (1.0 - p).max(0.0));
+                push(&mut row, mass.unwrap_or(0.0), true);
+                push(&mut row, if mass.is_some() { 1.0 } else { 0.0 }, false);
+                let zero = mass.is_some_and(|m| m <= ZERO_MASS);
+                push(&mut row, if zero { 1.0 } else { 0.0 }, false);
+                for i in 0..k {
+                    let share = match (mass, prob(release, i)) {
+                        (Some(m), Some(p)) if i != t_index && m > ZERO_MASS => p.max(0.0) / m,
+                        _ => 0.0,
+                    };
+                    push(&mut row, share, true);
+                }
+            }
+        }
+    }
+    if fields.confidence {
+        let conf = release.confidence.filter(|v| v.is_finite());
+        push(&mut row, conf.unwrap_or(0.0), true);
+        push(&mut row, if conf.is_some() { 1.0 } else { 0.0 }, false);
+    }
+    row
+}
+
+/// One-hot of `index` over `k` slots (all zero when out of range).
+pub fn one_hot(index: usize, k: usize) -> Vec<f64> {
+    (0..k).map(|i| if i == index { 1.0 } else { 0.0 }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn release(p: Option<Vec<Option<f64>>>) -> ReleasedFeatures {
+        ReleasedFeatures {
+            choice: Some(1),
+            probabilities: p,
+            confidence: Some(0.7),
+        }
+    }
+
+    const ALL: FieldSet = FieldSet {
+        choice: true,
+        probabilities: true,
+        confidence: true,
+    };
+
+    #[test]
+    fn subviews_are_nested_and_ordered() {
+        let names: Vec<String> = ALL.subviews().iter().map(|f| f.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "full",
+                "choice_probabilities",
+                "choice_confidence",
+                "choice",
+                "no_output"
+            ]
+        );
+        assert_eq!(FieldSet::NONE.subviews(), vec![FieldSet::NONE]);
+        let probs_only = FieldSet {
+            choice: false,
+            probabilities: true,
+            confidence: false,
+        };
+        assert_eq!(probs_only.subviews(), vec![probs_only, FieldSet::NONE]);
+    }
+
+    #[test]
+    fn residual_uses_authorized_class_and_flags_zero_mass() {
+        let r = release(Some(vec![Some(0.0), Some(1.0), Some(0.0)]));
+        let row = release_row(&r, 1, 3, ALL, Representation::Residual);
+        // choice: 3 + 2; probs: 3 + 3 + 2; residual: 3 + 3; conf: 2
+        assert_eq!(row.values.len(), 21);
+        let base = 5 + 8;
+        assert_eq!(row.values[base], 0.0); // mass
+        assert_eq!(row.values[base + 1], 1.0); // observed
+        assert_eq!(row.values[base + 2], 1.0); // zero mass
+        let r = release(Some(vec![Some(0.2), Some(0.6), Some(0.2)]));
+        let row = release_row(&r, 1, 3, ALL, Representation::Residual);
+        assert!((row.values[base] - 0.4).abs() < 1e-12);
+        assert!((row.values[base + 3] - 0.5).abs() < 1e-12);
+        assert_eq!(row.values[base + 4], 0.0);
+    }
+
+    #[test]
+    fn missing_entries_are_flagged_not_zeroed() {
+        let r = release(Some(vec![None, Some(0.9), Some(0.1)]));
+        let row = release_row(&r, 1, 3, ALL, Representation::LogRatio);
+        // probability availability flags follow the 3 values after the 5 choice columns
+        assert_eq!(&row.values[8..11], &[0.0, 1.0, 1.0]);
+        // ratios against missing class 0 are not computed
+        assert_eq!(&row.values[13..15], &[0.0, 0.0]);
+        assert_eq!(&row.values[15..17], &[0.0, 0.0]);
+        let nan = release(Some(vec![Some(f64::NAN), Some(0.9), Some(0.1)]));
+        let row2 = release_row(&nan, 1, 3, ALL, Representation::LogRatio);
+        assert_eq!(row.values, row2.values);
+    }
+
+    #[test]
+    fn log_ratio_against_class_zero() {
+        let r = release(Some(vec![Some(0.5), Some(0.25), Some(0.25)]));
+        let row = release_row(&r, 0, 3, ALL, Representation::LogRatio);
+        let expect = (0.25 + LOG_EPS).ln() - (0.5 + LOG_EPS).ln();
+        assert!((row.values[13] - expect).abs() < 1e-12);
+    }
+}
