@@ -17,6 +17,7 @@ pub mod bootstrap;
 pub mod decoders;
 pub mod ensemble;
 pub mod group;
+pub mod intake;
 pub mod logistic;
 pub mod report;
 pub mod representation;

@@ -14,7 +14,7 @@ use crate::mechanism::Mechanism;
 use crate::workflow::Spec;
 
 /// A validated release contract.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Contract {
     /// The contract's name (a metrics label and the `X-Release-Contract` value).
     pub name: String,
@@ -26,10 +26,37 @@ pub struct Contract {
     pub usage: Usage,
     /// The covered questions by id; any other question is denied.
     pub questions: BTreeMap<String, QuestionRule>,
+    /// Request fields the recipient may see anyway (pointers into `state`):
+    /// what the leakage audit's attacker is given besides the released answer.
+    pub public: Vec<PublicField>,
+}
+
+/// A request field declared public, for the leakage audit.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublicField {
+    /// RFC 6901 pointer into the request `state`.
+    pub pointer: String,
+    /// How the field becomes features.
+    pub kind: PublicKind,
+    /// Most categorical values or vocabulary tokens fitted on the train split
+    /// (default 32 values, 64 tokens).
+    #[serde(default)]
+    pub max_features: Option<usize>,
+}
+
+/// How a public field becomes features.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PublicKind {
+    /// One indicator per value seen on the train split.
+    Categorical,
+    /// Counts of lower-cased `[a-z0-9]+` tokens of a vocabulary fitted on the train split.
+    Tokens,
 }
 
 /// How one question's answers are released.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct QuestionRule {
     /// The canonical class order: probabilities are aligned to it by class id.
     pub classes: Vec<String>,
@@ -94,6 +121,19 @@ impl Contract {
     /// Whether `question` is covered by this contract.
     pub fn covers(&self, question: &str) -> bool {
         self.questions.contains_key(question)
+    }
+
+    /// The same contract with every question released under `view` and, when
+    /// given, `mechanism` (the leakage audit's candidate releases).
+    pub fn with_release(&self, view: View, mechanism: Option<&Mechanism>) -> Contract {
+        let mut contract = self.clone();
+        for rule in contract.questions.values_mut() {
+            rule.view = view;
+            if let Some(mechanism) = mechanism {
+                rule.mechanism = mechanism.clone();
+            }
+        }
+        contract
     }
 
     /// Whether any mechanism draws fresh randomness per request.

@@ -252,7 +252,7 @@ pub fn tokens(text: &str) -> Vec<String> {
 }
 
 /// Calls `f` on every text fragment of `value` in document order (iterative; no recursion limit).
-fn visit_text(value: &Value, f: &mut impl FnMut(&str)) {
+pub(crate) fn visit_text(value: &Value, f: &mut impl FnMut(&str)) {
     let mut stack = vec![value];
     while let Some(v) = stack.pop() {
         match v {

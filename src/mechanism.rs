@@ -83,8 +83,9 @@ pub struct Context<'a> {
     pub rng: &'a mut Rng,
     /// Serializes a candidate exactly as it will be sent and parses it back.
     pub roundtrip: &'a dyn Fn(&workflow::Release) -> Option<workflow::Release>,
-    /// Stable bytes identifying the request and question (seeded noise).
-    pub identity: &'a [u8],
+    /// Stable bytes identifying the request and question (seeded noise only,
+    /// so computed on demand).
+    pub identity: &'a dyn Fn() -> Vec<u8>,
 }
 
 /// What WCPQ releases when no codeword is admissible.
@@ -333,7 +334,7 @@ impl Mechanism {
                 let noisy = match seed {
                     Some(seed) => {
                         let mut material = seed.to_le_bytes().to_vec();
-                        material.extend_from_slice(ctx.identity);
+                        material.extend_from_slice(&(ctx.identity)());
                         baseline::gaussian(p, *sigma, &mut Rng::from_bytes(&material))
                     }
                     None => baseline::gaussian(p, *sigma, ctx.rng),

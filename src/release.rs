@@ -143,7 +143,7 @@ pub fn release_answer(
     let labels = rule.released_labels();
     let applied = if view.has_probabilities() || view.has_confidence() {
         let state = request.get("state").unwrap_or(&Value::Null);
-        let identity = identity_bytes(&question.id, request);
+        let identity = || identity_bytes(&question.id, request);
         let roundtrip =
             |candidate: &workflow::Release| roundtrip(question, labels, view, candidate);
         let mut context = Context {

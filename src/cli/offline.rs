@@ -205,3 +205,184 @@ pub fn build_codebook_command(
     );
     ExitCode::SUCCESS
 }
+
+/// Arguments of `releasegate audit`.
+#[derive(Debug)]
+pub struct AuditArgs {
+    /// Configuration file.
+    pub config: std::path::PathBuf,
+    /// Contract names.
+    pub contracts: Vec<String>,
+    /// Worlds file.
+    pub worlds: std::path::PathBuf,
+    /// Views to study.
+    pub views: Option<Vec<String>>,
+    /// Extra mechanisms.
+    pub mechanisms: Vec<String>,
+    /// JSON output.
+    pub json: Option<std::path::PathBuf>,
+    /// SVG output.
+    pub svg: Option<std::path::PathBuf>,
+    /// Bootstrap resamples.
+    pub bootstrap: usize,
+    /// Seed.
+    pub seed: u64,
+}
+
+/// `releasegate audit`.
+pub fn audit_command(args: &AuditArgs) -> ExitCode {
+    let config = match Config::load_offline(Some(&args.config)) {
+        Ok(config) => config,
+        Err(error) => return super::usage_error(&error),
+    };
+    let mut contracts = Vec::new();
+    for name in &args.contracts {
+        match config.contract(name) {
+            Some(contract) => contracts.push(contract.clone()),
+            None => return super::usage_error(&format!("no contract named `{name}`")),
+        }
+    }
+    let candidates = match audit_candidates(args, &contracts) {
+        Ok(candidates) => candidates,
+        Err(message) => return super::usage_error(&message),
+    };
+    let reader = match worlds::open(&args.worlds) {
+        Ok(reader) => reader,
+        Err(error) => return super::usage_error(&error),
+    };
+    let bar = progress("worlds");
+    let mut all = Vec::new();
+    for world in reader {
+        match world {
+            Ok(world) => all.push(world),
+            Err(error) => {
+                bar.finish_and_clear();
+                return super::failure(&error);
+            }
+        }
+        bar.set_position(all.len() as u64);
+    }
+    bar.set_message("releasing");
+    let intake = crate::audit::intake::build(&contracts, &all, &candidates, args.seed);
+    let (input, intake) = match intake {
+        Ok(built) => built,
+        Err(error) => {
+            bar.finish_and_clear();
+            return super::failure(&error);
+        }
+    };
+    bar.set_message("fitting attackers");
+    let settings = crate::audit::Config {
+        seed: args.seed,
+        n_bootstrap: args.bootstrap,
+        ..crate::audit::Config::default()
+    };
+    let report = crate::audit::run(&input, &settings);
+    bar.finish_and_clear();
+    let report = match report {
+        Ok(report) => report,
+        Err(error) => return super::failure(&error),
+    };
+    println!("{}", report.to_text());
+    println!(
+        "worlds used: {}; left out: {:?}",
+        intake.worlds_used, intake.skipped
+    );
+    for (release, outcomes) in &intake.mechanisms {
+        if outcomes.keys().any(|k| k != "applied") {
+            println!("{release}: {outcomes:?}");
+        }
+    }
+    if let Some(path) = &args.json {
+        let value = serde_json::json!({
+            "report": report,
+            "intake": intake,
+            "contracts": args.contracts,
+            "worlds": args.worlds.display().to_string(),
+        });
+        let text = serde_json::to_string_pretty(&value).unwrap_or_default();
+        if let Err(error) = std::fs::write(path, text + "\n") {
+            return super::usage_error(&format!("cannot write {}: {error}", path.display()));
+        }
+    }
+    if let Some(path) = &args.svg
+        && let Err(error) = std::fs::write(path, crate::audit::svg::render(&report))
+    {
+        return super::usage_error(&format!("cannot write {}: {error}", path.display()));
+    }
+    ExitCode::SUCCESS
+}
+
+fn audit_candidates(
+    args: &AuditArgs,
+    contracts: &[Arc<Contract>],
+) -> Result<Vec<crate::audit::intake::Candidate>, String> {
+    use crate::audit::intake::Candidate;
+    use crate::contract::View;
+    use crate::mechanism::{Mechanism, Raw};
+    let views: Vec<View> = match &args.views {
+        None => View::ALL.to_vec(),
+        Some(names) => names
+            .iter()
+            .map(|name| View::parse(name.trim()).ok_or_else(|| format!("unknown view `{name}`")))
+            .collect::<Result<_, _>>()?,
+    };
+    let mut candidates: Vec<Candidate> = views
+        .into_iter()
+        .map(|view| Candidate {
+            name: view.as_str().to_string(),
+            view,
+            mechanism: Some(Mechanism::None),
+        })
+        .collect();
+    // The contract's own release, when it is more than a plain view.
+    if let Some(rule) = contracts.first().and_then(|c| c.questions.values().next())
+        && !matches!(rule.mechanism, Mechanism::None)
+    {
+        candidates.push(Candidate {
+            name: format!("contract: {} + {}", rule.view, rule.mechanism.kind()),
+            view: rule.view,
+            mechanism: None,
+        });
+    }
+    for spec in &args.mechanisms {
+        let (kind, value) = match spec.split_once('=') {
+            Some((kind, value)) => {
+                let value: f64 = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("`{spec}`: the parameter must be a number"))?;
+                (kind.trim(), Some(value))
+            }
+            None => (spec.trim(), None),
+        };
+        let raw = match kind {
+            "quantize" => Raw::Quantize {
+                step: value.unwrap_or(0.1),
+            },
+            "top_k" => Raw::TopK {
+                k: value.unwrap_or(2.0) as usize,
+            },
+            "temperature" => Raw::Temperature {
+                tau: value.unwrap_or(2.0),
+            },
+            "gaussian" => Raw::Gaussian {
+                sigma: value.unwrap_or(0.05),
+                seed: Some(args.seed),
+            },
+            other => {
+                return Err(format!(
+                    "unknown mechanism `{other}` (quantize, top_k, temperature, gaussian)"
+                ));
+            }
+        };
+        let mechanism = Mechanism::from_raw(raw, &[], None, Path::new("."), &|p| std::fs::read(p))
+            .map_err(|reason| format!("`{spec}`: {reason}"))?;
+        candidates.push(Candidate {
+            name: spec.trim().to_string(),
+            view: View::FullNative,
+            mechanism: Some(mechanism),
+        });
+    }
+    Ok(candidates)
+}

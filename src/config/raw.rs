@@ -68,6 +68,8 @@ struct RawContract {
     usage: Usage,
     #[serde(default)]
     questions: BTreeMap<String, RawQuestion>,
+    #[serde(default)]
+    public: Vec<crate::contract::PublicField>,
 }
 
 /// One `[contracts.NAME.questions.ID]` table.
@@ -142,6 +144,14 @@ impl RawConfig {
             if raw.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
                 problems.push(format!("{key}.model: must not be blank"));
             }
+            for (index, field) in raw.public.iter().enumerate() {
+                if !(field.pointer.is_empty() || field.pointer.starts_with('/')) {
+                    problems.push(format!(
+                        "{key}.public[{index}].pointer: `{}` is not a JSON pointer (it must start with /)",
+                        field.pointer
+                    ));
+                }
+            }
             if raw.questions.is_empty() {
                 problems.push(format!(
                     "{key}.questions: a contract must cover at least one question"
@@ -167,6 +177,7 @@ impl RawConfig {
                     model: raw.model,
                     usage: raw.usage,
                     questions,
+                    public: raw.public,
                 }),
             );
         }

@@ -41,7 +41,7 @@ const CLASS_ADVANTAGE: f64 = 3.0;
 /// Pair-level (public context) spread of that advantage.
 const CLASS_ADVANTAGE_SD: f64 = 0.5;
 /// Global scale of the mechanism leans.
-const LEAN_SCALE: f64 = 1.0;
+const LEAN_SCALE: f64 = 0.2;
 /// Per-label noise that depends on the whole state (private report included).
 const WORLD_NOISE_SD: f64 = 0.65;
 /// Per-label noise that depends only on the public part of the state.

@@ -207,3 +207,85 @@ fn the_shipped_codebooks_rebuild_byte_for_byte_with_the_documented_commands() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn audit_reports_recovery_and_costs_for_every_release() {
+    let dir = std::env::temp_dir().join(format!("releasegate-audit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let worlds = dir.join("worlds.jsonl");
+    let simulate = Command::new(BIN)
+        .args([
+            "simulate",
+            "--pairs-per-domain",
+            "40",
+            "--seed",
+            "5",
+            "--out",
+        ])
+        .arg(&worlds)
+        .output()
+        .unwrap();
+    assert!(simulate.status.success());
+    let root = env!("CARGO_MANIFEST_DIR");
+    let output = Command::new(BIN)
+        .args([
+            "audit",
+            "--config",
+            &format!("{root}/config/tuple-bench.toml"),
+        ])
+        .args([
+            "--contract",
+            "delivery",
+            "--contract",
+            "equipment",
+            "--contract",
+            "it_ops",
+        ])
+        .args([
+            "--views",
+            "no_output,choice,full_native",
+            "--mechanisms",
+            "quantize=0.2,top_k",
+        ])
+        .args(["--bootstrap", "50", "--worlds"])
+        .arg(&worlds)
+        .arg("--json")
+        .arg(dir.join("audit.json"))
+        .arg("--svg")
+        .arg(dir.join("audit.svg"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("Secret recovery") && text.contains("equivariance passed"),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("audit.json")).unwrap()).unwrap();
+    let releases = json["report"]["releases"].as_array().unwrap();
+    let names: Vec<&str> = releases
+        .iter()
+        .map(|r| r["release"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "no_output",
+            "choice",
+            "full_native",
+            "contract: full_native + wcpq",
+            "quantize=0.2",
+            "top_k"
+        ]
+    );
+    assert_eq!(json["intake"]["worlds_used"], 240);
+    assert_eq!(json["report"]["equivariance_passed"], true);
+    let svg = std::fs::read_to_string(dir.join("audit.svg")).unwrap();
+    assert!(svg.starts_with("<svg") || svg.starts_with("<?xml"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
