@@ -7,6 +7,8 @@ use std::fmt::Write as _;
 use super::report::Report;
 
 const PANEL_W: f64 = 440.0;
+/// Panels per row (the default workflow set is 3 families x 6 profiles: one family per row).
+const COLUMNS: usize = 6;
 const PANEL_H: f64 = 360.0;
 const MARGIN_L: f64 = 64.0;
 const MARGIN_R: f64 = 24.0;
@@ -39,9 +41,11 @@ pub fn render(report: &Report) -> String {
         }
     }
     let n_panels = workflows.len().max(1);
-    let width = PANEL_W * n_panels as f64;
+    let columns = n_panels.min(COLUMNS);
+    let rows = n_panels.div_ceil(columns);
+    let width = PANEL_W * columns as f64;
     let legend_h = LEGEND_ROW * report.releases.len().div_ceil(4) as f64 + 12.0;
-    let height = TITLE_H + PANEL_H + legend_h;
+    let height = TITLE_H + PANEL_H * rows as f64 + legend_h;
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -72,6 +76,7 @@ pub fn render(report: &Report) -> String {
         panel(
             &mut out,
             0.0,
+            0.0,
             "recovery only (no workflow costs supplied)",
             "release index",
             &points,
@@ -96,11 +101,19 @@ pub fn render(report: &Report) -> String {
                     })
                 })
                 .collect();
-            panel(&mut out, PANEL_W * w as f64, workflow, "mean cost", &points);
+            let (column, row) = (w % columns, w / columns);
+            panel(
+                &mut out,
+                PANEL_W * column as f64,
+                PANEL_H * row as f64,
+                workflow,
+                "mean cost",
+                &points,
+            );
         }
     }
     // Legend.
-    let top = TITLE_H + PANEL_H + 6.0;
+    let top = TITLE_H + PANEL_H * rows as f64 + 6.0;
     for (i, rel) in report.releases.iter().enumerate() {
         let x = 16.0 + (i % 4) as f64 * (width - 32.0) / 4.0;
         let y = top + LEGEND_ROW * (i / 4) as f64 + 8.0;
@@ -117,11 +130,11 @@ pub fn render(report: &Report) -> String {
     out
 }
 
-fn panel(out: &mut String, left: f64, title: &str, y_label: &str, points: &[Point]) {
+fn panel(out: &mut String, left: f64, top: f64, title: &str, y_label: &str, points: &[Point]) {
     let x0 = left + MARGIN_L;
     let x1 = left + PANEL_W - MARGIN_R;
-    let y0 = TITLE_H + MARGIN_T;
-    let y1 = TITLE_H + PANEL_H - MARGIN_B;
+    let y0 = top + TITLE_H + MARGIN_T;
+    let y1 = top + TITLE_H + PANEL_H - MARGIN_B;
     // Recovery axis always shows the 50% reference.
     let (mut xmin, mut xmax) = (0.5_f64, 0.5_f64);
     let (mut ymin, mut ymax) = (f64::INFINITY, f64::NEG_INFINITY);

@@ -340,7 +340,7 @@ fn audit_candidates(
         && !matches!(rule.mechanism, Mechanism::None)
     {
         candidates.push(Candidate {
-            name: format!("contract: {} + {}", rule.view, rule.mechanism.kind()),
+            name: format!("{} (contract)", rule.mechanism.kind()),
             view: rule.view,
             mechanism: None,
         });
