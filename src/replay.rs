@@ -31,6 +31,9 @@ pub enum Error {
     /// The operating system gave no randomness for unseeded noise.
     #[error("no operating system randomness available")]
     Randomness,
+    /// A worker thread panicked (a bug).
+    #[error("a replay worker failed")]
+    Worker,
 }
 
 /// What a replay did.
@@ -127,6 +130,42 @@ pub struct WorkflowSummary {
 // === impl MechanismSummary ===
 
 impl MechanismSummary {
+    fn absorb(&mut self, other: MechanismSummary) {
+        if self.kind.is_empty() {
+            self.kind = other.kind;
+        }
+        self.answers += other.answers;
+        if let Some(covered) = other.covered {
+            *self.covered.get_or_insert(0) += covered;
+        }
+        if let Some(covered) = self.covered {
+            self.coverage = Some(covered as f64 / self.answers.max(1) as f64);
+        }
+        for (reason, n) in other.fallbacks {
+            *self.fallbacks.entry(reason).or_default() += n;
+        }
+        match (&mut self.workflows, other.workflows) {
+            (_, None) => {}
+            (None, Some(theirs)) => self.workflows = Some(theirs),
+            (Some(mine), Some(theirs)) => {
+                mine.policies = mine.policies.max(theirs.policies);
+                mine.answers += theirs.answers;
+                mine.plans_agreeing += theirs.plans_agreeing;
+                mine.plan_comparisons += theirs.plan_comparisons;
+                mine.plan_agreement =
+                    mine.plans_agreeing as f64 / mine.plan_comparisons.max(1) as f64;
+                mine.max_realized_cost_difference = mine
+                    .max_realized_cost_difference
+                    .max(theirs.max_realized_cost_difference);
+                mine.probabilities_changed += theirs.probabilities_changed;
+                mine.confidence_changed += theirs.confidence_changed;
+                mine.l1_sum += theirs.l1_sum;
+                mine.l1_count += theirs.l1_count;
+                mine.mean_probability_l1_change = mine.l1_sum / mine.l1_count.max(1) as f64;
+            }
+        }
+    }
+
     fn record(&mut self, rule: &QuestionRule, record: &release::AnswerRecord, state: &Value) {
         self.kind = rule.mechanism.kind().to_string();
         self.answers += 1;
@@ -185,6 +224,15 @@ impl MechanismSummary {
 // === impl Rejections ===
 
 impl Rejections {
+    fn absorb(&mut self, other: Rejections) {
+        self.total += other.total;
+        for (reason, n) in other.by_reason {
+            *self.by_reason.entry(reason).or_default() += n;
+        }
+        let room = MAX_LISTED.saturating_sub(self.worlds.len());
+        self.worlds.extend(other.worlds.into_iter().take(room));
+    }
+
     fn record(&mut self, line: usize, world_id: &str, reason: String, key: &str) {
         self.total += 1;
         *self.by_reason.entry(key.to_string()).or_default() += 1;
@@ -198,8 +246,15 @@ impl Rejections {
     }
 }
 
+/// Worlds handed to the workers at a time.
+const BATCH: usize = 2048;
+
 /// Replays every world of `input` under `contract` into `output`; `progress`
 /// is called with the number of worlds done so far.
+///
+/// Lines are parsed and released in parallel batches (one contiguous slice
+/// per available core); results are merged and written in input order, so
+/// the output and the summary do not depend on the number of cores.
 pub fn replay<R: BufRead, W: Write>(
     contract: &Contract,
     input: Reader<R>,
@@ -210,15 +265,69 @@ pub fn replay<R: BufRead, W: Write>(
         contract: contract.name.clone(),
         ..Summary::default()
     };
-    let mut rng = Rng::new(crate::rng::os_seed().map_err(|_| Error::Randomness)?);
+    let workers = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .clamp(1, 8);
+    let mut seeds = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        seeds.push(crate::rng::os_seed().map_err(|_| Error::Randomness)?);
+    }
+    let mut rngs: Vec<Rng> = seeds.into_iter().map(Rng::new).collect();
+    let mut input = input;
+    let mut batch: Vec<(usize, String)> = Vec::with_capacity(BATCH);
+    loop {
+        batch.clear();
+        while batch.len() < BATCH {
+            match input.next_line() {
+                Some(line) => batch.push(line?),
+                None => break,
+            }
+        }
+        if batch.is_empty() {
+            break;
+        }
+        let chunk = batch.len().div_ceil(workers);
+        let parts: Vec<Result<Part, Error>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = batch
+                .chunks(chunk)
+                .zip(rngs.iter_mut())
+                .map(|(lines, rng)| scope.spawn(move || process(contract, lines, rng)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| handle.join().unwrap_or_else(|_| Err(Error::Worker)))
+                .collect()
+        });
+        for part in parts {
+            let part = part?;
+            for line in &part.lines {
+                output.write_line(line)?;
+            }
+            summary.absorb(part.summary);
+        }
+        progress(summary.worlds_read);
+    }
+    output.flush()?;
+    progress(summary.worlds_read);
+    Ok(summary)
+}
+
+/// One worker's share of a batch: output lines and its partial summary.
+struct Part {
+    lines: Vec<String>,
+    summary: Summary,
+}
+
+fn process(contract: &Contract, lines: &[(usize, String)], rng: &mut Rng) -> Result<Part, Error> {
+    let mut summary = Summary::default();
+    let mut out = Vec::with_capacity(lines.len());
     let mut options = release::Options {
-        rng: &mut rng,
+        rng,
         evaluate: true,
     };
-    let mut input = input;
-    while let Some(world) = input.next() {
-        let mut world = world?;
-        let line = input.line();
+    for (line, text) in lines {
+        let line = *line;
+        let mut world = worlds::World::from_line(text, line)?;
         summary.worlds_read += 1;
         world.response = match wire::check_request(&world.request, contract) {
             Err(error) => {
@@ -239,6 +348,7 @@ pub fn replay<R: BufRead, W: Write>(
                 &mut options,
             ) {
                 Ok(released) => {
+                    let state = world.request.get("state").unwrap_or(&Value::Null);
                     for record in &released.answers {
                         *summary
                             .answers_released
@@ -247,7 +357,6 @@ pub fn replay<R: BufRead, W: Write>(
                             .entry(record.view.as_str().to_string())
                             .or_default() += 1;
                         if let Some(rule) = contract.questions.get(&record.question) {
-                            let state = world.request.get("state").unwrap_or(&Value::Null);
                             summary
                                 .mechanisms
                                 .entry(record.question.clone())
@@ -268,15 +377,37 @@ pub fn replay<R: BufRead, W: Write>(
                 }
             },
         };
-        output.write(&world)?;
+        out.push(world.to_line()?);
         summary.worlds_written += 1;
-        if summary.worlds_read.is_multiple_of(1024) {
-            progress(summary.worlds_read);
+    }
+    Ok(Part {
+        lines: out,
+        summary,
+    })
+}
+
+// === impl Summary ===
+
+impl Summary {
+    /// Adds a later part's counts (input order is the caller's to keep).
+    fn absorb(&mut self, other: Summary) {
+        self.worlds_read += other.worlds_read;
+        self.worlds_written += other.worlds_written;
+        for (question, views) in other.answers_released {
+            let mine = self.answers_released.entry(question).or_default();
+            for (view, n) in views {
+                *mine.entry(view).or_default() += n;
+            }
+        }
+        self.rejected_answers.absorb(other.rejected_answers);
+        self.rejected_requests.absorb(other.rejected_requests);
+        for (question, mechanism) in other.mechanisms {
+            self.mechanisms
+                .entry(question)
+                .or_default()
+                .absorb(mechanism);
         }
     }
-    output.flush()?;
-    progress(summary.worlds_read);
-    Ok(summary)
 }
 
 /// Convenience: the summary as pretty JSON.

@@ -261,6 +261,18 @@ impl<R: BufRead> Iterator for Reader<R> {
     type Item = Result<World, Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        let (line, text) = match self.next_line()? {
+            Ok(found) => found,
+            Err(error) => return Some(Err(error)),
+        };
+        Some(World::from_line(&text, line))
+    }
+}
+
+impl<R: BufRead> Reader<R> {
+    /// The next non-blank line and its 1-based number, unparsed (for callers
+    /// that parse lines in parallel with [`World::from_line`]).
+    pub fn next_line(&mut self) -> Option<Result<(usize, String), Error>> {
         while !self.done {
             self.buf.clear();
             let n_read = match self.inner.read_until(b'\n', &mut self.buf) {
@@ -285,7 +297,7 @@ impl<R: BufRead> Iterator for Reader<R> {
             if text.trim().is_empty() {
                 continue;
             }
-            return Some(World::from_line(text, self.line));
+            return Some(Ok((self.line, text.to_string())));
         }
         None
     }
@@ -300,6 +312,16 @@ impl<W: Write> Writer<W> {
             inner,
             n_written: 0,
         }
+    }
+
+    /// Writes one already serialized world line (without its `\n`).
+    pub fn write_line(&mut self, line: &str) -> Result<(), Error> {
+        self.inner
+            .write_all(line.as_bytes())
+            .and_then(|()| self.inner.write_all(b"\n"))
+            .map_err(Error::Write)?;
+        self.n_written += 1;
+        Ok(())
     }
 
     /// Writes one world as a compact JSON line followed by `\n`.

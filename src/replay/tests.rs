@@ -80,3 +80,39 @@ fn a_malformed_line_is_an_error_with_its_line_number() {
     let error = run(&input).unwrap_err();
     assert!(error.to_string().contains("line 2"), "{error}");
 }
+
+#[test]
+fn batches_keep_input_order_and_line_numbers() {
+    let good = json!({"type": "choice", "choice": "B", "probabilities": {"A": 0.3, "B": 0.7}});
+    let bad = json!({"type": "choice", "choice": "B", "probabilities": {"A": 0.9, "B": 0.7}});
+    let n = BATCH + 300;
+    let lines: Vec<String> = (0..n)
+        .map(|i| {
+            world(
+                &format!("w{i}"),
+                "q",
+                if i % 500 == 7 {
+                    bad.clone()
+                } else {
+                    good.clone()
+                },
+            )
+        })
+        .collect();
+    let (summary, out) = run(&lines.join("\n")).unwrap();
+    assert_eq!(summary.worlds_read as usize, n);
+    let ids: Vec<&str> = out
+        .iter()
+        .map(|w| w["world_id"].as_str().unwrap())
+        .collect();
+    let expected: Vec<String> = (0..n).map(|i| format!("w{i}")).collect();
+    assert_eq!(ids, expected.iter().map(String::as_str).collect::<Vec<_>>());
+    let rejected: Vec<usize> = summary
+        .rejected_answers
+        .worlds
+        .iter()
+        .map(|r| r.line)
+        .collect();
+    let expected_lines: Vec<usize> = (0..n).filter(|i| i % 500 == 7).map(|i| i + 1).collect();
+    assert_eq!(rejected, expected_lines);
+}
