@@ -295,7 +295,7 @@ pub fn replay<R: BufRead, W: Write>(
                 .collect();
             handles
                 .into_iter()
-                .map(|handle| handle.join().unwrap_or_else(|_| Err(Error::Worker)))
+                .map(|handle| handle.join().unwrap_or(Err(Error::Worker)))
                 .collect()
         });
         for part in parts {
