@@ -10,6 +10,10 @@ use releasegate::contract::View;
 use releasegate::simulate::{self, Options};
 use releasegate::worlds::{Reader, Writer};
 
+/// The same allocator as the `releasegate` binary.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let worlds = simulate::generate(&Options {
         pairs_per_domain: 240,

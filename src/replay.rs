@@ -274,29 +274,22 @@ pub fn replay<R: BufRead, W: Write>(
     }
     let mut rngs: Vec<Rng> = seeds.into_iter().map(Rng::new).collect();
     let mut input = input;
-    let mut batch: Vec<(usize, String)> = Vec::with_capacity(BATCH);
-    loop {
-        batch.clear();
-        while batch.len() < BATCH {
-            match input.next_line() {
-                Some(line) => batch.push(line?),
-                None => break,
-            }
-        }
-        if batch.is_empty() {
-            break;
-        }
+    let mut batch = read_batch(&mut input)?;
+    while !batch.is_empty() {
         let chunk = batch.len().div_ceil(workers);
-        let parts: Vec<Result<Part, Error>> = std::thread::scope(|scope| {
+        // Workers release this batch while this thread reads the next one.
+        let (parts, next) = std::thread::scope(|scope| {
             let handles: Vec<_> = batch
                 .chunks(chunk)
                 .zip(rngs.iter_mut())
                 .map(|(lines, rng)| scope.spawn(move || process(contract, lines, rng)))
                 .collect();
-            handles
+            let next = read_batch(&mut input);
+            let parts: Vec<Result<Part, Error>> = handles
                 .into_iter()
                 .map(|handle| handle.join().unwrap_or(Err(Error::Worker)))
-                .collect()
+                .collect();
+            (parts, next)
         });
         for part in parts {
             let part = part?;
@@ -306,10 +299,23 @@ pub fn replay<R: BufRead, W: Write>(
             summary.absorb(part.summary);
         }
         progress(summary.worlds_read);
+        batch = next?;
     }
     output.flush()?;
     progress(summary.worlds_read);
     Ok(summary)
+}
+
+/// Reads up to `BATCH` non-blank lines.
+fn read_batch<R: BufRead>(input: &mut Reader<R>) -> Result<Vec<(usize, String)>, Error> {
+    let mut batch = Vec::with_capacity(BATCH);
+    while batch.len() < BATCH {
+        match input.next_line() {
+            Some(line) => batch.push(line?),
+            None => break,
+        }
+    }
+    Ok(batch)
 }
 
 /// One worker's share of a batch: output lines and its partial summary.
