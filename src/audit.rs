@@ -25,7 +25,6 @@ pub mod svg;
 pub mod synthetic;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -103,17 +102,8 @@ pub enum Error {
     Worker,
 }
 
-/// Dataset split of a world; both worlds of a pair share it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Split {
-    /// Fitting.
-    Train,
-    /// Strategy selection.
-    Validation,
-    /// Final scoring only.
-    Test,
-}
+/// Dataset split of a world (the worlds format's own type).
+pub use crate::worlds::Split;
 
 /// The release fields the recipient (and so the attacker) received for one world.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -205,18 +195,6 @@ pub struct Config {
     pub threads: usize,
     /// Keep per-world test predictions in the report.
     pub keep_predictions: bool,
-}
-
-// === impl Split ===
-
-impl fmt::Display for Split {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Split::Train => "train",
-            Split::Validation => "validation",
-            Split::Test => "test",
-        })
-    }
 }
 
 // === impl Config ===

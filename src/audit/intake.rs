@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::logistic;
-use super::{CostObservation, Example, Input, Release, ReleasedFeatures, Split, WorkflowCosts};
+use super::{CostObservation, Example, Input, Release, ReleasedFeatures, WorkflowCosts};
 use crate::contract::{Contract, PublicKind, View};
 use crate::features::{self, PublicFeature, PublicFeatureSpec};
 use crate::mechanism::{self, Mechanism};
@@ -158,7 +158,7 @@ pub fn build(
             let answer = &released.body["answers"][u.question.as_str()];
             examples.push(Example {
                 pair_id: u.world.pair_id.clone(),
-                split: split(u.world.split),
+                split: u.world.split,
                 domain: u.world.domain.clone(),
                 t: u.labels[u.t_index].clone(),
                 t_index: u.t_index,
@@ -202,14 +202,6 @@ fn world_error(world: &World, reason: &str) -> Error {
 
 fn labels_of(world: &World) -> Option<&worlds::Labels> {
     world.labels.as_ref()
-}
-
-fn split(split: worlds::Split) -> Split {
-    match split {
-        worlds::Split::Train => Split::Train,
-        worlds::Split::Validation => Split::Validation,
-        worlds::Split::Test => Split::Test,
-    }
 }
 
 fn usable_world<'w>(

@@ -5,6 +5,33 @@ use std::process::{Command, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_releasegate");
 
+/// Runs `releasegate simulate` into `out` and returns the file's bytes.
+fn simulate(pairs_per_domain: u32, seed: u64, out: &std::path::Path) -> Vec<u8> {
+    let output = Command::new(BIN)
+        .args([
+            "simulate",
+            "--pairs-per-domain",
+            &pairs_per_domain.to_string(),
+        ])
+        .args(["--seed", &seed.to_string(), "--out"])
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::read(out).unwrap()
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("releasegate-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 #[test]
 fn hash_key_prints_the_sha256_of_stdin() {
     let mut child = Command::new(BIN)
@@ -66,32 +93,11 @@ fn check_config_accepts_the_default_and_names_the_broken_key() {
 
 #[test]
 fn simulate_then_replay_through_the_binary() {
-    let dir = std::env::temp_dir().join(format!("releasegate-sim-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let run_simulate = |out: &std::path::Path| {
-        let status = Command::new(BIN)
-            .args([
-                "simulate",
-                "--pairs-per-domain",
-                "5",
-                "--seed",
-                "3",
-                "--out",
-            ])
-            .arg(out)
-            .output()
-            .unwrap();
-        assert!(
-            status.status.success(),
-            "{}",
-            String::from_utf8_lossy(&status.stderr)
-        );
-        std::fs::read(out).unwrap()
-    };
-    let first = run_simulate(&dir.join("a.jsonl"));
+    let dir = scratch("sim");
+    let first = simulate(5, 3, &dir.join("a.jsonl"));
     assert_eq!(
         first,
-        run_simulate(&dir.join("b.jsonl")),
+        simulate(5, 3, &dir.join("b.jsonl")),
         "deterministic per seed"
     );
     assert_eq!(first.iter().filter(|b| **b == b'\n').count(), 30);
@@ -133,22 +139,9 @@ fn simulate_then_replay_through_the_binary() {
 
 #[test]
 fn the_shipped_codebooks_rebuild_byte_for_byte_with_the_documented_commands() {
-    let dir = std::env::temp_dir().join(format!("releasegate-codebooks-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("codebooks");
     let worlds = dir.join("worlds.jsonl");
-    let simulate = Command::new(BIN)
-        .args([
-            "simulate",
-            "--pairs-per-domain",
-            "240",
-            "--seed",
-            "0",
-            "--out",
-        ])
-        .arg(&worlds)
-        .output()
-        .unwrap();
-    assert!(simulate.status.success());
+    simulate(240, 0, &worlds);
     let root = env!("CARGO_MANIFEST_DIR");
     let cases = [
         (
@@ -210,22 +203,9 @@ fn the_shipped_codebooks_rebuild_byte_for_byte_with_the_documented_commands() {
 
 #[test]
 fn audit_reports_recovery_and_costs_for_every_release() {
-    let dir = std::env::temp_dir().join(format!("releasegate-audit-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("audit");
     let worlds = dir.join("worlds.jsonl");
-    let simulate = Command::new(BIN)
-        .args([
-            "simulate",
-            "--pairs-per-domain",
-            "40",
-            "--seed",
-            "5",
-            "--out",
-        ])
-        .arg(&worlds)
-        .output()
-        .unwrap();
-    assert!(simulate.status.success());
+    simulate(40, 5, &worlds);
     let root = env!("CARGO_MANIFEST_DIR");
     let output = Command::new(BIN)
         .args([
@@ -278,7 +258,7 @@ fn audit_reports_recovery_and_costs_for_every_release() {
             "no_output",
             "choice",
             "full_native",
-            "contract: full_native + wcpq",
+            "wcpq (contract)",
             "quantize=0.2",
             "top_k"
         ]
