@@ -40,7 +40,8 @@ pub enum Error {
     Denominator,
     /// The grid would be too large; rebuild with `largest_fitting_denominator` or a higher limit.
     #[error(
-        "grid of denominator {denominator} over {classes} classes has {grid_size} vectors, above the limit of {limit} (largest denominator that fits: {largest_fitting_denominator:?})"
+        "grid of denominator {denominator} over {classes} classes has {grid_size} vectors, above the limit of {limit} (largest denominator that fits: {})",
+        largest_fitting_denominator.map_or_else(|| "none".to_string(), |d| d.to_string())
     )]
     GridTooLarge {
         /// Class count n.

@@ -269,3 +269,87 @@ mod wcpq_through_the_release_path {
         }
     }
 }
+
+mod never_panics {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::super::*;
+    use crate::wire::check_request;
+
+    /// Arbitrary JSON values, biased toward the shapes the release path reads.
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<f64>()
+                .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+            (-2.0f64..2.0).prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            prop::sample::select(vec![
+                "A", "B", "C", "D", "0", "1", "true", "false", "choice", "score", "noul", ""
+            ])
+            .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop::sample::select(vec![
+                        "type",
+                        "choice",
+                        "probabilities",
+                        "confidence",
+                        "score",
+                        "noul",
+                        "legend",
+                        "answers",
+                        "model",
+                        "usage",
+                        "q",
+                        "s",
+                        "n",
+                        "A",
+                        "B",
+                        "C",
+                        "D",
+                        "0",
+                        "1",
+                        "2",
+                        "input_tokens",
+                    ]),
+                    inner,
+                    0..6
+                )
+                .prop_map(|map| Value::Object(
+                    map.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+                )),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// Whatever a provider sends, releasing it returns a body or a reason; it never panics.
+        #[test]
+        fn arbitrary_native_answers_never_panic(native in value(), answers in value(), view in 0usize..5) {
+            let view = crate::contract::View::ALL[view].as_str();
+            let c = super::contract(view, "", "keep");
+            let asked = check_request(&super::request(), &c).unwrap();
+            let mut rng = crate::rng::Rng::new(3);
+            let mut options = Options { rng: &mut rng, evaluate: true };
+            let _ = release(&c, &asked, &super::request(), &native, &mut options);
+            let wrapped = json!({"model": "m", "answers": answers, "usage": {}});
+            let _ = release(&c, &asked, &super::request(), &wrapped, &mut options);
+        }
+
+        /// Whatever a caller sends, checking it against a contract never panics.
+        #[test]
+        fn arbitrary_requests_never_panic(request in value(), questions in value()) {
+            let c = super::contract("full_native", "", "keep");
+            let _ = check_request(&request, &c);
+            let _ = check_request(&json!({"model": "m", "state": "s", "questions": questions}), &c);
+        }
+    }
+}
