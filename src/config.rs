@@ -111,6 +111,9 @@ pub struct RemoteProvider {
     pub timeout: Duration,
     /// Most requests in flight to this provider at once.
     pub max_concurrency: usize,
+    /// How long a request waits for a free slot before it is shed with 503
+    /// (at most `timeout`).
+    pub queue_timeout: Duration,
 }
 
 /// A caller identified by its key.

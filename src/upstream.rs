@@ -82,6 +82,7 @@ struct Remote {
     base_url: String,
     api_key: Option<SecretString>,
     timeout: Duration,
+    queue_timeout: Duration,
     permits: Semaphore,
 }
 
@@ -111,6 +112,7 @@ impl Upstreams {
                         base_url: remote.base_url.clone(),
                         api_key: remote.api_key.clone(),
                         timeout: remote.timeout,
+                        queue_timeout: remote.queue_timeout,
                         permits: Semaphore::new(remote.max_concurrency),
                     }),
                 };
@@ -187,7 +189,9 @@ impl Remote {
         max_body: usize,
     ) -> Result<Reply, Error> {
         let deadline = Instant::now() + self.timeout;
-        let _permit = tokio::time::timeout(self.timeout, self.permits.acquire())
+        // A request that cannot get a slot soon is shed (503) rather than queued for its
+        // whole budget: it never reached the provider, so the caller may retry elsewhere.
+        let _permit = tokio::time::timeout(self.queue_timeout, self.permits.acquire())
             .await
             .map_err(|_| Error::Saturated)?
             .map_err(|_| Error::Saturated)?;

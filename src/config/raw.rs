@@ -47,6 +47,8 @@ enum RawProvider {
         timeout_ms: u64,
         #[serde(default = "default_max_concurrency")]
         max_concurrency: u64,
+        #[serde(default = "default_queue_timeout_ms")]
+        queue_timeout_ms: u64,
     },
     Simulated,
 }
@@ -94,6 +96,10 @@ fn default_timeout_ms() -> u64 {
 
 fn default_max_concurrency() -> u64 {
     64
+}
+
+fn default_queue_timeout_ms() -> u64 {
+    1_000
 }
 
 fn default_usage() -> Usage {
@@ -270,6 +276,7 @@ fn validate_provider(
             api_key_env,
             timeout_ms,
             max_concurrency,
+            queue_timeout_ms,
         } => {
             let n_problems = problems.len();
             let trimmed = base_url.trim_end_matches('/').to_string();
@@ -302,6 +309,7 @@ fn validate_provider(
                     base_url: trimmed,
                     api_key,
                     timeout: Duration::from_millis(timeout_ms),
+                    queue_timeout: Duration::from_millis(queue_timeout_ms.min(timeout_ms)),
                     max_concurrency: usize::try_from(max_concurrency).unwrap_or(usize::MAX),
                 })
             })

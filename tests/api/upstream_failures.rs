@@ -185,3 +185,33 @@ async fn health_readiness_and_metrics_are_on_the_admin_port() {
     assert_eq!(public.status(), 404);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_full_concurrency_limit_sheds_load_with_503() {
+    let app = spawn_with(
+        "choice",
+        "",
+        "timeout_ms = 5000\nmax_concurrency = 1\nqueue_timeout_ms = 100",
+        "",
+    )
+    .await;
+    app.upstream.script(
+        200,
+        serde_json::to_vec(&native_answer()).unwrap(),
+        &[],
+        Duration::from_millis(800),
+    );
+    // The first request holds the only slot for 800 ms; the second waits for
+    // a slot no longer than the queue timeout and is shed.
+    let body = request();
+    let (first, second) = tokio::join!(app.post(&body), async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        app.post(&body).await
+    });
+    let mut statuses = [first.status().as_u16(), second.status().as_u16()];
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 503]);
+    let (_, error_type, _) = error_of(second).await;
+    assert_eq!(error_type, "upstream_saturated");
+    app.stop().await;
+}
