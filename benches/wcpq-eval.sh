@@ -25,7 +25,7 @@ MECHANISMS=(
   'gaussian|{ kind = "gaussian", sigma = 0.05, seed = 1 }'
 )
 for d in "${DENOMINATORS[@]}"; do
-  MECHANISMS+=("wcpq-d$d|{ kind = \"wcpq\", codebook = \"DOMAIN-d$d.json\" }")
+  MECHANISMS+=("wcpq-d$d|{ kind = \"wcpq\", codebook = \"pooled-d$d.json\" }")
 done
 config="$OUT/eval.toml"
 echo '[providers.sim]
@@ -45,11 +45,11 @@ workflows = {}
 TOML
   done
 done
-for domain in delivery equipment it_ops; do
-  for d in "${DENOMINATORS[@]}"; do
-    $BIN build-codebook --config "$config" --contract "$domain-wcpq-d$d" --question coarse_cause \
-      --worlds "$OUT/worlds.jsonl" --out "$OUT/$domain-d$d.json" --denominator "$d" > "$OUT/$domain-d$d.build.json"
-  done
+# One codebook per denominator, pooled over the three domains' training answers.
+for d in "${DENOMINATORS[@]}"; do
+  $BIN build-codebook --config "$config" --contract "delivery-wcpq-d$d" --contract "equipment-wcpq-d$d" \
+    --contract "it_ops-wcpq-d$d" --question coarse_cause \
+    --worlds "$OUT/worlds.jsonl" --out "$OUT/pooled-d$d.json" --denominator "$d" > "$OUT/pooled-d$d.build.json"
 done
 for domain in delivery equipment it_ops; do
   for m in "${MECHANISMS[@]}"; do
@@ -86,5 +86,5 @@ for m in mechs:
         m, a, covered, coverage, fallbacks, agreement, tot["maxd"], tot["changed"], tot["l1"] / a, tot["conf"]))
 PY
 for d in "${DENOMINATORS[@]}"; do
-  echo "codewords at d=$d: $(python3 -c "import json;print(json.load(open('$OUT/delivery-d$d.build.json'))['stats']['codewords'])")"
+  echo "codewords at d=$d: $(python3 -c "import json;print(json.load(open('$OUT/pooled-d$d.build.json'))['stats']['codewords'])")"
 done

@@ -58,9 +58,9 @@ enum Command {
         /// Configuration file holding the contract (its codebooks are not loaded).
         #[arg(long)]
         config: PathBuf,
-        /// The contract.
-        #[arg(long)]
-        contract: String,
+        /// The contract; repeat to pool questions that share the class count and workflows.
+        #[arg(long, required = true)]
+        contract: Vec<String>,
         /// The question id (it must declare `workflows`).
         #[arg(long)]
         question: String,

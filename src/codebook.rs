@@ -126,6 +126,9 @@ pub struct Codeword {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Codebook {
     classes: Vec<String>,
+    /// Further label sets served positionally (a codebook pooled over domains
+    /// whose questions share the class count and the frozen workflows).
+    other_class_sets: Vec<Vec<String>>,
     denominator: u32,
     workflows: Value,
     workflows_sha256: String,
@@ -171,6 +174,8 @@ pub struct Built {
 struct CodebookFile {
     format: String,
     classes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    other_class_sets: Vec<Vec<String>>,
     denominator: u32,
     confidence_levels: Vec<f64>,
     workflows: Value,
@@ -289,6 +294,7 @@ pub fn build_with_limit(
     let workflows = spec.canonical_json();
     Ok(Built {
         codebook: Codebook {
+            other_class_sets: Vec::new(),
             classes: classes.to_vec(),
             denominator,
             workflows_sha256: workflow::sha256_hex(&workflow::canonical_bytes(&workflows)),
@@ -415,6 +421,7 @@ impl Codebook {
         let file = CodebookFile {
             format: FORMAT.to_string(),
             classes: self.classes.clone(),
+            other_class_sets: self.other_class_sets.clone(),
             denominator: self.denominator,
             confidence_levels: CONFIDENCE_LEVELS.to_vec(),
             workflows: self.workflows.clone(),
@@ -504,7 +511,17 @@ impl Codebook {
                 return Err(invalid(&field, "out of order or duplicate".to_string()));
             }
         }
+        for set in &file.other_class_sets {
+            validate_classes(set)?;
+            if set.len() != file.classes.len() {
+                return Err(invalid(
+                    "other_class_sets",
+                    format!("every class set needs {} classes", file.classes.len()),
+                ));
+            }
+        }
         Ok(Codebook {
+            other_class_sets: file.other_class_sets,
             classes: file.classes,
             denominator: file.denominator,
             workflows: file.workflows,
@@ -534,20 +551,55 @@ impl Codebook {
     /// Checks that a contract question's classes and frozen workflows are exactly the ones this
     /// codebook was built for; a proxy refuses to start otherwise.
     pub fn check_matches(&self, spec: &Spec, classes: &[String]) -> Result<(), Error> {
-        if classes != self.classes.as_slice() || spec.classes() != self.classes.as_slice() {
+        let served = classes == self.classes.as_slice()
+            || self
+                .other_class_sets
+                .iter()
+                .any(|set| set.as_slice() == classes);
+        if !served || spec.classes() != classes {
             return Err(Error::ClassesMismatch {
                 codebook: self.classes.clone(),
                 contract: classes.to_vec(),
             });
         }
-        let sha = spec.sha256();
-        if sha != self.workflows_sha256 || spec.canonical_json() != self.workflows {
+        // Workflows are compared positionally: the definition with the contract's
+        // labels replaced by the codebook's first label set must be the recorded one.
+        let mut positional = spec.canonical_json();
+        positional["classes"] = serde_json::json!(self.classes);
+        let sha = workflow::sha256_hex(&workflow::canonical_bytes(&positional));
+        if sha != self.workflows_sha256 || positional != self.workflows {
             return Err(Error::WorkflowsMismatch {
                 codebook: self.workflows_sha256.clone(),
                 contract: sha,
             });
         }
         Ok(())
+    }
+
+    /// Serves further label sets positionally: a codebook pooled over
+    /// questions with the same class count and the same frozen workflows
+    /// (each in its own canonical order). The first set stays `classes`.
+    pub fn with_other_class_sets(mut self, sets: Vec<Vec<String>>) -> Result<Codebook, Error> {
+        for set in &sets {
+            validate_classes(set)?;
+            if set.len() != self.classes.len() {
+                return Err(Error::ClassesMismatch {
+                    codebook: self.classes.clone(),
+                    contract: set.clone(),
+                });
+            }
+        }
+        self.other_class_sets = sets
+            .into_iter()
+            .filter(|set| *set != self.classes)
+            .collect();
+        Ok(self)
+    }
+
+    /// Every label set the codebook serves (the first is `classes`).
+    pub fn class_sets(&self) -> impl Iterator<Item = &[String]> {
+        std::iter::once(self.classes.as_slice())
+            .chain(self.other_class_sets.iter().map(Vec::as_slice))
     }
 }
 

@@ -110,9 +110,14 @@ pub fn simulate_command(pairs_per_domain: usize, seed: u64, output: &Path) -> Ex
 pub const GRID_WARNING: u128 = 200_000;
 
 /// `releasegate build-codebook`.
+///
+/// With several contracts the codebook is pooled: their questions must share
+/// the class count and the frozen workflows up to labels, training answers of
+/// all of them enter in each one's canonical order, and the artifact serves
+/// every label set positionally.
 pub fn build_codebook_command(
     config: &Path,
-    contract_name: &str,
+    contract_names: &[String],
     question: &str,
     input: &Path,
     output: &Path,
@@ -122,20 +127,48 @@ pub fn build_codebook_command(
         Ok(config) => config,
         Err(error) => return super::usage_error(&error),
     };
-    let Some(contract) = config.contract(contract_name) else {
-        return super::usage_error(&format!("no contract named `{contract_name}`"));
+    let mut contracts = Vec::new();
+    for name in contract_names {
+        let Some(contract) = config.contract(name) else {
+            return super::usage_error(&format!("no contract named `{name}`"));
+        };
+        let Some(rule) = contract.questions.get(question) else {
+            return super::usage_error(&format!("contract `{name}` has no question `{question}`"));
+        };
+        if rule.workflows.is_none() {
+            return super::usage_error(&format!(
+                "contracts.{name}.questions.{question} has no `workflows` table: a codebook is built for frozen workflows"
+            ));
+        }
+        contracts.push(contract.clone());
+    }
+    let Some(first) = contracts.first() else {
+        return super::usage_error(&"name at least one --contract");
     };
-    let Some(rule) = contract.questions.get(question) else {
-        return super::usage_error(&format!(
-            "contract `{contract_name}` has no question `{question}`"
-        ));
-    };
-    let Some(spec) = &rule.workflows else {
-        return super::usage_error(&format!(
-            "contracts.{contract_name}.questions.{question} has no `workflows` table: a codebook is built for frozen workflows"
-        ));
+    let rule = &first.questions[question];
+    let Some(spec) = rule.workflows.as_ref() else {
+        return super::usage_error(&"the question has no workflows");
     };
     let classes = rule.released_labels();
+    let positional = |spec: &workflow::Spec| {
+        let mut value = spec.canonical_json();
+        value["classes"] = serde_json::Value::Null;
+        value
+    };
+    for contract in &contracts[1..] {
+        let other = &contract.questions[question];
+        let same = other.released_labels().len() == classes.len()
+            && other
+                .workflows
+                .as_ref()
+                .is_some_and(|w| positional(w) == positional(spec));
+        if !same {
+            return super::usage_error(&format!(
+                "contract `{}` cannot share the codebook: its question needs the same class count and the same frozen workflows as `{}`",
+                contract.name, first.name
+            ));
+        }
+    }
     let grid = codebook::grid_size(classes.len(), denominator);
     if grid > GRID_WARNING {
         let suggestion = codebook::largest_denominator_within(classes.len(), GRID_WARNING)
@@ -169,30 +202,50 @@ pub fn build_codebook_command(
         if world.split != Split::Train {
             continue;
         }
-        match dataset::native_answer(contract, question, &world) {
-            Ok(answer) => training.push(TrainingAnswer {
+        // The first contract whose request the world fits reads its answer.
+        let mut first_skip = None;
+        let answer = contracts.iter().find_map(|contract| {
+            dataset::native_answer(contract, question, &world)
+                .map_err(|skip| first_skip = first_skip.or(Some(skip)))
+                .ok()
+        });
+        match answer {
+            Some(answer) => training.push(TrainingAnswer {
                 pair_id: world.pair_id.clone(),
                 probabilities: answer.vector.probabilities,
                 confidence: answer.vector.confidence,
             }),
-            Err(skip) => *skipped.entry(skip.to_string()).or_default() += 1,
+            None => {
+                let reason =
+                    first_skip.map_or_else(|| "unknown".to_string(), |skip| skip.to_string());
+                *skipped.entry(reason).or_default() += 1;
+            }
         }
     }
     bar.set_message("building");
     let built = codebook::build(classes, denominator, spec, &training, source_sha256);
     bar.finish_and_clear();
-    let built = match built {
+    let mut built = match built {
         Ok(built) => built,
+        Err(error) => return super::usage_error(&error),
+    };
+    let others: Vec<Vec<String>> = contracts[1..]
+        .iter()
+        .map(|c| c.questions[question].released_labels().to_vec())
+        .collect();
+    built.codebook = match built.codebook.with_other_class_sets(others) {
+        Ok(codebook) => codebook,
         Err(error) => return super::usage_error(&error),
     };
     if let Err(error) = built.codebook.write(output) {
         return super::failure(&error);
     }
+    let class_sets: Vec<&[String]> = built.codebook.class_sets().collect();
     let summary = serde_json::json!({
         "codebook": output.display().to_string(),
-        "contract": contract_name,
+        "contracts": contract_names,
         "question": question,
-        "classes": classes,
+        "class_sets": class_sets,
         "denominator": denominator,
         "training_answers": training.len(),
         "skipped_train_worlds": skipped,

@@ -240,3 +240,49 @@ fn check_matches_refuses_other_workflows_or_classes() {
     ));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_pooled_codebook_serves_every_label_set_positionally() {
+    let first: Vec<String> = ["A", "B", "C", "D"].iter().map(|s| s.to_string()).collect();
+    let second: Vec<String> = ["W", "X", "Y", "Z"].iter().map(|s| s.to_string()).collect();
+    let spec = Spec::standard(first.clone()).unwrap();
+    let built = build(&first, 4, &spec, &[], "pooled".into()).unwrap();
+    let pooled = built
+        .codebook
+        .with_other_class_sets(vec![second.clone()])
+        .unwrap();
+    let back = Codebook::from_json(&pooled.to_json_bytes()).unwrap();
+    assert_eq!(back.class_sets().count(), 2);
+    back.check_matches(&Spec::standard(second.clone()).unwrap(), &second)
+        .unwrap();
+    back.check_matches(&spec, &first).unwrap();
+    // Other labels, or the same labels with other workflows, are refused.
+    let third: Vec<String> = ["P", "Q", "R", "S"].iter().map(|s| s.to_string()).collect();
+    assert!(
+        back.check_matches(&Spec::standard(third.clone()).unwrap(), &third)
+            .is_err()
+    );
+    let other = Spec::new(
+        second.clone(),
+        crate::workflow::CostBase::authored_4(),
+        &crate::workflow::Family::ALL,
+        &[crate::workflow::Profile::Authored],
+        crate::workflow::Posterior::Native,
+    )
+    .unwrap();
+    assert!(back.check_matches(&other, &second).is_err());
+    // A single-set codebook's artifact has no extra key.
+    assert!(
+        !String::from_utf8(built_plain().to_json_bytes())
+            .unwrap()
+            .contains("other_class_sets")
+    );
+}
+
+fn built_plain() -> Codebook {
+    let classes: Vec<String> = ["A", "B", "C", "D"].iter().map(|s| s.to_string()).collect();
+    let spec = Spec::standard(classes.clone()).unwrap();
+    build(&classes, 2, &spec, &[], "plain".into())
+        .unwrap()
+        .codebook
+}
