@@ -13,7 +13,7 @@ use releasegate::wcpq::{Mapper, Outcome};
 use releasegate::workflow::{
     CostBase, Family, LOGISTIC_FORMAT, LogisticModel, Posterior, Profile, Release, Spec,
 };
-use serde_json::{Map, Value, json};
+use serde_json::json;
 
 const CLASSES: [&str; 4] = ["DELAY", "ADDRESS", "DAMAGE", "DELIVERY_RECORD"];
 
@@ -26,40 +26,19 @@ fn random_vector(rng: &mut Rng, n: usize) -> Vec<f64> {
     raw.iter().map(|v| v / sum).collect()
 }
 
+/// The proxy's own round trip (encode as released under `full_native`, parse, read back).
 fn roundtrip(classes: &[String], r: &Release) -> Option<Release> {
-    let mut obj = Map::new();
-    obj.insert("choice".into(), json!(classes.get(r.choice)?));
-    if let Some(p) = &r.probabilities {
-        let probs: Map<String, Value> = classes
-            .iter()
-            .cloned()
-            .zip(p.iter().map(|v| json!(v)))
-            .collect();
-        obj.insert("probabilities".into(), Value::Object(probs));
-    }
-    if let Some(c) = r.confidence {
-        obj.insert("confidence".into(), json!(c));
-    }
-    let text = serde_json::to_string(&Value::Object(obj)).ok()?;
-    let back: Value = serde_json::from_str(&text).ok()?;
-    let choice = classes
-        .iter()
-        .position(|c| Some(c.as_str()) == back["choice"].as_str())?;
-    let probabilities = match back.get("probabilities") {
-        Some(Value::Object(m)) => Some(
-            classes
-                .iter()
-                .map(|c| m.get(c).and_then(Value::as_f64))
-                .collect::<Option<Vec<f64>>>()?,
-        ),
-        _ => None,
+    let question = releasegate::wire::AskedQuestion {
+        id: "q".to_string(),
+        kind: releasegate::wire::Kind::Choice,
+        legend: None,
     };
-    let confidence = back.get("confidence").and_then(Value::as_f64);
-    Some(Release {
-        choice,
-        probabilities,
-        confidence,
-    })
+    releasegate::release::roundtrip(
+        &question,
+        classes,
+        releasegate::contract::View::FullNative,
+        r,
+    )
 }
 
 /// A synthetic frozen logistic model over the release features and two public token counts.

@@ -203,8 +203,8 @@ pub fn release_answer(
 }
 
 /// Serializes a candidate exactly as it would be sent, parses the text back
-/// and reads it the way a consumer does.
-fn roundtrip(
+/// and reads it the way a consumer does (the WCPQ mapper's round trip).
+pub fn roundtrip(
     question: &AskedQuestion,
     labels: &[String],
     view: View,

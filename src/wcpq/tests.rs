@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use proptest::prelude::*;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::*;
 use crate::codebook::{self, TrainingAnswer};
@@ -13,43 +13,16 @@ fn labels(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("L{i}")).collect()
 }
 
-/// Serializes as the proxy does (`{"choice": label, "probabilities": {label: p}, "confidence": c}`)
-/// and parses back, aligning by label.
+/// The proxy's own round trip: encode the candidate as a released choice
+/// answer under `full_native`, parse the text back and read it as a consumer.
 fn json_roundtrip(classes: &[String]) -> impl Fn(&Release) -> Option<Release> + '_ {
+    let question = crate::wire::AskedQuestion {
+        id: "q".to_string(),
+        kind: crate::wire::Kind::Choice,
+        legend: None,
+    };
     move |r: &Release| {
-        let mut obj = Map::new();
-        obj.insert("choice".into(), json!(classes.get(r.choice)?));
-        if let Some(p) = &r.probabilities {
-            let probs: Map<String, Value> = classes
-                .iter()
-                .cloned()
-                .zip(p.iter().map(|v| json!(v)))
-                .collect();
-            obj.insert("probabilities".into(), Value::Object(probs));
-        }
-        if let Some(c) = r.confidence {
-            obj.insert("confidence".into(), json!(c));
-        }
-        let text = serde_json::to_string(&Value::Object(obj)).ok()?;
-        let back: Value = serde_json::from_str(&text).ok()?;
-        let choice = classes
-            .iter()
-            .position(|c| Some(c.as_str()) == back["choice"].as_str())?;
-        let probabilities = match back.get("probabilities") {
-            Some(Value::Object(m)) => Some(
-                classes
-                    .iter()
-                    .map(|c| m.get(c).and_then(Value::as_f64))
-                    .collect::<Option<Vec<f64>>>()?,
-            ),
-            _ => None,
-        };
-        let confidence = back.get("confidence").and_then(Value::as_f64);
-        Some(Release {
-            choice,
-            probabilities,
-            confidence,
-        })
+        crate::release::roundtrip(&question, classes, crate::contract::View::FullNative, r)
     }
 }
 
