@@ -75,35 +75,7 @@ enum Command {
         denominator: u32,
     },
     /// Measure how much each candidate release reveals (secret recovery) and costs (workflow utility).
-    Audit {
-        /// Configuration file holding the contract(s).
-        #[arg(long)]
-        config: PathBuf,
-        /// The contract; repeat to audit several (each world uses the first that fits).
-        #[arg(long, required = true)]
-        contract: Vec<String>,
-        /// Labelled worlds (train, validation and test splits).
-        #[arg(long)]
-        worlds: PathBuf,
-        /// Views to study (comma-separated); default all five.
-        #[arg(long, value_delimiter = ',')]
-        views: Option<Vec<String>>,
-        /// Extra mechanisms under full_native: quantize[=step], top_k[=k], temperature[=tau], gaussian[=sigma].
-        #[arg(long, value_delimiter = ',')]
-        mechanisms: Vec<String>,
-        /// Write the full numbers as JSON.
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Write the privacy-utility plot as SVG.
-        #[arg(long)]
-        svg: Option<PathBuf>,
-        /// Bootstrap resamples per interval.
-        #[arg(long, default_value_t = 2000)]
-        bootstrap: usize,
-        /// Seed of every random choice (bootstrap, noise mechanisms).
-        #[arg(long, default_value_t = 20261009)]
-        seed: u64,
-    },
+    Audit(offline::AuditArgs),
     /// Apply a contract to every saved answer of a worlds file; print a JSON summary.
     Replay {
         /// Configuration file holding the contract.
@@ -153,27 +125,7 @@ pub fn main() -> ExitCode {
             &out,
             denominator,
         ),
-        Command::Audit {
-            config,
-            contract,
-            worlds,
-            views,
-            mechanisms,
-            json,
-            svg,
-            bootstrap,
-            seed,
-        } => offline::audit_command(&offline::AuditArgs {
-            config,
-            contracts: contract,
-            worlds,
-            views,
-            mechanisms,
-            json,
-            svg,
-            bootstrap,
-            seed,
-        }),
+        Command::Audit(args) => offline::audit_command(&args),
         Command::Replay {
             config,
             contract,

@@ -260,25 +260,34 @@ pub fn build_codebook_command(
 }
 
 /// Arguments of `releasegate audit`.
-#[derive(Debug)]
+#[derive(Debug, clap::Args)]
 pub struct AuditArgs {
-    /// Configuration file.
+    /// Configuration file holding the contract(s).
+    #[arg(long)]
     pub config: std::path::PathBuf,
-    /// Contract names.
+    /// The contract; repeat to audit several (each world uses the first that fits).
+    #[arg(long = "contract", required = true)]
     pub contracts: Vec<String>,
-    /// Worlds file.
+    /// Labelled worlds (train, validation and test splits).
+    #[arg(long)]
     pub worlds: std::path::PathBuf,
-    /// Views to study.
+    /// Views to study (comma-separated); default all five.
+    #[arg(long, value_delimiter = ',')]
     pub views: Option<Vec<String>>,
-    /// Extra mechanisms.
+    /// Extra mechanisms under full_native: quantize[=step], top_k[=k], temperature[=tau], gaussian[=sigma].
+    #[arg(long, value_delimiter = ',')]
     pub mechanisms: Vec<String>,
-    /// JSON output.
+    /// Write the full numbers as JSON.
+    #[arg(long)]
     pub json: Option<std::path::PathBuf>,
-    /// SVG output.
+    /// Write the privacy-utility plot as SVG.
+    #[arg(long)]
     pub svg: Option<std::path::PathBuf>,
-    /// Bootstrap resamples.
+    /// Bootstrap resamples per interval.
+    #[arg(long, default_value_t = 2000)]
     pub bootstrap: usize,
-    /// Seed.
+    /// Seed of every random choice (bootstrap, noise mechanisms).
+    #[arg(long, default_value_t = 20261009)]
     pub seed: u64,
 }
 

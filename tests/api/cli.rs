@@ -5,22 +5,28 @@ use std::process::{Command, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_releasegate");
 
-/// Runs `releasegate simulate` into `out` and returns the file's bytes.
-fn simulate(pairs_per_domain: u32, seed: u64, out: &std::path::Path) -> Vec<u8> {
-    let output = Command::new(BIN)
-        .args([
-            "simulate",
-            "--pairs-per-domain",
-            &pairs_per_domain.to_string(),
-        ])
-        .args(["--seed", &seed.to_string(), "--out"])
-        .arg(out)
-        .output()
-        .unwrap();
+/// Runs a prepared command and requires success; returns its output.
+fn succeed(command: &mut Command) -> std::process::Output {
+    let output = command.output().unwrap();
     assert!(
         output.status.success(),
         "{}",
         String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// Runs `releasegate simulate` into `out` and returns the file's bytes.
+fn simulate(pairs_per_domain: u32, seed: u64, out: &std::path::Path) -> Vec<u8> {
+    succeed(
+        Command::new(BIN)
+            .args([
+                "simulate",
+                "--pairs-per-domain",
+                &pairs_per_domain.to_string(),
+            ])
+            .args(["--seed", &seed.to_string(), "--out"])
+            .arg(out),
     );
     std::fs::read(out).unwrap()
 }
@@ -58,19 +64,11 @@ fn hash_key_prints_the_sha256_of_stdin() {
 fn check_config_accepts_the_default_and_names_the_broken_key() {
     let dir = std::env::temp_dir().join(format!("releasegate-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let ok = Command::new(BIN)
-        .args([
-            "check-config",
-            "--config",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/config/releasegate.toml"),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    let ok = succeed(Command::new(BIN).args([
+        "check-config",
+        "--config",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/config/releasegate.toml"),
+    ]));
     assert!(String::from_utf8_lossy(&ok.stdout).contains("contract dispatcher"));
 
     let broken = dir.join("broken.toml");
@@ -102,22 +100,17 @@ fn simulate_then_replay_through_the_binary() {
     );
     assert_eq!(first.iter().filter(|b| **b == b'\n').count(), 30);
 
-    let output = Command::new(BIN)
-        .args([
-            "replay",
-            "--config",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/config/releasegate.toml"),
-        ])
-        .args(["--contract", "dispatcher", "--worlds"])
-        .arg(dir.join("a.jsonl"))
-        .arg("--out")
-        .arg(dir.join("released.jsonl"))
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let output = succeed(
+        Command::new(BIN)
+            .args([
+                "replay",
+                "--config",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/config/releasegate.toml"),
+            ])
+            .args(["--contract", "dispatcher", "--worlds"])
+            .arg(dir.join("a.jsonl"))
+            .arg("--out")
+            .arg(dir.join("released.jsonl")),
     );
     let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(summary["worlds_read"], 30);
@@ -162,7 +155,7 @@ fn the_shipped_codebooks_rebuild_byte_for_byte_with_the_documented_commands() {
         for contract in contracts {
             build.args(["--contract", contract]);
         }
-        let build = build
+        build
             .args([
                 "--question",
                 "coarse_cause",
@@ -172,14 +165,8 @@ fn the_shipped_codebooks_rebuild_byte_for_byte_with_the_documented_commands() {
             ])
             .arg(&worlds)
             .arg("--out")
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(
-            build.status.success(),
-            "{}",
-            String::from_utf8_lossy(&build.stderr)
-        );
+            .arg(&out);
+        succeed(&mut build);
         let shipped = std::fs::read(format!("{root}/config/codebooks/{file}")).unwrap();
         assert!(
             std::fs::read(&out).unwrap() == shipped,
@@ -195,38 +182,33 @@ fn audit_reports_recovery_and_costs_for_every_release() {
     let worlds = dir.join("worlds.jsonl");
     simulate(40, 5, &worlds);
     let root = env!("CARGO_MANIFEST_DIR");
-    let output = Command::new(BIN)
-        .args([
-            "audit",
-            "--config",
-            &format!("{root}/config/tuple-bench.toml"),
-        ])
-        .args([
-            "--contract",
-            "delivery",
-            "--contract",
-            "equipment",
-            "--contract",
-            "it_ops",
-        ])
-        .args([
-            "--views",
-            "no_output,choice,full_native",
-            "--mechanisms",
-            "quantize=0.2,top_k",
-        ])
-        .args(["--bootstrap", "50", "--worlds"])
-        .arg(&worlds)
-        .arg("--json")
-        .arg(dir.join("audit.json"))
-        .arg("--svg")
-        .arg(dir.join("audit.svg"))
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let output = succeed(
+        Command::new(BIN)
+            .args([
+                "audit",
+                "--config",
+                &format!("{root}/config/tuple-bench.toml"),
+            ])
+            .args([
+                "--contract",
+                "delivery",
+                "--contract",
+                "equipment",
+                "--contract",
+                "it_ops",
+            ])
+            .args([
+                "--views",
+                "no_output,choice,full_native",
+                "--mechanisms",
+                "quantize=0.2,top_k",
+            ])
+            .args(["--bootstrap", "50", "--worlds"])
+            .arg(&worlds)
+            .arg("--json")
+            .arg(dir.join("audit.json"))
+            .arg("--svg")
+            .arg(dir.join("audit.svg")),
     );
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(
