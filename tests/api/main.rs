@@ -8,3 +8,4 @@ mod release;
 mod replay;
 mod upstream_failures;
 mod wcpq;
+mod wire_format;
