@@ -4,6 +4,7 @@ mod auth;
 mod bad_input;
 mod cli;
 mod helpers;
+mod jev_client;
 mod release;
 mod replay;
 mod upstream_failures;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::helpers::{CLIENT_KEY, MULTI_KEY, native_answer, request, spawn, spawn_with};
+use crate::helpers::{CLIENT_KEY, Headers, MULTI_KEY, native_answer, request, spawn, spawn_with};
 
 /// The proxy's request id of a response: both headers present and equal.
 fn request_id(response: &reqwest::Response) -> String {
@@ -52,7 +52,7 @@ async fn every_response_carries_the_proxys_own_request_id() {
     let under =
         |contract: &str, route: &str| format!("{}/contracts/{contract}/v1/{route}", app.address);
     #[rustfmt::skip]
-    let cases: Vec<(Method, String, Vec<(&str, &str)>, Vec<u8>, u16)> = vec![
+    let cases: Vec<(Method, String, Headers, Vec<u8>, u16)> = vec![
         (Method::POST, system_one.clone(), vec![("authorization", &bearer)], good.clone(), 200),
         (Method::GET, models.clone(), vec![("authorization", &bearer)], vec![], 200),
         (Method::POST, under("main", "systemone"), vec![("authorization", &bearer)], good.clone(), 200),
