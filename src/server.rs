@@ -85,6 +85,10 @@ impl Application {
         };
         let public = bind(config.server.listen).await?;
         let admin = bind(config.server.admin_listen).await?;
+        // The bound addresses (port 0 picks one): how a supervisor finds the proxy.
+        if let (Ok(public), Ok(admin)) = (public.local_addr(), admin.local_addr()) {
+            tracing::info!(%public, %admin, "listeners bound");
+        }
         let metrics = Metrics::new()?;
         metrics.describe(&config);
         let upstreams = Upstreams::new(&config, metrics.clone())?;
