@@ -6,6 +6,7 @@
 mod body;
 mod error;
 mod handlers;
+mod middleware;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -21,8 +22,10 @@ use crate::metrics::Metrics;
 use crate::upstream::Upstreams;
 
 pub use error::Error;
+pub use middleware::{MAX_HEADER_BYTES, SDK_REQUEST_ID_HEADER};
 
-/// Header carrying the proxy's own request id on every response.
+/// Header carrying the proxy's own request id on every response (also sent
+/// as `x-typesafe-request-id`, which the official SDKs read).
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
 /// Shared state of both listeners.
@@ -82,6 +85,10 @@ impl Application {
         };
         let public = bind(config.server.listen).await?;
         let admin = bind(config.server.admin_listen).await?;
+        // The bound addresses (port 0 picks one): how a supervisor finds the proxy.
+        if let (Ok(public), Ok(admin)) = (public.local_addr(), admin.local_addr()) {
+            tracing::info!(%public, %admin, "listeners bound");
+        }
         let metrics = Metrics::new()?;
         metrics.describe(&config);
         let upstreams = Upstreams::new(&config, metrics.clone())?;
@@ -181,12 +188,23 @@ impl AppState {
     }
 }
 
-/// The public router (System One endpoints).
+/// The public router (System One endpoints), also under `/contracts/{name}/`
+/// for clients that cannot send `X-Release-Contract`.
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/systemone", post(handlers::systemone))
         .route("/v1/models", get(handlers::models))
+        .route(
+            "/contracts/{contract}/v1/systemone",
+            post(handlers::systemone_for),
+        )
+        .route("/contracts/{contract}/v1/models", get(handlers::models_for))
+        .method_not_allowed_fallback(handlers::method_not_allowed)
         .fallback(handlers::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            middleware::request_id,
+        ))
         .layer(
             tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer::new([
                 axum::http::header::AUTHORIZATION,

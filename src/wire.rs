@@ -41,10 +41,37 @@ pub struct AskedQuestion {
     pub legend: Option<Map<String, Value>>,
 }
 
-/// Why a request cannot be served under a contract (400).
+/// Why a request is refused.
+///
+/// A body that does not follow the System One request schema is a
+/// [`RequestError::Schema`] (422, FastAPI's `{"detail": [{"loc", "msg", "type"}]}`
+/// as the real API sends it); a well-formed request its contract cannot serve
+/// is a [`RequestError::Contract`] (400, `{"detail": {"error_type", "message"}}`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct RequestError(pub String);
+pub enum RequestError {
+    /// Schema violations, in body order (never empty).
+    #[error("{}", schema_message(.0))]
+    Schema(Vec<SchemaIssue>),
+    /// The request is well-formed but its contract cannot serve it: a
+    /// question outside the contract, labels or levels that differ from the
+    /// contract's classes, a type the contract cannot release, a blank model.
+    #[error("{0}")]
+    Contract(String),
+}
+
+/// One schema violation, as a FastAPI validation error entry. It never echoes
+/// the caller's input (no `input` member); `loc` names where, `kind` is
+/// pydantic's error type slug (`missing`, `string_type`, ...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaIssue {
+    /// Path into the request: `"body"`, then keys (and the question type
+    /// for a question's own fields, as pydantic's tagged unions do).
+    pub loc: Vec<Value>,
+    /// Human message.
+    pub msg: String,
+    /// Error type slug.
+    pub kind: &'static str,
+}
 
 /// Why a native answer is rejected (a metrics label: keep it bounded).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -104,40 +131,29 @@ impl Invalid {
     ];
 }
 
-/// Checks a request body against a contract: `model`, `state` and `questions`
-/// are present, every question is covered and its classes match the contract.
+/// Checks a request body against a contract. First the System One request
+/// schema (every violation is reported, as the real API's validation does):
+/// `model` a string, `state` a string, object or array, `questions` a
+/// non-empty map of well-formed questions. Then the contract: a model is
+/// named, every question is covered and its classes match the contract.
 pub fn check_request(body: &Value, contract: &Contract) -> Result<Asked, RequestError> {
-    let object = body
-        .as_object()
-        .ok_or_else(|| RequestError("the request body must be a JSON object".into()))?;
-    let model = match object.get("model") {
-        Some(Value::String(model)) if !model.trim().is_empty() => model.clone(),
-        Some(_) => return Err(RequestError("`model` must be a non-empty string".into())),
-        None => return Err(RequestError("the request is missing `model`".into())),
-    };
-    match object.get("state") {
-        Some(Value::String(_) | Value::Object(_) | Value::Array(_)) => {}
-        Some(_) => {
-            return Err(RequestError(
-                "`state` must be a string, an object or an array".into(),
-            ));
-        }
-        None => return Err(RequestError("the request is missing `state`".into())),
+    let issues = schema_issues(body);
+    if !issues.is_empty() {
+        return Err(RequestError::Schema(issues));
     }
-    let questions = match object.get("questions") {
-        Some(Value::Object(questions)) if !questions.is_empty() => questions,
-        Some(Value::Object(_)) => {
-            return Err(RequestError(
-                "`questions` must hold at least one question".into(),
-            ));
-        }
-        Some(_) => return Err(RequestError("`questions` must be an object".into())),
-        None => return Err(RequestError("the request is missing `questions`".into())),
+    let refuse = |message: String| RequestError::Contract(message);
+    let model = match body.get("model") {
+        Some(Value::String(model)) if !model.trim().is_empty() => model.clone(),
+        _ => return Err(refuse("`model` must name a model".into())),
     };
+    let questions = body
+        .get("questions")
+        .and_then(Value::as_object)
+        .ok_or_else(|| refuse("the request has no `questions`".into()))?;
     let mut asked = Vec::with_capacity(questions.len());
     for (id, question) in questions {
         let rule = contract.questions.get(id).ok_or_else(|| {
-            RequestError(format!(
+            refuse(format!(
                 "question `{id}` is not covered by release contract `{}`",
                 contract.name
             ))
@@ -150,12 +166,258 @@ pub fn check_request(body: &Value, contract: &Contract) -> Result<Asked, Request
     })
 }
 
+/// The question types of the System One schema (a tagged union on `type`).
+const QUESTION_TAGS: [&str; 4] = ["noul", "choice", "score", "box"];
+
+/// Every schema violation of a request body, in body order (empty when valid).
+/// Unknown members are ignored, as the real API's models ignore them.
+pub fn schema_issues(body: &Value) -> Vec<SchemaIssue> {
+    let mut issues = Vec::new();
+    let at = |path: &[&str]| -> Vec<Value> {
+        std::iter::once("body")
+            .chain(path.iter().copied())
+            .map(|key| Value::String(key.to_string()))
+            .collect()
+    };
+    let Some(object) = body.as_object() else {
+        issues.push(issue(at(&[]), Problem::NotAnObject));
+        return issues;
+    };
+    match object.get("model") {
+        None => issues.push(issue(at(&["model"]), Problem::Missing)),
+        Some(Value::String(_)) => {}
+        Some(_) => issues.push(issue(at(&["model"]), Problem::StringType)),
+    }
+    match object.get("state") {
+        None => issues.push(issue(at(&["state"]), Problem::Missing)),
+        Some(state) => content(state, false, at(&["state"]), &mut issues),
+    }
+    match object.get("questions") {
+        None => issues.push(issue(at(&["questions"]), Problem::Missing)),
+        Some(Value::Object(questions)) if questions.is_empty() => {
+            issues.push(issue(at(&["questions"]), Problem::TooShortDict));
+        }
+        Some(Value::Object(questions)) => {
+            for (id, question) in questions {
+                question_issues(at(&["questions", id]), question, &mut issues);
+            }
+        }
+        Some(_) => issues.push(issue(at(&["questions"]), Problem::DictType)),
+    }
+    issues
+}
+
+fn question_issues(loc: Vec<Value>, question: &Value, issues: &mut Vec<SchemaIssue>) {
+    let Some(object) = question.as_object() else {
+        issues.push(issue(loc, Problem::NotAnObject));
+        return;
+    };
+    let tag = match object.get("type") {
+        None => {
+            issues.push(issue(loc, Problem::TagNotFound));
+            return;
+        }
+        Some(tag) => match tag.as_str().filter(|tag| QUESTION_TAGS.contains(tag)) {
+            Some(tag) => tag,
+            None => {
+                issues.push(issue(loc, Problem::TagInvalid));
+                return;
+            }
+        },
+    };
+    let field = |name: &str| -> Vec<Value> {
+        let mut path = loc.clone();
+        path.push(Value::String(tag.to_string()));
+        path.push(Value::String(name.to_string()));
+        path
+    };
+    if let Some(instructions) = object.get("instructions") {
+        content(instructions, true, field("instructions"), issues);
+    }
+    let criteria = object.get("criteria");
+    match (tag, criteria) {
+        ("choice", None) | ("score", None) => {
+            issues.push(issue(field("criteria"), Problem::Missing))
+        }
+        ("choice", Some(Value::Object(options))) => {
+            for (label, description) in options {
+                let mut path = field("criteria");
+                path.push(Value::String(label.clone()));
+                content(description, true, path, issues);
+            }
+        }
+        ("choice", Some(_)) => issues.push(issue(field("criteria"), Problem::DictType)),
+        ("score", Some(Value::Array(levels))) if levels.is_empty() => {
+            issues.push(issue(field("criteria"), Problem::TooShortList));
+        }
+        ("score", Some(Value::Array(levels))) => {
+            for (level, description) in levels.iter().enumerate() {
+                let mut path = field("criteria");
+                path.push(Value::from(level));
+                content(description, false, path, issues);
+            }
+        }
+        ("score", Some(_)) => issues.push(issue(field("criteria"), Problem::ListType)),
+        ("noul", Some(Value::Object(outcomes))) => {
+            for outcome in ["true", "false"] {
+                if let Some(description) = outcomes.get(outcome) {
+                    let mut path = field("criteria");
+                    path.push(Value::String(outcome.into()));
+                    content(description, true, path, issues);
+                }
+            }
+        }
+        ("noul", Some(Value::Null) | None) => {}
+        ("noul", Some(_)) => issues.push(issue(field("criteria"), Problem::ModelType)),
+        _ => {}
+    }
+}
+
+/// Content is `str | dict | list` (optionally `| None`): a value of another
+/// type fails every member of the union, reported per member as pydantic does.
+fn content(value: &Value, nullable: bool, loc: Vec<Value>, issues: &mut Vec<SchemaIssue>) {
+    match value {
+        Value::String(_) | Value::Object(_) | Value::Array(_) => {}
+        Value::Null if nullable => {}
+        _ => {
+            for (member, kind) in [
+                ("str", Problem::StringType),
+                ("dict[str,any]", Problem::DictType),
+                ("list[any]", Problem::ListType),
+            ] {
+                let mut path = loc.clone();
+                path.push(Value::String(member.into()));
+                issues.push(issue(path, kind));
+            }
+        }
+    }
+}
+
+/// The schema problems the request check reports.
+#[derive(Debug, Clone, Copy)]
+enum Problem {
+    Missing,
+    StringType,
+    DictType,
+    ListType,
+    ModelType,
+    TooShortDict,
+    TooShortList,
+    TagNotFound,
+    TagInvalid,
+    NotAnObject,
+}
+
+/// A schema issue with pydantic's type slug and message for its problem.
+fn issue(loc: Vec<Value>, problem: Problem) -> SchemaIssue {
+    let (kind, msg) = match problem {
+        Problem::Missing => ("missing", "Field required"),
+        Problem::StringType => ("string_type", "Input should be a valid string"),
+        Problem::DictType => ("dict_type", "Input should be a valid dictionary"),
+        Problem::ListType => ("list_type", "Input should be a valid list"),
+        Problem::ModelType => (
+            "model_type",
+            "Input should be a valid dictionary or instance of NoulCriteria",
+        ),
+        Problem::TooShortDict => (
+            "too_short",
+            "Dictionary should have at least 1 item after validation, not 0",
+        ),
+        Problem::TooShortList => (
+            "too_short",
+            "List should have at least 1 item after validation, not 0",
+        ),
+        Problem::TagNotFound => (
+            "union_tag_not_found",
+            "Unable to extract tag using discriminator 'type'",
+        ),
+        Problem::TagInvalid => (
+            "union_tag_invalid",
+            "Input tag found using 'type' does not match any of the expected tags: 'noul', 'choice', 'score', 'box'",
+        ),
+        Problem::NotAnObject => (
+            "model_attributes_type",
+            "Input should be a valid dictionary or object to extract fields from",
+        ),
+    };
+    SchemaIssue {
+        loc,
+        msg: msg.to_string(),
+        kind,
+    }
+}
+
+/// The issue of a body that is not JSON at all: `json_invalid` at the byte
+/// offset where parsing failed (`line` and `column` as serde_json counts them).
+pub fn json_invalid(bytes: &[u8], line: usize, column: usize, reason: &str) -> SchemaIssue {
+    let line_start: usize = bytes
+        .split(|byte| *byte == b'\n')
+        .take(line.saturating_sub(1))
+        .map(|text| text.len() + 1)
+        .sum();
+    let offset = (line_start + column.saturating_sub(1)).min(bytes.len());
+    SchemaIssue {
+        loc: vec![Value::String("body".into()), Value::from(offset)],
+        msg: format!("JSON decode error: {reason}"),
+        kind: "json_invalid",
+    }
+}
+
+/// The SDKs' reading of a validation list: `loc: msg` joined by `; `, with
+/// `body` left out of each location.
+fn schema_message(issues: &[SchemaIssue]) -> String {
+    issues
+        .iter()
+        .map(|issue| {
+            let path: Vec<String> = issue
+                .loc
+                .iter()
+                .filter(|item| item.as_str() != Some("body"))
+                .map(|item| match item {
+                    Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                })
+                .collect();
+            if path.is_empty() {
+                issue.msg.clone()
+            } else {
+                format!("{}: {}", path.join("."), issue.msg)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+// === impl RequestError ===
+
+impl RequestError {
+    /// The response body: FastAPI's validation list for schema errors,
+    /// `{"detail": {"error_type": "invalid_request", "message"}}` otherwise.
+    pub fn body(&self) -> Value {
+        match self {
+            RequestError::Schema(issues) => {
+                let detail: Vec<Value> = issues
+                    .iter()
+                    .map(|issue| {
+                        serde_json::json!({"loc": issue.loc, "msg": issue.msg, "type": issue.kind})
+                    })
+                    .collect();
+                serde_json::json!({ "detail": detail })
+            }
+            RequestError::Contract(message) => {
+                serde_json::json!({"detail": {"error_type": "invalid_request", "message": message}})
+            }
+        }
+    }
+}
+
 fn check_question(
     id: &str,
     question: &Value,
     rule: &QuestionRule,
 ) -> Result<AskedQuestion, RequestError> {
-    let fail = |reason: &str| RequestError(format!("question `{id}`: {reason}"));
+    let fail = |reason: &str| RequestError::Contract(format!("question `{id}`: {reason}"));
+    // The schema check guarantees a known tag and well-typed criteria.
     let kind = match question.get("type").and_then(Value::as_str) {
         Some("choice") => Kind::Choice,
         Some("score") => Kind::Score,

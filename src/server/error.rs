@@ -1,7 +1,10 @@
 //! The one place a client-facing status is chosen. Bodies are
-//! `{"detail": {"error_type": ..., "message": ...}}` and never carry upstream
-//! bodies, keys, or whether a release mechanism covered an answer.
+//! `{"detail": {"error_type": ..., "message": ...}}`, except request schema
+//! errors, which are 422 with FastAPI's `{"detail": [{"loc", "msg", "type"}]}`
+//! as the real API sends them. No body carries upstream bodies, keys, or
+//! whether a release mechanism covered an answer.
 
+use axum::http::header::RETRY_AFTER;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
@@ -22,9 +25,21 @@ pub enum Error {
     /// The body is not valid JSON or cannot be decompressed.
     #[error("{0}")]
     BadBody(String),
-    /// The request does not fit its contract.
+    /// The request breaks the System One schema (422) or does not fit its contract (400).
     #[error(transparent)]
     Request(#[from] wire::RequestError),
+    /// No public route has this path.
+    #[error("no such endpoint")]
+    NotFound,
+    /// The route exists but not for this method.
+    #[error("method not allowed on this endpoint")]
+    MethodNotAllowed,
+    /// The request's header fields exceed the proxy's limit.
+    #[error("the request header fields exceed {0} bytes")]
+    HeadersTooLarge(usize),
+    /// The provider's concurrency slots stayed busy (503): retry after this many seconds.
+    #[error("the provider is saturated; retry after {0} s")]
+    Saturated(u64),
     /// The provider answered with a non-success status.
     #[error("the provider answered with status {status}")]
     UpstreamStatus {
@@ -54,10 +69,17 @@ impl Error {
         match self {
             Error::Auth(auth::Error::Unauthenticated) => StatusCode::UNAUTHORIZED,
             Error::Auth(auth::Error::Forbidden) => StatusCode::FORBIDDEN,
-            Error::Auth(auth::Error::Ambiguous(_)) => StatusCode::BAD_REQUEST,
+            Error::Auth(auth::Error::Ambiguous(_) | auth::Error::Conflict) => {
+                StatusCode::BAD_REQUEST
+            }
             Error::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Error::Unsupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Error::Request(wire::RequestError::Schema(_)) => StatusCode::UNPROCESSABLE_ENTITY,
             Error::BadBody(_) | Error::Request(_) => StatusCode::BAD_REQUEST,
+            Error::NotFound => StatusCode::NOT_FOUND,
+            Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Error::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Error::Saturated(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::UpstreamStatus { status, .. } => match *status {
                 400..=499 | 529 => StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY),
                 _ => StatusCode::BAD_GATEWAY,
@@ -76,6 +98,12 @@ impl Error {
             Error::Auth(auth::Error::Unauthenticated) => "authentication_error",
             Error::Auth(auth::Error::Forbidden) => "permission_denied",
             Error::Auth(auth::Error::Ambiguous(_)) => "contract_required",
+            Error::Auth(auth::Error::Conflict) => "contract_conflict",
+            Error::Request(wire::RequestError::Schema(_)) => "validation_error",
+            Error::NotFound => "not_found",
+            Error::MethodNotAllowed => "method_not_allowed",
+            Error::HeadersTooLarge(_) => "request_header_fields_too_large",
+            Error::Saturated(_) => "upstream_saturated",
             Error::TooLarge(_) => "request_too_large",
             Error::Unsupported(_) => "unsupported_media_type",
             Error::BadBody(_) => "invalid_json",
@@ -95,20 +123,30 @@ impl Error {
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = self.status();
-        let body = crate::release::error_body(self.error_type(), &self.to_string());
+        let body = match &self {
+            Error::Request(error) => error.body(),
+            _ => crate::release::error_body(self.error_type(), &self.to_string()),
+        };
         let mut response = (status, axum::Json(body)).into_response();
-        if let Error::UpstreamStatus {
-            retry_after,
-            retry_after_ms,
-            ..
-        } = self
-        {
-            if let Some(value) = retry_after {
-                response.headers_mut().insert("retry-after", value);
+        match self {
+            Error::UpstreamStatus {
+                retry_after,
+                retry_after_ms,
+                ..
+            } => {
+                if let Some(value) = retry_after {
+                    response.headers_mut().insert(RETRY_AFTER, value);
+                }
+                if let Some(value) = retry_after_ms {
+                    response.headers_mut().insert("retry-after-ms", value);
+                }
             }
-            if let Some(value) = retry_after_ms {
-                response.headers_mut().insert("retry-after-ms", value);
+            Error::Saturated(seconds) => {
+                response
+                    .headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from(seconds));
             }
+            _ => {}
         }
         response
     }
