@@ -16,6 +16,9 @@ pub enum Error {
     /// The body exceeds the limit, before or after decompression.
     #[error("the request body exceeds {0} bytes")]
     TooLarge(usize),
+    /// The body did not arrive within its deadline.
+    #[error("the request body did not arrive within {} ms", .0.as_millis())]
+    BodyTimeout(std::time::Duration),
     /// The body's encoding or media type is not supported.
     #[error("{0}")]
     Unsupported(String),
@@ -56,6 +59,7 @@ impl Error {
             Error::Auth(auth::Error::Forbidden) => StatusCode::FORBIDDEN,
             Error::Auth(auth::Error::Ambiguous(_)) => StatusCode::BAD_REQUEST,
             Error::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::Unsupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Error::BadBody(_) | Error::Request(_) => StatusCode::BAD_REQUEST,
             Error::UpstreamStatus { status, .. } => match *status {
@@ -77,6 +81,7 @@ impl Error {
             Error::Auth(auth::Error::Forbidden) => "permission_denied",
             Error::Auth(auth::Error::Ambiguous(_)) => "contract_required",
             Error::TooLarge(_) => "request_too_large",
+            Error::BodyTimeout(_) => "request_timeout",
             Error::Unsupported(_) => "unsupported_media_type",
             Error::BadBody(_) => "invalid_json",
             Error::Request(_) | Error::Upstream(upstream::Error::Rejected(_)) => "invalid_request",

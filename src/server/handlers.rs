@@ -143,7 +143,7 @@ async fn answer(
     label: &mut Option<String>,
 ) -> Result<Value, Error> {
     let contract = select_contract(state, headers, label)?;
-    let bytes = body::read(headers, body, state.inner.config.server.max_body_bytes).await?;
+    let bytes = body::read(headers, body, &state.inner.config.server).await?;
     let mut request: Value = serde_json::from_slice(&bytes)
         .map_err(|error| Error::BadBody(format!("the request body is not valid JSON ({error})")))?;
     let asked = wire::check_request(&request, contract)?;
