@@ -3,7 +3,9 @@
 mod auth;
 mod bad_input;
 mod cli;
+mod connections;
 mod helpers;
+mod process;
 mod release;
 mod replay;
 mod upstream_failures;
