@@ -206,6 +206,7 @@ pub(super) async fn serve(
     let Listener { name, tcp, limits } = listener;
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let mut last_warning: Option<Instant> = None;
+    let mut last_full: Option<Instant> = None;
     loop {
         let accepted = tokio::select! {
             accepted = tcp.accept() => accepted,
@@ -221,6 +222,13 @@ pub(super) async fn serve(
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             metrics.count_closed(name, Closed::OverCapacity);
             drop(stream);
+            if once_a_second(&mut last_full) {
+                tracing::warn!(
+                    listener = name,
+                    max_connections = limits.max_connections,
+                    "connection cap reached; closing new connections"
+                );
+            }
             continue;
         };
         let _ = stream.set_nodelay(true);
@@ -251,11 +259,19 @@ async fn accept_failed(name: &str, error: &io::Error, last_warning: &mut Option<
     }
     // Out of file descriptors or memory: back off instead of spinning; the
     // pending connection waits in the backlog.
-    if last_warning.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+    if once_a_second(last_warning) {
         tracing::warn!(listener = name, %error, "accept failed; retrying");
-        *last_warning = Some(Instant::now());
     }
     tokio::time::sleep(ACCEPT_BACKOFF).await;
+}
+
+/// True at most once a second (keeps a flood from flooding the log too).
+fn once_a_second(last: &mut Option<Instant>) -> bool {
+    let due = last.is_none_or(|at| at.elapsed() >= Duration::from_secs(1));
+    if due {
+        *last = Some(Instant::now());
+    }
+    due
 }
 
 /// One accepted connection; dropping it returns the permit.
