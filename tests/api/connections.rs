@@ -127,12 +127,18 @@ impl Proxy {
         .unwrap()
     }
 
-    /// The value of a connection metric series.
+    /// How many connections of `listener` the proxy closed for `reason`.
     async fn closed(&self, listener: &str, reason: &str) -> u64 {
+        self.metric(&format!(
+            "releasegate_connections_closed_total{{listener=\"{listener}\",reason=\"{reason}\"}}"
+        ))
+        .await
+    }
+
+    /// The value of one metric series (0 when absent).
+    async fn metric(&self, series: &str) -> u64 {
         let text = self.admin_get("/metrics").await.text().await.unwrap();
-        let series = format!(
-            "releasegate_connections_closed_total{{listener=\"{listener}\",reason=\"{reason}\"}} "
-        );
+        let series = format!("{series} ");
         text.lines()
             .find_map(|line| line.strip_prefix(series.as_str()))
             .and_then(|value| value.trim().parse().ok())
@@ -244,6 +250,12 @@ async fn a_full_public_listener_closes_new_connections_while_admin_answers() {
     assert_eq!(proxy.admin_get("/healthz").await.status(), 200);
     assert_eq!(proxy.admin_get("/readyz").await.status(), 200);
     assert!(proxy.closed("public", "over_capacity").await >= 1);
+    assert_eq!(
+        proxy
+            .metric("releasegate_open_connections{listener=\"public\"}")
+            .await,
+        8
+    );
     // A freed slot is usable again.
     drop(held.pop());
     let freed = tokio::time::timeout(PATIENCE, async {
