@@ -19,6 +19,9 @@ pub enum Error {
     /// The body exceeds the limit, before or after decompression.
     #[error("the request body exceeds {0} bytes")]
     TooLarge(usize),
+    /// The body did not arrive within its deadline.
+    #[error("the request body did not arrive within {} ms", .0.as_millis())]
+    BodyTimeout(std::time::Duration),
     /// The body's encoding or media type is not supported.
     #[error("{0}")]
     Unsupported(String),
@@ -73,6 +76,7 @@ impl Error {
                 StatusCode::BAD_REQUEST
             }
             Error::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::Unsupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Error::Request(wire::RequestError::Schema(_)) => StatusCode::UNPROCESSABLE_ENTITY,
             Error::BadBody(_) | Error::Request(_) => StatusCode::BAD_REQUEST,
@@ -105,6 +109,7 @@ impl Error {
             Error::HeadersTooLarge(_) => "request_header_fields_too_large",
             Error::Saturated(_) => "upstream_saturated",
             Error::TooLarge(_) => "request_too_large",
+            Error::BodyTimeout(_) => "request_timeout",
             Error::Unsupported(_) => "unsupported_media_type",
             Error::BadBody(_) => "invalid_json",
             Error::Request(_) | Error::Upstream(upstream::Error::Rejected(_)) => "invalid_request",

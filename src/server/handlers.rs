@@ -202,7 +202,7 @@ async fn answer(
 ) -> Result<Value, Error> {
     let headers = selection.headers;
     let contract = select_contract(state, selection, label)?;
-    let bytes = body::read(headers, body, state.inner.config.server.max_body_bytes).await?;
+    let bytes = body::read(headers, body, &state.inner.config.server).await?;
     // Like the real API (FastAPI), a body that is not JSON is a 422 `json_invalid`.
     let mut request: Value = serde_json::from_slice(&bytes).map_err(|error| {
         let reason = error.to_string();

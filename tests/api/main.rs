@@ -3,8 +3,10 @@
 mod auth;
 mod bad_input;
 mod cli;
+mod connections;
 mod helpers;
 mod jev_client;
+mod process;
 mod release;
 mod replay;
 mod upstream_failures;
