@@ -49,6 +49,51 @@ pub enum Error {
     Rejected(String),
 }
 
+/// Every `kind` label of `releasegate_upstream_errors_total`: transport failures, then
+/// non-2xx statuses by class (`auth` is 401 and 403: the provider refused the proxy's key).
+pub const ERROR_KINDS: [&str; 12] = [
+    "timeout",
+    "connect",
+    "transport",
+    "too_large",
+    "saturated",
+    "rejected",
+    "auth",
+    "status_429",
+    "status_529",
+    "status_4xx",
+    "status_5xx",
+    "status_other",
+];
+
+// === impl Error ===
+
+impl Error {
+    /// The `kind` label this failure is counted under.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Timeout => "timeout",
+            Error::Connect(_) => "connect",
+            Error::Transport(_) => "transport",
+            Error::TooLarge => "too_large",
+            Error::Saturated => "saturated",
+            Error::Rejected(_) => "rejected",
+        }
+    }
+}
+
+/// The `kind` label of a non-2xx upstream status.
+pub fn status_kind(status: u16) -> &'static str {
+    match status {
+        401 | 403 => "auth",
+        429 => "status_429",
+        529 => "status_529",
+        400..=499 => "status_4xx",
+        500..=599 => "status_5xx",
+        _ => "status_other",
+    }
+}
+
 /// A provider's answer.
 #[derive(Debug)]
 pub enum Reply {
@@ -164,19 +209,26 @@ impl Upstreams {
             .upstream_latency
             .with_label_values(&[provider])
             .observe(started.elapsed().as_secs_f64());
-        if let Err(error) = &result {
-            let kind = match error {
-                Error::Timeout => "timeout",
-                Error::Connect(_) => "connect",
-                Error::Transport(_) => "transport",
-                Error::TooLarge => "too_large",
-                Error::Saturated => "saturated",
-                Error::Rejected(_) => "rejected",
-            };
+        let kind = match &result {
+            Err(error) => Some(error.kind()),
+            Ok(Reply::Status { status, .. }) => Some(status_kind(*status)),
+            Ok(Reply::Success(_)) => None,
+        };
+        if let Some(kind) = kind {
             self.metrics
                 .upstream_errors
                 .with_label_values(&[provider, kind])
                 .inc();
+        }
+        if let Ok(Reply::Status { status, .. }) = &result
+            && status_kind(*status) == "auth"
+        {
+            // The provider refused the proxy's own key: an operator must act, callers cannot.
+            tracing::error!(
+                provider,
+                status,
+                "the provider refused the proxy's credentials; check the key named by api_key_env"
+            );
         }
         result
     }
@@ -391,6 +443,27 @@ mod tests {
             seconds("Wed, 21 Oct 2015 07:30:00 GMT", later).as_deref(),
             Some("120")
         );
+    }
+
+    #[test]
+    fn every_status_and_failure_has_a_listed_kind() {
+        for status in 100..=999 {
+            if !(200..300).contains(&status) {
+                assert!(ERROR_KINDS.contains(&status_kind(status)), "{status}");
+            }
+        }
+        assert_eq!(status_kind(401), "auth");
+        assert_eq!(status_kind(403), "auth");
+        assert_eq!(status_kind(404), "status_4xx");
+        assert_eq!(status_kind(503), "status_5xx");
+        for error in [
+            Error::Timeout,
+            Error::TooLarge,
+            Error::Saturated,
+            Error::Rejected(String::new()),
+        ] {
+            assert!(ERROR_KINDS.contains(&error.kind()));
+        }
     }
 
     #[test]

@@ -100,7 +100,7 @@ fn finish(
         Err(error) => {
             tracing::warn!(
                 %request_id, route, contract = contract_label,
-                error_type = error.error_type(), error = %error, "request failed"
+                error_type = error.error_type(), error = %error.chain(), "request failed"
             );
             error.into_response()
         }
@@ -111,6 +111,11 @@ fn finish(
         .requests
         .with_label_values(&[contract_label, status_class(status)])
         .inc();
+    state
+        .metrics()
+        .request_duration
+        .with_label_values(&[contract_label, route, status_class(status)])
+        .observe(started.elapsed().as_secs_f64());
     tracing::info!(
         %request_id, route, contract = contract_label, status,
         latency_ms = started.elapsed().as_secs_f64() * 1e3, "request"
@@ -262,6 +267,11 @@ async fn list_models(
 
 fn success_json(state: &AppState, contract: &Contract, reply: Reply) -> Result<Value, Error> {
     match reply {
+        // The provider refused the proxy's own key (counted and logged in `upstream`).
+        Reply::Status {
+            status: status @ (401 | 403),
+            ..
+        } => Err(Error::UpstreamAuth { status }),
         Reply::Status {
             status,
             retry_after,

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::helpers::{request, spawn};
+use crate::helpers::{error_of, request, spawn};
 
 #[tokio::test]
 async fn retry_hints_are_rewritten_capped_or_dropped() {
@@ -30,6 +30,79 @@ async fn retry_hints_are_rewritten_capped_or_dropped() {
         };
         assert_eq!(header("retry-after").as_deref(), want_seconds, "{seconds}");
         assert_eq!(header("retry-after-ms").as_deref(), want_millis, "{millis}");
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn provider_credential_failures_are_502_and_counted_as_auth() {
+    let app = spawn("choice", "").await;
+    for status in [401, 403] {
+        app.upstream.script(
+            status,
+            b"{\"detail\": \"invalid api key\"}".to_vec(),
+            &[],
+            Duration::ZERO,
+        );
+        let (code, error_type, message) = error_of(app.post(&request()).await).await;
+        assert_eq!((code, error_type.as_str()), (502, "upstream_auth_error"));
+        assert!(!message.contains("invalid api key"), "{message}");
+    }
+    let metrics = app.metrics().await;
+    assert!(
+        metrics.contains("releasegate_upstream_errors_total{kind=\"auth\",provider=\"up\"} 2"),
+        "{metrics}"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn upstream_statuses_are_counted_by_kind() {
+    let app = spawn("choice", "").await;
+    for status in [400, 404, 422, 429, 500, 503, 504, 529] {
+        app.upstream
+            .script(status, b"{}".to_vec(), &[], Duration::ZERO);
+        let response = app.post(&request()).await;
+        assert!(!response.status().is_success());
+    }
+    let metrics = app.metrics().await;
+    for (kind, count) in [
+        ("status_4xx", 3),
+        ("status_429", 1),
+        ("status_5xx", 3),
+        ("status_529", 1),
+        ("auth", 0),
+        ("timeout", 0),
+    ] {
+        let series = format!(
+            "releasegate_upstream_errors_total{{kind=\"{kind}\",provider=\"up\"}} {count}\n"
+        );
+        assert!(metrics.contains(&series), "{series}: {metrics}");
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_proxys_own_latency_is_a_histogram_by_contract_route_and_status_class() {
+    let app = spawn("choice", "").await;
+    assert_eq!(app.post(&request()).await.status(), 200);
+    app.upstream.script(500, b"{}".to_vec(), &[], Duration::ZERO);
+    assert_eq!(app.post(&request()).await.status(), 502);
+    let refused = app
+        .client
+        .get(format!("{}/v1/models", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    let metrics = app.metrics().await;
+    for series in [
+        "releasegate_request_duration_seconds_count{contract=\"main\",route=\"systemone\",status_class=\"2xx\"} 1",
+        "releasegate_request_duration_seconds_count{contract=\"main\",route=\"systemone\",status_class=\"5xx\"} 1",
+        "releasegate_request_duration_seconds_count{contract=\"none\",route=\"models\",status_class=\"4xx\"} 1",
+        "releasegate_request_duration_seconds_bucket{contract=\"main\",route=\"systemone\",status_class=\"2xx\",le=\"30\"} 1",
+    ] {
+        assert!(metrics.contains(series), "{series}: {metrics}");
     }
     app.stop().await;
 }
