@@ -405,8 +405,19 @@ mod tests {
             Some("86400")
         );
         for bad in [
-            "", "-1", "1.5", "+5", "1e3", "12 34", "0x10", "<script>", "7; a=b", "NaN",
-            "Wed, 21 Oct 2015 07:28:00 GMT junk", "Wed, 32 Oct 2015 07:28:00 GMT", "tomorrow",
+            "",
+            "-1",
+            "1.5",
+            "+5",
+            "1e3",
+            "12 34",
+            "0x10",
+            "<script>",
+            "7; a=b",
+            "NaN",
+            "Wed, 21 Oct 2015 07:28:00 GMT junk",
+            "Wed, 32 Oct 2015 07:28:00 GMT",
+            "tomorrow",
         ] {
             assert_eq!(seconds(bad, now), None, "{bad:?}");
         }

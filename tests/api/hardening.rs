@@ -1,8 +1,47 @@
 //! Hardening: nothing the provider writes reaches a recipient unless the proxy can vouch for it.
 
+use std::io::Write;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::helpers::{error_of, request, spawn};
+use serde_json::json;
+
+use crate::helpers::{error_of, request, spawn, spawn_full};
+
+/// Everything the proxy logs on this thread (`#[tokio::test]` runs the proxy's tasks on
+/// the test's own thread), through the subscriber `serve` installs.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
+    type Writer = Logs;
+    fn make_writer(&'a self) -> Logs {
+        self.clone()
+    }
+}
+
+impl Logs {
+    fn capture(json: bool) -> (Logs, tracing::subscriber::DefaultGuard) {
+        let logs = Logs::default();
+        let filter = tracing_subscriber::EnvFilter::new("releasegate=info");
+        let subscriber = releasegate::telemetry::subscriber(json, filter, logs.clone());
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
 
 #[tokio::test]
 async fn retry_hints_are_rewritten_capped_or_dropped() {
@@ -86,7 +125,8 @@ async fn upstream_statuses_are_counted_by_kind() {
 async fn the_proxys_own_latency_is_a_histogram_by_contract_route_and_status_class() {
     let app = spawn("choice", "").await;
     assert_eq!(app.post(&request()).await.status(), 200);
-    app.upstream.script(500, b"{}".to_vec(), &[], Duration::ZERO);
+    app.upstream
+        .script(500, b"{}".to_vec(), &[], Duration::ZERO);
     assert_eq!(app.post(&request()).await.status(), 502);
     let refused = app
         .client
@@ -105,4 +145,73 @@ async fn the_proxys_own_latency_is_a_histogram_by_contract_route_and_status_clas
         assert!(metrics.contains(series), "{series}: {metrics}");
     }
     app.stop().await;
+}
+
+#[tokio::test]
+async fn request_controlled_text_is_escaped_in_every_log_format() {
+    let forged = "cause\n2026-01-01T00:00:00.000000Z  INFO releasegate: forged\x1b[2J\u{202e}";
+    for json in [false, true] {
+        let (logs, _guard) = Logs::capture(json);
+        let app = spawn("choice", "").await;
+        let mut body = request();
+        body["questions"][forged] = json!({"type": "noul"});
+        let (status, _, _) = error_of(app.post(&body).await).await;
+        assert_eq!(status, 400);
+        app.stop().await;
+        let text = logs.text();
+        assert!(text.contains("forged"), "the question id is logged: {text}");
+        for line in text.lines() {
+            assert!(
+                !line.chars().any(|c| c.is_control() || c == '\u{202e}'),
+                "{line:?}"
+            );
+            assert!(!line.starts_with("2026-01-01"), "{line:?}");
+            if json {
+                serde_json::from_str::<serde_json::Value>(line).unwrap();
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn provider_key_failures_are_logged_at_error_level_and_causes_in_full() {
+    let (logs, _guard) = Logs::capture(true);
+    let app = spawn("choice", "").await;
+    app.upstream
+        .script(401, b"{}".to_vec(), &[], Duration::ZERO);
+    assert_eq!(app.post(&request()).await.status(), 502);
+    app.stop().await;
+    let lines: Vec<serde_json::Value> = logs
+        .text()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert!(
+        lines.iter().any(|line| line["level"] == "ERROR"
+            && line["fields"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("refused the proxy's credentials")
+            && line["fields"]["provider"] == "up"),
+        "{lines:?}"
+    );
+
+    // A provider nothing listens on: the log says why, the client only that it is unreachable.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://127.0.0.1:{}", closed.local_addr().unwrap().port());
+    drop(closed);
+    let app = spawn_full("choice", "", "timeout_ms = 2000", "", Some(dead)).await;
+    let (status, error_type, message) = error_of(app.post(&request()).await).await;
+    assert_eq!((status, error_type.as_str()), (502, "upstream_unavailable"));
+    assert_eq!(message, "upstream unreachable");
+    app.stop().await;
+    let text = logs.text();
+    let failure = text
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .find(|line| line["fields"]["error_type"] == "upstream_unavailable")
+        .expect("the failure is logged");
+    let error = failure["fields"]["error"].as_str().unwrap();
+    assert!(error.starts_with("upstream unreachable: "), "{error}");
+    assert!(error.to_lowercase().contains("refused"), "{error}");
 }
