@@ -89,6 +89,13 @@ pub fn release(
         .get("model")
         .and_then(Value::as_str)
         .ok_or(Invalid::MissingField)?;
+    // Only a model the proxy can vouch for goes out: the contract's pinned model, else
+    // the provider's id if it is a plain bounded id (`wire::is_model_id`).
+    let model = match &contract.model {
+        Some(pinned) => pinned.as_str(),
+        None if wire::is_model_id(model) => model,
+        None => return Err(Invalid::BadModel),
+    };
     let answers = object
         .get("answers")
         .and_then(Value::as_object)

@@ -73,6 +73,13 @@ pub enum Invalid {
     /// An asked question has no answer.
     #[error("missing_answer")]
     MissingAnswer,
+    /// The answer's `model` is not a well-formed model id (`is_model_id`).
+    #[error("bad_model")]
+    BadModel,
+    /// A `/v1/models` entry lacks a field or has one the proxy cannot vouch for
+    /// (`is_model_id`, `is_calendar_date`); the entry is dropped.
+    #[error("bad_model_entry")]
+    BadModelEntry,
 }
 
 // === impl Kind ===
@@ -92,7 +99,7 @@ impl Kind {
 
 impl Invalid {
     /// Every reason, for pre-registering metrics.
-    pub const ALL: [Invalid; 8] = [
+    pub const ALL: [Invalid; 10] = [
         Invalid::NotJson,
         Invalid::MissingField,
         Invalid::TypeMismatch,
@@ -101,6 +108,8 @@ impl Invalid {
         Invalid::ClassMismatch,
         Invalid::UnknownChoice,
         Invalid::MissingAnswer,
+        Invalid::BadModel,
+        Invalid::BadModelEntry,
     ];
 }
 
@@ -327,6 +336,55 @@ fn unit_number(value: &Value) -> Result<f64, Invalid> {
     } else {
         Err(Invalid::BadProbability)
     }
+}
+
+/// Longest model id the proxy releases.
+pub const MAX_MODEL_ID_LEN: usize = 128;
+
+/// Whether `id` is a model id the proxy can vouch for: 1 to `MAX_MODEL_ID_LEN` ASCII
+/// characters, an ASCII letter or digit first, then letters, digits and `.`, `_`, `:`,
+/// `/`, `-` (`jev-1.13.0`, `llama3:8b`, `accounts/acme/models/m`). Anything else
+/// (spaces, quotes, control characters, non-ASCII, long strings) is text the provider
+/// could use to talk to recipients.
+pub fn is_model_id(id: &str) -> bool {
+    let bytes = id.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= MAX_MODEL_ID_LEN
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'/' | b'-'))
+}
+
+/// Whether `text` is a real proleptic Gregorian calendar date written `YYYY-MM-DD`
+/// (years 0001 to 9999; February 29 only in leap years).
+pub fn is_calendar_date(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let shape = bytes.len() == 10
+        && bytes[4] == b'-'
+        && bytes[7] == b'-'
+        && bytes
+            .iter()
+            .enumerate()
+            .all(|(i, b)| i == 4 || i == 7 || b.is_ascii_digit());
+    if !shape {
+        return false;
+    }
+    let number = |range: std::ops::Range<usize>| {
+        bytes[range]
+            .iter()
+            .fold(0u32, |n, b| n * 10 + u32::from(b - b'0'))
+    };
+    let (year, month, day) = (number(0..4), number(5..7), number(8..10));
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return false,
+    };
+    year >= 1 && (1..=days).contains(&day)
 }
 
 /// Index of the largest value; ties go to the earliest index.

@@ -177,3 +177,63 @@ fn noul_and_score_answers_map_onto_class_vectors() {
         Err(Invalid::MissingField)
     );
 }
+
+#[test]
+fn model_ids_are_bounded_and_plain() {
+    for ok in [
+        "jev-1.13.0",
+        "jev-latest",
+        "llama3:8b",
+        "accounts/acme/models/m_2",
+        "m",
+        "9",
+        &"a".repeat(MAX_MODEL_ID_LEN),
+    ] {
+        assert!(is_model_id(ok), "{ok}");
+    }
+    for bad in [
+        "",
+        "-jev",
+        ".hidden",
+        "jev 1.13",
+        "jev\n1",
+        "jev\u{1b}[31m",
+        "jév",
+        "jev\"}",
+        "jev;rm",
+        "see https://x",
+        &"a".repeat(MAX_MODEL_ID_LEN + 1),
+    ] {
+        assert!(!is_model_id(bad), "{bad:?}");
+    }
+}
+
+#[test]
+fn release_dates_are_real_calendar_dates() {
+    for ok in [
+        "2026-09-15",
+        "2024-02-29",
+        "2000-02-29",
+        "0001-01-01",
+        "9999-12-31",
+    ] {
+        assert!(is_calendar_date(ok), "{ok}");
+    }
+    for bad in [
+        "2026-02-29",
+        "1900-02-29",
+        "2026-13-01",
+        "2026-00-10",
+        "2026-04-31",
+        "2026-01-00",
+        "0000-01-01",
+        "2026-9-15",
+        "2026-09-15T00:00:00Z",
+        "2026/09/15",
+        "+026-09-15",
+        "2026-09-1\n",
+        "",
+    ] {
+        assert!(!is_calendar_date(bad), "{bad:?}");
+    }
+}
