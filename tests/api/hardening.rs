@@ -360,3 +360,52 @@ async fn the_models_list_holds_only_what_the_proxy_can_vouch_for() {
         app.stop().await;
     }
 }
+
+#[tokio::test]
+async fn seeded_noise_cannot_be_redrawn_by_re_encoding_the_request() {
+    let app = spawn(
+        "full_probabilities",
+        "mechanism = { kind = \"gaussian\", sigma = 0.05, seed = 9 }",
+    )
+    .await;
+    let auth = format!("Bearer {CLIENT_KEY}");
+    let released = |raw: &'static str| {
+        let app = &app;
+        let auth = auth.clone();
+        async move {
+            let response = app
+                .post_raw(raw.as_bytes().to_vec(), &[("authorization", &auth)])
+                .await;
+            assert_eq!(response.status(), 200, "{raw}");
+            let body: Value = response.json().await.unwrap();
+            body["answers"]["cause"]["probabilities"].clone()
+        }
+    };
+    let base = released(
+        r#"{"model":"jev-latest","state":{"ticket":"late parcel","n":2},
+            "questions":{"cause":{"type":"choice","instructions":"Why?","criteria":{"A":null,"B":"b","C":null,"D":null}}}}"#,
+    )
+    .await;
+    assert_ne!(base, native_answer()["answers"]["cause"]["probabilities"]);
+    for same in [
+        // Keys reordered (criteria too), whitespace, number spelling, unknown fields,
+        // another question next to it.
+        r#"{ "questions" : { "cause" : { "criteria" : { "D" : null , "C" : null , "B" : "b" , "A" : null } ,
+             "instructions" : "Why?" , "type" : "choice" , "x-note" : 1 } ,
+             "urgent" : { "type" : "noul" } } ,
+           "state" : { "n" : 2.0 , "ticket" : "late parcel" } , "model" : "jev-latest" , "nonce" : 12345 }"#,
+        r#"{"model":"jev-latest","state":{"ticket":"late\u0020parcel","n":20e-1},"extra":[1,2,3],
+            "questions":{"cause":{"type":"choice","instructions":"Why?","criteria":{"A":null,"B":"b","C":null,"D":null}}}}"#,
+    ] {
+        assert_eq!(released(same).await, base, "{same}");
+    }
+    for different in [
+        r#"{"model":"jev-latest","state":{"ticket":"lost parcel","n":2},
+            "questions":{"cause":{"type":"choice","instructions":"Why?","criteria":{"A":null,"B":"b","C":null,"D":null}}}}"#,
+        r#"{"model":"jev-1.13.0","state":{"ticket":"late parcel","n":2},
+            "questions":{"cause":{"type":"choice","instructions":"Why?","criteria":{"A":null,"B":"b","C":null,"D":null}}}}"#,
+    ] {
+        assert_ne!(released(different).await, base, "{different}");
+    }
+    app.stop().await;
+}
