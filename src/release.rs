@@ -153,11 +153,13 @@ pub fn release_answer(
         let identity = || identity_bytes(&question.id, request);
         let roundtrip =
             |candidate: &workflow::Release| roundtrip(question, labels, view, candidate);
+        let tie_order = wire::transmitted_order(question, rule, request);
         let mut context = Context {
             state,
             rng: options.rng,
             roundtrip: &roundtrip,
             identity: &identity,
+            tie_order: &tie_order,
         };
         rule.mechanism.apply(&vector, view, &mut context)
     } else {

@@ -338,6 +338,61 @@ fn unit_number(value: &Value) -> Result<f64, Invalid> {
     }
 }
 
+/// The positions of a question's released labels in transmitted order: the order the
+/// classes were transmitted to the model (the candidate order of the TUPLE-Bench paper),
+/// which is where the API breaks ties ("ties follow the model's option order"). For a
+/// choice question that is the order of the request's `criteria` keys; for a score
+/// question the level order `0..N-1` (the `criteria` array); for a noul question
+/// `false`, `true`. A coarse label takes the place of its first transmitted member.
+/// Positions missing from the request (not after `check_request`) follow in label order.
+///
+/// It is never the order of the provider's `probabilities` keys: that order is the
+/// provider's to choose, and letting it decide which class a tie favours would be a
+/// channel from the provider to recipients.
+pub fn transmitted_order(
+    question: &AskedQuestion,
+    rule: &QuestionRule,
+    request: &Value,
+) -> Vec<usize> {
+    let classes: Vec<&str> = match question.kind {
+        Kind::Choice => request
+            .get("questions")
+            .and_then(|questions| questions.get(&question.id))
+            .and_then(|definition| definition.get("criteria"))
+            .and_then(Value::as_object)
+            .map(|criteria| criteria.keys().map(String::as_str).collect())
+            .unwrap_or_default(),
+        Kind::Score => {
+            let mut levels: Vec<(usize, &str)> = rule
+                .classes
+                .iter()
+                .filter_map(|class| Some((class.parse().ok()?, class.as_str())))
+                .collect();
+            levels.sort_unstable();
+            levels.into_iter().map(|(_, class)| class).collect()
+        }
+        Kind::Noul => vec!["false", "true"],
+    };
+    let released = rule.released_labels().len();
+    let mut seen = vec![false; released];
+    let mut order = Vec::with_capacity(released);
+    let positions = classes
+        .into_iter()
+        .filter_map(|class| rule.classes.iter().position(|c| c == class))
+        .map(|canonical| match &rule.coarsen {
+            Some(coarsening) => coarsening.map.get(canonical).copied(),
+            None => Some(canonical),
+        })
+        .chain((0..released).map(Some));
+    for position in positions.flatten() {
+        if position < released && !seen[position] {
+            seen[position] = true;
+            order.push(position);
+        }
+    }
+    order
+}
+
 /// Longest model id the proxy releases.
 pub const MAX_MODEL_ID_LEN: usize = 128;
 

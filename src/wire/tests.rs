@@ -237,3 +237,39 @@ fn release_dates_are_real_calendar_dates() {
         assert!(!is_calendar_date(bad), "{bad:?}");
     }
 }
+
+#[test]
+fn the_transmitted_order_is_the_requests_option_order() {
+    let c = contract(
+        "[contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"full_native\"\n\
+         [contracts.c.questions.k]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"full_native\"\n\
+         coarsen = { A = \"AD\", D = \"AD\" }\n\
+         [contracts.c.questions.s]\nclasses = [\"2\", \"0\", \"1\"]\nview = \"full_native\"\n\
+         [contracts.c.questions.n]\nclasses = [\"true\", \"false\"]\nview = \"full_native\"\n",
+    );
+    let request = json!({"model": "m", "state": "s", "questions": {
+        "q": {"type": "choice", "criteria": {"C": null, "A": "a", "D": null, "B": null}},
+        "k": {"type": "choice", "criteria": {"C": null, "D": null, "B": null, "A": null}},
+        "s": {"type": "score", "criteria": ["low", "mid", "high"]},
+        "n": {"type": "noul"}}});
+    let asked = check_request(&request, &c).unwrap();
+    let order = |id: &str| {
+        let question = asked.questions.iter().find(|q| q.id == id).unwrap();
+        transmitted_order(question, &c.questions[id], &request)
+    };
+    assert_eq!(order("q"), [2, 0, 3, 1]);
+    // Released labels AD, B, C: C first, then AD (its member D), then B.
+    assert_eq!(order("k"), [2, 0, 1]);
+    // Levels 0, 1, 2 sit at canonical positions 1, 2, 0.
+    assert_eq!(order("s"), [1, 2, 0]);
+    assert_eq!(order("n"), [1, 0]);
+    // Without the request's criteria every position still appears once, in label order.
+    assert_eq!(
+        transmitted_order(
+            asked.questions.iter().find(|q| q.id == "q").unwrap(),
+            &c.questions["q"],
+            &json!({})
+        ),
+        [0, 1, 2, 3]
+    );
+}

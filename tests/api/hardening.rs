@@ -409,3 +409,39 @@ async fn seeded_noise_cannot_be_redrawn_by_re_encoding_the_request() {
     }
     app.stop().await;
 }
+
+#[tokio::test]
+async fn quantization_ties_follow_the_requests_option_order() {
+    // Four equal probabilities, sent by the provider in yet another order.
+    let mut native = native_answer();
+    native["answers"]["cause"]["probabilities"] =
+        json!({"B": 0.25, "A": 0.25, "D": 0.25, "C": 0.25});
+    let mut body = request();
+    body["questions"]["cause"]["criteria"] = json!({"D": null, "C": null, "A": null, "B": null});
+    let quantize = "mechanism = { kind = \"quantize\", step = 0.1 }";
+    let app = spawn("full_probabilities", quantize).await;
+    app.upstream.answer(native.clone());
+    let response = app.post(&body).await;
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    // Canonical order in the output; the two spare units went to D and C (transmitted first).
+    assert!(
+        text.contains(r#""probabilities":{"A":0.2,"B":0.2,"C":0.3,"D":0.3}"#),
+        "{text}"
+    );
+    app.stop().await;
+
+    // Coarsened: AB holds 0.5 exactly; C and D tie and D was transmitted first.
+    let app = spawn(
+        "full_probabilities",
+        &format!("{quantize}\ncoarsen = {{ A = \"AB\", B = \"AB\" }}"),
+    )
+    .await;
+    app.upstream.answer(native);
+    let text = app.post(&body).await.text().await.unwrap();
+    assert!(
+        text.contains(r#""probabilities":{"AB":0.5,"C":0.2,"D":0.3}"#),
+        "{text}"
+    );
+    app.stop().await;
+}
