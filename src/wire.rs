@@ -100,6 +100,13 @@ pub enum Invalid {
     /// An asked question has no answer.
     #[error("missing_answer")]
     MissingAnswer,
+    /// The answer's `model` is not a well-formed model id (`is_model_id`).
+    #[error("bad_model")]
+    BadModel,
+    /// A `/v1/models` entry lacks a field or has one the proxy cannot vouch for
+    /// (`is_model_id`, `is_calendar_date`); the entry is dropped.
+    #[error("bad_model_entry")]
+    BadModelEntry,
 }
 
 // === impl Kind ===
@@ -119,7 +126,7 @@ impl Kind {
 
 impl Invalid {
     /// Every reason, for pre-registering metrics.
-    pub const ALL: [Invalid; 8] = [
+    pub const ALL: [Invalid; 10] = [
         Invalid::NotJson,
         Invalid::MissingField,
         Invalid::TypeMismatch,
@@ -128,6 +135,8 @@ impl Invalid {
         Invalid::ClassMismatch,
         Invalid::UnknownChoice,
         Invalid::MissingAnswer,
+        Invalid::BadModel,
+        Invalid::BadModelEntry,
     ];
 }
 
@@ -589,6 +598,110 @@ fn unit_number(value: &Value) -> Result<f64, Invalid> {
     } else {
         Err(Invalid::BadProbability)
     }
+}
+
+/// The positions of a question's released labels in transmitted order: the order the
+/// classes were transmitted to the model (the candidate order of the TUPLE-Bench paper),
+/// which is where the API breaks ties ("ties follow the model's option order"). For a
+/// choice question that is the order of the request's `criteria` keys; for a score
+/// question the level order `0..N-1` (the `criteria` array); for a noul question
+/// `false`, `true`. A coarse label takes the place of its first transmitted member.
+/// Positions missing from the request (not after `check_request`) follow in label order.
+///
+/// It is never the order of the provider's `probabilities` keys: that order is the
+/// provider's to choose, and letting it decide which class a tie favours would be a
+/// channel from the provider to recipients.
+pub fn transmitted_order(
+    question: &AskedQuestion,
+    rule: &QuestionRule,
+    request: &Value,
+) -> Vec<usize> {
+    let classes: Vec<&str> = match question.kind {
+        Kind::Choice => request
+            .get("questions")
+            .and_then(|questions| questions.get(&question.id))
+            .and_then(|definition| definition.get("criteria"))
+            .and_then(Value::as_object)
+            .map(|criteria| criteria.keys().map(String::as_str).collect())
+            .unwrap_or_default(),
+        Kind::Score => {
+            let mut levels: Vec<(usize, &str)> = rule
+                .classes
+                .iter()
+                .filter_map(|class| Some((class.parse().ok()?, class.as_str())))
+                .collect();
+            levels.sort_unstable();
+            levels.into_iter().map(|(_, class)| class).collect()
+        }
+        Kind::Noul => vec!["false", "true"],
+    };
+    let released = rule.released_labels().len();
+    let mut seen = vec![false; released];
+    let mut order = Vec::with_capacity(released);
+    let positions = classes
+        .into_iter()
+        .filter_map(|class| rule.classes.iter().position(|c| c == class))
+        .map(|canonical| match &rule.coarsen {
+            Some(coarsening) => coarsening.map.get(canonical).copied(),
+            None => Some(canonical),
+        })
+        .chain((0..released).map(Some));
+    for position in positions.flatten() {
+        if position < released && !seen[position] {
+            seen[position] = true;
+            order.push(position);
+        }
+    }
+    order
+}
+
+/// Longest model id the proxy releases.
+pub const MAX_MODEL_ID_LEN: usize = 128;
+
+/// Whether `id` is a model id the proxy can vouch for: 1 to `MAX_MODEL_ID_LEN` ASCII
+/// characters, an ASCII letter or digit first, then letters, digits and `.`, `_`, `:`,
+/// `/`, `-` (`jev-1.13.0`, `llama3:8b`, `accounts/acme/models/m`). Anything else
+/// (spaces, quotes, control characters, non-ASCII, long strings) is text the provider
+/// could use to talk to recipients.
+pub fn is_model_id(id: &str) -> bool {
+    let bytes = id.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= MAX_MODEL_ID_LEN
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'/' | b'-'))
+}
+
+/// Whether `text` is a real proleptic Gregorian calendar date written `YYYY-MM-DD`
+/// (years 0001 to 9999; February 29 only in leap years).
+pub fn is_calendar_date(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let shape = bytes.len() == 10
+        && bytes[4] == b'-'
+        && bytes[7] == b'-'
+        && bytes
+            .iter()
+            .enumerate()
+            .all(|(i, b)| i == 4 || i == 7 || b.is_ascii_digit());
+    if !shape {
+        return false;
+    }
+    let number = |range: std::ops::Range<usize>| {
+        bytes[range]
+            .iter()
+            .fold(0u32, |n, b| n * 10 + u32::from(b - b'0'))
+    };
+    let (year, month, day) = (number(0..4), number(5..7), number(8..10));
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return false,
+    };
+    year >= 1 && (1..=days).contains(&day)
 }
 
 /// Index of the largest value; ties go to the earliest index.

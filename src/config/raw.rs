@@ -112,8 +112,9 @@ fn default_queue_timeout_ms() -> u64 {
     1_000
 }
 
+/// Deny by default: token counts reveal the input size, so they go out only when a contract says `keep`.
 fn default_usage() -> Usage {
-    Usage::Keep
+    Usage::Drop
 }
 
 impl Default for RawServer {

@@ -53,6 +53,13 @@ pub enum Error {
         /// Retry hints forwarded on 429/529.
         retry_after_ms: Option<HeaderValue>,
     },
+    /// The provider refused the proxy's own credentials (401 or 403): the proxy's
+    /// provider key is wrong, not the caller's (502, so SDKs do not blame the caller's key).
+    #[error("the proxy could not authenticate with the provider")]
+    UpstreamAuth {
+        /// The upstream status (401 or 403), for logs only.
+        status: u16,
+    },
     /// The provider could not be used.
     #[error(transparent)]
     Upstream(#[from] upstream::Error),
@@ -91,7 +98,9 @@ impl Error {
             Error::Upstream(upstream::Error::Timeout) => StatusCode::GATEWAY_TIMEOUT,
             Error::Upstream(upstream::Error::Saturated) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Upstream(upstream::Error::Rejected(_)) => StatusCode::BAD_REQUEST,
-            Error::Upstream(_) | Error::InvalidAnswer(_) => StatusCode::BAD_GATEWAY,
+            Error::UpstreamAuth { .. } | Error::Upstream(_) | Error::InvalidAnswer(_) => {
+                StatusCode::BAD_GATEWAY
+            }
             Error::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -116,12 +125,33 @@ impl Error {
             Error::UpstreamStatus { status: 429, .. } => "rate_limited",
             Error::UpstreamStatus { status: 529, .. } => "overloaded",
             Error::UpstreamStatus { .. } => "upstream_error",
+            Error::UpstreamAuth { .. } => "upstream_auth_error",
             Error::Upstream(upstream::Error::Timeout) => "upstream_timeout",
             Error::Upstream(upstream::Error::Saturated) => "upstream_saturated",
             Error::Upstream(_) => "upstream_unavailable",
             Error::InvalidAnswer(_) => "invalid_upstream_answer",
             Error::Internal => "internal_error",
         }
+    }
+}
+
+impl Error {
+    /// The error and its whole source chain, `: `-separated (operators' logs only: a
+    /// refused connection, a TLS failure and a DNS failure all read "upstream unreachable"
+    /// to the client).
+    pub fn chain(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(error) = source {
+            let next = error.to_string();
+            // `transparent` variants repeat their inner error's text: say it once.
+            if !text.ends_with(&next) {
+                text.push_str(": ");
+                text.push_str(&next);
+            }
+            source = error.source();
+        }
+        text
     }
 }
 
@@ -154,5 +184,33 @@ impl IntoResponse for Error {
             _ => {}
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn logs_get_the_whole_cause_chain_and_clients_a_generic_message() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1/systemone", closed.local_addr().unwrap());
+        drop(closed);
+        let refused = reqwest::Client::new().get(&url).send().await.unwrap_err();
+        assert!(refused.is_connect());
+        let error = Error::Upstream(upstream::Error::Connect(refused));
+        assert_eq!(error.to_string(), "upstream unreachable");
+        let chain = error.chain();
+        assert!(chain.starts_with("upstream unreachable: "), "{chain}");
+        // Below reqwest's own text: hyper's connect error and the OS error.
+        assert!(chain.matches(": ").count() >= 3, "{chain}");
+        assert!(chain.to_lowercase().contains("refused"), "{chain}");
+        // Errors without a source are their own text.
+        assert_eq!(Error::Internal.chain(), "internal error");
+        assert_eq!(
+            Error::UpstreamAuth { status: 401 }.chain(),
+            "the proxy could not authenticate with the provider"
+        );
     }
 }

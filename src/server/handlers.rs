@@ -157,7 +157,7 @@ fn finish(
         Err(error) => {
             tracing::warn!(
                 %request_id, route, contract = contract_label,
-                error_type = error.error_type(), error = %error, "request failed"
+                error_type = error.error_type(), error = %error.chain(), "request failed"
             );
             error.into_response()
         }
@@ -168,6 +168,11 @@ fn finish(
         .requests
         .with_label_values(&[contract_label, status_class(status)])
         .inc();
+    state
+        .metrics()
+        .request_duration
+        .with_label_values(&[contract_label, route, status_class(status)])
+        .observe(started.elapsed().as_secs_f64());
     tracing::info!(
         %request_id, route, contract = contract_label, status,
         latency_ms = started.elapsed().as_secs_f64() * 1e3, "request"
@@ -323,15 +328,31 @@ async fn list_models(
         .get("models")
         .and_then(Value::as_array)
         .ok_or_else(|| reject(state, contract, wire::Invalid::MissingField))?;
-    // Re-emit only the documented fields of well-formed entries.
-    let models: Vec<Value> = entries
-        .iter()
-        .filter_map(|entry| {
-            let field = |key: &str| entry.get(key).and_then(Value::as_str).map(str::to_string);
-            Some(json!({"name": field("name")?, "description": field("description")?, "release_date": field("release_date")?}))
-        })
-        .filter(|entry| contract.model.as_deref().is_none_or(|pinned| entry["name"] == pinned))
-        .collect();
+    // Re-emit only what the proxy can vouch for: a plain model id, a real calendar date
+    // and the proxy's own description (the provider's free text never goes out). An entry
+    // failing either check is dropped and counted; with a pinned model only its entry shows.
+    let mut names = std::collections::BTreeSet::new();
+    let mut models = Vec::new();
+    for entry in entries {
+        let field = |key: &str| entry.get(key).and_then(Value::as_str);
+        let (Some(name), Some(release_date), Some(_)) =
+            (field("name"), field("release_date"), field("description"))
+        else {
+            count_rejected(state, contract, wire::Invalid::BadModelEntry);
+            continue;
+        };
+        if !wire::is_model_id(name) || !wire::is_calendar_date(release_date) {
+            count_rejected(state, contract, wire::Invalid::BadModelEntry);
+            continue;
+        }
+        let shown = contract
+            .model
+            .as_deref()
+            .is_none_or(|pinned| pinned == name);
+        if shown && names.insert(name) {
+            models.push(json!({"name": name, "description": MODEL_DESCRIPTION, "release_date": release_date}));
+        }
+    }
     Ok(json!({"models": models}))
 }
 
@@ -357,8 +378,17 @@ fn retry_after_seconds(queue_timeout: std::time::Duration) -> u64 {
     millis.div_ceil(1000).max(1)
 }
 
+/// The description every listed model gets: the provider's own is free text, a channel
+/// from the provider to recipients, and is never released.
+pub const MODEL_DESCRIPTION: &str = "A System One decision model, served through releasegate.";
+
 fn success_json(state: &AppState, contract: &Contract, reply: Reply) -> Result<Value, Error> {
     match reply {
+        // The provider refused the proxy's own key (counted and logged in `upstream`).
+        Reply::Status {
+            status: status @ (401 | 403),
+            ..
+        } => Err(Error::UpstreamAuth { status }),
         Reply::Status {
             status,
             retry_after,
@@ -374,12 +404,16 @@ fn success_json(state: &AppState, contract: &Contract, reply: Reply) -> Result<V
 }
 
 fn reject(state: &AppState, contract: &Contract, reason: wire::Invalid) -> Error {
+    count_rejected(state, contract, reason);
+    Error::InvalidAnswer(reason)
+}
+
+fn count_rejected(state: &AppState, contract: &Contract, reason: wire::Invalid) {
     state
         .metrics()
         .rejected_answers
         .with_label_values(&[contract.name.as_str(), &reason.to_string()])
         .inc();
-    Error::InvalidAnswer(reason)
 }
 
 #[cfg(test)]

@@ -334,3 +334,99 @@ fn noul_and_score_answers_map_onto_class_vectors() {
         Err(Invalid::MissingField)
     );
 }
+
+#[test]
+fn model_ids_are_bounded_and_plain() {
+    for ok in [
+        "jev-1.13.0",
+        "jev-latest",
+        "llama3:8b",
+        "accounts/acme/models/m_2",
+        "m",
+        "9",
+        &"a".repeat(MAX_MODEL_ID_LEN),
+    ] {
+        assert!(is_model_id(ok), "{ok}");
+    }
+    for bad in [
+        "",
+        "-jev",
+        ".hidden",
+        "jev 1.13",
+        "jev\n1",
+        "jev\u{1b}[31m",
+        "jév",
+        "jev\"}",
+        "jev;rm",
+        "see https://x",
+        &"a".repeat(MAX_MODEL_ID_LEN + 1),
+    ] {
+        assert!(!is_model_id(bad), "{bad:?}");
+    }
+}
+
+#[test]
+fn release_dates_are_real_calendar_dates() {
+    for ok in [
+        "2026-09-15",
+        "2024-02-29",
+        "2000-02-29",
+        "0001-01-01",
+        "9999-12-31",
+    ] {
+        assert!(is_calendar_date(ok), "{ok}");
+    }
+    for bad in [
+        "2026-02-29",
+        "1900-02-29",
+        "2026-13-01",
+        "2026-00-10",
+        "2026-04-31",
+        "2026-01-00",
+        "0000-01-01",
+        "2026-9-15",
+        "2026-09-15T00:00:00Z",
+        "2026/09/15",
+        "+026-09-15",
+        "2026-09-1\n",
+        "",
+    ] {
+        assert!(!is_calendar_date(bad), "{bad:?}");
+    }
+}
+
+#[test]
+fn the_transmitted_order_is_the_requests_option_order() {
+    let c = contract(
+        "[contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"full_native\"\n\
+         [contracts.c.questions.k]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"full_native\"\n\
+         coarsen = { A = \"AD\", D = \"AD\" }\n\
+         [contracts.c.questions.s]\nclasses = [\"2\", \"0\", \"1\"]\nview = \"full_native\"\n\
+         [contracts.c.questions.n]\nclasses = [\"true\", \"false\"]\nview = \"full_native\"\n",
+    );
+    let request = json!({"model": "m", "state": "s", "questions": {
+        "q": {"type": "choice", "criteria": {"C": null, "A": "a", "D": null, "B": null}},
+        "k": {"type": "choice", "criteria": {"C": null, "D": null, "B": null, "A": null}},
+        "s": {"type": "score", "criteria": ["low", "mid", "high"]},
+        "n": {"type": "noul"}}});
+    let asked = check_request(&request, &c).unwrap();
+    let order = |id: &str| {
+        let question = asked.questions.iter().find(|q| q.id == id).unwrap();
+        transmitted_order(question, &c.questions[id], &request)
+    };
+    assert_eq!(order("q"), [2, 0, 3, 1]);
+    // Released labels AD, B, C: C first, then AD (its member D), then B.
+    assert_eq!(order("k"), [2, 0, 1]);
+    // Levels 0, 1, 2 sit at canonical positions 1, 2, 0.
+    assert_eq!(order("s"), [1, 2, 0]);
+    assert_eq!(order("n"), [1, 0]);
+    // Without the request's criteria every position still appears once, in label order.
+    assert_eq!(
+        transmitted_order(
+            asked.questions.iter().find(|q| q.id == "q").unwrap(),
+            &c.questions["q"],
+            &json!({})
+        ),
+        [0, 1, 2, 3]
+    );
+}

@@ -418,7 +418,10 @@ async fn a_declared_length_over_the_limit_gets_413_before_the_body() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(status, 400, "an empty JSON document, not a size error");
+    assert_eq!(
+        status, 422,
+        "an empty JSON document (json_invalid), not a size error"
+    );
 }
 
 #[tokio::test]

@@ -233,7 +233,10 @@ fn mechanism_output(mech: Mech, p: &[f64]) -> Option<Vec<Option<f64>>> {
     let all = |v: Vec<f64>| v.into_iter().map(Some).collect();
     match mech {
         Mech::None => Some(all(p.to_vec())),
-        Mech::Quantize => Some(all(baseline::quantize(p, 0.1).unwrap())),
+        Mech::Quantize => {
+            let order: Vec<usize> = (0..p.len()).collect();
+            Some(all(baseline::quantize(p, 0.1, &order).unwrap()))
+        }
         Mech::TopK => Some(baseline::top_k(p, 2)),
         Mech::Temperature => Some(all(baseline::temperature(p, 2.0).unwrap())),
         Mech::Gaussian | Mech::Wcpq => None,
