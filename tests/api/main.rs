@@ -3,6 +3,7 @@
 mod auth;
 mod bad_input;
 mod cli;
+mod deploy;
 mod helpers;
 mod release;
 mod replay;
