@@ -1,17 +1,17 @@
 # syntax=docker/dockerfile:1
-# Multi-stage build: compile with the Rust toolchain image, run on a slim
-# Debian image as a non-root user. (Not built in CI: no container engine there.)
+# Multi-stage build: compile with the Rust toolchain image, run on a slim Debian image as a
+# non-root user. CI has no container engine: deploy/dockerfile-dry-run.sh carries out these
+# steps without one, and the Rust build steps live in deploy/docker-build-steps.sh for both.
 FROM rust:1.95-bookworm AS builder
 WORKDIR /src
-# Cache dependencies: build a dummy crate against the lock file first.
+# Dependencies first: stub every target of the manifest and compile all dependencies. This
+# layer is rebuilt only when Cargo.toml, Cargo.lock or the build steps change.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src benches examples \
-    && echo 'fn main() {}' > src/main.rs \
-    && echo '' > src/lib.rs \
-    && cargo fetch --locked
+COPY deploy/docker-build-steps.sh deploy/
+RUN bash deploy/docker-build-steps.sh deps
+# Then the sources: only the crate itself is compiled; the binary lands in dist/.
 COPY . .
-RUN cargo build --release --locked --bin releasegate \
-    && strip target/release/releasegate
+RUN bash deploy/docker-build-steps.sh app
 
 FROM debian:bookworm-slim AS runtime
 RUN apt-get update \
@@ -19,7 +19,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin releasegate
 WORKDIR /app
-COPY --from=builder /src/target/release/releasegate /usr/local/bin/releasegate
+COPY --from=builder /src/dist/releasegate /usr/local/bin/releasegate
 COPY config/ /app/config/
 USER 10001:10001
 # Listen on all interfaces inside the container.

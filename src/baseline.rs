@@ -1,4 +1,4 @@
-//! Baseline release mechanisms for comparison with WCPQ (`docs/wcpq.md`, Baselines):
+//! Baseline release mechanisms for comparison with WCPQ (`docs/wcpq-rules.md` section 8):
 //! quantization, top-k, temperature smoothing and Gaussian noise, on probability vectors in the
 //! order the caller passes (canonical class order unless stated otherwise).
 //!

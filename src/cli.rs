@@ -3,13 +3,13 @@
 mod offline;
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
 use crate::config::Config;
-use crate::server::Application;
+use crate::server::{AppState, Application};
 
 /// Exit status for unusable configuration or arguments (EX_USAGE).
 pub const EXIT_USAGE: u8 = 64;
@@ -33,7 +33,7 @@ enum Command {
         #[arg(long)]
         log_json: bool,
     },
-    /// Validate a configuration and print a summary (exit 0 when valid).
+    /// Run every start-up check of `serve` except binding the ports; print a summary (exit 0 when valid).
     CheckConfig {
         /// Configuration file; without it, config/releasegate.toml or the embedded default.
         #[arg(long)]
@@ -98,13 +98,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve { config, log_json } => serve(config, log_json),
-        Command::CheckConfig { config } => match Config::load(config.as_deref()) {
-            Ok(config) => {
-                print!("{}", config.summary());
-                ExitCode::SUCCESS
-            }
-            Err(error) => usage_error(&error),
-        },
+        Command::CheckConfig { config } => check_config(config.as_deref()),
         Command::Simulate {
             pairs_per_domain,
             seed,
@@ -163,6 +157,24 @@ fn failure(error: &dyn std::error::Error) -> ExitCode {
     }
     eprintln!("error: {message}");
     ExitCode::FAILURE
+}
+
+/// Runs every check `serve` runs before binding its ports: the same loading (provider keys
+/// from the environment, codebooks matched to their workflows) and the same start-up
+/// (`AppState::prepare`: metrics, HTTP client, providers, key table).
+fn check_config(path: Option<&Path>) -> ExitCode {
+    let config = match Config::load(path) {
+        Ok(config) => config,
+        Err(error) => return usage_error(&error),
+    };
+    let summary = config.summary();
+    match AppState::prepare(config) {
+        Ok(_) => {
+            print!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => usage_error(&format!("{:#}", anyhow::Error::new(error))),
+    }
 }
 
 fn serve(config: Option<PathBuf>, log_json: bool) -> ExitCode {

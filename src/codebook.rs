@@ -1,6 +1,6 @@
 //! The WCPQ codebook: offline construction from the simplex grid and training answers, the
 //! deterministic JSON artifact, loading with validation, and the start-up match check against a
-//! contract's workflows (`shared/spec/wcpq.md` section 5).
+//! contract's workflows (`docs/wcpq-rules.md` section 5).
 //!
 //! Building is pure; [`Codebook::load`] and [`Codebook::write`] are the only IO helpers.
 

@@ -36,6 +36,9 @@ const EMBEDDED_SOURCE: &str = "embedded default";
 /// Prefix of environment overrides (`RELEASEGATE_SERVER__LISTEN=...`).
 pub const ENV_PREFIX: &str = "RELEASEGATE_";
 
+/// Largest workflow cost (`c_wrong`, `c_review`, `c_check`, matrix entries) a contract may set.
+pub const MAX_COST: f64 = 1e12;
+
 /// Reads an environment variable (injected so tests never mutate the process environment).
 pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
@@ -161,7 +164,7 @@ impl Config {
     /// codebook a contract will name. WCPQ questions come back with the
     /// mechanism `none`; never serve such a configuration.
     pub fn load_without_codebooks(path: &Path) -> Result<Config, Error> {
-        let figment = Figment::from(Toml::file(path)).merge(Env::prefixed(ENV_PREFIX).split("__"));
+        let figment = Figment::from(Toml::file(path)).merge(env_overrides());
         let base_dir = path
             .parent()
             .map(Path::to_path_buf)
@@ -215,7 +218,7 @@ impl Config {
             .and_then(Path::parent)
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."));
-        let figment = figment.merge(Env::prefixed(ENV_PREFIX).split("__"));
+        let figment = figment.merge(env_overrides());
         let process_env = |name: &str| std::env::var(name).ok();
         let env: Option<EnvLookup<'_>> = read_keys.then_some(&process_env);
         let embedded = source == EMBEDDED_SOURCE;
@@ -357,13 +360,37 @@ impl Config {
     }
 }
 
+/// `RELEASEGATE_SECTION__KEY=value` overrides. Only variables aimed at one of the
+/// configuration's own top-level keys are read: others with the prefix (Kubernetes injects
+/// `RELEASEGATE_PORT`, `RELEASEGATE_SERVICE_HOST`, ... for a Service named `releasegate`) are
+/// not configuration. Within a section, unknown keys are still errors naming the key.
+fn env_overrides() -> Env {
+    Env::prefixed(ENV_PREFIX)
+        .split("__")
+        .filter(|key| is_config_env_key(key.as_str()))
+}
+
+/// Whether an environment key (prefix stripped, levels joined by `.`) targets a top-level key of
+/// the configuration.
+fn is_config_env_key(key: &str) -> bool {
+    let top = key.split('.').next().unwrap_or_default();
+    raw::sections()
+        .iter()
+        .any(|section| section.eq_ignore_ascii_case(top))
+}
+
 fn describe_figment_error(error: figment::Error) -> String {
     let key = error.path.join(".");
     let kind = error.kind.to_string();
+    let origin = error
+        .metadata
+        .as_ref()
+        .map(|metadata| format!(" (from {})", metadata.name))
+        .unwrap_or_default();
     if key.is_empty() {
-        kind
+        format!("{kind}{origin}")
     } else {
-        format!("key `{key}`: {kind}")
+        format!("key `{key}`{origin}: {kind}")
     }
 }
 
@@ -427,6 +454,21 @@ pub(crate) fn build_question(
             None => problems.push(format!(
                 "{key}.withhold_labels: `{label}` is not a released label"
             )),
+        }
+    }
+    if let Some(costs) = raw.workflows.as_ref().and_then(|w| w.costs.as_ref()) {
+        // Profiles double costs and plans sum them: keep every sum finite.
+        let values = [costs.c_wrong, costs.c_review, costs.c_check];
+        let matrix = costs.matrix.iter().flatten().flatten().copied();
+        if values
+            .into_iter()
+            .flatten()
+            .chain(matrix)
+            .any(|v| v.abs() > MAX_COST)
+        {
+            problems.push(format!(
+                "{key}.workflows.costs: every cost must be at most {MAX_COST:e}"
+            ));
         }
     }
     if problems.len() > n_problems {

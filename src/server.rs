@@ -84,22 +84,23 @@ pub enum StartError {
 // === impl Application ===
 
 impl Application {
-    /// Binds both listeners and builds every dependency once.
+    /// Builds every dependency once (`AppState::prepare`), then binds both listeners.
     pub async fn build(config: Config) -> Result<Application, StartError> {
         let bind = |addr| async move {
             TcpListener::bind(addr)
                 .await
                 .map_err(|source| StartError::Bind { addr, source })
         };
-        let public = bind(config.server.listen).await?;
-        let admin = bind(config.server.admin_listen).await?;
+        let (listen, admin_listen) = (config.server.listen, config.server.admin_listen);
+        let state = AppState::prepare(config)?;
+        let public = bind(listen).await?;
+        let admin = bind(admin_listen).await?;
         // The bound addresses (port 0 picks one): how a supervisor finds the proxy.
         if let (Ok(public), Ok(admin)) = (public.local_addr(), admin.local_addr()) {
             tracing::info!(%public, %admin, "listeners bound");
         }
-        let metrics = Metrics::new()?;
-        metrics.describe(&config);
-        let connections = listener::ConnectionMetrics::register(metrics.registry())?;
+        let connections = listener::ConnectionMetrics::register(state.inner.metrics.registry())?;
+        let config = &state.inner.config;
         let server = &config.server;
         let upstream_fds = config
             .providers
@@ -130,24 +131,6 @@ impl Application {
                 header_read_timeout: server.header_read_timeout,
                 idle_timeout: server.idle_timeout,
             },
-        };
-        let upstreams = Upstreams::new(&config, metrics.clone())?;
-        let keys = Keys::new(&config.recipients);
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0)
-            ^ u64::from(std::process::id()).rotate_left(32);
-        let state = AppState {
-            inner: Arc::new(Inner {
-                config,
-                keys,
-                upstreams,
-                metrics,
-                ready: AtomicBool::new(false),
-                request_prefix: crate::rng::Rng::new(seed).next_u64(),
-                request_counter: AtomicU64::new(0),
-            }),
         };
         Ok(Application {
             public,
@@ -258,6 +241,32 @@ async fn drain(
 // === impl AppState ===
 
 impl AppState {
+    /// Everything `Application::build` does except binding the listeners: metrics, the HTTP
+    /// client and providers, the key table. `check-config` runs it too, so a configuration it
+    /// accepts fails under `serve` only if a port cannot be bound.
+    pub fn prepare(config: Config) -> Result<AppState, StartError> {
+        let metrics = Metrics::new()?;
+        metrics.describe(&config);
+        let upstreams = Upstreams::new(&config, metrics.clone())?;
+        let keys = Keys::new(&config.recipients);
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+            ^ u64::from(std::process::id()).rotate_left(32);
+        Ok(AppState {
+            inner: Arc::new(Inner {
+                config,
+                keys,
+                upstreams,
+                metrics,
+                ready: AtomicBool::new(false),
+                request_prefix: crate::rng::Rng::new(seed).next_u64(),
+                request_counter: AtomicU64::new(0),
+            }),
+        })
+    }
+
     /// The metrics handles.
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics

@@ -1,4 +1,4 @@
-//! The WCPQ strict mapper (`shared/spec/wcpq.md` section 6): per answer, release the first
+//! The WCPQ strict mapper (`docs/wcpq-rules.md` section 6): per answer, release the first
 //! codeword whose behaviour signature equals the native one and survives the serialization round
 //! trip, or report a fallback reason.
 //!

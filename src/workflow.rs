@@ -1,5 +1,5 @@
 //! Frozen downstream workflows of one question: cost bases and profiles, the three workflow
-//! families, posterior estimators, complete plans and the behaviour signature (`shared/spec/wcpq.md`
+//! families, posterior estimators, complete plans and the behaviour signature (`docs/wcpq-rules.md`
 //! sections 1 to 4).
 //!
 //! A [`Spec`] is the full frozen definition for one question with n classes in canonical order.

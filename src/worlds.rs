@@ -1,7 +1,7 @@
 //! The saved decision log ("worlds") format: JSON Lines, one world per line.
 //!
 //! A world is one saved System One request, the native answer it received and,
-//! when known, evaluator-only labels (`shared/spec/worlds.md`). This module owns
+//! when known, evaluator-only labels (`docs/worlds.md`). This module owns
 //! the [`World`] type, a streaming [`Reader`] over any `BufRead` and a
 //! [`Writer`] that emits one compact JSON line per world.
 //!

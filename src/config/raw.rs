@@ -13,7 +13,8 @@ use super::{Config, EnvLookup, Error, Provider, Recipient, RemoteProvider, Serve
 use crate::contract::{Contract, Usage, View};
 use crate::mechanism;
 
-/// The whole file.
+/// The whole file. Its top-level keys are also the only ones read from the environment
+/// (`sections`), so a section added here is overridable without a second list.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
@@ -56,7 +57,8 @@ enum RawProvider {
         #[serde(default = "default_queue_timeout_ms")]
         queue_timeout_ms: u64,
     },
-    Simulated,
+    // A struct variant, so that unknown keys beside `kind` are errors as everywhere else.
+    Simulated {},
 }
 
 #[derive(Debug, Deserialize)]
@@ -99,6 +101,62 @@ pub(crate) struct RawQuestion {
 /// Upper bound of `max_connections` and `admin_max_connections` (far above any
 /// file-descriptor limit a single process gets).
 const MAX_CONNECTIONS_LIMIT: u64 = 1_000_000;
+
+/// Top-level keys of `RawConfig`, read from its own serde definition: the struct is the one list.
+pub(crate) fn sections() -> &'static [&'static str] {
+    use serde::de::{self, Visitor};
+    /// A deserializer that only records the field names serde asks it for.
+    struct FieldNames<'a>(&'a mut &'static [&'static str]);
+    impl<'de> de::Deserializer<'de> for FieldNames<'_> {
+        type Error = de::value::Error;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(de::Error::custom("field names only"))
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(de::Error::custom("field names only"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+            option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+            ignored_any
+        }
+    }
+    let mut fields: &'static [&'static str] = &[];
+    let _ = RawConfig::deserialize(FieldNames(&mut fields));
+    fields
+}
+
+/// Inclusive ranges of the numeric keys. Whatever validation accepts must also start and
+/// serve: these keep every value far from the limits of what uses it (tokio's semaphore,
+/// timers, buffers) and catch typos such as an extra three zeros.
+pub(crate) mod limits {
+    /// `server.max_body_bytes`, `server.max_upstream_body_bytes`: 1 byte to 1 GiB.
+    pub(crate) const BODY_BYTES: (u64, u64) = (1, 1 << 30);
+    /// `server.shutdown_grace_ms` and `server.drain_delay_ms`: up to one hour.
+    pub(crate) const SHUTDOWN_GRACE_MS: (u64, u64) = (0, 3_600_000);
+    /// `providers.*.timeout_ms` and the `server` read and idle timeouts: 1 ms to one hour.
+    pub(crate) const TIMEOUT_MS: (u64, u64) = (1, 3_600_000);
+    /// `providers.*.queue_timeout_ms`: up to one hour (and at most `timeout_ms` in effect).
+    pub(crate) const QUEUE_TIMEOUT_MS: (u64, u64) = (0, 3_600_000);
+    /// `providers.*.max_concurrency`: 1 to 100,000 requests in flight (far below tokio's
+    /// `Semaphore::MAX_PERMITS`, beyond which the semaphore panics).
+    pub(crate) const MAX_CONCURRENCY: (u64, u64) = (1, 100_000);
+}
+
+/// Pushes a problem unless `min <= value <= max`.
+fn check_range(problems: &mut Vec<String>, key: &str, value: u64, (min, max): (u64, u64)) {
+    if !(min..=max).contains(&value) {
+        problems.push(format!(
+            "{key}: must be between {min} and {max}, got {value}"
+        ));
+    }
+}
 
 fn default_timeout_ms() -> u64 {
     30_000
@@ -149,6 +207,7 @@ impl RawConfig {
         let server = validate_server(self.server, &mut problems);
 
         let mut providers = BTreeMap::new();
+        let declared: std::collections::BTreeSet<String> = self.providers.keys().cloned().collect();
         for (name, raw) in self.providers {
             if let Some(provider) = validate_provider(&name, raw, mode.env, &mut problems) {
                 providers.insert(name, provider);
@@ -158,7 +217,8 @@ impl RawConfig {
         let mut contracts = BTreeMap::new();
         for (name, raw) in self.contracts {
             let key = format!("contracts.{name}");
-            if !providers.contains_key(&raw.provider) {
+            // A declared but invalid provider has its own problem already.
+            if !declared.contains(&raw.provider) {
                 problems.push(format!(
                     "{key}.provider: no provider named `{}` is configured",
                     raw.provider
@@ -264,30 +324,57 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
     if listen.port() != 0 && listen == admin_listen {
         problems.push("server.admin_listen: must differ from server.listen".to_string());
     }
-    if raw.max_body_bytes == 0 {
-        problems.push("server.max_body_bytes: must be greater than 0".to_string());
-    }
-    if raw.max_upstream_body_bytes == 0 {
-        problems.push("server.max_upstream_body_bytes: must be greater than 0".to_string());
-    }
-    for (key, value) in [
-        ("header_read_timeout_ms", raw.header_read_timeout_ms),
-        ("body_read_timeout_ms", raw.body_read_timeout_ms),
-        ("idle_timeout_ms", raw.idle_timeout_ms),
+    check_range(
+        problems,
+        "server.max_body_bytes",
+        raw.max_body_bytes,
+        limits::BODY_BYTES,
+    );
+    check_range(
+        problems,
+        "server.max_upstream_body_bytes",
+        raw.max_upstream_body_bytes,
+        limits::BODY_BYTES,
+    );
+    check_range(
+        problems,
+        "server.shutdown_grace_ms",
+        raw.shutdown_grace_ms,
+        limits::SHUTDOWN_GRACE_MS,
+    );
+    for (key, value, range) in [
+        (
+            "server.header_read_timeout_ms",
+            raw.header_read_timeout_ms,
+            limits::TIMEOUT_MS,
+        ),
+        (
+            "server.body_read_timeout_ms",
+            raw.body_read_timeout_ms,
+            limits::TIMEOUT_MS,
+        ),
+        (
+            "server.idle_timeout_ms",
+            raw.idle_timeout_ms,
+            limits::TIMEOUT_MS,
+        ),
+        (
+            "server.drain_delay_ms",
+            raw.drain_delay_ms,
+            limits::SHUTDOWN_GRACE_MS,
+        ),
+        (
+            "server.max_connections",
+            raw.max_connections,
+            (1, MAX_CONNECTIONS_LIMIT),
+        ),
+        (
+            "server.admin_max_connections",
+            raw.admin_max_connections,
+            (1, MAX_CONNECTIONS_LIMIT),
+        ),
     ] {
-        if value == 0 {
-            problems.push(format!("server.{key}: must be greater than 0"));
-        }
-    }
-    for (key, value) in [
-        ("max_connections", raw.max_connections),
-        ("admin_max_connections", raw.admin_max_connections),
-    ] {
-        if !(1..=MAX_CONNECTIONS_LIMIT).contains(&value) {
-            problems.push(format!(
-                "server.{key}: must be between 1 and {MAX_CONNECTIONS_LIMIT}"
-            ));
-        }
+        check_range(problems, key, value, range);
     }
     let connections =
         |value: u64| usize::try_from(value.clamp(1, MAX_CONNECTIONS_LIMIT)).unwrap_or(1);
@@ -314,7 +401,7 @@ fn validate_provider(
 ) -> Option<Provider> {
     let key = format!("providers.{name}");
     match raw {
-        RawProvider::Simulated => Some(Provider::Simulated),
+        RawProvider::Simulated {} => Some(Provider::Simulated),
         RawProvider::Systemone {
             base_url,
             api_key_env,
@@ -323,20 +410,43 @@ fn validate_provider(
             queue_timeout_ms,
         } => {
             let n_problems = problems.len();
-            let trimmed = base_url.trim_end_matches('/').to_string();
-            match reqwest_free_url_check(&trimmed) {
-                Ok(()) => {}
-                Err(reason) => problems.push(format!("{key}.base_url: {reason}")),
-            }
-            if timeout_ms == 0 {
-                problems.push(format!("{key}.timeout_ms: must be greater than 0"));
-            }
-            if max_concurrency == 0 {
-                problems.push(format!("{key}.max_concurrency: must be greater than 0"));
-            }
+            let base_url = match plain_base_url(&base_url) {
+                Ok(url) => url,
+                Err(reason) => {
+                    problems.push(format!("{key}.base_url: {reason}"));
+                    String::new()
+                }
+            };
+            check_range(
+                problems,
+                &format!("{key}.timeout_ms"),
+                timeout_ms,
+                limits::TIMEOUT_MS,
+            );
+            check_range(
+                problems,
+                &format!("{key}.queue_timeout_ms"),
+                queue_timeout_ms,
+                limits::QUEUE_TIMEOUT_MS,
+            );
+            check_range(
+                problems,
+                &format!("{key}.max_concurrency"),
+                max_concurrency,
+                limits::MAX_CONCURRENCY,
+            );
             let api_key = match (api_key_env, env) {
                 (None, _) | (_, None) => None,
                 (Some(var), Some(env)) => match env(&var) {
+                    // Sent as `Authorization: Bearer KEY`: anything but visible ASCII would
+                    // make every request fail, so it is a configuration error here.
+                    Some(value) if !value.trim().bytes().all(|b| b.is_ascii_graphic()) => {
+                        problems.push(format!(
+                            "{key}.api_key_env: environment variable `{var}` holds characters \
+                             that cannot go in an HTTP header"
+                        ));
+                        None
+                    }
                     Some(value) if !value.trim().is_empty() => {
                         Some(SecretString::from(value.trim().to_string()))
                     }
@@ -350,7 +460,7 @@ fn validate_provider(
             };
             (problems.len() == n_problems).then(|| {
                 Provider::SystemOne(RemoteProvider {
-                    base_url: trimmed,
+                    base_url,
                     api_key,
                     timeout: Duration::from_millis(timeout_ms),
                     queue_timeout: Duration::from_millis(queue_timeout_ms.min(timeout_ms)),
@@ -361,19 +471,37 @@ fn validate_provider(
     }
 }
 
-/// Checks the URL shape without pulling the HTTP client into configuration.
-fn reqwest_free_url_check(url: &str) -> Result<(), String> {
-    let rest = url
-        .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://"))
-        .ok_or_else(|| format!("`{url}` must start with http:// or https://"))?;
-    if rest.is_empty() || rest.starts_with('/') {
-        return Err(format!("`{url}` has no host"));
+/// Parses a provider's base URL and returns it without a trailing slash. Only a plain
+/// `http(s)://host[:port][/path]` is accepted: no user name or password (`a@b` would send the
+/// provider key to host `b`), no query or fragment, and it must already be in the normalized
+/// form the HTTP client will use, so what the operator reads is where requests go.
+fn plain_base_url(text: &str) -> Result<String, String> {
+    let url = url::Url::parse(text).map_err(|error| format!("`{text}` is not a URL: {error}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("`{text}` must start with http:// or https://"));
     }
-    if rest.contains(['?', '#', ' ']) {
+    if !url.username().is_empty() || url.password().is_some() {
         return Err(format!(
-            "`{url}` must not contain a query, fragment or space"
+            "`{text}` must not contain a user name or password (`...@`); \
+             the provider key comes from api_key_env"
         ));
     }
-    Ok(())
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(format!(
+            "`{text}` must not have a query (`?`) or fragment (`#`)"
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("`{text}` has no host"));
+    }
+    if url.port() == Some(0) {
+        return Err(format!("`{text}` has port 0"));
+    }
+    let normalized = url.as_str().trim_end_matches('/');
+    if normalized != text.trim_end_matches('/') {
+        return Err(format!(
+            "`{text}` is not a plain base URL; write it as `{normalized}`"
+        ));
+    }
+    Ok(normalized.to_string())
 }

@@ -93,6 +93,10 @@ fn errors_name_the_key_and_reason() {
         (format!("[server]\nidle_timeout_ms = 0\n{MINIMAL}"), "server.idle_timeout_ms"),
         (format!("[server]\nmax_connections = 0\n{MINIMAL}"), "server.max_connections"),
         (format!("[server]\nadmin_max_connections = 2000000\n{MINIMAL}"), "server.admin_max_connections"),
+        (
+            MINIMAL.replace("kind = \"simulated\"", "kind = \"simulated\"\ntimeout_ms = 5"),
+            "timeout_ms",
+        ),
     ];
     for (text, needle) in cases {
         let found = problems(&text);
@@ -121,4 +125,362 @@ fn sha256_hex_parses_only_64_hex_digits() {
     assert!(parse_sha256_hex(&"ab".repeat(31)).is_none());
     assert!(parse_sha256_hex(&"zz".repeat(32)).is_none());
     assert!(parse_sha256_hex(&"é".repeat(32)).is_none());
+}
+
+/// `MINIMAL` with a remote provider `up` (key in `UP_KEY`) and `extra` lines in its table.
+fn remote(base_url: &str, extra: &str) -> String {
+    MINIMAL.replace(
+        "kind = \"simulated\"",
+        &format!("kind = \"systemone\"\nbase_url = \"{base_url}\"\n{extra}"),
+    )
+}
+
+fn remote_config(text: &str) -> Result<Config, Error> {
+    Config::from_toml_with_env(text, &|name| (name == "UP_KEY").then(|| "k".to_string()))
+}
+
+fn remote_problems(text: &str) -> Vec<String> {
+    match remote_config(text) {
+        Err(Error::Invalid(problems)) => problems,
+        Err(Error::Load(message)) => vec![message],
+        Ok(_) => Vec::new(),
+    }
+}
+
+#[test]
+fn base_url_must_be_a_plain_http_base() {
+    let rejected = [
+        // The provider key would go to evil.example (user name `127.0.0.1`, password `18410`).
+        "http://127.0.0.1:18410@evil.example",
+        "https://user@api.example",
+        "https://:secret@api.example",
+        "https://api.example/?region=eu",
+        "https://api.example/#v1",
+        "https://api.example?",
+        "ftp://api.example",
+        "file:///etc/passwd",
+        "unix:/run/provider.sock",
+        "api.example",
+        "https://",
+        "https://api.example:0",
+        "https://api.example:99999",
+        // Not in the form the HTTP client sends, so not what the operator reads:
+        "https://API.example",
+        "https://api.example/a/../b",
+        "https://api.example\\\\@127.0.0.1",
+        " https://api.example",
+        "https://api .example",
+        "https:/api.example",
+        "",
+    ];
+    for url in rejected {
+        let found = remote_problems(&remote(url, ""));
+        assert!(
+            found.iter().any(|p| p.contains("providers.sim.base_url")),
+            "{url:?} must be rejected naming the key, got {found:?}"
+        );
+    }
+    let accepted = [
+        ("http://127.0.0.1:18410", "http://127.0.0.1:18410"),
+        ("https://api.typesafe.ai/", "https://api.typesafe.ai"),
+        (
+            "https://gw.example/typesafe/",
+            "https://gw.example/typesafe",
+        ),
+        ("http://[::1]:8080", "http://[::1]:8080"),
+    ];
+    for (url, expected) in accepted {
+        let config = remote_config(&remote(url, ""))
+            .unwrap_or_else(|error| panic!("{url:?} must be accepted: {error}"));
+        match &config.providers["sim"] {
+            Provider::SystemOne(provider) => assert_eq!(provider.base_url, expected),
+            Provider::Simulated => panic!("a remote provider"),
+        }
+    }
+}
+
+#[test]
+fn numeric_keys_outside_their_range_are_errors_naming_the_key() {
+    let huge = i64::MAX.to_string();
+    let server = |key: &str, value: &str| format!("[server]\n{key} = {value}\n{MINIMAL}");
+    let provider =
+        |key: &str, value: &str| remote("http://127.0.0.1:1", &format!("{key} = {value}"));
+    let cases = [
+        (
+            provider("max_concurrency", "4611686018427387904"),
+            "providers.sim.max_concurrency",
+        ),
+        (
+            provider("max_concurrency", &huge),
+            "providers.sim.max_concurrency",
+        ),
+        (
+            provider("max_concurrency", "100001"),
+            "providers.sim.max_concurrency",
+        ),
+        (
+            provider("max_concurrency", "0"),
+            "providers.sim.max_concurrency",
+        ),
+        // Inside the internally tagged provider table serde names the table, not the key.
+        (provider("max_concurrency", "-1"), "providers.sim"),
+        (provider("timeout_ms", "0"), "providers.sim.timeout_ms"),
+        (
+            provider("timeout_ms", "3600001"),
+            "providers.sim.timeout_ms",
+        ),
+        (provider("timeout_ms", &huge), "providers.sim.timeout_ms"),
+        (
+            provider("queue_timeout_ms", "3600001"),
+            "providers.sim.queue_timeout_ms",
+        ),
+        (
+            provider("queue_timeout_ms", &huge),
+            "providers.sim.queue_timeout_ms",
+        ),
+        (provider("timeout_ms", "1.5"), "providers.sim"),
+        (server("max_body_bytes", "0"), "server.max_body_bytes"),
+        (
+            server("max_body_bytes", "1073741825"),
+            "server.max_body_bytes",
+        ),
+        (server("max_body_bytes", &huge), "server.max_body_bytes"),
+        (
+            server("max_upstream_body_bytes", "0"),
+            "server.max_upstream_body_bytes",
+        ),
+        (
+            server("max_upstream_body_bytes", &huge),
+            "server.max_upstream_body_bytes",
+        ),
+        (
+            server("shutdown_grace_ms", "3600001"),
+            "server.shutdown_grace_ms",
+        ),
+        (
+            server("shutdown_grace_ms", &huge),
+            "server.shutdown_grace_ms",
+        ),
+        (server("shutdown_grace_ms", "-5"), "shutdown_grace_ms"),
+        (
+            format!(
+                "{MINIMAL}[contracts.c.questions.q.workflows]\ncosts = {{ c_wrong = 1e300 }}\n"
+            ),
+            "contracts.c.questions.q.workflows.costs",
+        ),
+    ];
+    for (text, needle) in cases {
+        let found = remote_problems(&text);
+        assert!(
+            found.iter().any(|p| p.contains(needle)),
+            "expected a problem naming {needle}, got {found:?}"
+        );
+    }
+    // The bounds themselves are accepted.
+    let edges = format!(
+        "[server]\nmax_body_bytes = 1073741824\nmax_upstream_body_bytes = 1\nshutdown_grace_ms = 3600000\n{}",
+        remote(
+            "http://127.0.0.1:1",
+            "timeout_ms = 3600000\nqueue_timeout_ms = 3600000\nmax_concurrency = 100000"
+        )
+    );
+    assert_eq!(remote_problems(&edges), Vec::<String>::new());
+}
+
+#[test]
+fn concurrency_limit_stays_below_what_tokio_accepts() {
+    assert!(
+        usize::try_from(raw::limits::MAX_CONCURRENCY.1).unwrap()
+            <= tokio::sync::Semaphore::MAX_PERMITS
+    );
+}
+
+#[test]
+fn a_provider_key_that_cannot_be_a_header_is_an_error() {
+    let text = remote("http://127.0.0.1:1", "api_key_env = \"BAD_KEY\"");
+    for bad in ["line\nbreak", "tab\tinside", "naïve"] {
+        let env = |name: &str| (name == "BAD_KEY").then(|| bad.to_string());
+        let found = match Config::from_toml_with_env(&text, &env) {
+            Err(Error::Invalid(problems)) => problems,
+            other => panic!("{bad:?} must be rejected, got {other:?}"),
+        };
+        assert!(found.iter().any(|p| p.contains("BAD_KEY")), "{found:?}");
+    }
+    let env = |name: &str| (name == "BAD_KEY").then(|| " sk-live_0123/+= \n".to_string());
+    assert!(Config::from_toml_with_env(&text, &env).is_ok());
+}
+
+#[test]
+fn only_the_configuration_own_sections_come_from_the_environment() {
+    let sections = raw::sections();
+    for section in ["server", "providers", "recipients", "contracts"] {
+        assert!(
+            sections.contains(&section),
+            "{section} missing from {sections:?}"
+        );
+    }
+    // Every listed name is a real top-level key: an empty table of it parses.
+    for section in sections {
+        let text = format!("{MINIMAL}\n[{section}]\n");
+        let found = problems(&text);
+        assert!(
+            !found.iter().any(|p| p.contains("unknown field")),
+            "{section}: {found:?}"
+        );
+    }
+    for key in [
+        "server.listen",
+        "SERVER.LISTEN",
+        "server.listn",
+        "providers.typesafe.timeout_ms",
+        "contracts.dispatcher.usage",
+        "server",
+    ] {
+        assert!(is_config_env_key(key), "{key} targets the configuration");
+    }
+    // What Kubernetes injects for Services named `releasegate` and `releasegate-server`.
+    for key in [
+        "port",
+        "service_host",
+        "service_port",
+        "service_port_http",
+        "port_80_tcp",
+        "port_80_tcp_addr",
+        "port_80_tcp_port",
+        "port_80_tcp_proto",
+        "server_service_host",
+        "server_port_80_tcp_addr",
+        "",
+    ] {
+        assert!(!is_config_env_key(key), "{key} is not configuration");
+    }
+}
+
+mod starts {
+    //! Whatever validation accepts also starts: `AppState::prepare` (what `check-config` runs)
+    //! and the bound application, for the numeric keys at and beyond their limits.
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::server::{AppState, Application};
+
+    const KEY_ENV: &str = "UP_KEY";
+
+    /// A configuration with every numeric key set; the provider `up` is unreachable.
+    fn numeric(values: [u64; 6]) -> String {
+        let [body, upstream_body, grace, timeout, queue, concurrency] = values;
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+             max_body_bytes = {body}\nmax_upstream_body_bytes = {upstream_body}\nshutdown_grace_ms = {grace}\n\
+             [providers.up]\nkind = \"systemone\"\nbase_url = \"http://127.0.0.1:1\"\napi_key_env = \"{KEY_ENV}\"\n\
+             timeout_ms = {timeout}\nqueue_timeout_ms = {queue}\nmax_concurrency = {concurrency}\n\
+             [[recipients]]\nname = \"r\"\nkey_sha256 = \"{}\"\ncontracts = [\"c\"]\n\
+             [contracts.c]\nprovider = \"up\"\n\
+             [contracts.c.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice\"\n",
+            crate::auth::hash_key("client"),
+        )
+    }
+
+    fn load(values: [u64; 6]) -> Result<Config, Error> {
+        Config::from_toml_with_env(&numeric(values), &|name| {
+            (name == KEY_ENV).then(|| "k".to_string())
+        })
+    }
+
+    fn in_range(values: [u64; 6]) -> bool {
+        use super::raw::limits::*;
+        let ranges = [
+            BODY_BYTES,
+            BODY_BYTES,
+            SHUTDOWN_GRACE_MS,
+            TIMEOUT_MS,
+            QUEUE_TIMEOUT_MS,
+            MAX_CONCURRENCY,
+        ];
+        values
+            .iter()
+            .zip(ranges)
+            .all(|(v, (min, max))| (min..=max).contains(v))
+    }
+
+    /// Values around every limit (and the extremes TOML can hold).
+    fn value() -> impl Strategy<Value = u64> {
+        let edges: Vec<u64> = [0, 1, 2, 100_000, 3_600_000, 1 << 30, 1 << 61, 1 << 62]
+            .into_iter()
+            .flat_map(|v: u64| [v.saturating_sub(1), v, v + 1])
+            .chain([i64::MAX as u64])
+            .collect();
+        prop_oneof![
+            3 => proptest::sample::select(edges),
+            1 => 0..=i64::MAX as u64,
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn accepted_numeric_values_prepare_without_panic(values in proptest::array::uniform6(value())) {
+            match load(values) {
+                Ok(config) => {
+                    prop_assert!(in_range(values), "{values:?} is out of range but was accepted");
+                    prop_assert!(AppState::prepare(config).is_ok());
+                }
+                Err(error) => prop_assert!(!in_range(values), "{values:?} rejected: {error}"),
+            }
+        }
+    }
+
+    /// Sends one request through a proxy built from `values` (the provider is unreachable).
+    async fn serve_one(values: [u64; 6]) -> u16 {
+        let config = load(values).unwrap();
+        let app = Application::build(config).await.unwrap();
+        let url = format!("http://127.0.0.1:{}/v1/systemone", app.port());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(app.run_until_stopped(async move {
+            let _ = stopped.await;
+        }));
+        let body = r#"{"model": "m", "state": {}, "questions": {"q": {"type": "choice", "criteria": {"A": null, "B": null}}}}"#;
+        let response = reqwest::Client::new()
+            .post(url)
+            .header("authorization", "Bearer client")
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("the proxy answers (no panic)");
+        let status = response.status().as_u16();
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
+        status
+    }
+
+    #[tokio::test]
+    async fn the_limits_of_every_numeric_key_serve() {
+        use super::raw::limits::*;
+        let highest = [
+            BODY_BYTES.1,
+            BODY_BYTES.1,
+            SHUTDOWN_GRACE_MS.1,
+            TIMEOUT_MS.1,
+            QUEUE_TIMEOUT_MS.1,
+            MAX_CONCURRENCY.1,
+        ];
+        // Connection refused: 502, whatever the limits.
+        assert_eq!(serve_one(highest).await, 502);
+        let lowest = [
+            // A 1-byte body cap refuses the request itself.
+            BODY_BYTES.0,
+            BODY_BYTES.0,
+            SHUTDOWN_GRACE_MS.0,
+            TIMEOUT_MS.0,
+            QUEUE_TIMEOUT_MS.0,
+            MAX_CONCURRENCY.0,
+        ];
+        assert_eq!(serve_one(lowest).await, 413);
+        let mut tight = lowest;
+        tight[0] = 4096;
+        assert!([502, 504].contains(&serve_one(tight).await));
+    }
 }

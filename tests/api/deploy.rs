@@ -1,0 +1,258 @@
+//! Configuration as deployments meet it: `check-config` and `serve` agree, the environment of
+//! a Kubernetes pod, the shipped manifests.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_releasegate");
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// What Kubernetes injects into every pod of the namespace for a Service named `releasegate`
+/// (service links), and for one named `releasegate-server`.
+const SERVICE_LINKS: [(&str, &str); 12] = [
+    ("RELEASEGATE_PORT", "tcp://10.0.0.1:80"),
+    ("RELEASEGATE_SERVICE_HOST", "10.0.0.1"),
+    ("RELEASEGATE_SERVICE_PORT", "80"),
+    ("RELEASEGATE_SERVICE_PORT_HTTP", "80"),
+    ("RELEASEGATE_PORT_80_TCP", "tcp://10.0.0.1:80"),
+    ("RELEASEGATE_PORT_80_TCP_ADDR", "10.0.0.1"),
+    ("RELEASEGATE_PORT_80_TCP_PORT", "80"),
+    ("RELEASEGATE_PORT_80_TCP_PROTO", "tcp"),
+    ("RELEASEGATE_SERVER_SERVICE_HOST", "10.0.0.2"),
+    ("RELEASEGATE_SERVER_PORT", "tcp://10.0.0.2:80"),
+    ("RELEASEGATE_SERVER_PORT_80_TCP_ADDR", "10.0.0.2"),
+    ("RELEASEGATE_SERVER_SERVICE_PORT", "80"),
+];
+
+/// `releasegate check-config --config PATH` with extra environment variables.
+fn check_config(path: &std::path::Path, env: &[(&str, &str)]) -> Output {
+    Command::new(BIN)
+        .args(["check-config", "--config"])
+        .arg(path)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+/// Runs `serve` until it either exits (its status) or reports that it serves (`None`; the
+/// process is then stopped).
+fn serve(path: &std::path::Path, env: &[(&str, &str)]) -> Option<i32> {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(path)
+        .envs([
+            ("RELEASEGATE_SERVER__LISTEN", "127.0.0.1:0"),
+            ("RELEASEGATE_SERVER__ADMIN_LISTEN", "127.0.0.1:0"),
+        ])
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let serving = BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .any(|line| line.contains("releasegate serving"));
+        let _ = tx.send(serving);
+    });
+    // A hang guard only: a healthy start or a refusal takes well under a second.
+    let serving = rx.recv_timeout(Duration::from_secs(120)).unwrap_or(false);
+    if serving {
+        let _ = child.kill();
+        let _ = child.wait();
+        return None;
+    }
+    let status = child.wait().unwrap();
+    status.code()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("releasegate-deploy-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A one-contract configuration around a remote provider table.
+fn with_provider(provider: &str) -> String {
+    format!(
+        "[providers.up]\nkind = \"systemone\"\n{provider}\n\
+         [[recipients]]\nname = \"r\"\nkey_sha256 = \"{}\"\ncontracts = [\"c\"]\n\
+         [contracts.c]\nprovider = \"up\"\n\
+         [contracts.c.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice\"\n",
+        "d2aacb68b85bbdced6e4c3f176f8c2c9f0e8faa9e41842a3c426d1111a37022b"
+    )
+}
+
+#[test]
+fn check_config_refuses_what_serve_cannot_run_and_both_agree() {
+    let dir = scratch("agree");
+    let cases = [
+        // tokio's semaphore panics beyond MAX_PERMITS (serve used to exit 101).
+        (
+            with_provider(
+                "base_url = \"http://127.0.0.1:18410\"\nmax_concurrency = 4611686018427387904",
+            ),
+            "providers.up.max_concurrency",
+        ),
+        // The provider key would go to evil.example.
+        (
+            with_provider("base_url = \"http://127.0.0.1:18410@evil.example\""),
+            "providers.up.base_url",
+        ),
+        (
+            with_provider("base_url = \"http://127.0.0.1:18410\"\ntimeout_ms = 99999999999"),
+            "providers.up.timeout_ms",
+        ),
+        (
+            format!(
+                "[server]\nmax_upstream_body_bytes = 9223372036854775807\n{}",
+                with_provider("base_url = \"http://127.0.0.1:18410\"")
+            ),
+            "server.max_upstream_body_bytes",
+        ),
+        // A provider key variable that is not set: an error for both.
+        (
+            with_provider(
+                "base_url = \"http://127.0.0.1:18410\"\napi_key_env = \"RELEASEGATE_TEST_KEY_NOT_SET\"",
+            ),
+            "RELEASEGATE_TEST_KEY_NOT_SET",
+        ),
+    ];
+    for (index, (text, needle)) in cases.iter().enumerate() {
+        let path = dir.join(format!("case{index}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let checked = check_config(&path, &[]);
+        assert_eq!(
+            checked.status.code(),
+            Some(64),
+            "{needle}: {}",
+            stderr(&checked)
+        );
+        assert!(
+            stderr(&checked).contains(needle),
+            "{needle}: {}",
+            stderr(&checked)
+        );
+        assert_eq!(
+            serve(&path, &[]),
+            Some(64),
+            "serve must refuse it too ({needle})"
+        );
+    }
+    // And what check-config accepts, serve runs.
+    let path = dir.join("ok.toml");
+    std::fs::write(
+        &path,
+        with_provider(
+            "base_url = \"http://127.0.0.1:18410\"\napi_key_env = \"RELEASEGATE_TEST_KEY_SET\"\nmax_concurrency = 100000",
+        ),
+    )
+    .unwrap();
+    let key = [("RELEASEGATE_TEST_KEY_SET", "sk-test")];
+    let checked = check_config(&path, &key);
+    assert!(checked.status.success(), "{}", stderr(&checked));
+    assert_eq!(serve(&path, &key), None);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn kubernetes_service_links_are_not_configuration() {
+    let config = std::path::Path::new(ROOT).join("config/releasegate.toml");
+    // The reproduction: this used to exit 64 (`unknown field: found port`).
+    let checked = check_config(&config, &[("RELEASEGATE_PORT", "tcp://10.0.0.1:80")]);
+    assert!(checked.status.success(), "{}", stderr(&checked));
+    let checked = check_config(&config, &SERVICE_LINKS);
+    assert!(checked.status.success(), "{}", stderr(&checked));
+    assert_eq!(
+        serve(&config, &SERVICE_LINKS),
+        None,
+        "serve starts beside them"
+    );
+
+    // The configuration's own keys still come from the environment...
+    let checked = check_config(&config, &[("RELEASEGATE_SERVER__LISTEN", "127.0.0.1:8181")]);
+    assert!(String::from_utf8_lossy(&checked.stdout).contains("listen 127.0.0.1:8181"));
+    let checked = check_config(&config, &[("RELEASEGATE_SERVER__MAX_BODY_BYTES", "0")]);
+    assert_eq!(checked.status.code(), Some(64));
+    assert!(stderr(&checked).contains("server.max_body_bytes"));
+    // ...and a misspelled key of a known section is an error naming it and its origin.
+    for (name, key) in [
+        ("RELEASEGATE_SERVER__LISTN", "server.listn"),
+        ("RELEASEGATE_PROVIDERS__SIM__TIMEOUT", "providers.sim"),
+    ] {
+        let checked = check_config(&config, &[(name, "1")]);
+        assert_eq!(checked.status.code(), Some(64), "{name}");
+        assert!(
+            stderr(&checked).contains(key),
+            "{name}: {}",
+            stderr(&checked)
+        );
+        assert!(
+            stderr(&checked).contains("environment"),
+            "{}",
+            stderr(&checked)
+        );
+        assert_eq!(serve(&config, &[(name, "1")]), Some(64));
+    }
+}
+
+/// The TOML inside the ConfigMap manifest (the block scalar under `releasegate.toml: |`).
+fn configmap_toml(manifest: &str) -> String {
+    let mut lines = manifest
+        .lines()
+        .skip_while(|l| l.trim() != "releasegate.toml: |");
+    lines.next().expect("the ConfigMap holds releasegate.toml");
+    let mut out = String::new();
+    for line in lines {
+        if !line.trim().is_empty() && !line.starts_with("    ") {
+            break;
+        }
+        out.push_str(line.strip_prefix("    ").unwrap_or(""));
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn the_kubernetes_manifests_turn_off_service_links_and_ship_a_valid_configuration() {
+    let dir = std::path::Path::new(ROOT).join("deploy/kubernetes");
+    let deployment = std::fs::read_to_string(dir.join("deployment.yaml")).unwrap();
+    assert!(
+        deployment
+            .lines()
+            .any(|line| line.trim() == "enableServiceLinks: false"),
+        "the pod spec sets enableServiceLinks: false"
+    );
+    let toml = configmap_toml(&std::fs::read_to_string(dir.join("configmap.yaml")).unwrap());
+    let scratch = scratch("configmap");
+    let path = scratch.join("releasegate.toml");
+    std::fs::write(&path, &toml).unwrap();
+    // Every provider key variable the configuration names is set by the Deployment.
+    let key_vars: Vec<&str> = toml
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("api_key_env = "))
+        .map(|value| value.trim_matches('"'))
+        .collect();
+    assert!(!key_vars.is_empty());
+    let mut env = SERVICE_LINKS.to_vec();
+    for var in &key_vars {
+        assert!(
+            deployment.contains(&format!("- name: {var}")),
+            "the Deployment sets {var}"
+        );
+        env.push((var, "sk-test"));
+    }
+    let checked = check_config(&path, &env);
+    assert!(checked.status.success(), "{}", stderr(&checked));
+    let _ = std::fs::remove_dir_all(&scratch);
+}
