@@ -24,7 +24,7 @@ use crate::features::{self, PublicFeature, PublicFeatureSpec};
 use crate::mechanism::{self, Mechanism};
 use crate::release::{self, Options};
 use crate::rng::Rng;
-use crate::wire::{self, Kind};
+use crate::wire;
 use crate::workflow::{self, Spec};
 use crate::worlds::{self, World};
 
@@ -73,7 +73,6 @@ struct Usable<'w> {
     world: &'w World,
     contract: usize,
     question: String,
-    kind: Kind,
     labels: Vec<String>,
     t_index: usize,
     s_index: usize,
@@ -155,7 +154,18 @@ pub fn build(
                 };
                 *outcomes.entry(outcome).or_default() += 1;
             }
+            // An answer left out of `answers` (no prediction, complete shape) reads as `null`.
             let answer = &released.body["answers"][u.question.as_str()];
+            let question = asked
+                .questions
+                .iter()
+                .find(|q| q.id == u.question)
+                .ok_or_else(|| world_error(u.world, "the question is not asked"))?;
+            let rule = contract
+                .questions
+                .get(&u.question)
+                .ok_or_else(|| world_error(u.world, "the question is not in the contract"))?;
+            let form = release::Form::new(question, rule, contract.shape);
             examples.push(Example {
                 pair_id: u.world.pair_id.clone(),
                 split: u.world.split,
@@ -166,16 +176,11 @@ pub fn build(
                     .map(|l| l.hypotheses.clone())
                     .unwrap_or_default(),
                 s_index: Some(u.s_index),
-                release: features_of(u.kind, &u.labels, answer),
+                release: features_of(&form, answer),
                 public: u.public.clone(),
                 class_count: u.labels.len(),
             });
-            consumer.push(release::read_released(
-                u.kind,
-                &u.labels,
-                candidate.view,
-                answer,
-            ));
+            consumer.push(release::read_released(&form, answer));
         }
         costs(
             &mut input,
@@ -222,12 +227,9 @@ fn usable_world<'w>(
         .questions
         .get(&labels.question)
         .ok_or("question_not_in_contract")?;
-    let kind = asked
-        .questions
-        .iter()
-        .find(|q| q.id == labels.question)
-        .map(|q| q.kind)
-        .ok_or("question_not_asked")?;
+    if !asked.questions.iter().any(|q| q.id == labels.question) {
+        return Err("question_not_asked");
+    }
     let released_labels = rule.released_labels().to_vec();
     let t_index = released_labels
         .iter()
@@ -242,7 +244,6 @@ fn usable_world<'w>(
         world,
         contract: index,
         question: labels.question.clone(),
-        kind,
         labels: released_labels,
         t_index,
         s_index,
@@ -250,50 +251,17 @@ fn usable_world<'w>(
     })
 }
 
-/// The attacker's view of a released answer: the selected class, every
-/// released probability (omitted classes stay `None`) and the confidence.
-fn features_of(kind: Kind, labels: &[String], answer: &Value) -> ReleasedFeatures {
-    let probabilities: Option<Vec<Option<f64>>> = match kind {
-        Kind::Noul => answer.get("noul").and_then(Value::as_f64).map(|p| {
-            labels
-                .iter()
-                .map(|l| Some(if l == "true" { p } else { 1.0 - p }))
-                .collect()
-        }),
-        _ => answer
-            .get("probabilities")
-            .and_then(Value::as_object)
-            .map(|map| {
-                labels
-                    .iter()
-                    .map(|l| map.get(l).and_then(Value::as_f64))
-                    .collect()
-            }),
-    };
-    let choice = match kind {
-        Kind::Choice => answer
-            .get("choice")
-            .and_then(Value::as_str)
-            .and_then(|c| labels.iter().position(|l| l == c)),
-        Kind::Score => answer
-            .get("score")
-            .and_then(Value::as_f64)
-            .map(|score| score.round().max(0.0) as usize)
-            .filter(|level| *level < labels.len())
-            .and_then(|level| labels.iter().position(|l| *l == level.to_string())),
-        Kind::Noul => probabilities
-            .as_ref()
-            .map(|p| wire::argmax(&p.iter().map(|v| v.unwrap_or(0.0)).collect::<Vec<_>>())),
-    };
-    // A noul answer's value is a hard 0/1 outcome under choice views: no probabilities then.
-    let probabilities = match kind {
-        Kind::Noul => probabilities.filter(|p| p.iter().flatten().any(|v| *v != 0.0 && *v != 1.0)),
-        _ => probabilities,
-    };
+/// The attacker's view of a released answer: exactly the fields the
+/// contract releases for it, as they appear in the body (`Form::observe`).
+/// The complete shape's fills are not features: each is a known function of
+/// the released fields (the attacker knows the contract), so they add no
+/// information, and reading them would only add redundant columns.
+fn features_of(form: &release::Form<'_>, answer: &Value) -> ReleasedFeatures {
+    let observed = form.observe(answer);
     ReleasedFeatures {
-        choice,
-        probabilities,
-        confidence: answer.get("confidence").and_then(Value::as_f64),
+        choice: observed.choice,
+        probabilities: observed.probabilities,
+        confidence: observed.confidence,
     }
 }
 

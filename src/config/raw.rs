@@ -10,7 +10,7 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 use super::{Config, EnvLookup, Error, Provider, Recipient, RemoteProvider, Server};
-use crate::contract::{Contract, Usage, View};
+use crate::contract::{Contract, Shape, Usage, View};
 use crate::mechanism;
 
 /// The whole file.
@@ -68,6 +68,8 @@ struct RawContract {
     model: Option<String>,
     #[serde(default = "default_usage")]
     usage: Usage,
+    #[serde(default)]
+    shape: Shape,
     #[serde(default)]
     questions: BTreeMap<String, RawQuestion>,
     #[serde(default)]
@@ -182,6 +184,7 @@ impl RawConfig {
                     provider: raw.provider,
                     model: raw.model,
                     usage: raw.usage,
+                    shape: raw.shape,
                     questions,
                     public: raw.public,
                 }),

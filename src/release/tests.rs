@@ -4,9 +4,18 @@ use super::*;
 use crate::config::Config;
 use crate::wire::check_request;
 
+mod complete;
+
+/// The test contract in the minimal shape (today's field table).
 fn contract(view: &str, extra: &str, usage: &str) -> std::sync::Arc<Contract> {
+    shaped("minimal", view, extra, usage)
+}
+
+/// A contract with questions q (choice over A..D; `extra` applies to it), s
+/// (score over 0..2) and n (noul), all under `view`.
+fn shaped(shape: &str, view: &str, extra: &str, usage: &str) -> std::sync::Arc<Contract> {
     let text = format!(
-        "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\nusage = \"{usage}\"\n\
+        "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\nusage = \"{usage}\"\nshape = \"{shape}\"\n\
          [contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"{view}\"\n{extra}\
          [contracts.c.questions.s]\nclasses = [\"0\", \"1\", \"2\"]\nview = \"{view}\"\n\
          [contracts.c.questions.n]\nclasses = [\"false\", \"true\"]\nview = \"{view}\"\n"

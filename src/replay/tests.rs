@@ -59,7 +59,8 @@ fn replay_releases_rejects_and_keeps_unknown_keys() {
     assert_eq!(summary.mechanisms["q"].kind, "none");
     assert_eq!(
         out[0]["response"],
-        json!({"model": "m", "answers": {"q": {"type": "choice", "choice": "B"}}, "usage": {}})
+        json!({"model": "m", "answers": {"q": {"type": "choice", "choice": "B",
+            "probabilities": {"A": 0.0, "B": 1.0}, "confidence": 1.0}}, "usage": {}})
     );
     assert_eq!(out[0]["custom_key"], json!({"kept": true}));
     assert_eq!(out[0]["labels"]["S"], json!("x"));

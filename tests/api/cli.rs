@@ -120,13 +120,15 @@ fn simulate_then_replay_through_the_binary() {
     assert_eq!(summary["rejected_requests"]["total"], 20);
     let released = std::fs::read_to_string(dir.join("released.jsonl")).unwrap();
     assert_eq!(released.lines().count(), 30);
-    assert!(
-        !released
-            .lines()
-            .next()
-            .unwrap()
-            .contains("\"probabilities\":{\"DELAY\"")
-    );
+    // The dispatcher's `choice` view in the complete shape: the probabilities
+    // are the one-hot fill of the choice and the confidence 1, never native values.
+    let first: serde_json::Value = serde_json::from_str(released.lines().next().unwrap()).unwrap();
+    let answer = &first["response"]["answers"]["coarse_cause"];
+    let choice = answer["choice"].as_str().unwrap();
+    for (label, p) in answer["probabilities"].as_object().unwrap() {
+        assert_eq!(p.as_f64(), Some(if label == choice { 1.0 } else { 0.0 }));
+    }
+    assert_eq!(answer["confidence"], 1.0);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
