@@ -385,6 +385,42 @@ impl<'a> Form<'a> {
         }
     }
 
+    /// What an attacker observes when it also reads the complete shape's fills:
+    /// every field of the answer completed with `shape::fill` (computed from
+    /// the released fields, so a minimal and a complete answer observe the
+    /// same), whatever the view releases.
+    pub fn observe_with_fills(&self, answer: &Value) -> Observed {
+        let Some(object) = answer.as_object() else {
+            return Observed::default();
+        };
+        let entries = self.entries(object);
+        let Some(choice) = self.choice(object, entries.as_deref()) else {
+            return Observed::default();
+        };
+        if self.question.kind == Kind::Noul {
+            let vector = object
+                .get("noul")
+                .and_then(Value::as_f64)
+                .map(|p| noul_vector(self.labels, p).into_iter().map(Some).collect());
+            return Observed {
+                choice: Some(choice),
+                probabilities: vector,
+                confidence: None,
+            };
+        }
+        let mut parts = shape::Parts {
+            choice,
+            probabilities: entries,
+            confidence: object.get("confidence").and_then(Value::as_f64),
+        };
+        shape::fill(self.question.kind, self.labels, &mut parts);
+        Observed {
+            choice: Some(choice),
+            probabilities: parts.probabilities,
+            confidence: parts.confidence,
+        }
+    }
+
     /// The probability map in label order (`None` entries: omitted classes).
     fn entries(&self, object: &Map<String, Value>) -> Option<Vec<Option<f64>>> {
         let map = object.get("probabilities")?.as_object()?;

@@ -39,6 +39,18 @@ pub struct Candidate {
     pub mechanism: Option<Mechanism>,
 }
 
+/// Which fields of a released answer the attacker reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reading {
+    /// The fields the contract releases, as sent (`Form::observe`): the
+    /// paper's view representations, the same for complete and minimal releases.
+    #[default]
+    Released,
+    /// Also the complete shape's fills, computed from the released fields
+    /// (`Form::observe_with_fills`): the same for complete and minimal releases.
+    WithFills,
+}
+
 /// Errors turning worlds into audit input.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -85,6 +97,7 @@ pub fn build(
     contracts: &[Arc<Contract>],
     worlds: &[World],
     candidates: &[Candidate],
+    reading: Reading,
     seed: u64,
 ) -> Result<(Input, Intake), Error> {
     let mut intake = Intake::default();
@@ -176,7 +189,7 @@ pub fn build(
                     .map(|l| l.hypotheses.clone())
                     .unwrap_or_default(),
                 s_index: Some(u.s_index),
-                release: features_of(&form, answer),
+                release: features_of(&form, reading, answer),
                 public: u.public.clone(),
                 class_count: u.labels.len(),
             });
@@ -251,13 +264,18 @@ fn usable_world<'w>(
     })
 }
 
-/// The attacker's view of a released answer: exactly the fields the
-/// contract releases for it, as they appear in the body (`Form::observe`).
-/// The complete shape's fills are not features: each is a known function of
-/// the released fields (the attacker knows the contract), so they add no
-/// information, and reading them would only add redundant columns.
-fn features_of(form: &release::Form<'_>, answer: &Value) -> ReleasedFeatures {
-    let observed = form.observe(answer);
+/// The attacker's view of a released answer. By default exactly the fields
+/// the contract releases for it, as they appear in the body (`Form::observe`):
+/// the complete shape's fills are not features, since each is a known function
+/// of the released fields (the attacker knows the contract) and adds no
+/// information. `Reading::WithFills` adds them as features in both shapes
+/// (computed from a minimal answer, read from a complete one): no new
+/// information, but new feature transforms for the decoder library.
+fn features_of(form: &release::Form<'_>, reading: Reading, answer: &Value) -> ReleasedFeatures {
+    let observed = match reading {
+        Reading::Released => form.observe(answer),
+        Reading::WithFills => form.observe_with_fills(answer),
+    };
     ReleasedFeatures {
         choice: observed.choice,
         probabilities: observed.probabilities,
@@ -487,3 +505,6 @@ fn recipient_posteriors(
         ("logistic".to_string(), logistic_estimates),
     ]
 }
+
+#[cfg(test)]
+mod tests;

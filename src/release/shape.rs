@@ -9,7 +9,7 @@
 //! | choice + probabilities | — | the definition on the released probabilities |
 //!
 //! The confidence definition is Jev's (`choice_confidence`, `score_confidence`).
-//! For a partial probability map (top-k, a withheld selection's own
+//! Fills are rounded to 12 decimals. For a partial probability map (top-k, a withheld selection's own
 //! probability) the omitted classes first share the missing mass
 //! `max(0, 1 − Σ released)` evenly; the map itself stays partial (the clients
 //! accept partial maps). The confidence fill of the choice + confidence case is
@@ -39,12 +39,18 @@ pub fn fill(kind: Kind, labels: &[String], parts: &mut Parts) {
             Some(c) => implied(k, parts.choice, c),
             None => one_hot(k, parts.choice),
         };
-        parts.probabilities = Some(vector.into_iter().map(Some).collect());
+        parts.probabilities = Some(vector.into_iter().map(|p| Some(tidy(p))).collect());
     }
     if parts.confidence.is_none() {
         let entries = parts.probabilities.as_deref().unwrap_or_default();
-        parts.confidence = Some(confidence(kind, labels, &completed(k, entries)));
+        parts.confidence = Some(tidy(confidence(kind, labels, &completed(k, entries))));
     }
+}
+
+/// Rounds a fill to 12 decimals: float noise of the arithmetic (0.9477999999999998
+/// for 0.9478) does not go out. Part of the fill, so readers compute the same value.
+fn tidy(x: f64) -> f64 {
+    (x * 1e12).round() / 1e12
 }
 
 /// The confidence definition for `kind`: [`choice_confidence`] for choice

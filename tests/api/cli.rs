@@ -205,7 +205,7 @@ fn audit_reports_recovery_and_costs_for_every_release() {
                 "--mechanisms",
                 "quantize=0.2,top_k",
             ])
-            .args(["--bootstrap", "50", "--worlds"])
+            .args(["--bootstrap", "50", "--shape", "minimal", "--worlds"])
             .arg(&worlds)
             .arg("--json")
             .arg(dir.join("audit.json"))
@@ -236,8 +236,22 @@ fn audit_reports_recovery_and_costs_for_every_release() {
         ]
     );
     assert_eq!(json["intake"]["worlds_used"], 240);
+    assert_eq!(json["shapes"]["it_ops"], "minimal");
+    assert_eq!(json["attacker_reads_fills"], false);
     assert_eq!(json["report"]["equivariance_passed"], true);
     let svg = std::fs::read_to_string(dir.join("audit.svg")).unwrap();
     assert!(svg.starts_with("<svg") || svg.starts_with("<?xml"));
+    let bad_shape = Command::new(BIN)
+        .args([
+            "audit",
+            "--config",
+            &format!("{root}/config/tuple-bench.toml"),
+        ])
+        .args(["--contract", "delivery", "--shape", "partial", "--worlds"])
+        .arg(&worlds)
+        .output()
+        .unwrap();
+    assert_eq!(bad_shape.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&bad_shape.stderr).contains("unknown shape `partial`"));
     let _ = std::fs::remove_dir_all(&dir);
 }
