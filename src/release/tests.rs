@@ -5,6 +5,7 @@ use crate::config::Config;
 use crate::wire::check_request;
 
 mod complete;
+mod withhold_wcpq;
 
 /// The test contract in the minimal shape (today's field table).
 fn contract(view: &str, extra: &str, usage: &str) -> std::sync::Arc<Contract> {
