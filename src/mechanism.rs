@@ -8,7 +8,7 @@
 //! | kind | what it does | information removed |
 //! |---|---|---|
 //! | `none` | native values | nothing |
-//! | `wcpq` | the first codeword of a frozen codebook with the native behaviour signature (`wcpq`) | everything the frozen workflows do not act on |
+//! | `wcpq` | the first codeword of a frozen codebook with the native behaviour signature (`wcpq`); when none is admissible, the contract's [`Fallback`] (what a recipient can tell of it is in its table) | everything the frozen workflows do not act on |
 //! | `quantize` | multiples of `step`, largest remainders | sub-step detail |
 //! | `top_k` | the `k` largest probabilities, the rest omitted | the tail |
 //! | `temperature` | p^(1/τ), renormalized | **nothing**: it is invertible |
@@ -23,6 +23,7 @@ use serde_json::Value;
 
 use crate::baseline;
 use crate::codebook::Codebook;
+use crate::contract::Shape;
 use crate::rng::Rng;
 use crate::wcpq::{self, Mapper};
 use crate::workflow::{self, Spec};
@@ -93,6 +94,14 @@ pub struct Context<'a> {
 }
 
 /// What WCPQ releases when no codeword is admissible.
+///
+/// Every fallback has a covered answer's headers. What a recipient can see:
+///
+/// | fallback | field set and order | values |
+/// |---|---|---|
+/// | `native` | a covered answer's, in both shapes | the native values instead of a codeword's |
+/// | `choice_only` | complete: a covered answer's; minimal: no `probabilities`, no `confidence` | complete: one-hot, confidence 1 |
+/// | `deny` | complete: the answer is left out of `answers`; minimal: `type` only | none |
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Fallback {
@@ -103,6 +112,43 @@ pub enum Fallback {
     ChoiceOnly,
     /// Release no prediction field.
     Deny,
+}
+
+// === impl Fallback ===
+
+impl Fallback {
+    /// The fallback's configuration name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fallback::Native => "native",
+            Fallback::ChoiceOnly => "choice_only",
+            Fallback::Deny => "deny",
+        }
+    }
+
+    /// What a recipient can tell of this fallback in `shape`, compared with a
+    /// covered answer (for `check-config`).
+    pub fn disclosure(self, shape: Shape) -> &'static str {
+        match (self, shape) {
+            (Fallback::Native, _) => {
+                "same headers, fields and field order as a covered answer; only the values differ \
+                 (native values instead of a codeword's)"
+            }
+            (Fallback::ChoiceOnly, Shape::Complete) => {
+                "same headers, fields and field order as a covered answer; the values differ \
+                 (probabilities one-hot on the choice, confidence 1)"
+            }
+            (Fallback::ChoiceOnly, Shape::Minimal) => {
+                "visible: same headers, but the probabilities and the confidence are absent"
+            }
+            (Fallback::Deny, Shape::Complete) => {
+                "visible: same headers, but the answer is left out of `answers`"
+            }
+            (Fallback::Deny, Shape::Minimal) => {
+                "visible: same headers, but the answer carries only `type`"
+            }
+        }
+    }
 }
 
 /// Whether WCPQ releases the codeword's confidence.

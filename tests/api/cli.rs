@@ -69,7 +69,17 @@ fn check_config_accepts_the_default_and_names_the_broken_key() {
         "--config",
         concat!(env!("CARGO_MANIFEST_DIR"), "/config/releasegate.toml"),
     ]));
-    assert!(String::from_utf8_lossy(&ok.stdout).contains("contract dispatcher"));
+    let summary = String::from_utf8_lossy(&ok.stdout);
+    assert!(summary.contains("contract dispatcher"));
+    // The summary says what a recipient can tell of a WCPQ fallback.
+    assert!(
+        summary.contains("contract planner: provider sim, usage Keep, shape complete"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("wcpq fallback native: same headers, fields and field order"),
+        "{summary}"
+    );
 
     let broken = dir.join("broken.toml");
     std::fs::write(&broken, "[server]\nmax_body_bytes = 0\n").unwrap();

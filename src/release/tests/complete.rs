@@ -519,3 +519,49 @@ proptest! {
         );
     }
 }
+
+/// `check-config`'s account of each WCPQ fallback matches what goes out: a
+/// fallback is called visible exactly when its field set or order differs
+/// from a covered answer's.
+#[test]
+fn the_documented_fallback_disclosure_matches_the_released_fields() {
+    use crate::mechanism::Fallback;
+    let keys = |answer: &Value| {
+        answer
+            .as_object()
+            .map(|o| o.keys().cloned().collect::<Vec<_>>())
+    };
+    for shape in [Shape::Complete, Shape::Minimal] {
+        for (fallback, name) in [
+            (Fallback::Native, "native"),
+            (Fallback::ChoiceOnly, "choice_only"),
+            (Fallback::Deny, "deny"),
+        ] {
+            for view in ["full_probabilities", "full_native"] {
+                let answers = |denominator: u32| {
+                    release_with(
+                        &contract(
+                            shape.as_str(),
+                            view,
+                            &wcpq(denominator, name, "codeword"),
+                            "",
+                            "",
+                        ),
+                        &native(),
+                    )
+                    .body["answers"]["q"]
+                        .clone()
+                };
+                let (covered, fell_back) = (answers(20), answers(1));
+                assert_ne!(covered, fell_back);
+                let same_fields = keys(&covered) == keys(&fell_back)
+                    && keys(&covered["probabilities"]) == keys(&fell_back["probabilities"]);
+                assert_eq!(
+                    same_fields,
+                    !fallback.disclosure(shape).starts_with("visible"),
+                    "{shape} {name} {view}: {covered} vs {fell_back}"
+                );
+            }
+        }
+    }
+}

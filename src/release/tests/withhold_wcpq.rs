@@ -28,7 +28,13 @@ fn case(fine_count: usize, seed: u64) -> Case {
     let coarse_count = 2 + rng.below(fine_count.min(4) - 1);
     // Every coarse label gets at least one fine class.
     let mut map: Vec<usize> = (0..fine_count)
-        .map(|i| if i < coarse_count { i } else { rng.below(coarse_count) })
+        .map(|i| {
+            if i < coarse_count {
+                i
+            } else {
+                rng.below(coarse_count)
+            }
+        })
         .collect();
     for i in (1..map.len()).rev() {
         map.swap(i, rng.below(i + 1));
@@ -123,10 +129,7 @@ fn case(fine_count: usize, seed: u64) -> Case {
 }
 
 fn native(fine: &[String], rng: &mut Rng) -> Value {
-    let raw: Vec<f64> = fine
-        .iter()
-        .map(|_| rng.uniform().powi(3) + 1e-3)
-        .collect();
+    let raw: Vec<f64> = fine.iter().map(|_| rng.uniform().powi(3) + 1e-3).collect();
     let sum: f64 = raw.iter().sum();
     let p: Vec<f64> = raw.iter().map(|x| x / sum).collect();
     let choice = wire::argmax(&p);
@@ -135,7 +138,8 @@ fn native(fine: &[String], rng: &mut Rng) -> Value {
         .zip(&p)
         .map(|(l, v)| (l.clone(), json!(v)))
         .collect();
-    let mut answer = json!({"type": "choice", "choice": fine[choice], "probabilities": probabilities});
+    let mut answer =
+        json!({"type": "choice", "choice": fine[choice], "probabilities": probabilities});
     if rng.below(4) != 0 {
         answer["confidence"] = json!(rng.uniform());
     }
@@ -208,7 +212,10 @@ fn the_property_is_not_vacuous() {
         covered += c;
         withheld += w;
     }
-    assert!(covered > 50 && withheld > 10, "{covered} covered, {withheld} withheld");
+    assert!(
+        covered > 50 && withheld > 10,
+        "{covered} covered, {withheld} withheld"
+    );
 }
 
 proptest! {
