@@ -213,6 +213,8 @@ impl<'a> Form<'a> {
         }
         let labels = self.labels;
         let k = labels.len();
+        // A choice outside the labels cannot be written (the release path never makes one).
+        let label = labels.get(choice)?;
         let withheld = self.withheld(choice);
         let entry = |i: usize| released.probabilities.get(i).copied().flatten();
         // Probabilities go out when the view has them and the mechanism released any
@@ -235,11 +237,7 @@ impl<'a> Form<'a> {
             .filter(|_| self.releases_confidence(choice));
         match self.question.kind {
             Kind::Noul => {
-                let hard = if labels.get(choice).is_some_and(|l| l == "true") {
-                    1.0
-                } else {
-                    0.0
-                };
+                let hard = if label == "true" { 1.0 } else { 0.0 };
                 let p_true = labels
                     .iter()
                     .position(|l| l == "true")
@@ -253,7 +251,7 @@ impl<'a> Form<'a> {
                 return Some(Value::Object(out));
             }
             Kind::Choice => {
-                out.insert("choice".into(), Value::String(labels.get(choice)?.clone()));
+                out.insert("choice".into(), Value::String(label.clone()));
             }
             Kind::Score => {
                 let level = |index: usize| labels[index].parse::<f64>().unwrap_or(0.0);
@@ -266,7 +264,7 @@ impl<'a> Form<'a> {
                         total / mass
                     }
                 } else {
-                    level(choice)
+                    label.parse::<f64>().unwrap_or(0.0)
                 };
                 // Round away float noise of the weighted sum (Σ level·p of 4-decimal inputs).
                 out.insert("score".into(), Value::from((score * 1e10).round() / 1e10));

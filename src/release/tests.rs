@@ -343,9 +343,9 @@ mod never_panics {
 
         /// Whatever a provider sends, releasing it returns a body or a reason; it never panics.
         #[test]
-        fn arbitrary_native_answers_never_panic(native in value(), answers in value(), view in 0usize..5) {
+        fn arbitrary_native_answers_never_panic(native in value(), answers in value(), view in 0usize..5, complete: bool) {
             let view = crate::contract::View::ALL[view].as_str();
-            let c = super::contract(view, "", "keep");
+            let c = super::shaped(if complete { "complete" } else { "minimal" }, view, "", "keep");
             let asked = check_request(&super::request(), &c).unwrap();
             let mut rng = crate::rng::Rng::new(3);
             let mut options = Options { rng: &mut rng, evaluate: true };
