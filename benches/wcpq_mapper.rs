@@ -33,12 +33,15 @@ fn roundtrip(classes: &[String], r: &Release) -> Option<Release> {
         kind: releasegate::wire::Kind::Choice,
         legend: None,
     };
-    releasegate::release::roundtrip(
-        &question,
-        classes,
-        releasegate::contract::View::FullNative,
-        r,
-    )
+    let form = releasegate::release::Form {
+        question: &question,
+        labels: classes,
+        view: releasegate::contract::View::FullNative,
+        confidence: true,
+        withhold: &[],
+        shape: releasegate::contract::Shape::Complete,
+    };
+    releasegate::release::roundtrip(&form, r)
 }
 
 /// A synthetic frozen logistic model over the release features and two public token counts.

@@ -334,8 +334,8 @@ impl Config {
         }
         for (name, contract) in &self.contracts {
             out.push_str(&format!(
-                "contract {name}: provider {}, usage {:?}\n",
-                contract.provider, contract.usage
+                "contract {name}: provider {}, usage {:?}, shape {}\n",
+                contract.provider, contract.usage, contract.shape
             ));
             for (question, rule) in &contract.questions {
                 out.push_str(&format!(
@@ -354,6 +354,13 @@ impl Config {
                         ""
                     },
                 ));
+                if let crate::mechanism::Mechanism::Wcpq(wcpq) = &rule.mechanism {
+                    out.push_str(&format!(
+                        "    wcpq fallback {}: {}\n",
+                        wcpq.fallback.as_str(),
+                        wcpq.fallback.disclosure(contract.shape)
+                    ));
+                }
             }
         }
         out

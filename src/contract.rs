@@ -24,6 +24,8 @@ pub struct Contract {
     pub model: Option<String>,
     /// Whether token usage counts go out.
     pub usage: Usage,
+    /// Whether answers carry every field their type requires (`complete`) or only the view's.
+    pub shape: Shape,
     /// The covered questions by id; any other question is denied.
     pub questions: BTreeMap<String, QuestionRule>,
     /// Request fields the recipient may see anyway (pointers into `state`):
@@ -91,11 +93,31 @@ pub enum Usage {
     Drop,
 }
 
-/// The fields of an answer a recipient receives.
+/// How released answers are shaped.
+///
+/// The official clients require every field of an answer's type (choice:
+/// `choice`, `probabilities`, `confidence`; score: `score`, `legend`,
+/// `probabilities`, `confidence`; noul: `noul`) and accept an answer that is
+/// absent from `answers`. The complete shape satisfies them without
+/// releasing more: each required field the view does not release is filled
+/// with a deterministic function of the fields it does release
+/// (`release::shape`), and an answer without a prediction is left out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Shape {
+    /// Every required field; fills for the fields the view does not release.
+    #[default]
+    Complete,
+    /// Only the fields the view releases (clients that validate the schema reject it).
+    Minimal,
+}
+
+/// The fields of an answer a recipient receives (what the view *releases*;
+/// the complete shape adds fills computed from them, see `release::shape`).
 ///
 /// | view | choice answers | score answers | noul answers |
 /// |---|---|---|---|
-/// | `no_output` | `type` only | `type` only | `type` only |
+/// | `no_output` | nothing | nothing | nothing |
 /// | `choice` | `choice` | `score` = selected level, `legend` | `noul` = 0 or 1 (selected outcome) |
 /// | `choice_confidence` | + `confidence` | + `confidence` | as `choice` (noul has no confidence) |
 /// | `full_probabilities` | `choice`, `probabilities` | `score` = Σ level·p, `legend`, `probabilities` | `noul` = P(true) |
@@ -208,6 +230,31 @@ impl View {
 }
 
 impl fmt::Display for View {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+// === impl Shape ===
+
+impl Shape {
+    /// The shape's configuration name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Shape::Complete => "complete",
+            Shape::Minimal => "minimal",
+        }
+    }
+
+    /// Parses a shape name.
+    pub fn parse(name: &str) -> Option<Shape> {
+        [Shape::Complete, Shape::Minimal]
+            .into_iter()
+            .find(|shape| shape.as_str() == name)
+    }
+}
+
+impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }

@@ -8,7 +8,7 @@
 //! | kind | what it does | information removed |
 //! |---|---|---|
 //! | `none` | native values | nothing |
-//! | `wcpq` | the first codeword of a frozen codebook with the native behaviour signature (`wcpq`) | everything the frozen workflows do not act on |
+//! | `wcpq` | the first codeword of a frozen codebook with the native behaviour signature (`wcpq`); when none is admissible, the contract's [`Fallback`] (what a recipient can tell of it is in its table) | everything the frozen workflows do not act on |
 //! | `quantize` | multiples of `step`, largest remainders | sub-step detail |
 //! | `top_k` | the `k` largest probabilities, the rest omitted | the tail |
 //! | `temperature` | p^(1/τ), renormalized | **nothing**: it is invertible |
@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use crate::baseline;
 use crate::codebook::Codebook;
-use crate::contract::View;
+use crate::contract::Shape;
 use crate::rng::Rng;
 use crate::wcpq::{self, Mapper};
 use crate::workflow::{self, Spec};
@@ -81,8 +81,13 @@ pub struct Context<'a> {
     pub state: &'a Value,
     /// Fresh randomness for unseeded noise.
     pub rng: &'a mut Rng,
-    /// Serializes a candidate exactly as it will be sent and parses it back.
+    /// Serializes a candidate exactly as it will be sent (view, withholding,
+    /// shape) and reads it back as the recipient does.
     pub roundtrip: &'a dyn Fn(&workflow::Release) -> Option<workflow::Release>,
+    /// The native answer as the recipient would read it had it gone out
+    /// unchanged: WCPQ's D, with the availability that will be released
+    /// (computed on demand; `None` if it cannot be read back).
+    pub native: &'a dyn Fn() -> Option<workflow::Release>,
     /// Stable bytes identifying the request and question (seeded noise only,
     /// so computed on demand).
     pub identity: &'a dyn Fn() -> Vec<u8>,
@@ -92,6 +97,14 @@ pub struct Context<'a> {
 }
 
 /// What WCPQ releases when no codeword is admissible.
+///
+/// Every fallback has a covered answer's headers. What a recipient can see:
+///
+/// | fallback | field set and order | values |
+/// |---|---|---|
+/// | `native` | a covered answer's, in both shapes | the native values instead of a codeword's |
+/// | `choice_only` | complete: a covered answer's; minimal: no `probabilities`, no `confidence` | complete: one-hot, confidence 1 |
+/// | `deny` | complete: the answer is left out of `answers`; minimal: `type` only | none |
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Fallback {
@@ -102,6 +115,43 @@ pub enum Fallback {
     ChoiceOnly,
     /// Release no prediction field.
     Deny,
+}
+
+// === impl Fallback ===
+
+impl Fallback {
+    /// The fallback's configuration name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fallback::Native => "native",
+            Fallback::ChoiceOnly => "choice_only",
+            Fallback::Deny => "deny",
+        }
+    }
+
+    /// What a recipient can tell of this fallback in `shape`, compared with a
+    /// covered answer (for `check-config`).
+    pub fn disclosure(self, shape: Shape) -> &'static str {
+        match (self, shape) {
+            (Fallback::Native, _) => {
+                "same headers, fields and field order as a covered answer; only the values differ \
+                 (native values instead of a codeword's)"
+            }
+            (Fallback::ChoiceOnly, Shape::Complete) => {
+                "same headers, fields and field order as a covered answer; the values differ \
+                 (probabilities one-hot on the choice, confidence 1)"
+            }
+            (Fallback::ChoiceOnly, Shape::Minimal) => {
+                "visible: same headers, but the probabilities and the confidence are absent"
+            }
+            (Fallback::Deny, Shape::Complete) => {
+                "visible: same headers, but the answer is left out of `answers`"
+            }
+            (Fallback::Deny, Shape::Minimal) => {
+                "visible: same headers, but the answer carries only `type`"
+            }
+        }
+    }
 }
 
 /// Whether WCPQ releases the codeword's confidence.
@@ -307,12 +357,21 @@ impl Mechanism {
         matches!(self, Mechanism::Gaussian { seed: None, .. })
     }
 
-    /// Rewrites one answer's probability and confidence fields for `view`.
-    pub fn apply(&self, native: &ClassVector, view: View, ctx: &mut Context<'_>) -> Applied {
+    /// Whether it withholds the confidence even where the view releases one
+    /// (WCPQ with `confidence = "drop"`).
+    pub fn drops_confidence(&self) -> bool {
+        matches!(self, Mechanism::Wcpq(w) if w.confidence == ConfidenceMode::Drop)
+    }
+
+    /// Rewrites one answer's probability and confidence fields.
+    pub fn apply(&self, native: &ClassVector, ctx: &mut Context<'_>) -> Applied {
+        // A baseline that releases no probability (it failed closed) releases no confidence either.
         let plain = |probabilities: Vec<Option<f64>>| Applied {
             released: Released {
+                confidence: native
+                    .confidence
+                    .filter(|_| probabilities.iter().any(Option::is_some)),
                 probabilities,
-                confidence: native.confidence,
                 deny: false,
             },
             outcome: Outcome::Applied,
@@ -323,7 +382,7 @@ impl Mechanism {
         match self {
             Mechanism::None => plain(all(p.clone())),
             // Baseline errors only arise from invalid parameters, which validation rejects;
-            // fail closed to "no probabilities" rather than release native values.
+            // fail closed to "the choice only" rather than release native values.
             Mechanism::Quantize { step } => plain(
                 baseline::quantize(p, *step, ctx.tie_order)
                     .map(all)
@@ -346,7 +405,7 @@ impl Mechanism {
                 };
                 plain(noisy.map(all).unwrap_or_else(|_| vec![None; p.len()]))
             }
-            Mechanism::Wcpq(wcpq) => wcpq.apply(native, view, ctx),
+            Mechanism::Wcpq(wcpq) => wcpq.apply(native, ctx),
         }
     }
 }
@@ -354,19 +413,18 @@ impl Mechanism {
 // === impl WcpqMechanism ===
 
 impl WcpqMechanism {
-    fn apply(&self, native: &ClassVector, view: View, ctx: &mut Context<'_>) -> Applied {
-        // D is the native answer restricted to the fields that will be released.
-        let d = workflow::Release {
-            choice: native.choice,
-            probabilities: view
-                .has_probabilities()
-                .then(|| native.probabilities.clone()),
-            confidence: native
-                .confidence
-                .filter(|_| view.has_confidence() && self.confidence == ConfidenceMode::Codeword),
-        };
+    fn apply(&self, native: &ClassVector, ctx: &mut Context<'_>) -> Applied {
+        // D is the native answer as the recipient would read it: the fields the
+        // contract releases (view, withholding, a dropped confidence), read back
+        // from the bytes that would go out.
         let started = Instant::now();
-        let outcome = self.mapper.map(&d, ctx.state, ctx.roundtrip);
+        let d = (ctx.native)();
+        let outcome = match &d {
+            Some(d) => self.mapper.map(d, ctx.state, ctx.roundtrip),
+            None => wcpq::Outcome::Fallback(wcpq::Reason::InvalidNative(
+                workflow::InvalidRelease::Choice,
+            )),
+        };
         let mapping_seconds = Some(started.elapsed().as_secs_f64());
         let n = native.probabilities.len();
         let (released, outcome) = match outcome {
@@ -387,9 +445,10 @@ impl WcpqMechanism {
                 let released = match self.fallback {
                     Fallback::Native => Released {
                         probabilities: d
-                            .probabilities
+                            .as_ref()
+                            .and_then(|d| d.probabilities.clone())
                             .map_or_else(|| vec![None; n], |p| p.into_iter().map(Some).collect()),
-                        confidence: d.confidence,
+                        confidence: d.as_ref().and_then(|d| d.confidence),
                         deny: false,
                     },
                     Fallback::ChoiceOnly => Released {

@@ -6,10 +6,15 @@
 //! response is rejected. Nothing the contract does not name goes out: unknown
 //! top-level fields, unknown answer types, unasked answers and unknown answer
 //! fields are dropped, and probabilities are re-emitted in canonical order.
+//! The contract's shape decides whether answers carry every field their type
+//! requires (`shape`: fills computed from the released fields) or only the
+//! view's.
+
+pub mod shape;
 
 use serde_json::{Map, Value};
 
-use crate::contract::{Coarsening, Contract, QuestionRule, View};
+use crate::contract::{Coarsening, Contract, QuestionRule, Shape, View};
 use crate::mechanism::{self, ClassVector, Context, Released};
 use crate::rng::Rng;
 use crate::wire::{self, Asked, AskedQuestion, Invalid, Kind};
@@ -42,10 +47,11 @@ pub struct AnswerRecord {
     pub evaluation: Option<Box<Evaluation>>,
 }
 
-/// The two answers a frozen workflow would have acted on.
+/// The two answers a frozen workflow would have acted on, both read by [`Form::read`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evaluation {
-    /// The native answer restricted to the view's fields (before any mechanism).
+    /// The native answer as the recipient would read it had it gone out
+    /// without the mechanism (same view, withholding and shape).
     pub native: workflow::Release,
     /// The released answer, read back from its serialized form.
     pub released: workflow::Release,
@@ -116,8 +122,17 @@ pub fn release(
             .ok_or(Invalid::MissingAnswer)?;
         let answer = answers.get(&question.id).ok_or(Invalid::MissingAnswer)?;
         let native_vector = wire::parse_answer(question.kind, rule, answer)?;
-        let (value, record) = release_answer(question, rule, &native_vector, request, options)?;
-        released_answers.insert(question.id.clone(), value);
+        let (value, record) = release_answer(
+            question,
+            rule,
+            contract.shape,
+            &native_vector,
+            request,
+            options,
+        )?;
+        if let Some(value) = value {
+            released_answers.insert(question.id.clone(), value);
+        }
         records.push(record);
     }
 
@@ -134,34 +149,386 @@ pub fn release(
     })
 }
 
-/// Releases one parsed answer; returns the answer object and its record.
+/// Everything needed to write and read one question's released answers. A
+/// recipient knows all of it from its contract.
+#[derive(Debug, Clone, Copy)]
+pub struct Form<'a> {
+    /// The asked question (type, score legend).
+    pub question: &'a AskedQuestion,
+    /// The released labels (coarse labels when coarsened).
+    pub labels: &'a [String],
+    /// The view.
+    pub view: View,
+    /// Whether a confidence goes out where the view has one (false when WCPQ drops it).
+    pub confidence: bool,
+    /// Released labels whose selection withholds the probabilities and the confidence.
+    pub withhold: &'a [bool],
+    /// Complete or minimal answers.
+    pub shape: Shape,
+}
+
+// === impl Form ===
+
+impl<'a> Form<'a> {
+    /// The form of `question` under `rule` and `shape`.
+    pub fn new(question: &'a AskedQuestion, rule: &'a QuestionRule, shape: Shape) -> Form<'a> {
+        Form {
+            question,
+            labels: rule.released_labels(),
+            view: rule.view,
+            confidence: !rule.mechanism.drops_confidence(),
+            withhold: &rule.withhold,
+            shape,
+        }
+    }
+
+    /// Whether selecting `choice` withholds the probabilities and the confidence.
+    pub fn withheld(&self, choice: usize) -> bool {
+        self.withhold.get(choice).copied().unwrap_or(false)
+    }
+
+    /// Whether the contract releases probabilities for an answer selecting `choice`.
+    pub fn releases_probabilities(&self, choice: usize) -> bool {
+        self.view.has_probabilities() && !self.withheld(choice)
+    }
+
+    /// Whether the contract releases a confidence for an answer selecting `choice`.
+    pub fn releases_confidence(&self, choice: usize) -> bool {
+        self.view.has_confidence()
+            && self.confidence
+            && self.question.kind != Kind::Noul
+            && !self.withheld(choice)
+    }
+
+    /// Writes the released answer object in a fixed field order; `None` when
+    /// the answer is left out of `answers` (no prediction in the complete shape).
+    ///
+    /// The view's fields come first (a withheld selection keeps only its own
+    /// probability: residual scores leak it); the complete shape then fills
+    /// every other required field (`shape::fill`).
+    pub fn encode(&self, choice: usize, released: &Released) -> Option<Value> {
+        let mut out = Map::new();
+        out.insert(
+            "type".into(),
+            Value::String(self.question.kind.as_str().into()),
+        );
+        if !self.view.has_choice() || released.deny {
+            return match self.shape {
+                Shape::Complete => None,
+                Shape::Minimal => Some(Value::Object(out)),
+            };
+        }
+        let labels = self.labels;
+        let k = labels.len();
+        // A choice outside the labels cannot be written (the release path never makes one).
+        let label = labels.get(choice)?;
+        let withheld = self.withheld(choice);
+        let entry = |i: usize| released.probabilities.get(i).copied().flatten();
+        // Probabilities go out when the view has them and the mechanism released any
+        // (a WCPQ `choice_only` fallback releases none).
+        let show_probabilities =
+            self.view.has_probabilities() && (0..k).any(|i| entry(i).is_some());
+        let probabilities: Option<Vec<Option<f64>>> = show_probabilities.then(|| {
+            (0..k)
+                .map(|i| entry(i).filter(|_| !withheld || i == choice))
+                .collect()
+        });
+        let present: Vec<(usize, f64)> = probabilities
+            .iter()
+            .flatten()
+            .enumerate()
+            .filter_map(|(i, p)| p.map(|p| (i, p)))
+            .collect();
+        let confidence = released
+            .confidence
+            .filter(|_| self.releases_confidence(choice));
+        match self.question.kind {
+            Kind::Noul => {
+                let hard = if label == "true" { 1.0 } else { 0.0 };
+                let p_true = labels
+                    .iter()
+                    .position(|l| l == "true")
+                    .and_then(|t| present.iter().find(|(i, _)| *i == t))
+                    .map(|(_, p)| *p);
+                let noul = match p_true {
+                    Some(p) if !withheld => p,
+                    _ => hard,
+                };
+                out.insert("noul".into(), Value::from(noul));
+                return Some(Value::Object(out));
+            }
+            Kind::Choice => {
+                out.insert("choice".into(), Value::String(label.clone()));
+            }
+            Kind::Score => {
+                let level = |index: usize| labels[index].parse::<f64>().unwrap_or(0.0);
+                let score = if show_probabilities && !withheld {
+                    let mass: f64 = present.iter().map(|(_, p)| p).sum();
+                    let total: f64 = present.iter().map(|(i, p)| level(*i) * p).sum();
+                    if present.len() == k || mass <= 0.0 {
+                        total
+                    } else {
+                        total / mass
+                    }
+                } else {
+                    label.parse::<f64>().unwrap_or(0.0)
+                };
+                // Round away float noise of the weighted sum (Σ level·p of 4-decimal inputs).
+                out.insert("score".into(), Value::from((score * 1e10).round() / 1e10));
+                if let Some(legend) = &self.question.legend {
+                    out.insert("legend".into(), Value::Object(legend.clone()));
+                }
+            }
+        }
+        let mut parts = shape::Parts {
+            choice,
+            probabilities,
+            confidence,
+        };
+        if self.shape == Shape::Complete {
+            shape::fill(self.question.kind, labels, &mut parts);
+        }
+        if let Some(entries) = &parts.probabilities {
+            let map = entries
+                .iter()
+                .zip(labels)
+                .filter_map(|(p, label)| p.map(|p| (label.clone(), Value::from(p))))
+                .collect();
+            out.insert("probabilities".into(), Value::Object(map));
+        }
+        if let Some(confidence) = parts.confidence {
+            out.insert("confidence".into(), Value::from(confidence));
+        }
+        Some(Value::Object(out))
+    }
+
+    /// Reads a released answer the way a downstream consumer (the frozen
+    /// workflows, the WCPQ round trip, replay, the audit's recipients) does:
+    /// the selected class, and the probabilities and confidence **the contract
+    /// releases** for it. Complete and minimal answers read the same: the
+    /// answer is first completed with the complete shape's fills (so an absent
+    /// vector reads as the one-hot of the choice, as the native posterior
+    /// reads it anyway), then fields the contract does not release (fills,
+    /// and everything but the choice of a withheld selection) are dropped. A
+    /// partial probability map (top-k) reads as no probabilities.
+    ///
+    /// For score and noul answers, which carry no `choice` field, the selected
+    /// class is the earliest most probable class when the contract releases
+    /// probabilities and the map is full, else the released level (score) or
+    /// outcome (noul). An answer left out of `answers` (`null`) reads as `None`.
+    pub fn read(&self, answer: &Value) -> Option<workflow::Release> {
+        let object = answer.as_object()?;
+        let entries = self.entries(object);
+        let choice = self.choice(object, entries.as_deref())?;
+        if self.question.kind == Kind::Noul {
+            let p_true = object.get("noul")?.as_f64()?;
+            return Some(workflow::Release {
+                choice,
+                probabilities: self
+                    .releases_probabilities(choice)
+                    .then(|| noul_vector(self.labels, p_true)),
+                confidence: None,
+            });
+        }
+        let mut parts = shape::Parts {
+            choice,
+            probabilities: entries,
+            confidence: object.get("confidence").and_then(Value::as_f64),
+        };
+        shape::fill(self.question.kind, self.labels, &mut parts);
+        let probabilities = parts
+            .probabilities
+            .filter(|_| self.releases_probabilities(choice))
+            .and_then(|entries| entries.into_iter().collect::<Option<Vec<f64>>>());
+        let confidence = parts
+            .confidence
+            .filter(|_| self.releases_confidence(choice));
+        Some(workflow::Release {
+            choice,
+            probabilities,
+            confidence,
+        })
+    }
+
+    /// What an attacker observes of a released answer: exactly the fields the
+    /// contract releases for it, as they appear (no fills; an absent field stays
+    /// absent, a partial map keeps its omitted entries as `None`; a withheld
+    /// selection shows its own probability entry at most).
+    pub fn observe(&self, answer: &Value) -> Observed {
+        let Some(object) = answer.as_object() else {
+            return Observed::default();
+        };
+        let entries = self.entries(object);
+        let Some(choice) = self.choice(object, entries.as_deref()) else {
+            return Observed::default();
+        };
+        let probabilities = if !self.view.has_probabilities() {
+            None
+        } else if self.question.kind == Kind::Noul {
+            object
+                .get("noul")
+                .and_then(Value::as_f64)
+                .filter(|_| !self.withheld(choice))
+                .map(|p| noul_vector(self.labels, p).into_iter().map(Some).collect())
+        } else if self.withheld(choice) {
+            entries.map(|e| {
+                e.iter()
+                    .enumerate()
+                    .map(|(i, p)| p.filter(|_| i == choice))
+                    .collect()
+            })
+        } else {
+            entries
+        };
+        Observed {
+            choice: Some(choice),
+            probabilities,
+            confidence: object
+                .get("confidence")
+                .and_then(Value::as_f64)
+                .filter(|_| self.releases_confidence(choice)),
+        }
+    }
+
+    /// What an attacker observes when it also reads the complete shape's fills:
+    /// every field of the answer completed with `shape::fill` (computed from
+    /// the released fields, so a minimal and a complete answer observe the
+    /// same), whatever the view releases.
+    pub fn observe_with_fills(&self, answer: &Value) -> Observed {
+        let Some(object) = answer.as_object() else {
+            return Observed::default();
+        };
+        let entries = self.entries(object);
+        let Some(choice) = self.choice(object, entries.as_deref()) else {
+            return Observed::default();
+        };
+        if self.question.kind == Kind::Noul {
+            let vector = object
+                .get("noul")
+                .and_then(Value::as_f64)
+                .map(|p| noul_vector(self.labels, p).into_iter().map(Some).collect());
+            return Observed {
+                choice: Some(choice),
+                probabilities: vector,
+                confidence: None,
+            };
+        }
+        let mut parts = shape::Parts {
+            choice,
+            probabilities: entries,
+            confidence: object.get("confidence").and_then(Value::as_f64),
+        };
+        shape::fill(self.question.kind, self.labels, &mut parts);
+        Observed {
+            choice: Some(choice),
+            probabilities: parts.probabilities,
+            confidence: parts.confidence,
+        }
+    }
+
+    /// The probability map in label order (`None` entries: omitted classes).
+    fn entries(&self, object: &Map<String, Value>) -> Option<Vec<Option<f64>>> {
+        let map = object.get("probabilities")?.as_object()?;
+        Some(
+            self.labels
+                .iter()
+                .map(|l| map.get(l).and_then(Value::as_f64))
+                .collect(),
+        )
+    }
+
+    /// The selected class of a released answer.
+    fn choice(
+        &self,
+        object: &Map<String, Value>,
+        entries: Option<&[Option<f64>]>,
+    ) -> Option<usize> {
+        let labels = self.labels;
+        match self.question.kind {
+            Kind::Choice => {
+                let label = object.get("choice")?.as_str()?;
+                labels.iter().position(|l| l == label)
+            }
+            Kind::Score => {
+                let full = entries
+                    .filter(|_| self.view.has_probabilities())
+                    .and_then(|e| e.iter().copied().collect::<Option<Vec<f64>>>());
+                match full {
+                    Some(p) => Some(wire::argmax(&p)),
+                    None => {
+                        let level = object.get("score")?.as_f64()?;
+                        labels
+                            .iter()
+                            .position(|l| l.parse::<f64>().ok() == Some(level))
+                    }
+                }
+            }
+            Kind::Noul => {
+                let p_true = object.get("noul")?.as_f64()?;
+                Some(wire::argmax(&noul_vector(labels, p_true)))
+            }
+        }
+    }
+}
+
+/// The fields of a released answer as an attacker observes them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observed {
+    /// The selected class, if any.
+    pub choice: Option<usize>,
+    /// Released probabilities in label order (`None` entries: omitted classes).
+    pub probabilities: Option<Vec<Option<f64>>>,
+    /// The released confidence.
+    pub confidence: Option<f64>,
+}
+
+fn noul_vector(labels: &[String], p_true: f64) -> Vec<f64> {
+    labels
+        .iter()
+        .map(|l| if l == "true" { p_true } else { 1.0 - p_true })
+        .collect()
+}
+
+/// Releases one parsed answer; returns the answer object (`None`: left out of
+/// `answers`) and its record.
 pub fn release_answer(
     question: &AskedQuestion,
     rule: &QuestionRule,
+    shape: Shape,
     native: &ClassVector,
     request: &Value,
     options: &mut Options<'_>,
-) -> Result<(Value, AnswerRecord), Invalid> {
+) -> Result<(Option<Value>, AnswerRecord), Invalid> {
     let vector = match &rule.coarsen {
         Some(coarsening) => coarsen(coarsening, native),
         None => native.clone(),
     };
     let view = rule.view;
-    let labels = rule.released_labels();
+    let form = Form::new(question, rule, shape);
+    // The native answer as the recipient would read it had it gone out unchanged.
+    let native_released = Released {
+        probabilities: vector.probabilities.iter().copied().map(Some).collect(),
+        confidence: vector.confidence,
+        deny: false,
+    };
+    let native_reading = || {
+        form.encode(vector.choice, &native_released)
+            .and_then(|value| form.read(&value))
+    };
     let applied = if view.has_probabilities() || view.has_confidence() {
         let state = request.get("state").unwrap_or(&Value::Null);
         let identity = || identity_bytes(&question.id, request);
-        let roundtrip =
-            |candidate: &workflow::Release| roundtrip(question, labels, view, candidate);
+        let roundtrip = |candidate: &workflow::Release| roundtrip(&form, candidate);
         let tie_order = wire::transmitted_order(question, rule, request);
         let mut context = Context {
             state,
             rng: options.rng,
             roundtrip: &roundtrip,
+            native: &native_reading,
             identity: &identity,
             tie_order: &tie_order,
         };
-        rule.mechanism.apply(&vector, view, &mut context)
+        rule.mechanism.apply(&vector, &mut context)
     } else {
         mechanism::Applied {
             released: Released {
@@ -183,21 +550,12 @@ pub fn release_answer(
     if !finite {
         return Err(Invalid::BadProbability);
     }
-    let withheld = rule.withhold.get(vector.choice).copied().unwrap_or(false);
-    let value = encode(question, labels, view, vector.choice, released, withheld);
-    let evaluation = match (&rule.workflows, options.evaluate) {
-        (Some(_), true) => read_released(question.kind, labels, view, &value).map(|released| {
-            Box::new(Evaluation {
-                native: workflow::Release {
-                    choice: vector.choice,
-                    probabilities: view
-                        .has_probabilities()
-                        .then(|| vector.probabilities.clone()),
-                    confidence: vector.confidence.filter(|_| view.has_confidence()),
-                },
-                released,
-            })
-        }),
+    let withheld = form.withheld(vector.choice);
+    let value = form.encode(vector.choice, released);
+    let evaluation = match (&rule.workflows, options.evaluate, &value) {
+        (Some(_), true, Some(value)) => native_reading()
+            .zip(form.read(value))
+            .map(|(native, released)| Box::new(Evaluation { native, released })),
         _ => None,
     };
     let record = AnswerRecord {
@@ -211,91 +569,27 @@ pub fn release_answer(
     Ok((value, record))
 }
 
-/// Serializes a candidate exactly as it would be sent, parses the text back
-/// and reads it the way a consumer does (the WCPQ mapper's round trip).
-pub fn roundtrip(
-    question: &AskedQuestion,
-    labels: &[String],
-    view: View,
-    candidate: &workflow::Release,
-) -> Option<workflow::Release> {
+/// Serializes a candidate exactly as it would be sent (view, withholding,
+/// shape), parses the text back and reads it the way a consumer does (the
+/// WCPQ mapper's round trip).
+pub fn roundtrip(form: &Form<'_>, candidate: &workflow::Release) -> Option<workflow::Release> {
     let released = Released {
         probabilities: match &candidate.probabilities {
             Some(p) => p.iter().copied().map(Some).collect(),
-            None => vec![None; labels.len()],
+            None => vec![None; form.labels.len()],
         },
         confidence: candidate.confidence,
         deny: false,
     };
-    let value = encode(question, labels, view, candidate.choice, &released, false);
+    let value = form.encode(candidate.choice, &released)?;
     let text = serde_json::to_string(&value).ok()?;
     let parsed: Value = serde_json::from_str(&text).ok()?;
-    read_released(question.kind, labels, view, &parsed)
+    form.read(&parsed)
 }
 
-/// Reads a released answer object the way a downstream consumer does: the
-/// selected class, the probabilities when all are present, the confidence.
-///
-/// For score and noul answers, which carry no `choice` field, the selected
-/// class is the earliest most probable class when probabilities are present,
-/// else the released level (score) or outcome (noul). Whether probabilities
-/// are present is the view's to say (the recipient knows its contract).
-pub fn read_released(
-    kind: Kind,
-    labels: &[String],
-    view: View,
-    answer: &Value,
-) -> Option<workflow::Release> {
-    let object = answer.as_object()?;
-    let probabilities: Option<Vec<f64>> = match kind {
-        Kind::Noul => {
-            let p_true = object.get("noul")?.as_f64()?;
-            // Without probabilities the value is the hard outcome; it still reads as a vector.
-            Some(
-                labels
-                    .iter()
-                    .map(|l| if l == "true" { p_true } else { 1.0 - p_true })
-                    .collect(),
-            )
-        }
-        _ => object
-            .get("probabilities")
-            .and_then(Value::as_object)
-            .and_then(|map| {
-                (map.len() == labels.len())
-                    .then(|| {
-                        labels
-                            .iter()
-                            .map(|l| map.get(l).and_then(Value::as_f64))
-                            .collect::<Option<Vec<f64>>>()
-                    })
-                    .flatten()
-            }),
-    };
-    let choice = match kind {
-        Kind::Choice => {
-            let label = object.get("choice")?.as_str()?;
-            labels.iter().position(|l| l == label)?
-        }
-        Kind::Score => match &probabilities {
-            Some(p) => wire::argmax(p),
-            None => {
-                let level = object.get("score")?.as_f64()?;
-                labels
-                    .iter()
-                    .position(|l| l.parse::<f64>().ok() == Some(level))?
-            }
-        },
-        Kind::Noul => wire::argmax(probabilities.as_deref()?),
-    };
-    // A noul answer's value is a probability only when the view releases one.
-    let probabilities = probabilities.filter(|_| view.has_probabilities());
-    let confidence = object.get("confidence").and_then(Value::as_f64);
-    Some(workflow::Release {
-        choice,
-        probabilities,
-        confidence,
-    })
+/// Reads a released answer as a consumer does ([`Form::read`]).
+pub fn read_released(form: &Form<'_>, answer: &Value) -> Option<workflow::Release> {
+    form.read(answer)
 }
 
 /// Stable bytes identifying a request's question (seeded noise): the canonical JSON
@@ -452,96 +746,6 @@ pub fn coarsen(coarsening: &Coarsening, fine: &ClassVector) -> ClassVector {
         probabilities,
         confidence: fine.confidence,
     }
-}
-
-/// Writes the released answer object with the view's fields, in a fixed field order.
-fn encode(
-    question: &AskedQuestion,
-    labels: &[String],
-    view: View,
-    choice: usize,
-    released: &Released,
-    withheld: bool,
-) -> Value {
-    let mut out = Map::new();
-    out.insert("type".into(), Value::String(question.kind.as_str().into()));
-    if !view.has_choice() || released.deny {
-        return Value::Object(out);
-    }
-    // Probabilities go out when the view has them and the mechanism released any
-    // (a WCPQ `choice_only` fallback releases none: the field is then absent).
-    let show_probabilities =
-        view.has_probabilities() && released.probabilities.iter().any(Option::is_some);
-    // A withheld selection keeps only its own probability: residual scores leak it.
-    let probability_entries: Vec<(usize, f64)> = if show_probabilities {
-        released
-            .probabilities
-            .iter()
-            .enumerate()
-            .filter(|(index, _)| !withheld || *index == choice)
-            .filter_map(|(index, p)| p.map(|p| (index, p)))
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let probabilities_object = || {
-        Value::Object(
-            probability_entries
-                .iter()
-                .map(|(index, p)| (labels[*index].clone(), Value::from(*p)))
-                .collect(),
-        )
-    };
-    match question.kind {
-        Kind::Choice => {
-            out.insert("choice".into(), Value::String(labels[choice].clone()));
-            if show_probabilities {
-                out.insert("probabilities".into(), probabilities_object());
-            }
-        }
-        Kind::Score => {
-            let level = |index: usize| labels[index].parse::<f64>().unwrap_or(0.0);
-            let score = if show_probabilities && !withheld {
-                let mass: f64 = probability_entries.iter().map(|(_, p)| p).sum();
-                let total: f64 = probability_entries.iter().map(|(i, p)| level(*i) * p).sum();
-                if probability_entries.len() == labels.len() || mass <= 0.0 {
-                    total
-                } else {
-                    total / mass
-                }
-            } else {
-                level(choice)
-            };
-            // Round away float noise of the weighted sum (Σ level·p of 4-decimal inputs).
-            out.insert("score".into(), Value::from((score * 1e10).round() / 1e10));
-            if let Some(legend) = &question.legend {
-                out.insert("legend".into(), Value::Object(legend.clone()));
-            }
-            if show_probabilities {
-                out.insert("probabilities".into(), probabilities_object());
-            }
-        }
-        Kind::Noul => {
-            let hard = if labels[choice] == "true" { 1.0 } else { 0.0 };
-            let true_index = labels.iter().position(|l| l == "true");
-            let p_true = true_index
-                .and_then(|i| probability_entries.iter().find(|(index, _)| *index == i))
-                .map(|(_, p)| *p);
-            let noul = match p_true {
-                Some(p) if show_probabilities && !withheld => p,
-                _ => hard,
-            };
-            out.insert("noul".into(), Value::from(noul));
-            return Value::Object(out);
-        }
-    }
-    if view.has_confidence()
-        && !withheld
-        && let Some(confidence) = released.confidence
-    {
-        out.insert("confidence".into(), Value::from(confidence));
-    }
-    Value::Object(out)
 }
 
 fn release_usage(

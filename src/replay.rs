@@ -98,7 +98,10 @@ pub struct MechanismSummary {
     pub workflows: Option<WorkflowSummary>,
 }
 
-/// Native versus released behaviour of the question's frozen workflows.
+/// Native versus released behaviour of the question's frozen workflows. Both
+/// sides are read by `release::Form::read`: the native side is the native
+/// answer as the recipient would have read it under the same view, withholding
+/// and shape, so only the mechanism makes a difference.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct WorkflowSummary {
     /// Frozen policies per answer.

@@ -24,7 +24,7 @@ use crate::features::{self, PublicFeature, PublicFeatureSpec};
 use crate::mechanism::{self, Mechanism};
 use crate::release::{self, Options};
 use crate::rng::Rng;
-use crate::wire::{self, Kind};
+use crate::wire;
 use crate::workflow::{self, Spec};
 use crate::worlds::{self, World};
 
@@ -37,6 +37,18 @@ pub struct Candidate {
     pub view: View,
     /// The mechanism, or `None` for "as the contract says".
     pub mechanism: Option<Mechanism>,
+}
+
+/// Which fields of a released answer the attacker reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reading {
+    /// The fields the contract releases, as sent (`Form::observe`): the
+    /// paper's view representations, the same for complete and minimal releases.
+    #[default]
+    Released,
+    /// Also the complete shape's fills, computed from the released fields
+    /// (`Form::observe_with_fills`): the same for complete and minimal releases.
+    WithFills,
 }
 
 /// Errors turning worlds into audit input.
@@ -73,7 +85,6 @@ struct Usable<'w> {
     world: &'w World,
     contract: usize,
     question: String,
-    kind: Kind,
     labels: Vec<String>,
     t_index: usize,
     s_index: usize,
@@ -86,6 +97,7 @@ pub fn build(
     contracts: &[Arc<Contract>],
     worlds: &[World],
     candidates: &[Candidate],
+    reading: Reading,
     seed: u64,
 ) -> Result<(Input, Intake), Error> {
     let mut intake = Intake::default();
@@ -155,7 +167,18 @@ pub fn build(
                 };
                 *outcomes.entry(outcome).or_default() += 1;
             }
+            // An answer left out of `answers` (no prediction, complete shape) reads as `null`.
             let answer = &released.body["answers"][u.question.as_str()];
+            let question = asked
+                .questions
+                .iter()
+                .find(|q| q.id == u.question)
+                .ok_or_else(|| world_error(u.world, "the question is not asked"))?;
+            let rule = contract
+                .questions
+                .get(&u.question)
+                .ok_or_else(|| world_error(u.world, "the question is not in the contract"))?;
+            let form = release::Form::new(question, rule, contract.shape);
             examples.push(Example {
                 pair_id: u.world.pair_id.clone(),
                 split: u.world.split,
@@ -166,16 +189,11 @@ pub fn build(
                     .map(|l| l.hypotheses.clone())
                     .unwrap_or_default(),
                 s_index: Some(u.s_index),
-                release: features_of(u.kind, &u.labels, answer),
+                release: features_of(&form, reading, answer),
                 public: u.public.clone(),
                 class_count: u.labels.len(),
             });
-            consumer.push(release::read_released(
-                u.kind,
-                &u.labels,
-                candidate.view,
-                answer,
-            ));
+            consumer.push(release::read_released(&form, answer));
         }
         costs(
             &mut input,
@@ -222,12 +240,9 @@ fn usable_world<'w>(
         .questions
         .get(&labels.question)
         .ok_or("question_not_in_contract")?;
-    let kind = asked
-        .questions
-        .iter()
-        .find(|q| q.id == labels.question)
-        .map(|q| q.kind)
-        .ok_or("question_not_asked")?;
+    if !asked.questions.iter().any(|q| q.id == labels.question) {
+        return Err("question_not_asked");
+    }
     let released_labels = rule.released_labels().to_vec();
     let t_index = released_labels
         .iter()
@@ -242,7 +257,6 @@ fn usable_world<'w>(
         world,
         contract: index,
         question: labels.question.clone(),
-        kind,
         labels: released_labels,
         t_index,
         s_index,
@@ -250,50 +264,22 @@ fn usable_world<'w>(
     })
 }
 
-/// The attacker's view of a released answer: the selected class, every
-/// released probability (omitted classes stay `None`) and the confidence.
-fn features_of(kind: Kind, labels: &[String], answer: &Value) -> ReleasedFeatures {
-    let probabilities: Option<Vec<Option<f64>>> = match kind {
-        Kind::Noul => answer.get("noul").and_then(Value::as_f64).map(|p| {
-            labels
-                .iter()
-                .map(|l| Some(if l == "true" { p } else { 1.0 - p }))
-                .collect()
-        }),
-        _ => answer
-            .get("probabilities")
-            .and_then(Value::as_object)
-            .map(|map| {
-                labels
-                    .iter()
-                    .map(|l| map.get(l).and_then(Value::as_f64))
-                    .collect()
-            }),
-    };
-    let choice = match kind {
-        Kind::Choice => answer
-            .get("choice")
-            .and_then(Value::as_str)
-            .and_then(|c| labels.iter().position(|l| l == c)),
-        Kind::Score => answer
-            .get("score")
-            .and_then(Value::as_f64)
-            .map(|score| score.round().max(0.0) as usize)
-            .filter(|level| *level < labels.len())
-            .and_then(|level| labels.iter().position(|l| *l == level.to_string())),
-        Kind::Noul => probabilities
-            .as_ref()
-            .map(|p| wire::argmax(&p.iter().map(|v| v.unwrap_or(0.0)).collect::<Vec<_>>())),
-    };
-    // A noul answer's value is a hard 0/1 outcome under choice views: no probabilities then.
-    let probabilities = match kind {
-        Kind::Noul => probabilities.filter(|p| p.iter().flatten().any(|v| *v != 0.0 && *v != 1.0)),
-        _ => probabilities,
+/// The attacker's view of a released answer. By default exactly the fields
+/// the contract releases for it, as they appear in the body (`Form::observe`):
+/// the complete shape's fills are not features, since each is a known function
+/// of the released fields (the attacker knows the contract) and adds no
+/// information. `Reading::WithFills` adds them as features in both shapes
+/// (computed from a minimal answer, read from a complete one): no new
+/// information, but new feature transforms for the decoder library.
+fn features_of(form: &release::Form<'_>, reading: Reading, answer: &Value) -> ReleasedFeatures {
+    let observed = match reading {
+        Reading::Released => form.observe(answer),
+        Reading::WithFills => form.observe_with_fills(answer),
     };
     ReleasedFeatures {
-        choice,
-        probabilities,
-        confidence: answer.get("confidence").and_then(Value::as_f64),
+        choice: observed.choice,
+        probabilities: observed.probabilities,
+        confidence: observed.confidence,
     }
 }
 
@@ -519,3 +505,6 @@ fn recipient_posteriors(
         ("logistic".to_string(), logistic_estimates),
     ]
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::codebook::{self, TrainingAnswer};
 use crate::config::Config;
-use crate::contract::Contract;
+use crate::contract::{Contract, Shape};
 use crate::worlds::Split;
 use crate::{dataset, replay, simulate, workflow, worlds};
 
@@ -277,6 +277,13 @@ pub struct AuditArgs {
     /// Extra mechanisms under full_native: quantize[=step], top_k[=k], temperature[=tau], gaussian[=sigma].
     #[arg(long, value_delimiter = ',')]
     pub mechanisms: Vec<String>,
+    /// Release every contract in this shape (`complete` or `minimal`) instead of its own.
+    #[arg(long)]
+    pub shape: Option<String>,
+    /// The attacker also reads the complete shape's fills as features (computed
+    /// from the released fields, so the same for both shapes).
+    #[arg(long)]
+    pub read_fills: bool,
     /// Write the full numbers as JSON.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -297,10 +304,23 @@ pub fn audit_command(args: &AuditArgs) -> ExitCode {
         Ok(config) => config,
         Err(error) => return super::usage_error(&error),
     };
+    let shape = match args.shape.as_deref().map(|name| (name, Shape::parse(name))) {
+        None => None,
+        Some((_, Some(shape))) => Some(shape),
+        Some((name, None)) => {
+            return super::usage_error(&format!("unknown shape `{name}` (complete or minimal)"));
+        }
+    };
     let mut contracts = Vec::new();
     for name in &args.contracts {
         match config.contract(name) {
-            Some(contract) => contracts.push(contract.clone()),
+            Some(contract) => contracts.push(match shape {
+                Some(shape) => Arc::new(Contract {
+                    shape,
+                    ..(**contract).clone()
+                }),
+                None => contract.clone(),
+            }),
             None => return super::usage_error(&format!("no contract named `{name}`")),
         }
     }
@@ -325,7 +345,12 @@ pub fn audit_command(args: &AuditArgs) -> ExitCode {
         bar.set_position(all.len() as u64);
     }
     bar.set_message("releasing");
-    let intake = crate::audit::intake::build(&contracts, &all, &candidates, args.seed);
+    let reading = if args.read_fills {
+        crate::audit::intake::Reading::WithFills
+    } else {
+        crate::audit::intake::Reading::Released
+    };
+    let intake = crate::audit::intake::build(&contracts, &all, &candidates, reading, args.seed);
     let (input, intake) = match intake {
         Ok(built) => built,
         Err(error) => {
@@ -360,6 +385,11 @@ pub fn audit_command(args: &AuditArgs) -> ExitCode {
             "report": report,
             "intake": intake,
             "contracts": args.contracts,
+            "attacker_reads_fills": args.read_fills,
+            "shapes": contracts
+                .iter()
+                .map(|c| (c.name.clone(), serde_json::Value::from(c.shape.as_str())))
+                .collect::<serde_json::Map<_, _>>(),
             "worlds": args.worlds.display().to_string(),
         });
         let text = serde_json::to_string_pretty(&value).unwrap_or_default();

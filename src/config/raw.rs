@@ -10,7 +10,7 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 use super::{Config, EnvLookup, Error, Provider, Recipient, RemoteProvider, Server};
-use crate::contract::{Contract, Usage, View};
+use crate::contract::{Contract, Shape, Usage, View};
 use crate::mechanism;
 
 /// The whole file. Its top-level keys are also the only ones read from the environment
@@ -76,6 +76,8 @@ struct RawContract {
     model: Option<String>,
     #[serde(default = "default_usage")]
     usage: Usage,
+    #[serde(default)]
+    shape: Shape,
     #[serde(default)]
     questions: BTreeMap<String, RawQuestion>,
     #[serde(default)]
@@ -259,6 +261,7 @@ impl RawConfig {
                     provider: raw.provider,
                     model: raw.model,
                     usage: raw.usage,
+                    shape: raw.shape,
                     questions,
                     public: raw.public,
                 }),

@@ -4,9 +4,19 @@ use super::*;
 use crate::config::Config;
 use crate::wire::check_request;
 
+mod complete;
+mod withhold_wcpq;
+
+/// The test contract in the minimal shape (today's field table).
 fn contract(view: &str, extra: &str, usage: &str) -> std::sync::Arc<Contract> {
+    shaped("minimal", view, extra, usage)
+}
+
+/// A contract with questions q (choice over A..D; `extra` applies to it), s
+/// (score over 0..2) and n (noul), all under `view`.
+fn shaped(shape: &str, view: &str, extra: &str, usage: &str) -> std::sync::Arc<Contract> {
     let text = format!(
-        "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\nusage = \"{usage}\"\n\
+        "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\nusage = \"{usage}\"\nshape = \"{shape}\"\n\
          [contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"{view}\"\n{extra}\
          [contracts.c.questions.s]\nclasses = [\"0\", \"1\", \"2\"]\nview = \"{view}\"\n\
          [contracts.c.questions.n]\nclasses = [\"false\", \"true\"]\nview = \"{view}\"\n"
@@ -333,9 +343,9 @@ mod never_panics {
 
         /// Whatever a provider sends, releasing it returns a body or a reason; it never panics.
         #[test]
-        fn arbitrary_native_answers_never_panic(native in value(), answers in value(), view in 0usize..5) {
+        fn arbitrary_native_answers_never_panic(native in value(), answers in value(), view in 0usize..5, complete: bool) {
             let view = crate::contract::View::ALL[view].as_str();
-            let c = super::contract(view, "", "keep");
+            let c = super::shaped(if complete { "complete" } else { "minimal" }, view, "", "keep");
             let asked = check_request(&super::request(), &c).unwrap();
             let mut rng = crate::rng::Rng::new(3);
             let mut options = Options { rng: &mut rng, evaluate: true };

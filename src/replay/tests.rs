@@ -59,7 +59,8 @@ fn replay_releases_rejects_and_keeps_unknown_keys() {
     assert_eq!(summary.mechanisms["q"].kind, "none");
     assert_eq!(
         out[0]["response"],
-        json!({"model": "m", "answers": {"q": {"type": "choice", "choice": "B"}}, "usage": {}})
+        json!({"model": "m", "answers": {"q": {"type": "choice", "choice": "B",
+            "probabilities": {"A": 0.0, "B": 1.0}, "confidence": 1.0}}, "usage": {}})
     );
     assert_eq!(out[0]["custom_key"], json!({"kept": true}));
     assert_eq!(out[0]["labels"]["S"], json!("x"));
@@ -115,4 +116,59 @@ fn batches_keep_input_order_and_line_numbers() {
         .collect();
     let expected_lines: Vec<usize> = (0..n).filter(|i| i % 500 == 7).map(|i| i + 1).collect();
     assert_eq!(rejected, expected_lines);
+}
+
+/// The delivery contract of `config/tuple-bench.toml` with `DAMAGE` withheld,
+/// replayed over the simulator's default worlds. WCPQ used to verify the
+/// unwithheld form and send the withheld one (plan agreement 0.848, a largest
+/// realized-cost difference of 19.6); it now verifies the bytes that go out.
+#[test]
+fn withholding_under_wcpq_keeps_every_plan_on_the_simulators_worlds() {
+    let worlds = crate::simulate::generate(&crate::simulate::Options::default()).unwrap();
+    let lines: Vec<String> = worlds.iter().map(|w| w.to_line().unwrap()).collect();
+    let input = lines.join("\n");
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/tuple-bench.toml"
+    ))
+    .unwrap()
+    .replace(
+        "codebooks/",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/config/codebooks/"),
+    )
+    .replace(
+        "[contracts.delivery.questions.coarse_cause]\n",
+        "[contracts.delivery.questions.coarse_cause]\nwithhold_labels = [\"DAMAGE\"]\n",
+    );
+    for (fallback, evaluated) in [("native", 480), ("deny", 479)] {
+        let text = shipped.replace(
+            "codebook = \"",
+            &format!("fallback = \"{fallback}\", codebook = \""),
+        );
+        let config = Config::from_toml(&text).unwrap();
+        let contract = &config.contracts["delivery"];
+        let mut writer = Writer::new(Vec::new());
+        let summary = replay(
+            contract,
+            Reader::new(Cursor::new(input.clone().into_bytes())),
+            &mut writer,
+            &mut |_| {},
+        )
+        .unwrap();
+        let released = String::from_utf8(writer.into_inner().unwrap()).unwrap();
+        let withheld = released
+            .lines()
+            .filter(|l| l.contains("\"choice\":\"DAMAGE\""))
+            .count();
+        assert!(withheld > 50, "{withheld} withheld selections");
+        let mechanism = &summary.mechanisms["coarse_cause"];
+        assert_eq!(mechanism.answers, 480);
+        let covered = mechanism.covered.unwrap();
+        assert!(covered >= 470, "{fallback}: {covered} covered");
+        let workflows = mechanism.workflows.as_ref().unwrap();
+        // Every covered answer (and the native fallback) is evaluated; a denied one is not.
+        assert_eq!(workflows.answers, evaluated, "{fallback}");
+        assert_eq!(workflows.plan_agreement, 1.0, "{fallback}");
+        assert_eq!(workflows.max_realized_cost_difference, 0.0, "{fallback}");
+    }
 }

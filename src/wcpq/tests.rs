@@ -22,7 +22,15 @@ fn json_roundtrip(classes: &[String]) -> impl Fn(&Release) -> Option<Release> + 
         legend: None,
     };
     move |r: &Release| {
-        crate::release::roundtrip(&question, classes, crate::contract::View::FullNative, r)
+        let form = crate::release::Form {
+            question: &question,
+            labels: classes,
+            view: crate::contract::View::FullNative,
+            confidence: true,
+            withhold: &[],
+            shape: crate::contract::Shape::Complete,
+        };
+        crate::release::roundtrip(&form, r)
     }
 }
 

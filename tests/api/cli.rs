@@ -69,7 +69,17 @@ fn check_config_accepts_the_default_and_names_the_broken_key() {
         "--config",
         concat!(env!("CARGO_MANIFEST_DIR"), "/config/releasegate.toml"),
     ]));
-    assert!(String::from_utf8_lossy(&ok.stdout).contains("contract dispatcher"));
+    let summary = String::from_utf8_lossy(&ok.stdout);
+    assert!(summary.contains("contract dispatcher"));
+    // The summary says what a recipient can tell of a WCPQ fallback.
+    assert!(
+        summary.contains("contract planner: provider sim, usage Keep, shape complete"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("wcpq fallback native: same headers, fields and field order"),
+        "{summary}"
+    );
 
     let broken = dir.join("broken.toml");
     std::fs::write(&broken, "[server]\nmax_body_bytes = 0\n").unwrap();
@@ -120,13 +130,15 @@ fn simulate_then_replay_through_the_binary() {
     assert_eq!(summary["rejected_requests"]["total"], 20);
     let released = std::fs::read_to_string(dir.join("released.jsonl")).unwrap();
     assert_eq!(released.lines().count(), 30);
-    assert!(
-        !released
-            .lines()
-            .next()
-            .unwrap()
-            .contains("\"probabilities\":{\"DELAY\"")
-    );
+    // The dispatcher's `choice` view in the complete shape: the probabilities
+    // are the one-hot fill of the choice and the confidence 1, never native values.
+    let first: serde_json::Value = serde_json::from_str(released.lines().next().unwrap()).unwrap();
+    let answer = &first["response"]["answers"]["coarse_cause"];
+    let choice = answer["choice"].as_str().unwrap();
+    for (label, p) in answer["probabilities"].as_object().unwrap() {
+        assert_eq!(p.as_f64(), Some(if label == choice { 1.0 } else { 0.0 }));
+    }
+    assert_eq!(answer["confidence"], 1.0);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -203,7 +215,7 @@ fn audit_reports_recovery_and_costs_for_every_release() {
                 "--mechanisms",
                 "quantize=0.2,top_k",
             ])
-            .args(["--bootstrap", "50", "--worlds"])
+            .args(["--bootstrap", "50", "--shape", "minimal", "--worlds"])
             .arg(&worlds)
             .arg("--json")
             .arg(dir.join("audit.json"))
@@ -234,8 +246,22 @@ fn audit_reports_recovery_and_costs_for_every_release() {
         ]
     );
     assert_eq!(json["intake"]["worlds_used"], 240);
+    assert_eq!(json["shapes"]["it_ops"], "minimal");
+    assert_eq!(json["attacker_reads_fills"], false);
     assert_eq!(json["report"]["equivariance_passed"], true);
     let svg = std::fs::read_to_string(dir.join("audit.svg")).unwrap();
     assert!(svg.starts_with("<svg") || svg.starts_with("<?xml"));
+    let bad_shape = Command::new(BIN)
+        .args([
+            "audit",
+            "--config",
+            &format!("{root}/config/tuple-bench.toml"),
+        ])
+        .args(["--contract", "delivery", "--shape", "partial", "--worlds"])
+        .arg(&worlds)
+        .output()
+        .unwrap();
+    assert_eq!(bad_shape.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&bad_shape.stderr).contains("unknown shape `partial`"));
     let _ = std::fs::remove_dir_all(&dir);
 }

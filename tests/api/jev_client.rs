@@ -7,10 +7,8 @@
 //! The client cannot send custom headers, so its recipient is bound to two
 //! contracts and selects one with the `/contracts/{name}/` path prefix.
 //!
-//! Cases marked `needs_complete_shape` release answers without a field the
-//! client requires (`confidence`, `probabilities`, ...): they pass once every
-//! release carries every field (the schema-complete release shape) and are
-//! ignored until then.
+//! Every release is in the default `complete` shape: each answer carries every
+//! field the client requires, and `no_output` leaves the answer out.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -259,7 +257,22 @@ fn assert_distribution(what: &str, values: &[f64], count: usize) {
     assert!((sum - 1.0).abs() < 1e-6, "{what}: sums to {sum}");
 }
 
+/// Under `no_output` the complete shape leaves the answer out of `answers`.
+fn absent_under_no_output(case: &Case, response: &Response, id: &str) -> bool {
+    if case.view != "no_output" {
+        return false;
+    }
+    assert!(
+        response.answers.get(id).is_none(),
+        "{case:?}: `{id}` must be left out under no_output"
+    );
+    true
+}
+
 fn check_cause(case: &Case, response: &Response) {
+    if absent_under_no_output(case, response, "cause") {
+        return;
+    }
     let answer = response
         .choice("cause")
         .expect("a choice answer for `cause`");
@@ -269,13 +282,6 @@ fn check_cause(case: &Case, response: &Response) {
         (vec!["A", "B", "C", "D"], NATIVE_CAUSE.to_vec(), "B")
     };
     let what = format!("{case:?} cause");
-    if case.view == "no_output" {
-        assert!(
-            released.contains(&answer.choice.as_str()),
-            "{what}: {answer:?}"
-        );
-        return;
-    }
     assert_eq!(answer.choice, choice, "{what}");
     if has_probabilities(case.view) {
         let got: Vec<(String, f64)> = answer
@@ -347,11 +353,11 @@ fn check_cause(case: &Case, response: &Response) {
 }
 
 fn check_level(case: &Case, response: &Response) {
-    let answer = response.score("level").expect("a score answer for `level`");
-    let what = format!("{case:?} level");
-    if case.view == "no_output" {
+    if absent_under_no_output(case, response, "level") {
         return;
     }
+    let answer = response.score("level").expect("a score answer for `level`");
+    let what = format!("{case:?} level");
     let legend: BTreeMap<u32, Content> = [(0, "low"), (1, "mid"), (2, "high")]
         .into_iter()
         .map(|(level, text)| (level, Content::from(text)))
@@ -408,12 +414,11 @@ fn check_level(case: &Case, response: &Response) {
 }
 
 fn check_urgent(case: &Case, response: &Response) {
-    let answer = response.noul("urgent").expect("a noul answer for `urgent`");
-    let what = format!("{case:?} urgent");
-    if case.view == "no_output" {
-        assert!((0.0..=1.0).contains(&answer.noul), "{what}");
+    if absent_under_no_output(case, response, "urgent") {
         return;
     }
+    let answer = response.noul("urgent").expect("a noul answer for `urgent`");
+    let what = format!("{case:?} urgent");
     if has_probabilities(case.view) {
         match mechanism_output(case.mech, &NATIVE_URGENT) {
             Some(expected) => {
@@ -500,62 +505,21 @@ macro_rules! cases {
     (@flag $case:ident, withhold) => { Case { withhold: true, ..$case } };
 }
 
-// Every view × mechanism, then coarsening and withholding. The ignored cases
-// release answers without a field the client requires; they pass once every
-// release is schema-complete (then drop their `#[ignore]`).
-cases! {
-    #[ignore = "needs the schema-complete release shape"] no_output_none: "no_output", None;
-    #[ignore = "needs the schema-complete release shape"] no_output_wcpq: "no_output", Wcpq;
-    #[ignore = "needs the schema-complete release shape"] no_output_quantize: "no_output", Quantize;
-    #[ignore = "needs the schema-complete release shape"] no_output_top_k: "no_output", TopK;
-    #[ignore = "needs the schema-complete release shape"] no_output_temperature: "no_output", Temperature;
-    #[ignore = "needs the schema-complete release shape"] no_output_gaussian: "no_output", Gaussian;
-    #[ignore = "needs the schema-complete release shape"] choice_none: "choice", None;
-    #[ignore = "needs the schema-complete release shape"] choice_wcpq: "choice", Wcpq;
-    #[ignore = "needs the schema-complete release shape"] choice_quantize: "choice", Quantize;
-    #[ignore = "needs the schema-complete release shape"] choice_top_k: "choice", TopK;
-    #[ignore = "needs the schema-complete release shape"] choice_temperature: "choice", Temperature;
-    #[ignore = "needs the schema-complete release shape"] choice_gaussian: "choice", Gaussian;
-    #[ignore = "needs the schema-complete release shape"] choice_confidence_none: "choice_confidence", None;
-    #[ignore = "needs the schema-complete release shape"] choice_confidence_wcpq: "choice_confidence", Wcpq;
-    #[ignore = "needs the schema-complete release shape"] choice_confidence_quantize: "choice_confidence", Quantize;
-    #[ignore = "needs the schema-complete release shape"] choice_confidence_top_k: "choice_confidence", TopK;
-    #[ignore = "needs the schema-complete release shape"] choice_confidence_temperature: "choice_confidence", Temperature;
-    #[ignore = "needs the schema-complete release shape"] choice_confidence_gaussian: "choice_confidence", Gaussian;
-    #[ignore = "needs the schema-complete release shape"] full_probabilities_none: "full_probabilities", None;
-    #[ignore = "needs the schema-complete release shape"] full_probabilities_wcpq: "full_probabilities", Wcpq;
-    #[ignore = "needs the schema-complete release shape"] full_probabilities_quantize: "full_probabilities", Quantize;
-    #[ignore = "needs the schema-complete release shape"] full_probabilities_top_k: "full_probabilities", TopK;
-    #[ignore = "needs the schema-complete release shape"] full_probabilities_temperature: "full_probabilities", Temperature;
-    #[ignore = "needs the schema-complete release shape"] full_probabilities_gaussian: "full_probabilities", Gaussian;
+// Every view × mechanism, then coarsening and withholding.
+cases! { no_output_none: "no_output", None; no_output_wcpq: "no_output", Wcpq; no_output_quantize: "no_output", Quantize; no_output_top_k: "no_output", TopK; no_output_temperature: "no_output", Temperature; no_output_gaussian: "no_output", Gaussian; choice_none: "choice", None; choice_wcpq: "choice", Wcpq; choice_quantize: "choice", Quantize; choice_top_k: "choice", TopK; choice_temperature: "choice", Temperature; choice_gaussian: "choice", Gaussian; choice_confidence_none: "choice_confidence", None; choice_confidence_wcpq: "choice_confidence", Wcpq; choice_confidence_quantize: "choice_confidence", Quantize; choice_confidence_top_k: "choice_confidence", TopK; choice_confidence_temperature: "choice_confidence", Temperature; choice_confidence_gaussian: "choice_confidence", Gaussian; full_probabilities_none: "full_probabilities", None; full_probabilities_wcpq: "full_probabilities", Wcpq; full_probabilities_quantize: "full_probabilities", Quantize; full_probabilities_top_k: "full_probabilities", TopK; full_probabilities_temperature: "full_probabilities", Temperature; full_probabilities_gaussian: "full_probabilities", Gaussian;
     full_native_none: "full_native", None;
     full_native_wcpq: "full_native", Wcpq;
     full_native_quantize: "full_native", Quantize;
     full_native_top_k: "full_native", TopK;
     full_native_temperature: "full_native", Temperature;
-    full_native_gaussian: "full_native", Gaussian;
-
-    #[ignore = "needs the schema-complete release shape"] no_output_coarsened: "no_output", None, coarsen;
-    #[ignore = "needs the schema-complete release shape"] choice_coarsened: "choice", None, coarsen;
-    #[ignore = "needs the schema-complete release shape"] choice_confidence_coarsened: "choice_confidence", None, coarsen;
-    #[ignore = "needs the schema-complete release shape"] full_probabilities_coarsened: "full_probabilities", None, coarsen;
+    full_native_gaussian: "full_native", Gaussian; no_output_coarsened: "no_output", None, coarsen; choice_coarsened: "choice", None, coarsen; choice_confidence_coarsened: "choice_confidence", None, coarsen; full_probabilities_coarsened: "full_probabilities", None, coarsen;
     full_native_coarsened: "full_native", None, coarsen;
-    full_native_wcpq_coarsened: "full_native", Wcpq, coarsen;
-
-    #[ignore = "needs the schema-complete release shape"] no_output_withheld: "no_output", None, withhold;
-    #[ignore = "needs the schema-complete release shape"] choice_withheld: "choice", None, withhold;
-    #[ignore = "needs the schema-complete release shape"] choice_confidence_withheld: "choice_confidence", None, withhold;
-    #[ignore = "needs the schema-complete release shape"] full_probabilities_withheld: "full_probabilities", None, withhold;
-    #[ignore = "needs the schema-complete release shape"] full_native_withheld: "full_native", None, withhold;
-    #[ignore = "needs the schema-complete release shape"] full_native_top_k_withheld: "full_native", TopK, withhold;
-    #[ignore = "needs the schema-complete release shape"] full_native_coarsened_withheld: "full_native", None, coarsen, withhold;
-    #[ignore = "needs the schema-complete release shape"] full_probabilities_coarsened_withheld: "full_probabilities", None, coarsen, withhold;
+    full_native_wcpq_coarsened: "full_native", Wcpq, coarsen; no_output_withheld: "no_output", None, withhold; choice_withheld: "choice", None, withhold; choice_confidence_withheld: "choice_confidence", None, withhold; full_probabilities_withheld: "full_probabilities", None, withhold; full_native_withheld: "full_native", None, withhold; full_native_top_k_withheld: "full_native", TopK, withhold; full_native_coarsened_withheld: "full_native", None, coarsen, withhold; full_probabilities_coarsened_withheld: "full_probabilities", None, coarsen, withhold;
 }
 
 /// Whatever fills the fields a view does not release must not depend on the
 /// native answer: two natives that agree on the released fields read the same.
 #[tokio::test]
-#[ignore = "needs the schema-complete release shape"]
 async fn unreleased_fields_do_not_depend_on_the_native_answer() {
     let mut other = native_answer();
     other["answers"]["cause"]["probabilities"] = json!({"A": 0.3, "B": 0.4, "C": 0.2, "D": 0.1});
@@ -892,7 +856,6 @@ fn assert_full(what: &str, answer: &typesafe_jev::ChoiceAnswer, labels: &[&str])
 }
 
 #[tokio::test]
-#[ignore = "needs the schema-complete release shape"]
 async fn shipped_dispatcher_gets_the_coarse_cause() {
     let app = spawn_shipped().await;
     let response = shipped(
@@ -909,7 +872,6 @@ async fn shipped_dispatcher_gets_the_coarse_cause() {
 }
 
 #[tokio::test]
-#[ignore = "needs the schema-complete release shape"]
 async fn shipped_analyst_contracts_by_path() {
     let app = spawn_shipped().await;
     let coarse = shipped(
@@ -958,7 +920,6 @@ async fn shipped_auditor_gets_the_full_native_answer() {
 }
 
 #[tokio::test]
-#[ignore = "needs the schema-complete release shape"]
 async fn shipped_support_gets_every_answer_type() {
     let app = spawn_shipped().await;
     let response = shipped(&app, "demo-support-key", "support", "mixed-request.json").await;

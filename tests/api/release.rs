@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use crate::helpers::{self, CLIENT_KEY, native_answer, request, spawn, spawn_with};
 
+/// In the minimal shape each view releases exactly its fields.
 #[tokio::test]
 async fn every_view_releases_only_its_fields() {
     let legend = json!({"0": "low", "1": "mid", "2": "high"});
@@ -42,7 +43,7 @@ async fn every_view_releases_only_its_fields() {
         ),
     ];
     for (view, expected) in cases {
-        let app = spawn(view, "").await;
+        let app = spawn_with(view, "", "timeout_ms = 2000", "shape = \"minimal\"").await;
         let response = app.post(&request()).await;
         assert_eq!(response.status(), 200, "view {view}");
         assert!(response.headers().contains_key("x-request-id"));
@@ -66,6 +67,61 @@ async fn every_view_releases_only_its_fields() {
     }
 }
 
+/// In the default complete shape every answer carries every field its type
+/// requires; the fields the view does not release are fills computed from the
+/// ones it does, and answers without a prediction are left out.
+#[tokio::test]
+async fn the_complete_shape_fills_every_required_field_from_the_released_ones() {
+    let legend = json!({"0": "low", "1": "mid", "2": "high"});
+    let cases = [
+        ("no_output", json!({})),
+        (
+            "choice",
+            json!({"cause": {"type": "choice", "choice": "B",
+                "probabilities": {"A": 0.0, "B": 1.0, "C": 0.0, "D": 0.0}, "confidence": 1.0},
+            "level": {"type": "score", "score": 1.0, "legend": legend,
+                "probabilities": {"0": 0.0, "1": 1.0, "2": 0.0}, "confidence": 1.0},
+            "urgent": {"type": "noul", "noul": 1.0}}),
+        ),
+        (
+            "full_native",
+            json!({"cause": {"type": "choice", "choice": "B",
+                "probabilities": {"A": 0.15, "B": 0.7, "C": 0.05, "D": 0.1}, "confidence": 0.61},
+            "level": {"type": "score", "score": 1.05, "legend": legend,
+                "probabilities": {"0": 0.0, "1": 0.95, "2": 0.05}, "confidence": 0.92},
+            "urgent": {"type": "noul", "noul": 0.8}}),
+        ),
+    ];
+    for (view, expected) in cases {
+        let app = spawn(view, "").await;
+        let body: Value = app.post(&request()).await.json().await.unwrap();
+        assert_eq!(body["answers"], expected, "view {view}");
+        app.stop().await;
+    }
+    // choice_confidence: p(choice) = c·(1 − 1/k) + 1/k, the rest shared evenly.
+    let app = spawn("choice_confidence", "").await;
+    let body: Value = app.post(&request()).await.json().await.unwrap();
+    let cause = &body["answers"]["cause"];
+    assert_eq!(cause["confidence"], json!(0.61));
+    let selected = 0.61 * 0.75 + 0.25;
+    for (label, p) in [
+        ("A", (1.0 - selected) / 3.0),
+        ("B", selected),
+        ("D", (1.0 - selected) / 3.0),
+    ] {
+        assert!((cause["probabilities"][label].as_f64().unwrap() - p).abs() < 1e-12);
+    }
+    app.stop().await;
+    // full_probabilities: the confidence computed from the released probabilities.
+    let app = spawn("full_probabilities", "").await;
+    let body: Value = app.post(&request()).await.json().await.unwrap();
+    let confidence = body["answers"]["cause"]["confidence"].as_f64().unwrap();
+    assert!((confidence - (0.7 - 0.25) / 0.75).abs() < 1e-12);
+    let confidence = body["answers"]["level"]["confidence"].as_f64().unwrap();
+    assert!((confidence - (1.0 - 0.05 / (2.0 / 3.0))).abs() < 1e-12);
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn coarsening_and_withholding_apply_in_the_proxy() {
     let app = spawn("full_native", "coarsen = { A = \"AB\", B = \"AB\" }").await;
@@ -78,7 +134,21 @@ async fn coarsening_and_withholding_apply_in_the_proxy() {
     assert!((p["AB"].as_f64().unwrap() - 0.85).abs() < 1e-12);
     app.stop().await;
 
+    // A withheld selection keeps only its own probability; in the complete
+    // shape its confidence is computed from that probability, not the native one.
     let app = spawn("full_native", "withhold_labels = [\"B\"]").await;
+    let body: Value = app.post(&request()).await.json().await.unwrap();
+    let cause = &body["answers"]["cause"];
+    assert_eq!(cause["probabilities"], json!({"B": 0.7}));
+    assert!((cause["confidence"].as_f64().unwrap() - (0.7 - 0.25) / 0.75).abs() < 1e-12);
+    app.stop().await;
+    let app = spawn_with(
+        "full_native",
+        "withhold_labels = [\"B\"]",
+        "timeout_ms = 2000",
+        "shape = \"minimal\"",
+    )
+    .await;
     let body: Value = app.post(&request()).await.json().await.unwrap();
     assert_eq!(
         body["answers"]["cause"],

@@ -7,7 +7,7 @@ use releasegate::config::Config;
 use releasegate::workflow::Spec;
 use serde_json::{Value, json};
 
-use crate::helpers::{native_answer, request, spawn};
+use crate::helpers::{native_answer, request, spawn_with};
 
 fn classes() -> Vec<String> {
     ["A", "B", "C", "D"].iter().map(|s| s.to_string()).collect()
@@ -30,7 +30,24 @@ fn wcpq(path: &std::path::Path, fallback: &str) -> String {
 }
 
 async fn cause_of(view: &str, extra: &str, native: Value) -> (Value, Vec<String>, String) {
-    let app = spawn(view, extra).await;
+    cause_in("complete", view, extra, native).await
+}
+
+/// The released `cause` answer (`null` when left out), the response's header
+/// names and the metrics, for contract `main` in `shape`.
+async fn cause_in(
+    shape: &str,
+    view: &str,
+    extra: &str,
+    native: Value,
+) -> (Value, Vec<String>, String) {
+    let app = spawn_with(
+        view,
+        extra,
+        "timeout_ms = 2000",
+        &format!("shape = \"{shape}\""),
+    )
+    .await;
     app.upstream.answer(native);
     let response = app.post(&request()).await;
     assert_eq!(response.status(), 200);
@@ -79,41 +96,80 @@ async fn a_covered_answer_keeps_every_frozen_plan_and_hides_the_native_vector() 
     assert!(metrics.contains("releasegate_wcpq_mapping_seconds_bucket"));
 }
 
+/// What a recipient can tell of a fallback: the `native` fallback has the
+/// covered answers' headers, fields and field order in both shapes (only the
+/// values differ); `choice_only` has them too in the complete shape (its values
+/// are the one-hot fill) but drops fields in the minimal shape; `deny` is
+/// visible in both (the answer is left out, or only `type` remains).
 #[tokio::test]
-async fn fallbacks_look_like_covered_answers_to_the_recipient() {
+async fn fallbacks_differ_from_covered_answers_only_as_documented() {
     // A denominator-1 grid holds only the vertices: the native answer is not covered.
     let coarse = codebook_file("coarse", 1);
     let fine = codebook_file("fine", 20);
-    let (fallback, fallback_headers, metrics) =
-        cause_of("full_native", &wcpq(&coarse, "native"), native_answer()).await;
-    assert!(metrics.contains(
-        "releasegate_wcpq_fallbacks_total{contract=\"main\",question=\"cause\",reason=\"no_admissible_codeword\"} 1"
-    ), "{metrics}");
-    let (covered, covered_headers, _) =
-        cause_of("full_native", &wcpq(&fine, "native"), native_answer()).await;
-    // Same header names, same fields in the same order: only the values differ.
-    assert_eq!(fallback_headers, covered_headers);
     let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
-    assert_eq!(keys(&fallback), keys(&covered));
-    assert_eq!(
-        keys(&fallback["probabilities"]),
-        keys(&covered["probabilities"])
-    );
-    // The native fallback releases the native answer.
-    assert_eq!(
-        fallback["probabilities"],
-        native_answer()["answers"]["cause"]["probabilities"]
-    );
+    for shape in ["complete", "minimal"] {
+        let (fallback, fallback_headers, metrics) = cause_in(
+            shape,
+            "full_native",
+            &wcpq(&coarse, "native"),
+            native_answer(),
+        )
+        .await;
+        assert!(metrics.contains(
+            "releasegate_wcpq_fallbacks_total{contract=\"main\",question=\"cause\",reason=\"no_admissible_codeword\"} 1"
+        ), "{metrics}");
+        let (covered, covered_headers, _) = cause_in(
+            shape,
+            "full_native",
+            &wcpq(&fine, "native"),
+            native_answer(),
+        )
+        .await;
+        // Same header names, same fields in the same order: only the values differ.
+        assert_eq!(fallback_headers, covered_headers, "{shape}");
+        assert_eq!(keys(&fallback), keys(&covered), "{shape}");
+        assert_eq!(
+            keys(&fallback["probabilities"]),
+            keys(&covered["probabilities"]),
+            "{shape}"
+        );
+        // The native fallback releases the native answer.
+        assert_eq!(
+            fallback["probabilities"],
+            native_answer()["answers"]["cause"]["probabilities"]
+        );
+        assert_ne!(fallback["probabilities"], covered["probabilities"]);
 
-    let (choice_only, _, _) = cause_of(
-        "full_native",
-        &wcpq(&coarse, "choice_only"),
-        native_answer(),
-    )
-    .await;
-    assert_eq!(choice_only, json!({"type": "choice", "choice": "B"}));
-    let (deny, _, _) = cause_of("full_native", &wcpq(&coarse, "deny"), native_answer()).await;
-    assert_eq!(deny, json!({"type": "choice"}));
+        let (choice_only, choice_only_headers, _) = cause_in(
+            shape,
+            "full_native",
+            &wcpq(&coarse, "choice_only"),
+            native_answer(),
+        )
+        .await;
+        assert_eq!(choice_only_headers, covered_headers, "{shape}");
+        let (deny, deny_headers, _) = cause_in(
+            shape,
+            "full_native",
+            &wcpq(&coarse, "deny"),
+            native_answer(),
+        )
+        .await;
+        assert_eq!(deny_headers, covered_headers, "{shape}");
+        if shape == "complete" {
+            // Same fields and order as a covered answer; the values are the `choice` fill.
+            assert_eq!(keys(&choice_only), keys(&covered));
+            assert_eq!(
+                choice_only,
+                json!({"type": "choice", "choice": "B",
+                       "probabilities": {"A": 0.0, "B": 1.0, "C": 0.0, "D": 0.0}, "confidence": 1.0})
+            );
+            assert_eq!(deny, Value::Null, "a denied answer is left out");
+        } else {
+            assert_eq!(choice_only, json!({"type": "choice", "choice": "B"}));
+            assert_eq!(deny, json!({"type": "choice"}));
+        }
+    }
 }
 
 #[test]

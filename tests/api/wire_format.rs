@@ -233,8 +233,9 @@ async fn the_path_prefix_selects_a_contract_like_the_header() {
     assert_eq!(released["usage"], json!({}), "contract `other` drops usage");
     assert_eq!(
         released["answers"]["cause"],
-        json!({"type": "choice", "choice": "B"}),
-        "contract `other` releases the choice view"
+        json!({"type": "choice", "choice": "B",
+               "probabilities": {"A": 0.0, "B": 1.0, "C": 0.0, "D": 0.0}, "confidence": 1.0}),
+        "contract `other` releases the choice view (complete shape: one-hot fill)"
     );
     let response = post(
         "/contracts/main/v1/systemone".into(),
