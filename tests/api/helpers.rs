@@ -199,25 +199,7 @@ pub async fn spawn_full(
     );
     let env = |name: &str| (name == PROVIDER_KEY_ENV).then(|| PROVIDER_KEY.to_string());
     let config = Config::from_toml_with_env(&text, &env).unwrap();
-    let app = Application::build(config).await.unwrap();
-    let address = format!("http://127.0.0.1:{}", app.port());
-    let admin = format!("http://127.0.0.1:{}", app.admin_port());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let handle = tokio::spawn(async move {
-        let _ = app
-            .run_until_stopped(async move {
-                let _ = stopped.await;
-            })
-            .await;
-    });
-    TestApp {
-        address,
-        admin,
-        client: reqwest::Client::new(),
-        upstream,
-        stop: Some(stop),
-        handle: Some(handle),
-    }
+    start(config, upstream).await
 }
 
 impl TestApp {
