@@ -195,7 +195,8 @@ fn serve(config: Option<PathBuf>, log_json: bool) -> ExitCode {
         // Before anything else: from here on SIGHUP can no longer end the process.
         let signals = Signals::install()?;
         let app = Application::build(config).await?;
-        app.run_until_stopped(signals.until_stop()).await?;
+        let state = app.state().clone();
+        app.run_until_stopped(signals.until_stop(state)).await?;
         anyhow::Ok(())
     });
     // Connections still open past the grace were dropped; don't wait on stragglers.
@@ -224,7 +225,7 @@ fn raise_open_file_limit() {
 enum Event {
     /// Drain and exit (SIGTERM, SIGINT / ctrl-c).
     Stop(&'static str),
-    /// SIGHUP: reload the configuration (not implemented yet).
+    /// SIGHUP: reload the configuration.
     Reload,
 }
 
@@ -273,22 +274,22 @@ impl Signals {
         }
     }
 
-    /// Handles signals until one asks to stop. Later signals find the
-    /// handlers still installed and are ignored: the drain is bounded by
-    /// `server.shutdown_grace_ms` (SIGKILL ends it at once).
-    async fn until_stop(mut self) {
+    /// Handles signals until one asks to stop: SIGHUP reloads the configuration of
+    /// `state` (off the async workers; reloads run one at a time, and the outcome is
+    /// logged and counted). Later signals find the handlers still installed and are
+    /// ignored: the drain is bounded by `server.shutdown_grace_ms` (SIGKILL ends it at once).
+    async fn until_stop(mut self, state: AppState) {
         loop {
             match self.next().await {
                 Event::Stop(signal) => {
                     tracing::info!(signal, "shutdown signal received; draining");
                     return;
                 }
-                // The configuration-reload hook: load, validate, swap (a later change).
-                Event::Reload => tracing::info!(
-                    signal = "SIGHUP",
-                    "SIGHUP received; configuration reload is not implemented yet, \
-                     the running configuration stays in force"
-                ),
+                Event::Reload => {
+                    tracing::info!(signal = "SIGHUP", "reloading the configuration");
+                    let state = state.clone();
+                    tokio::task::spawn_blocking(move || state.reload());
+                }
             }
         }
     }

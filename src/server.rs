@@ -8,24 +8,27 @@ mod error;
 mod handlers;
 mod listener;
 mod middleware;
+mod reload;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use axum::Router;
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::auth::Keys;
-use crate::config::{Config, Provider};
+use crate::config::{Config, Provider, Server};
 use crate::metrics::Metrics;
 use crate::upstream::Upstreams;
 
 pub use error::Error;
 pub use middleware::{MAX_HEADER_BYTES, SDK_REQUEST_ID_HEADER};
+pub use reload::ReloadError;
 
 /// Header carrying the proxy's own request id on every response (also sent
 /// as `x-typesafe-request-id`, which the official SDKs read).
@@ -39,13 +42,38 @@ pub struct AppState {
 
 #[derive(Debug)]
 struct Inner {
-    config: Config,
-    keys: Keys,
-    upstreams: Upstreams,
+    /// The reloadable configuration. A request loads it once and keeps that generation to
+    /// the end; a reload swaps in a new one for the requests that start after it.
+    live: ArcSwap<Live>,
+    /// `[server]`, fixed at start (a reload that changes it is refused).
+    server: Server,
     metrics: Metrics,
     ready: AtomicBool,
     request_prefix: u64,
     request_counter: AtomicU64,
+    /// Serializes reloads (SIGHUP and the file watch): load, check and swap as one step.
+    reloading: std::sync::Mutex<()>,
+}
+
+/// One configuration generation and what is built from it.
+#[derive(Debug)]
+struct Live {
+    config: Config,
+    keys: Keys,
+    upstreams: Upstreams,
+}
+
+impl Live {
+    /// Builds the providers' clients and the key table of `config`.
+    fn new(config: Config, metrics: &Metrics) -> Result<Live, StartError> {
+        let upstreams = Upstreams::new(&config, metrics.clone())?;
+        let keys = Keys::new(&config.recipients);
+        Ok(Live {
+            config,
+            keys,
+            upstreams,
+        })
+    }
 }
 
 /// How long the admin listener's own connections may take to finish once
@@ -100,8 +128,9 @@ impl Application {
             tracing::info!(%public, %admin, "listeners bound");
         }
         let connections = listener::ConnectionMetrics::register(state.inner.metrics.registry())?;
-        let config = &state.inner.config;
-        let server = &config.server;
+        let live = state.live();
+        let config = &live.config;
+        let server = &state.inner.server;
         let upstream_fds = config
             .providers
             .values()
@@ -168,7 +197,7 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let server = self.state.inner.config.server.clone();
+        let server = self.state.inner.server.clone();
         let public_addr = self.public.tcp.local_addr()?;
         let admin_addr = self.admin.tcp.local_addr()?;
         let public_cap = self.public.limits.max_connections;
@@ -187,18 +216,22 @@ impl Application {
             admin_rx,
         ));
         let state = self.state;
+        let watcher = reload::spawn_watch(&state);
         state.inner.ready.store(true, Ordering::SeqCst);
         tracing::info!(
             listen = %public_addr,
             admin = %admin_addr,
             max_connections = public_cap,
-            source = %state.inner.config.source,
+            source = %state.live().config.source,
             "releasegate serving"
         );
         tokio::select! {
             () = shutdown => {}
             _ = &mut public => return Err(std::io::Error::other("the public listener stopped")),
             _ = &mut admin => return Err(std::io::Error::other("the admin listener stopped")),
+        }
+        if let Some(watcher) = watcher {
+            watcher.abort();
         }
         state.inner.ready.store(false, Ordering::SeqCst);
         tracing::info!(
@@ -247,8 +280,8 @@ impl AppState {
     pub fn prepare(config: Config) -> Result<AppState, StartError> {
         let metrics = Metrics::new()?;
         metrics.describe(&config);
-        let upstreams = Upstreams::new(&config, metrics.clone())?;
-        let keys = Keys::new(&config.recipients);
+        let server = config.server.clone();
+        let live = Live::new(config, &metrics)?;
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
@@ -256,13 +289,13 @@ impl AppState {
             ^ u64::from(std::process::id()).rotate_left(32);
         Ok(AppState {
             inner: Arc::new(Inner {
-                config,
-                keys,
-                upstreams,
+                live: ArcSwap::from_pointee(live),
+                server,
                 metrics,
                 ready: AtomicBool::new(false),
                 request_prefix: crate::rng::Rng::new(seed).next_u64(),
                 request_counter: AtomicU64::new(0),
+                reloading: std::sync::Mutex::new(()),
             }),
         })
     }
@@ -270,6 +303,17 @@ impl AppState {
     /// The metrics handles.
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
+    }
+
+    /// The configuration generation in force now. A request takes it once (one reference
+    /// count, no lock) and keeps it to its end, whatever reloads happen meanwhile.
+    fn live(&self) -> Arc<Live> {
+        self.inner.live.load_full()
+    }
+
+    /// The SHA-256 of the configuration text in force (`releasegate_config_info`).
+    pub fn config_sha256(&self) -> String {
+        self.inner.live.load().config.origin.sha256.clone()
     }
 
     /// A fresh request id (process-random prefix and a counter).

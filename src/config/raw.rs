@@ -42,6 +42,8 @@ struct RawServer {
     max_connections: u64,
     admin_max_connections: u64,
     drain_delay_ms: u64,
+    watch_config: bool,
+    watch_interval_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -98,6 +100,26 @@ pub(crate) struct RawQuestion {
     pub(crate) workflows: Option<crate::workflow::RawWorkflows>,
 }
 
+impl RawQuestion {
+    /// The files this question names (a WCPQ codebook, a logistic posterior model), resolved
+    /// as validation resolves them: what a configuration reload must watch.
+    fn files(&self, base_dir: &Path) -> Vec<std::path::PathBuf> {
+        let mut files = Vec::new();
+        if let mechanism::Raw::Wcpq { codebook, .. } = &self.mechanism {
+            files.push(base_dir.join(codebook));
+        }
+        if let Some(crate::workflow::RawPosterior::Table(table)) = self
+            .workflows
+            .as_ref()
+            .and_then(|workflows| workflows.posterior.as_ref())
+            && let Some(model) = &table.model
+        {
+            files.push(base_dir.join(model));
+        }
+        files
+    }
+}
+
 /// Upper bound of `max_connections` and `admin_max_connections` (far above any
 /// file-descriptor limit a single process gets).
 const MAX_CONNECTIONS_LIMIT: u64 = 1_000_000;
@@ -147,6 +169,8 @@ pub(crate) mod limits {
     /// `providers.*.max_concurrency`: 1 to 100,000 requests in flight (far below tokio's
     /// `Semaphore::MAX_PERMITS`, beyond which the semaphore panics).
     pub(crate) const MAX_CONCURRENCY: (u64, u64) = (1, 100_000);
+    /// `server.watch_interval_ms`: 50 ms to one hour.
+    pub(crate) const WATCH_INTERVAL_MS: (u64, u64) = (50, 3_600_000);
 }
 
 /// Pushes a problem unless `min <= value <= max`.
@@ -189,6 +213,8 @@ impl Default for RawServer {
             max_connections: 10_000,
             admin_max_connections: 64,
             drain_delay_ms: 0,
+            watch_config: false,
+            watch_interval_ms: 1_000,
         }
     }
 }
@@ -215,6 +241,7 @@ impl RawConfig {
         }
 
         let mut contracts = BTreeMap::new();
+        let mut files = Vec::new();
         for (name, raw) in self.contracts {
             let key = format!("contracts.{name}");
             // A declared but invalid provider has its own problem already.
@@ -242,6 +269,7 @@ impl RawConfig {
             }
             let mut questions = BTreeMap::new();
             for (id, question) in raw.questions {
+                files.extend(question.files(base_dir));
                 if let Some(rule) = super::build_question(
                     &format!("{key}.questions.{id}"),
                     question,
@@ -305,6 +333,10 @@ impl RawConfig {
                 recipients,
                 contracts,
                 source,
+                origin: super::Origin {
+                    files,
+                    ..super::Origin::default()
+                },
             })
         } else {
             Err(Error::Invalid(problems))
@@ -364,6 +396,11 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
             limits::SHUTDOWN_GRACE_MS,
         ),
         (
+            "server.watch_interval_ms",
+            raw.watch_interval_ms,
+            limits::WATCH_INTERVAL_MS,
+        ),
+        (
             "server.max_connections",
             raw.max_connections,
             (1, MAX_CONNECTIONS_LIMIT),
@@ -390,6 +427,8 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
         max_connections: connections(raw.max_connections),
         admin_max_connections: connections(raw.admin_max_connections),
         drain_delay: Duration::from_millis(raw.drain_delay_ms),
+        watch_config: raw.watch_config,
+        watch_interval: Duration::from_millis(raw.watch_interval_ms),
     }
 }
 

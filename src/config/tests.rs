@@ -263,6 +263,14 @@ fn numeric_keys_outside_their_range_are_errors_naming_the_key() {
         ),
         (server("shutdown_grace_ms", "-5"), "shutdown_grace_ms"),
         (
+            server("watch_interval_ms", "49"),
+            "server.watch_interval_ms",
+        ),
+        (
+            server("watch_interval_ms", "3600001"),
+            "server.watch_interval_ms",
+        ),
+        (
             format!(
                 "{MINIMAL}[contracts.c.questions.q.workflows]\ncosts = {{ c_wrong = 1e300 }}\n"
             ),
@@ -278,7 +286,7 @@ fn numeric_keys_outside_their_range_are_errors_naming_the_key() {
     }
     // The bounds themselves are accepted.
     let edges = format!(
-        "[server]\nmax_body_bytes = 1073741824\nmax_upstream_body_bytes = 1\nshutdown_grace_ms = 3600000\n{}",
+        "[server]\nmax_body_bytes = 1073741824\nmax_upstream_body_bytes = 1\nshutdown_grace_ms = 3600000\nwatch_interval_ms = 50\n{}",
         remote(
             "http://127.0.0.1:1",
             "timeout_ms = 3600000\nqueue_timeout_ms = 3600000\nmax_concurrency = 100000"

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::error::Error;
 use super::middleware::RequestId;
-use super::{AppState, body};
+use super::{AppState, Live, body};
 use std::sync::Arc;
 
 use crate::config::Provider;
@@ -181,17 +181,15 @@ fn finish(
     response
 }
 
-fn select_contract<'s>(
-    state: &'s AppState,
+fn select_contract<'l>(
+    live: &'l Live,
     selection: Selection<'_>,
     label: &mut Option<String>,
-) -> Result<&'s std::sync::Arc<Contract>, Error> {
-    let caller = state
-        .inner
+) -> Result<&'l std::sync::Arc<Contract>, Error> {
+    let caller = live
         .keys
         .authenticate(selection.headers, selection.path_contract)?;
-    let contract = state
-        .inner
+    let contract = live
         .config
         .contract(&caller.contract)
         .ok_or(Error::Internal)?;
@@ -206,8 +204,9 @@ async fn answer(
     label: &mut Option<String>,
 ) -> Result<Value, Error> {
     let headers = selection.headers;
-    let contract = select_contract(state, selection, label)?;
-    let bytes = body::read(headers, body, &state.inner.config.server).await?;
+    let live = state.live();
+    let contract = select_contract(&live, selection, label)?;
+    let bytes = body::read(headers, body, &state.inner.server).await?;
     // Like the real API (FastAPI), a body that is not JSON is a 422 `json_invalid`.
     let mut request: Value = serde_json::from_slice(&bytes).map_err(|error| {
         let reason = error.to_string();
@@ -228,12 +227,11 @@ async fn answer(
         }
         None => bytes,
     };
-    let reply = state
-        .inner
+    let reply = live
         .upstreams
         .systemone(&contract.provider, forward, headers)
         .await
-        .map_err(|error| upstream_error(state, contract, error))?;
+        .map_err(|error| upstream_error(&live, contract, error))?;
     let native = success_json(state, contract, reply)?;
     let released = release_off_thread(contract, asked, request, native)
         .await?
@@ -316,13 +314,13 @@ async fn list_models(
     selection: Selection<'_>,
     label: &mut Option<String>,
 ) -> Result<Value, Error> {
-    let contract = select_contract(state, selection, label)?;
-    let reply = state
-        .inner
+    let live = state.live();
+    let contract = select_contract(&live, selection, label)?;
+    let reply = live
         .upstreams
         .models(&contract.provider)
         .await
-        .map_err(|error| upstream_error(state, contract, error))?;
+        .map_err(|error| upstream_error(&live, contract, error))?;
     let native = success_json(state, contract, reply)?;
     let entries = native
         .get("models")
@@ -359,10 +357,10 @@ async fn list_models(
 /// A shed request (the provider's slots stayed busy) tells the client when to
 /// come back: the provider's queue timeout rounded up to whole seconds, at
 /// least 1, the time in which a slot would have had to free up.
-fn upstream_error(state: &AppState, contract: &Contract, error: upstream::Error) -> Error {
+fn upstream_error(live: &Live, contract: &Contract, error: upstream::Error) -> Error {
     match error {
         upstream::Error::Saturated => {
-            let queue_timeout = match state.inner.config.providers.get(&contract.provider) {
+            let queue_timeout = match live.config.providers.get(&contract.provider) {
                 Some(Provider::SystemOne(remote)) => remote.queue_timeout,
                 _ => std::time::Duration::ZERO,
             };

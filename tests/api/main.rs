@@ -10,6 +10,7 @@ mod helpers;
 mod jev_client;
 mod process;
 mod release;
+mod reload;
 mod replay;
 mod upstream_failures;
 mod wcpq;
