@@ -76,6 +76,16 @@ enum Command {
     },
     /// Measure how much each candidate release reveals (secret recovery) and costs (workflow utility).
     Audit(offline::AuditArgs),
+    /// Summarize release decision logs: coverage and fallback rates per contract and question,
+    /// statuses per recipient.
+    Decisions {
+        /// Decision log files (rotated ones too, in any order).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Print JSON instead of text tables.
+        #[arg(long)]
+        json: bool,
+    },
     /// Apply a contract to every saved answer of a worlds file; print a JSON summary.
     Replay {
         /// Configuration file holding the contract.
@@ -120,6 +130,7 @@ pub fn main() -> ExitCode {
             denominator,
         ),
         Command::Audit(args) => offline::audit_command(&args),
+        Command::Decisions { files, json } => decisions(&files, json),
         Command::Replay {
             config,
             contract,
@@ -175,6 +186,37 @@ fn check_config(path: Option<&Path>) -> ExitCode {
         }
         Err(error) => usage_error(&format!("{:#}", anyhow::Error::new(error))),
     }
+}
+
+/// `releasegate decisions FILE...`: reads every line of every file and prints the summary.
+fn decisions(files: &[PathBuf], json: bool) -> ExitCode {
+    use std::io::BufRead;
+    let mut summary = crate::decisions::summary::Summary::default();
+    for path in files {
+        let file = match std::fs::File::open(path) {
+            Ok(file) => file,
+            Err(error) => return usage_error(&format!("cannot read {}: {error}", path.display())),
+        };
+        let name = path.display().to_string();
+        for (index, line) in std::io::BufReader::new(file).split(b'\n').enumerate() {
+            match line {
+                Ok(line) => summary.add_line(&name, index + 1, &String::from_utf8_lossy(&line)),
+                Err(error) => {
+                    return usage_error(&format!("cannot read {}: {error}", path.display()));
+                }
+            }
+        }
+    }
+    summary.finish();
+    if json {
+        match serde_json::to_string_pretty(&summary) {
+            Ok(text) => println!("{text}"),
+            Err(error) => return failure(&error),
+        }
+    } else {
+        print!("{}", summary.to_text());
+    }
+    ExitCode::SUCCESS
 }
 
 fn serve(config: Option<PathBuf>, log_json: bool) -> ExitCode {

@@ -79,6 +79,30 @@ pub struct Config {
     pub source: String,
     /// The file and the files it names: what a reload re-reads and `watch_config` watches.
     pub origin: Origin,
+    /// `[decision_log]`: where one JSON line per request goes (`None`: off). Fixed at start.
+    pub decision_log: Option<DecisionLog>,
+}
+
+/// The release decision log's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecisionLog {
+    /// Where the lines go.
+    pub sink: DecisionSink,
+    /// A file is rotated before it would grow beyond this many bytes.
+    pub max_bytes: u64,
+    /// Rotated files kept (`PATH.1` newest .. `PATH.N` oldest).
+    pub max_files: usize,
+    /// Lines waiting for the writer; beyond it lines are dropped and counted.
+    pub queue_capacity: usize,
+}
+
+/// The release decision log's destination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecisionSink {
+    /// Standard output (the operational log is on standard error).
+    Stdout,
+    /// A file, rotated by size (resolved against the configuration's directory).
+    File(PathBuf),
 }
 
 /// Where a configuration came from.
@@ -349,6 +373,22 @@ impl Config {
             },
             self.origin.sha256,
         ));
+        match &self.decision_log {
+            None => out.push_str("decision log: off\n"),
+            Some(log) => out.push_str(&format!(
+                "decision log: {} · queue {}\n",
+                match &log.sink {
+                    DecisionSink::Stdout => "stdout".to_string(),
+                    DecisionSink::File(path) => format!(
+                        "{} (rotated at {} bytes, {} files kept)",
+                        path.display(),
+                        log.max_bytes,
+                        log.max_files
+                    ),
+                },
+                log.queue_capacity
+            )),
+        }
         for (name, provider) in &self.providers {
             match provider {
                 Provider::Simulated => out.push_str(&format!("provider {name}: simulated\n")),

@@ -41,6 +41,8 @@ pub struct Metrics {
     pub config_reloads: IntCounterVec,
     /// One series, value 1: the SHA-256 of the configuration text in force.
     pub config_info: IntGaugeVec,
+    /// Decision log lines dropped, by reason (`queue_full`, `write_error`).
+    pub decision_log_dropped: IntCounterVec,
 }
 
 /// Errors building metrics (only on programming mistakes such as duplicate names).
@@ -144,6 +146,14 @@ impl Metrics {
             ),
             &["sha256"],
         )?;
+        let decision_log_dropped = IntCounterVec::new(
+            Opts::new(
+                "releasegate_decision_log_dropped_total",
+                "Decision log lines dropped, by reason: queue_full (the writer fell behind) or write_error",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(decision_log_dropped.clone()))?;
         registry.register(Box::new(config_reloads.clone()))?;
         registry.register(Box::new(config_info.clone()))?;
         registry.register(Box::new(wcpq_answers.clone()))?;
@@ -170,6 +180,7 @@ impl Metrics {
             codebook_info,
             config_reloads,
             config_info,
+            decision_log_dropped,
         })
     }
 

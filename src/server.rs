@@ -53,6 +53,8 @@ struct Inner {
     request_counter: AtomicU64,
     /// Serializes reloads (SIGHUP and the file watch): load, check and swap as one step.
     reloading: std::sync::Mutex<()>,
+    /// The release decision log, started by `Application::build` when configured.
+    decisions: std::sync::OnceLock<crate::decisions::DecisionLog>,
 }
 
 /// One configuration generation and what is built from it.
@@ -107,6 +109,15 @@ pub enum StartError {
     /// Metrics could not be registered.
     #[error("cannot register metrics")]
     Metrics(#[from] prometheus::Error),
+    /// The decision log cannot be written where configured.
+    #[error("decision_log.path: cannot write {path}")]
+    DecisionLog {
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 // === impl Application ===
@@ -129,6 +140,17 @@ impl Application {
         }
         let connections = listener::ConnectionMetrics::register(state.inner.metrics.registry())?;
         let live = state.live();
+        if let Some(settings) = &live.config.decision_log {
+            let log = crate::decisions::DecisionLog::start(
+                settings,
+                state.inner.metrics.decision_log_dropped.clone(),
+            )
+            .map_err(|source| StartError::DecisionLog {
+                path: sink_name(&settings.sink),
+                source,
+            })?;
+            let _ = state.inner.decisions.set(log);
+        }
         let config = &live.config;
         let server = &state.inner.server;
         let upstream_fds = config
@@ -242,8 +264,29 @@ impl Application {
         tokio::time::sleep(server.drain_delay).await;
         drain(&public_stage, &mut public, server.shutdown_grace, "public").await;
         drain(&admin_stage, &mut admin, ADMIN_DRAIN, "admin").await;
+        if state.inner.decisions.get().is_some() {
+            let flushing = state.clone();
+            let flushed = tokio::task::spawn_blocking(move || {
+                flushing
+                    .inner
+                    .decisions
+                    .get()
+                    .is_none_or(|log| log.flush(ADMIN_DRAIN))
+            })
+            .await;
+            if !matches!(flushed, Ok(true)) {
+                tracing::warn!("the decision log did not flush in time");
+            }
+        }
         tracing::info!("drained; stopped");
         Ok(())
+    }
+}
+
+fn sink_name(sink: &crate::config::DecisionSink) -> String {
+    match sink {
+        crate::config::DecisionSink::Stdout => "stdout".to_string(),
+        crate::config::DecisionSink::File(path) => path.display().to_string(),
     }
 }
 
@@ -281,6 +324,25 @@ impl AppState {
         let metrics = Metrics::new()?;
         metrics.describe(&config);
         let server = config.server.clone();
+        if let Some(crate::config::DecisionLog {
+            sink: crate::config::DecisionSink::File(path),
+            ..
+        }) = &config.decision_log
+        {
+            let parent = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            if !parent.is_dir() {
+                return Err(StartError::DecisionLog {
+                    path: path.display().to_string(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "its directory does not exist",
+                    ),
+                });
+            }
+        }
         let live = Live::new(config, &metrics)?;
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -296,6 +358,7 @@ impl AppState {
                 request_prefix: crate::rng::Rng::new(seed).next_u64(),
                 request_counter: AtomicU64::new(0),
                 reloading: std::sync::Mutex::new(()),
+                decisions: std::sync::OnceLock::new(),
             }),
         })
     }

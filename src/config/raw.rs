@@ -26,6 +26,21 @@ pub struct RawConfig {
     recipients: Vec<RawRecipient>,
     #[serde(default)]
     contracts: BTreeMap<String, RawContract>,
+    #[serde(default)]
+    decision_log: Option<RawDecisionLog>,
+}
+
+/// `[decision_log]`: one JSON line per request (off when the section is absent).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDecisionLog {
+    path: String,
+    #[serde(default = "default_decision_log_max_bytes")]
+    max_bytes: u64,
+    #[serde(default = "default_decision_log_max_files")]
+    max_files: u64,
+    #[serde(default = "default_decision_log_queue_capacity")]
+    queue_capacity: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -171,6 +186,12 @@ pub(crate) mod limits {
     pub(crate) const MAX_CONCURRENCY: (u64, u64) = (1, 100_000);
     /// `server.watch_interval_ms`: 50 ms to one hour.
     pub(crate) const WATCH_INTERVAL_MS: (u64, u64) = (50, 3_600_000);
+    /// `decision_log.max_bytes`: a file is rotated beyond this size; 4 KiB to 1 TiB.
+    pub(crate) const DECISION_LOG_MAX_BYTES: (u64, u64) = (4096, 1 << 40);
+    /// `decision_log.max_files`: rotated files kept beside the live one, 1 to 1000.
+    pub(crate) const DECISION_LOG_MAX_FILES: (u64, u64) = (1, 1000);
+    /// `decision_log.queue_capacity`: lines waiting for the writer, 1 to 1,000,000.
+    pub(crate) const DECISION_LOG_QUEUE: (u64, u64) = (1, 1_000_000);
 }
 
 /// Pushes a problem unless `min <= value <= max`.
@@ -180,6 +201,18 @@ fn check_range(problems: &mut Vec<String>, key: &str, value: u64, (min, max): (u
             "{key}: must be between {min} and {max}, got {value}"
         ));
     }
+}
+
+fn default_decision_log_max_bytes() -> u64 {
+    100 * 1024 * 1024
+}
+
+fn default_decision_log_max_files() -> u64 {
+    5
+}
+
+fn default_decision_log_queue_capacity() -> u64 {
+    4096
 }
 
 fn default_timeout_ms() -> u64 {
@@ -231,6 +264,9 @@ impl RawConfig {
     ) -> Result<Config, Error> {
         let mut problems = Vec::new();
         let server = validate_server(self.server, &mut problems);
+        let decision_log = self
+            .decision_log
+            .map(|raw| validate_decision_log(raw, base_dir, &mut problems));
 
         let mut providers = BTreeMap::new();
         let declared: std::collections::BTreeSet<String> = self.providers.keys().cloned().collect();
@@ -333,6 +369,7 @@ impl RawConfig {
                 recipients,
                 contracts,
                 source,
+                decision_log,
                 origin: super::Origin {
                     files,
                     ..super::Origin::default()
@@ -429,6 +466,60 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
         drain_delay: Duration::from_millis(raw.drain_delay_ms),
         watch_config: raw.watch_config,
         watch_interval: Duration::from_millis(raw.watch_interval_ms),
+    }
+}
+
+fn validate_decision_log(
+    raw: RawDecisionLog,
+    base_dir: &Path,
+    problems: &mut Vec<String>,
+) -> super::DecisionLog {
+    check_range(
+        problems,
+        "decision_log.max_bytes",
+        raw.max_bytes,
+        limits::DECISION_LOG_MAX_BYTES,
+    );
+    check_range(
+        problems,
+        "decision_log.max_files",
+        raw.max_files,
+        limits::DECISION_LOG_MAX_FILES,
+    );
+    check_range(
+        problems,
+        "decision_log.queue_capacity",
+        raw.queue_capacity,
+        limits::DECISION_LOG_QUEUE,
+    );
+    let sink = match raw.path.as_str() {
+        "stdout" => super::DecisionSink::Stdout,
+        "" => {
+            problems.push("decision_log.path: must not be empty (a file or \"stdout\")".into());
+            super::DecisionSink::Stdout
+        }
+        path => {
+            let path = base_dir.join(path);
+            if path.is_dir() {
+                problems.push(format!(
+                    "decision_log.path: {} is a directory; name a file",
+                    path.display()
+                ));
+            }
+            super::DecisionSink::File(path)
+        }
+    };
+    let size = |value: u64, (min, max): (u64, u64)| {
+        usize::try_from(value.clamp(min, max)).unwrap_or(usize::MAX)
+    };
+    super::DecisionLog {
+        sink,
+        max_bytes: raw.max_bytes.clamp(
+            limits::DECISION_LOG_MAX_BYTES.0,
+            limits::DECISION_LOG_MAX_BYTES.1,
+        ),
+        max_files: size(raw.max_files, limits::DECISION_LOG_MAX_FILES),
+        queue_capacity: size(raw.queue_capacity, limits::DECISION_LOG_QUEUE),
     }
 }
 

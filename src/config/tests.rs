@@ -45,6 +45,32 @@ fn embedded_default_is_valid() {
 }
 
 #[test]
+fn the_decision_log_is_off_unless_configured_and_summarized() {
+    let config = Config::from_toml(MINIMAL).unwrap();
+    assert_eq!(config.decision_log, None);
+    assert!(config.summary().contains("decision log: off\n"));
+    let config = Config::from_toml(&format!(
+        "{MINIMAL}[decision_log]\npath = \"/var/log/d.jsonl\"\nmax_files = 3\n"
+    ))
+    .unwrap();
+    let log = config.decision_log.clone().unwrap();
+    assert_eq!(
+        log.sink,
+        DecisionSink::File(PathBuf::from("/var/log/d.jsonl"))
+    );
+    assert_eq!(
+        (log.max_bytes, log.max_files, log.queue_capacity),
+        (100 * 1024 * 1024, 3, 4096)
+    );
+    assert!(config.summary().contains(
+        "decision log: /var/log/d.jsonl (rotated at 104857600 bytes, 3 files kept) · queue 4096"
+    ));
+    let config =
+        Config::from_toml(&format!("{MINIMAL}[decision_log]\npath = \"stdout\"\n")).unwrap();
+    assert_eq!(config.decision_log.unwrap().sink, DecisionSink::Stdout);
+}
+
+#[test]
 fn minimal_config_gets_server_defaults() {
     let config = Config::from_toml(MINIMAL).unwrap();
     assert_eq!(config.server.listen.port(), 8080);
@@ -262,6 +288,22 @@ fn numeric_keys_outside_their_range_are_errors_naming_the_key() {
             "server.shutdown_grace_ms",
         ),
         (server("shutdown_grace_ms", "-5"), "shutdown_grace_ms"),
+        (
+            format!("{MINIMAL}[decision_log]\npath = \"d.jsonl\"\nmax_bytes = 4095\n"),
+            "decision_log.max_bytes",
+        ),
+        (
+            format!("{MINIMAL}[decision_log]\npath = \"d.jsonl\"\nmax_files = 0\n"),
+            "decision_log.max_files",
+        ),
+        (
+            format!("{MINIMAL}[decision_log]\npath = \"d.jsonl\"\nqueue_capacity = 0\n"),
+            "decision_log.queue_capacity",
+        ),
+        (
+            format!("{MINIMAL}[decision_log]\npath = \"\"\n"),
+            "decision_log.path",
+        ),
         (
             server("watch_interval_ms", "49"),
             "server.watch_interval_ms",

@@ -78,13 +78,13 @@ async fn serve_systemone(
     body: Body,
 ) -> Response {
     let started = Instant::now();
-    let mut contract_label: Option<String> = None;
+    let mut trail = Trail::default();
     let selection = Selection {
         headers: &headers,
         path_contract: path_contract.as_deref(),
     };
-    let result = answer(&state, selection, body, &mut contract_label).await;
-    finish(&state, "systemone", id, contract_label, started, result)
+    let result = answer(&state, selection, body, &mut trail).await;
+    finish(&state, "systemone", id, trail, started, result)
 }
 
 async fn serve_models(
@@ -94,13 +94,13 @@ async fn serve_models(
     headers: HeaderMap,
 ) -> Response {
     let started = Instant::now();
-    let mut contract_label: Option<String> = None;
+    let mut trail = Trail::default();
     let selection = Selection {
         headers: &headers,
         path_contract: path_contract.as_deref(),
     };
-    let result = list_models(&state, selection, &mut contract_label).await;
-    finish(&state, "models", id, contract_label, started, result)
+    let result = list_models(&state, selection, &mut trail).await;
+    finish(&state, "models", id, trail, started, result)
 }
 
 /// Unknown public routes.
@@ -143,15 +143,26 @@ struct Selection<'r> {
     path_contract: Option<&'r str>,
 }
 
+/// What a request learned on its way (for metrics, logs and the decision log).
+#[derive(Default)]
+struct Trail {
+    /// The authenticated recipient's name.
+    recipient: Option<String>,
+    /// The selected contract.
+    contract: Option<Arc<Contract>>,
+    /// What happened to each released answer.
+    answers: Vec<release::AnswerRecord>,
+}
+
 fn finish(
     state: &AppState,
     route: &'static str,
     RequestId(request_id): RequestId,
-    contract: Option<String>,
+    trail: Trail,
     started: Instant,
     result: Result<Value, Error>,
 ) -> Response {
-    let contract_label = contract.as_deref().unwrap_or("none");
+    let contract_label = trail.contract.as_ref().map_or("none", |c| c.name.as_str());
     let response = match result {
         Ok(body) => Json(body).into_response(),
         Err(error) => {
@@ -173,10 +184,23 @@ fn finish(
         .request_duration
         .with_label_values(&[contract_label, route, status_class(status)])
         .observe(started.elapsed().as_secs_f64());
+    let latency = started.elapsed();
     tracing::info!(
         %request_id, route, contract = contract_label, status,
-        latency_ms = started.elapsed().as_secs_f64() * 1e3, "request"
+        latency_ms = latency.as_secs_f64() * 1e3, "request"
     );
+    if let Some(log) = state.inner.decisions.get() {
+        log.record(crate::decisions::Record {
+            time: std::time::SystemTime::now(),
+            request_id,
+            route,
+            recipient: trail.recipient,
+            contract: trail.contract,
+            status,
+            latency,
+            answers: trail.answers,
+        });
+    }
     // The request id headers are stamped by the router's middleware.
     response
 }
@@ -184,7 +208,7 @@ fn finish(
 fn select_contract<'l>(
     live: &'l Live,
     selection: Selection<'_>,
-    label: &mut Option<String>,
+    trail: &mut Trail,
 ) -> Result<&'l std::sync::Arc<Contract>, Error> {
     let caller = live
         .keys
@@ -193,7 +217,8 @@ fn select_contract<'l>(
         .config
         .contract(&caller.contract)
         .ok_or(Error::Internal)?;
-    *label = Some(contract.name.clone());
+    trail.recipient = Some(caller.recipient);
+    trail.contract = Some(contract.clone());
     Ok(contract)
 }
 
@@ -201,11 +226,11 @@ async fn answer(
     state: &AppState,
     selection: Selection<'_>,
     body: Body,
-    label: &mut Option<String>,
+    trail: &mut Trail,
 ) -> Result<Value, Error> {
     let headers = selection.headers;
     let live = state.live();
-    let contract = select_contract(&live, selection, label)?;
+    let contract = select_contract(&live, selection, trail)?;
     let bytes = body::read(headers, body, &state.inner.server).await?;
     // Like the real API (FastAPI), a body that is not JSON is a 422 `json_invalid`.
     let mut request: Value = serde_json::from_slice(&bytes).map_err(|error| {
@@ -237,6 +262,7 @@ async fn answer(
         .await?
         .map_err(|reason| reject(state, contract, reason))?;
     record_released(state, contract, &released);
+    trail.answers = released.answers;
     Ok(released.body)
 }
 
@@ -312,10 +338,10 @@ fn record_released(state: &AppState, contract: &Contract, released: &release::Re
 async fn list_models(
     state: &AppState,
     selection: Selection<'_>,
-    label: &mut Option<String>,
+    trail: &mut Trail,
 ) -> Result<Value, Error> {
     let live = state.live();
-    let contract = select_contract(&live, selection, label)?;
+    let contract = select_contract(&live, selection, trail)?;
     let reply = live
         .upstreams
         .models(&contract.provider)

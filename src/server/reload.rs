@@ -93,7 +93,10 @@ impl AppState {
     }
 
     fn install(&self, config: Config) -> Result<String, ReloadError> {
-        let changed = fixed_changes(&self.inner.server, &config.server);
+        let mut changed = fixed_changes(&self.inner.server, &config.server);
+        if self.inner.live.load().config.decision_log != config.decision_log {
+            changed.push("decision_log");
+        }
         if !changed.is_empty() {
             return Err(ReloadError::Fixed(changed));
         }

@@ -4,6 +4,7 @@ mod auth;
 mod bad_input;
 mod cli;
 mod connections;
+mod decisions;
 mod deploy;
 mod hardening;
 mod helpers;
