@@ -186,6 +186,17 @@ pub struct Recipient {
     pub key_sha256: [u8; 32],
     /// The contracts the key is bound to.
     pub contracts: Vec<String>,
+    /// Its request rate limit on this replica, if any.
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// A token bucket: `burst` requests at once, refilled at `requests_per_second`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimit {
+    /// Sustained rate (0.001 to 1,000,000).
+    pub requests_per_second: f64,
+    /// Bucket size (1 to 1,000,000).
+    pub burst: u32,
 }
 
 // === impl Config ===
@@ -407,9 +418,16 @@ impl Config {
         }
         for recipient in &self.recipients {
             out.push_str(&format!(
-                "recipient {}: contracts {}\n",
+                "recipient {}: contracts {}{}\n",
                 recipient.name,
-                recipient.contracts.join(", ")
+                recipient.contracts.join(", "),
+                match recipient.rate_limit {
+                    Some(limit) => format!(
+                        " · rate limit {}/s, burst {} (per replica)",
+                        limit.requests_per_second, limit.burst
+                    ),
+                    None => String::new(),
+                }
             ));
         }
         for (name, contract) in &self.contracts {

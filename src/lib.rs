@@ -23,6 +23,7 @@
 //! Edges (IO):
 //! - `config`: figment loading and validation into typed config.
 //! - `auth`: recipient keys.
+//! - `ratelimit`: per-recipient token buckets.
 //! - `upstream`: providers (remote System One over reqwest, or the simulator).
 //! - `server`: the axum application, handlers and errors.
 //! - `metrics`: the Prometheus registry and handles.
@@ -43,6 +44,7 @@ pub mod decisions;
 pub mod features;
 pub mod mechanism;
 pub mod metrics;
+pub mod ratelimit;
 pub mod release;
 pub mod replay;
 pub mod rng;

@@ -43,6 +43,8 @@ pub struct Metrics {
     pub config_info: IntGaugeVec,
     /// Decision log lines dropped, by reason (`queue_full`, `write_error`).
     pub decision_log_dropped: IntCounterVec,
+    /// Requests refused by a recipient's rate limit, by recipient.
+    pub rate_limited: IntCounterVec,
 }
 
 /// Errors building metrics (only on programming mistakes such as duplicate names).
@@ -154,6 +156,14 @@ impl Metrics {
             &["reason"],
         )?;
         registry.register(Box::new(decision_log_dropped.clone()))?;
+        let rate_limited = IntCounterVec::new(
+            Opts::new(
+                "releasegate_rate_limited_total",
+                "Requests refused (429) by a recipient's rate limit on this replica, by recipient",
+            ),
+            &["recipient"],
+        )?;
+        registry.register(Box::new(rate_limited.clone()))?;
         registry.register(Box::new(config_reloads.clone()))?;
         registry.register(Box::new(config_info.clone()))?;
         registry.register(Box::new(wcpq_answers.clone()))?;
@@ -181,6 +191,7 @@ impl Metrics {
             config_reloads,
             config_info,
             decision_log_dropped,
+            rate_limited,
         })
     }
 
@@ -190,6 +201,12 @@ impl Metrics {
         self.config_info
             .with_label_values(&[config.origin.sha256.as_str()])
             .set(1);
+        for recipient in &config.recipients {
+            if recipient.rate_limit.is_some() {
+                self.rate_limited
+                    .with_label_values(&[recipient.name.as_str()]);
+            }
+        }
         for provider in config.providers.keys() {
             for kind in crate::upstream::ERROR_KINDS {
                 self.upstream_errors

@@ -63,17 +63,22 @@ struct Live {
     config: Config,
     keys: Keys,
     upstreams: Upstreams,
+    limits: crate::ratelimit::Limits,
 }
 
 impl Live {
-    /// Builds the providers' clients and the key table of `config`.
-    fn new(config: Config, metrics: &Metrics) -> Result<Live, StartError> {
+    /// Builds the providers' clients, the key table and the rate limits of `config`
+    /// (keeping the unchanged buckets of `previous`).
+    fn new(config: Config, metrics: &Metrics, previous: Option<&Live>) -> Result<Live, StartError> {
         let upstreams = Upstreams::new(&config, metrics.clone())?;
         let keys = Keys::new(&config.recipients);
+        let limits =
+            crate::ratelimit::Limits::new(&config.recipients, previous.map(|live| &live.limits));
         Ok(Live {
             config,
             keys,
             upstreams,
+            limits,
         })
     }
 }
@@ -343,7 +348,7 @@ impl AppState {
                 });
             }
         }
-        let live = Live::new(config, &metrics)?;
+        let live = Live::new(config, &metrics, None)?;
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)

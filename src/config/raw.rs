@@ -84,6 +84,17 @@ struct RawRecipient {
     name: String,
     key_sha256: String,
     contracts: Vec<String>,
+    #[serde(default)]
+    rate_limit: Option<RawRateLimit>,
+}
+
+/// `rate_limit = { requests_per_second = 10, burst = 20 }` of a recipient.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRateLimit {
+    requests_per_second: f64,
+    /// Default: `requests_per_second` rounded up (at least 1).
+    burst: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -192,6 +203,10 @@ pub(crate) mod limits {
     pub(crate) const DECISION_LOG_MAX_FILES: (u64, u64) = (1, 1000);
     /// `decision_log.queue_capacity`: lines waiting for the writer, 1 to 1,000,000.
     pub(crate) const DECISION_LOG_QUEUE: (u64, u64) = (1, 1_000_000);
+    /// `recipients[].rate_limit.requests_per_second`: one per 1000 s to a million per second.
+    pub(crate) const RATE_LIMIT_RPS: (f64, f64) = (0.001, 1_000_000.0);
+    /// `recipients[].rate_limit.burst`: 1 to 1,000,000 requests.
+    pub(crate) const RATE_LIMIT_BURST: (u64, u64) = (1, 1_000_000);
 }
 
 /// Pushes a problem unless `min <= value <= max`.
@@ -355,10 +370,14 @@ impl RawConfig {
                     problems.push(format!("{key}.contracts: no contract named `{contract}`"));
                 }
             }
+            let rate_limit = raw
+                .rate_limit
+                .map(|limit| validate_rate_limit(&key, limit, &mut problems));
             recipients.push(Recipient {
                 name: raw.name,
                 key_sha256: digest,
                 contracts: raw.contracts,
+                rate_limit,
             });
         }
 
@@ -466,6 +485,38 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
         drain_delay: Duration::from_millis(raw.drain_delay_ms),
         watch_config: raw.watch_config,
         watch_interval: Duration::from_millis(raw.watch_interval_ms),
+    }
+}
+
+fn validate_rate_limit(
+    key: &str,
+    raw: RawRateLimit,
+    problems: &mut Vec<String>,
+) -> super::RateLimit {
+    let (min, max) = limits::RATE_LIMIT_RPS;
+    let rps = raw.requests_per_second;
+    if !(rps.is_finite() && (min..=max).contains(&rps)) {
+        problems.push(format!(
+            "{key}.rate_limit.requests_per_second: must be between {min} and {max}, got {rps}"
+        ));
+    }
+    let rps = if rps.is_finite() {
+        rps.clamp(min, max)
+    } else {
+        1.0
+    };
+    // Within range, `ceil` is at most 1e6: the cast is exact.
+    let burst = raw.burst.unwrap_or(rps.ceil().max(1.0) as u64);
+    check_range(
+        problems,
+        &format!("{key}.rate_limit.burst"),
+        burst,
+        limits::RATE_LIMIT_BURST,
+    );
+    let (low, high) = limits::RATE_LIMIT_BURST;
+    super::RateLimit {
+        requests_per_second: rps,
+        burst: u32::try_from(burst.clamp(low, high)).unwrap_or(1),
     }
 }
 

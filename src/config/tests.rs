@@ -71,6 +71,27 @@ fn the_decision_log_is_off_unless_configured_and_summarized() {
 }
 
 #[test]
+fn a_rate_limit_defaults_its_burst_to_the_rate_rounded_up() {
+    let limited = |table: &str| {
+        let text = MINIMAL.replace(
+            "contracts = [\"c\"]",
+            &format!("contracts = [\"c\"]\nrate_limit = {table}"),
+        );
+        let config = Config::from_toml(&text).unwrap();
+        assert!(config.summary().contains("rate limit"));
+        config.recipients[0].rate_limit.unwrap()
+    };
+    assert_eq!(limited("{ requests_per_second = 2.5 }").burst, 3);
+    assert_eq!(limited("{ requests_per_second = 0.001 }").burst, 1);
+    let limit = limited("{ requests_per_second = 10, burst = 50 }");
+    assert_eq!((limit.requests_per_second, limit.burst), (10.0, 50));
+    assert_eq!(
+        Config::from_toml(MINIMAL).unwrap().recipients[0].rate_limit,
+        None
+    );
+}
+
+#[test]
 fn minimal_config_gets_server_defaults() {
     let config = Config::from_toml(MINIMAL).unwrap();
     assert_eq!(config.server.listen.port(), 8080);
@@ -303,6 +324,34 @@ fn numeric_keys_outside_their_range_are_errors_naming_the_key() {
         (
             format!("{MINIMAL}[decision_log]\npath = \"\"\n"),
             "decision_log.path",
+        ),
+        (
+            MINIMAL.replace(
+                "contracts = [\"c\"]",
+                "contracts = [\"c\"]\nrate_limit = { requests_per_second = 0 }",
+            ),
+            "recipients[0].rate_limit.requests_per_second",
+        ),
+        (
+            MINIMAL.replace(
+                "contracts = [\"c\"]",
+                "contracts = [\"c\"]\nrate_limit = { requests_per_second = 1e7 }",
+            ),
+            "recipients[0].rate_limit.requests_per_second",
+        ),
+        (
+            MINIMAL.replace(
+                "contracts = [\"c\"]",
+                "contracts = [\"c\"]\nrate_limit = { requests_per_second = 5, burst = 0 }",
+            ),
+            "recipients[0].rate_limit.burst",
+        ),
+        (
+            MINIMAL.replace(
+                "contracts = [\"c\"]",
+                "contracts = [\"c\"]\nrate_limit = { requests_per_second = 5, burst = 1000001 }",
+            ),
+            "recipients[0].rate_limit.burst",
         ),
         (
             server("watch_interval_ms", "49"),

@@ -163,6 +163,13 @@ fn finish(
     result: Result<Value, Error>,
 ) -> Response {
     let contract_label = trail.contract.as_ref().map_or("none", |c| c.name.as_str());
+    if let (Err(Error::RateLimited(_)), Some(recipient)) = (&result, &trail.recipient) {
+        state
+            .metrics()
+            .rate_limited
+            .with_label_values(&[recipient.as_str()])
+            .inc();
+    }
     let response = match result {
         Ok(body) => Json(body).into_response(),
         Err(error) => {
@@ -217,8 +224,11 @@ fn select_contract<'l>(
         .config
         .contract(&caller.contract)
         .ok_or(Error::Internal)?;
+    let limited = live.limits.check(&caller.recipient);
     trail.recipient = Some(caller.recipient);
     trail.contract = Some(contract.clone());
+    // After authentication, before the body is read.
+    limited.map_err(Error::RateLimited)?;
     Ok(contract)
 }
 

@@ -93,15 +93,17 @@ impl AppState {
     }
 
     fn install(&self, config: Config) -> Result<String, ReloadError> {
+        let current = self.live();
         let mut changed = fixed_changes(&self.inner.server, &config.server);
-        if self.inner.live.load().config.decision_log != config.decision_log {
+        if current.config.decision_log != config.decision_log {
             changed.push("decision_log");
         }
         if !changed.is_empty() {
             return Err(ReloadError::Fixed(changed));
         }
         let sha256 = config.origin.sha256.clone();
-        let live = Live::new(config, &self.inner.metrics)?;
+        // Reloads are serialized: `current` is still the live generation at the swap.
+        let live = Live::new(config, &self.inner.metrics, Some(&current))?;
         let new = Arc::new(live);
         let old = self.inner.live.swap(new.clone());
         self.inner.metrics.redescribe(&old.config, &new.config);

@@ -10,6 +10,7 @@ mod hardening;
 mod helpers;
 mod jev_client;
 mod process;
+mod ratelimit;
 mod release;
 mod reload;
 mod replay;
