@@ -9,6 +9,7 @@ mod handlers;
 mod listener;
 mod middleware;
 mod reload;
+mod trace;
 
 use std::future::Future;
 use std::sync::Arc;

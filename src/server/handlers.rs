@@ -224,6 +224,9 @@ fn select_contract<'l>(
         .config
         .contract(&caller.contract)
         .ok_or(Error::Internal)?;
+    let span = tracing::Span::current();
+    span.record("recipient", caller.recipient.as_str());
+    span.record("contract", contract.name.as_str());
     let limited = live.limits.check(&caller.recipient);
     trail.recipient = Some(caller.recipient);
     trail.contract = Some(contract.clone());

@@ -14,6 +14,7 @@ mod ratelimit;
 mod release;
 mod reload;
 mod replay;
+mod tracing;
 mod upstream_failures;
 mod wcpq;
 mod wire_format;

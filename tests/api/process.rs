@@ -248,6 +248,59 @@ async fn sighup_reloads_the_configuration_and_refuses_a_broken_one() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn every_log_line_of_a_request_carries_its_span() {
+    let upstream = GatedUpstream::start().await;
+    upstream.open();
+    let mut proxy = Serving::start("span", &config_text("", Some(&upstream.base_url)), None);
+    let client = client();
+    let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let response = client
+        .post(format!("http://{}/v1/systemone", proxy.public))
+        .bearer_auth(CLIENT_KEY)
+        .header("traceparent", caller)
+        .json(&request())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let request_id = response.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(proxy.decide_as(&client, "unknown-key").await, 401);
+    assert!(proxy.logged("request failed").await);
+    proxy.signal("TERM");
+    assert_eq!(proxy.exited().await.code(), Some(0));
+
+    let lines: Vec<Value> = proxy
+        .logs
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    let served = lines
+        .iter()
+        .find(|line| {
+            line["fields"]["message"] == "request" && line["span"]["request_id"] == request_id
+        })
+        .expect("the request's log line");
+    let span = &served["span"];
+    assert_eq!(span["name"], "request");
+    assert_eq!(span["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(span["recipient"], "one");
+    assert_eq!(span["contract"], "main");
+    // Refused before a recipient is known: the span has the ids only.
+    let failed = lines
+        .iter()
+        .find(|line| line["fields"]["message"] == "request failed")
+        .expect("the refusal's log line");
+    assert!(failed["span"]["request_id"].is_string());
+    assert_eq!(failed["span"]["trace_id"].as_str().unwrap().len(), 32);
+    assert!(failed["span"].get("recipient").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn sigterm_drains_in_flight_requests_while_readyz_answers_503() {
     let mut upstream = GatedUpstream::start().await;
     let mut proxy = Serving::start(
