@@ -185,3 +185,51 @@ async fn the_decision_log_has_one_line_per_request_and_no_content() {
     assert!(text.contains("main"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn check_config_shows_the_new_keys_and_refuses_a_log_in_a_missing_directory() {
+    let dir = super::reload::scratch("check-decisions");
+    let config = |log_path: &str| {
+        format!(
+            "[server]\nwatch_config = true\n\
+             [decision_log]\npath = \"{log_path}\"\nmax_files = 2\n\
+             [providers.sim]\nkind = \"simulated\"\n\
+             [[recipients]]\nname = \"r\"\nkey_sha256 = \"{}\"\ncontracts = [\"c\"]\n\
+             rate_limit = {{ requests_per_second = 5, burst = 10 }}\n\
+             [contracts.c]\nprovider = \"sim\"\n\
+             [contracts.c.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice\"\n",
+            releasegate::auth::hash_key(CLIENT_KEY)
+        )
+    };
+    let path = dir.join("ok.toml");
+    std::fs::write(&path, config(&dir.join("d.jsonl").display().to_string())).unwrap();
+    let output = Command::new(BIN)
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    let sha = releasegate::config::sha256_hex(&std::fs::read(&path).unwrap());
+    for needle in [
+        format!("reload: SIGHUP, and file changes (checked every 1000 ms) · sha256 {sha}"),
+        "(rotated at 104857600 bytes, 2 files kept) · queue 4096".to_string(),
+        "recipient r: contracts c · rate limit 5/s, burst 10 (per replica)".to_string(),
+    ] {
+        assert!(stdout.contains(&needle), "{needle}\n{stdout}");
+    }
+    // check-config does not create the log.
+    assert!(!dir.join("d.jsonl").exists());
+
+    let missing = dir.join("missing.toml");
+    std::fs::write(&missing, config("/nonexistent-releasegate-dir/d.jsonl")).unwrap();
+    let output = Command::new(BIN)
+        .args(["check-config", "--config"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("decision_log.path"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use releasegate::config::Config;
@@ -172,9 +172,10 @@ async fn twenty_reloads_under_load_fail_no_request_and_keys_follow_their_reload(
 
     // Four callers with the stable key, for the whole test (bounded in count too).
     let stop = Arc::new(AtomicBool::new(false));
+    let running = Arc::new(AtomicUsize::new(0));
     let load: Vec<_> = (0..4)
         .map(|_| {
-            let stop = stop.clone();
+            let (stop, running) = (stop.clone(), running.clone());
             let address = proxy.address.clone();
             tokio::spawn(async move {
                 let client = reqwest::Client::new();
@@ -184,12 +185,23 @@ async fn twenty_reloads_under_load_fail_no_request_and_keys_follow_their_reload(
                     if status != 200 {
                         failed.push(status);
                     }
+                    if sent == 0 {
+                        running.fetch_add(1, Ordering::SeqCst);
+                    }
                     sent += 1;
                 }
                 (sent, failed)
             })
         })
         .collect();
+    // The reloads start once every caller is under way.
+    let under_way = tokio::time::timeout(PATIENCE, async {
+        while running.load(Ordering::SeqCst) < 4 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(under_way.is_ok(), "the callers never got going");
 
     let (mut ok, mut refused) = (0, 0);
     let mut added_is_bound = false;
