@@ -133,11 +133,13 @@ mod tests {
                 name: "one".into(),
                 key_sha256: digest("k1"),
                 contracts: vec!["a".into()],
+                rate_limit: None,
             },
             Recipient {
                 name: "two".into(),
                 key_sha256: digest("k2"),
                 contracts: vec!["a".into(), "b".into()],
+                rate_limit: None,
             },
         ])
     }

@@ -76,6 +76,16 @@ enum Command {
     },
     /// Measure how much each candidate release reveals (secret recovery) and costs (workflow utility).
     Audit(offline::AuditArgs),
+    /// Summarize release decision logs: coverage and fallback rates per contract and question,
+    /// statuses per recipient.
+    Decisions {
+        /// Decision log files (rotated ones too, in any order).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Print JSON instead of text tables.
+        #[arg(long)]
+        json: bool,
+    },
     /// Apply a contract to every saved answer of a worlds file; print a JSON summary.
     Replay {
         /// Configuration file holding the contract.
@@ -120,6 +130,7 @@ pub fn main() -> ExitCode {
             denominator,
         ),
         Command::Audit(args) => offline::audit_command(&args),
+        Command::Decisions { files, json } => decisions(&files, json),
         Command::Replay {
             config,
             contract,
@@ -177,6 +188,37 @@ fn check_config(path: Option<&Path>) -> ExitCode {
     }
 }
 
+/// `releasegate decisions FILE...`: reads every line of every file and prints the summary.
+fn decisions(files: &[PathBuf], json: bool) -> ExitCode {
+    use std::io::BufRead;
+    let mut summary = crate::decisions::summary::Summary::default();
+    for path in files {
+        let file = match std::fs::File::open(path) {
+            Ok(file) => file,
+            Err(error) => return usage_error(&format!("cannot read {}: {error}", path.display())),
+        };
+        let name = path.display().to_string();
+        for (index, line) in std::io::BufReader::new(file).split(b'\n').enumerate() {
+            match line {
+                Ok(line) => summary.add_line(&name, index + 1, &String::from_utf8_lossy(&line)),
+                Err(error) => {
+                    return usage_error(&format!("cannot read {}: {error}", path.display()));
+                }
+            }
+        }
+    }
+    summary.finish();
+    if json {
+        match serde_json::to_string_pretty(&summary) {
+            Ok(text) => println!("{text}"),
+            Err(error) => return failure(&error),
+        }
+    } else {
+        print!("{}", summary.to_text());
+    }
+    ExitCode::SUCCESS
+}
+
 fn serve(config: Option<PathBuf>, log_json: bool) -> ExitCode {
     crate::telemetry::init(log_json);
     raise_open_file_limit();
@@ -195,7 +237,8 @@ fn serve(config: Option<PathBuf>, log_json: bool) -> ExitCode {
         // Before anything else: from here on SIGHUP can no longer end the process.
         let signals = Signals::install()?;
         let app = Application::build(config).await?;
-        app.run_until_stopped(signals.until_stop()).await?;
+        let state = app.state().clone();
+        app.run_until_stopped(signals.until_stop(state)).await?;
         anyhow::Ok(())
     });
     // Connections still open past the grace were dropped; don't wait on stragglers.
@@ -224,7 +267,7 @@ fn raise_open_file_limit() {
 enum Event {
     /// Drain and exit (SIGTERM, SIGINT / ctrl-c).
     Stop(&'static str),
-    /// SIGHUP: reload the configuration (not implemented yet).
+    /// SIGHUP: reload the configuration.
     Reload,
 }
 
@@ -273,22 +316,22 @@ impl Signals {
         }
     }
 
-    /// Handles signals until one asks to stop. Later signals find the
-    /// handlers still installed and are ignored: the drain is bounded by
-    /// `server.shutdown_grace_ms` (SIGKILL ends it at once).
-    async fn until_stop(mut self) {
+    /// Handles signals until one asks to stop: SIGHUP reloads the configuration of
+    /// `state` (off the async workers; reloads run one at a time, and the outcome is
+    /// logged and counted). Later signals find the handlers still installed and are
+    /// ignored: the drain is bounded by `server.shutdown_grace_ms` (SIGKILL ends it at once).
+    async fn until_stop(mut self, state: AppState) {
         loop {
             match self.next().await {
                 Event::Stop(signal) => {
                     tracing::info!(signal, "shutdown signal received; draining");
                     return;
                 }
-                // The configuration-reload hook: load, validate, swap (a later change).
-                Event::Reload => tracing::info!(
-                    signal = "SIGHUP",
-                    "SIGHUP received; configuration reload is not implemented yet, \
-                     the running configuration stays in force"
-                ),
+                Event::Reload => {
+                    tracing::info!(signal = "SIGHUP", "reloading the configuration");
+                    let state = state.clone();
+                    tokio::task::spawn_blocking(move || state.reload());
+                }
             }
         }
     }

@@ -77,10 +77,49 @@ pub struct Config {
     pub contracts: BTreeMap<String, Arc<Contract>>,
     /// Where the configuration came from (for messages).
     pub source: String,
+    /// The file and the files it names: what a reload re-reads and `watch_config` watches.
+    pub origin: Origin,
+    /// `[decision_log]`: where one JSON line per request goes (`None`: off). Fixed at start.
+    pub decision_log: Option<DecisionLog>,
 }
 
-/// Listener and limit settings.
-#[derive(Debug, Clone)]
+/// The release decision log's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecisionLog {
+    /// Where the lines go.
+    pub sink: DecisionSink,
+    /// A file is rotated before it would grow beyond this many bytes.
+    pub max_bytes: u64,
+    /// Rotated files kept (`PATH.1` newest .. `PATH.N` oldest).
+    pub max_files: usize,
+    /// Lines waiting for the writer; beyond it lines are dropped and counted.
+    pub queue_capacity: usize,
+}
+
+/// The release decision log's destination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecisionSink {
+    /// Standard output (the operational log is on standard error).
+    Stdout,
+    /// A file, rotated by size (resolved against the configuration's directory).
+    File(PathBuf),
+}
+
+/// Where a configuration came from.
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    /// The configuration file (`None`: the embedded default or a string).
+    pub path: Option<PathBuf>,
+    /// SHA-256 (hex) of the configuration text as read, before environment overrides:
+    /// `sha256sum` of the file (the `releasegate_config_info` label).
+    pub sha256: String,
+    /// The files the configuration names (WCPQ codebooks, logistic posterior models),
+    /// resolved against the configuration's directory.
+    pub files: Vec<PathBuf>,
+}
+
+/// Listener and limit settings. They are fixed at start: a reload that changes them is refused.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Server {
     /// Public listener (System One endpoints).
     pub listen: SocketAddr,
@@ -107,6 +146,10 @@ pub struct Server {
     /// On shutdown, `/readyz` answers 503 for this long before the public
     /// listener stops accepting.
     pub drain_delay: Duration,
+    /// Reload when the configuration file or a file it names changes (besides SIGHUP).
+    pub watch_config: bool,
+    /// How often `watch_config` looks at the files.
+    pub watch_interval: Duration,
 }
 
 /// A provider that answers System One requests.
@@ -143,6 +186,17 @@ pub struct Recipient {
     pub key_sha256: [u8; 32],
     /// The contracts the key is bound to.
     pub contracts: Vec<String>,
+    /// Its request rate limit on this replica, if any.
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// A token bucket: `burst` requests at once, refilled at `requests_per_second`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimit {
+    /// Sustained rate (0.001 to 1,000,000).
+    pub requests_per_second: f64,
+    /// Bucket size (1 to 1,000,000).
+    pub burst: u32,
 }
 
 // === impl Config ===
@@ -189,7 +243,7 @@ impl Config {
     }
 
     fn load_with(path: Option<&Path>, read_keys: bool) -> Result<Config, Error> {
-        let (figment, source) = match path {
+        let file = match path {
             Some(path) => {
                 if !path.exists() {
                     return Err(Error::Load(format!(
@@ -197,32 +251,34 @@ impl Config {
                         path.display()
                     )));
                 }
-                (Figment::from(Toml::file(path)), path.display().to_string())
+                Some(path)
             }
-            None if Path::new(DEFAULT_PATH).exists() => (
-                Figment::from(Toml::file(DEFAULT_PATH)),
-                DEFAULT_PATH.to_string(),
-            ),
-            None => (
-                Figment::from(Toml::string(EMBEDDED_DEFAULT)),
-                EMBEDDED_SOURCE.to_string(),
-            ),
-        };
-        let file = match path {
-            Some(path) => Some(path),
             None => Path::new(DEFAULT_PATH)
                 .exists()
                 .then_some(Path::new(DEFAULT_PATH)),
+        };
+        // Read once: the text parsed is the text hashed (`Origin::sha256`).
+        let (text, source) = match file {
+            Some(path) => (
+                std::fs::read_to_string(path).map_err(|error| {
+                    Error::Load(format!(
+                        "cannot read configuration file {}: {error}",
+                        path.display()
+                    ))
+                })?,
+                path.display().to_string(),
+            ),
+            None => (EMBEDDED_DEFAULT.to_string(), EMBEDDED_SOURCE.to_string()),
         };
         let base_dir = file
             .and_then(Path::parent)
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."));
-        let figment = figment.merge(env_overrides());
+        let figment = Figment::from(Toml::string(&text)).merge(env_overrides());
         let process_env = |name: &str| std::env::var(name).ok();
         let env: Option<EnvLookup<'_>> = read_keys.then_some(&process_env);
         let embedded = source == EMBEDDED_SOURCE;
-        Config::from_figment_mode(
+        let mut config = Config::from_figment_mode(
             figment,
             source,
             &base_dir,
@@ -231,13 +287,16 @@ impl Config {
                 codebooks: true,
                 embedded,
             },
-        )
+        )?;
+        config.origin.path = file.map(Path::to_path_buf);
+        config.origin.sha256 = sha256_hex(text.as_bytes());
+        Ok(config)
     }
 
     /// The embedded default configuration (with its embedded codebooks).
     pub fn embedded_default() -> Result<Config, Error> {
         let env = |name: &str| std::env::var(name).ok();
-        Config::from_figment_mode(
+        let mut config = Config::from_figment_mode(
             Figment::from(Toml::string(EMBEDDED_DEFAULT)),
             EMBEDDED_SOURCE.to_string(),
             Path::new("."),
@@ -246,7 +305,9 @@ impl Config {
                 codebooks: true,
                 embedded: true,
             },
-        )
+        )?;
+        config.origin.sha256 = sha256_hex(EMBEDDED_DEFAULT.as_bytes());
+        Ok(config)
     }
 
     /// Parses a TOML string (no environment overrides); used by tests and tools.
@@ -260,7 +321,7 @@ impl Config {
         text: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Config, Error> {
-        Config::from_figment_mode(
+        let mut config = Config::from_figment_mode(
             Figment::from(Toml::string(text)),
             "inline".to_string(),
             Path::new("."),
@@ -269,7 +330,9 @@ impl Config {
                 codebooks: true,
                 embedded: false,
             },
-        )
+        )?;
+        config.origin.sha256 = sha256_hex(text.as_bytes());
+        Ok(config)
     }
 
     fn from_figment_mode(
@@ -309,6 +372,34 @@ impl Config {
             self.server.drain_delay.as_millis(),
             self.server.shutdown_grace.as_millis(),
         ));
+        out.push_str(&format!(
+            "reload: SIGHUP{} · sha256 {}\n",
+            if self.server.watch_config {
+                format!(
+                    ", and file changes (checked every {} ms)",
+                    self.server.watch_interval.as_millis()
+                )
+            } else {
+                String::new()
+            },
+            self.origin.sha256,
+        ));
+        match &self.decision_log {
+            None => out.push_str("decision log: off\n"),
+            Some(log) => out.push_str(&format!(
+                "decision log: {} · queue {}\n",
+                match &log.sink {
+                    DecisionSink::Stdout => "stdout".to_string(),
+                    DecisionSink::File(path) => format!(
+                        "{} (rotated at {} bytes, {} files kept)",
+                        path.display(),
+                        log.max_bytes,
+                        log.max_files
+                    ),
+                },
+                log.queue_capacity
+            )),
+        }
         for (name, provider) in &self.providers {
             match provider {
                 Provider::Simulated => out.push_str(&format!("provider {name}: simulated\n")),
@@ -327,9 +418,16 @@ impl Config {
         }
         for recipient in &self.recipients {
             out.push_str(&format!(
-                "recipient {}: contracts {}\n",
+                "recipient {}: contracts {}{}\n",
                 recipient.name,
-                recipient.contracts.join(", ")
+                recipient.contracts.join(", "),
+                match recipient.rate_limit {
+                    Some(limit) => format!(
+                        " · rate limit {}/s, burst {} (per replica)",
+                        limit.requests_per_second, limit.burst
+                    ),
+                    None => String::new(),
+                }
             ));
         }
         for (name, contract) in &self.contracts {
@@ -524,6 +622,15 @@ pub(crate) fn build_question(
         mechanism,
         workflows,
     })
+}
+
+/// Lower-case hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
 }
 
 /// Parses a 64-digit hex SHA-256.

@@ -23,9 +23,11 @@
 //! Edges (IO):
 //! - `config`: figment loading and validation into typed config.
 //! - `auth`: recipient keys.
+//! - `ratelimit`: per-recipient token buckets.
 //! - `upstream`: providers (remote System One over reqwest, or the simulator).
 //! - `server`: the axum application, handlers and errors.
 //! - `metrics`: the Prometheus registry and handles.
+//! - `decisions`: the release decision log (writer, rotation) and its summary.
 //! - `replay`: the offline replay of a contract over a worlds file.
 //! - `cli`: the `releasegate` subcommands.
 //! - `telemetry`: logging set-up.
@@ -38,9 +40,11 @@ pub mod codebook;
 pub mod config;
 pub mod contract;
 pub mod dataset;
+pub mod decisions;
 pub mod features;
 pub mod mechanism;
 pub mod metrics;
+pub mod ratelimit;
 pub mod release;
 pub mod replay;
 pub mod rng;

@@ -37,6 +37,14 @@ pub struct Metrics {
     pub wcpq_mapping: HistogramVec,
     /// One series per WCPQ question: the codebook's SHA-256 as a label, its codeword count as value.
     pub codebook_info: IntGaugeVec,
+    /// Configuration reloads by result (`ok`, `error`).
+    pub config_reloads: IntCounterVec,
+    /// One series, value 1: the SHA-256 of the configuration text in force.
+    pub config_info: IntGaugeVec,
+    /// Decision log lines dropped, by reason (`queue_full`, `write_error`).
+    pub decision_log_dropped: IntCounterVec,
+    /// Requests refused by a recipient's rate limit, by recipient.
+    pub rate_limited: IntCounterVec,
 }
 
 /// Errors building metrics (only on programming mistakes such as duplicate names).
@@ -123,6 +131,41 @@ impl Metrics {
             ),
             &["contract", "question", "sha256"],
         )?;
+        let config_reloads = IntCounterVec::new(
+            Opts::new(
+                "releasegate_config_reloads_total",
+                "Configuration reloads (SIGHUP or file change) by result: ok or error",
+            ),
+            &["result"],
+        )?;
+        for result in ["ok", "error"] {
+            config_reloads.with_label_values(&[result]);
+        }
+        let config_info = IntGaugeVec::new(
+            Opts::new(
+                "releasegate_config_info",
+                "The configuration in force (value 1): SHA-256 of its text",
+            ),
+            &["sha256"],
+        )?;
+        let decision_log_dropped = IntCounterVec::new(
+            Opts::new(
+                "releasegate_decision_log_dropped_total",
+                "Decision log lines dropped, by reason: queue_full (the writer fell behind) or write_error",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(decision_log_dropped.clone()))?;
+        let rate_limited = IntCounterVec::new(
+            Opts::new(
+                "releasegate_rate_limited_total",
+                "Requests refused (429) by a recipient's rate limit on this replica, by recipient",
+            ),
+            &["recipient"],
+        )?;
+        registry.register(Box::new(rate_limited.clone()))?;
+        registry.register(Box::new(config_reloads.clone()))?;
+        registry.register(Box::new(config_info.clone()))?;
         registry.register(Box::new(wcpq_answers.clone()))?;
         registry.register(Box::new(wcpq_fallbacks.clone()))?;
         registry.register(Box::new(wcpq_mapping.clone()))?;
@@ -145,12 +188,25 @@ impl Metrics {
             wcpq_fallbacks,
             wcpq_mapping,
             codebook_info,
+            config_reloads,
+            config_info,
+            decision_log_dropped,
+            rate_limited,
         })
     }
 
     /// Publishes the codebook of every WCPQ question and starts its series at zero;
     /// starts every provider's upstream error series at zero.
     pub fn describe(&self, config: &Config) {
+        self.config_info
+            .with_label_values(&[config.origin.sha256.as_str()])
+            .set(1);
+        for recipient in &config.recipients {
+            if recipient.rate_limit.is_some() {
+                self.rate_limited
+                    .with_label_values(&[recipient.name.as_str()]);
+            }
+        }
         for provider in config.providers.keys() {
             for kind in crate::upstream::ERROR_KINDS {
                 self.upstream_errors
@@ -184,6 +240,38 @@ impl Metrics {
                     }
                 }
             }
+        }
+    }
+
+    /// After a reload from `old` to `new`: describes `new` and removes the series that
+    /// described only `old` (its configuration hash, codebooks no longer in use). Counters
+    /// keep their values: a question or provider that disappears keeps its history.
+    pub fn redescribe(&self, old: &Config, new: &Config) {
+        self.describe(new);
+        if old.origin.sha256 != new.origin.sha256 {
+            let _ = self
+                .config_info
+                .remove_label_values(&[old.origin.sha256.as_str()]);
+        }
+        let codebooks = |config: &Config| {
+            let mut series = std::collections::BTreeSet::new();
+            for (name, contract) in &config.contracts {
+                for (question, rule) in &contract.questions {
+                    if let Mechanism::Wcpq(wcpq) = &rule.mechanism {
+                        series.insert([
+                            name.clone(),
+                            question.clone(),
+                            wcpq.codebook_sha256.clone(),
+                        ]);
+                    }
+                }
+            }
+            series
+        };
+        let current = codebooks(new);
+        for stale in codebooks(old).difference(&current) {
+            let labels = [stale[0].as_str(), stale[1].as_str(), stale[2].as_str()];
+            let _ = self.codebook_info.remove_label_values(&labels);
         }
     }
 

@@ -8,24 +8,28 @@ mod error;
 mod handlers;
 mod listener;
 mod middleware;
+mod reload;
+mod trace;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use axum::Router;
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::auth::Keys;
-use crate::config::{Config, Provider};
+use crate::config::{Config, Provider, Server};
 use crate::metrics::Metrics;
 use crate::upstream::Upstreams;
 
 pub use error::Error;
 pub use middleware::{MAX_HEADER_BYTES, SDK_REQUEST_ID_HEADER};
+pub use reload::ReloadError;
 
 /// Header carrying the proxy's own request id on every response (also sent
 /// as `x-typesafe-request-id`, which the official SDKs read).
@@ -39,13 +43,45 @@ pub struct AppState {
 
 #[derive(Debug)]
 struct Inner {
-    config: Config,
-    keys: Keys,
-    upstreams: Upstreams,
+    /// The reloadable configuration. A request loads it once and keeps that generation to
+    /// the end; a reload swaps in a new one for the requests that start after it.
+    live: ArcSwap<Live>,
+    /// `[server]`, fixed at start (a reload that changes it is refused).
+    server: Server,
     metrics: Metrics,
     ready: AtomicBool,
     request_prefix: u64,
     request_counter: AtomicU64,
+    /// Serializes reloads (SIGHUP and the file watch): load, check and swap as one step.
+    reloading: std::sync::Mutex<()>,
+    /// The release decision log, started by `Application::build` when configured.
+    decisions: std::sync::OnceLock<crate::decisions::DecisionLog>,
+}
+
+/// One configuration generation and what is built from it.
+#[derive(Debug)]
+struct Live {
+    config: Config,
+    keys: Keys,
+    upstreams: Upstreams,
+    limits: crate::ratelimit::Limits,
+}
+
+impl Live {
+    /// Builds the providers' clients, the key table and the rate limits of `config`
+    /// (keeping the unchanged buckets of `previous`).
+    fn new(config: Config, metrics: &Metrics, previous: Option<&Live>) -> Result<Live, StartError> {
+        let upstreams = Upstreams::new(&config, metrics.clone())?;
+        let keys = Keys::new(&config.recipients);
+        let limits =
+            crate::ratelimit::Limits::new(&config.recipients, previous.map(|live| &live.limits));
+        Ok(Live {
+            config,
+            keys,
+            upstreams,
+            limits,
+        })
+    }
 }
 
 /// How long the admin listener's own connections may take to finish once
@@ -79,6 +115,15 @@ pub enum StartError {
     /// Metrics could not be registered.
     #[error("cannot register metrics")]
     Metrics(#[from] prometheus::Error),
+    /// The decision log cannot be written where configured.
+    #[error("decision_log.path: cannot write {path}")]
+    DecisionLog {
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 // === impl Application ===
@@ -100,8 +145,20 @@ impl Application {
             tracing::info!(%public, %admin, "listeners bound");
         }
         let connections = listener::ConnectionMetrics::register(state.inner.metrics.registry())?;
-        let config = &state.inner.config;
-        let server = &config.server;
+        let live = state.live();
+        if let Some(settings) = &live.config.decision_log {
+            let log = crate::decisions::DecisionLog::start(
+                settings,
+                state.inner.metrics.decision_log_dropped.clone(),
+            )
+            .map_err(|source| StartError::DecisionLog {
+                path: sink_name(&settings.sink),
+                source,
+            })?;
+            let _ = state.inner.decisions.set(log);
+        }
+        let config = &live.config;
+        let server = &state.inner.server;
         let upstream_fds = config
             .providers
             .values()
@@ -168,7 +225,7 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let server = self.state.inner.config.server.clone();
+        let server = self.state.inner.server.clone();
         let public_addr = self.public.tcp.local_addr()?;
         let admin_addr = self.admin.tcp.local_addr()?;
         let public_cap = self.public.limits.max_connections;
@@ -187,18 +244,22 @@ impl Application {
             admin_rx,
         ));
         let state = self.state;
+        let watcher = reload::spawn_watch(&state);
         state.inner.ready.store(true, Ordering::SeqCst);
         tracing::info!(
             listen = %public_addr,
             admin = %admin_addr,
             max_connections = public_cap,
-            source = %state.inner.config.source,
+            source = %state.live().config.source,
             "releasegate serving"
         );
         tokio::select! {
             () = shutdown => {}
             _ = &mut public => return Err(std::io::Error::other("the public listener stopped")),
             _ = &mut admin => return Err(std::io::Error::other("the admin listener stopped")),
+        }
+        if let Some(watcher) = watcher {
+            watcher.abort();
         }
         state.inner.ready.store(false, Ordering::SeqCst);
         tracing::info!(
@@ -209,8 +270,29 @@ impl Application {
         tokio::time::sleep(server.drain_delay).await;
         drain(&public_stage, &mut public, server.shutdown_grace, "public").await;
         drain(&admin_stage, &mut admin, ADMIN_DRAIN, "admin").await;
+        if state.inner.decisions.get().is_some() {
+            let flushing = state.clone();
+            let flushed = tokio::task::spawn_blocking(move || {
+                flushing
+                    .inner
+                    .decisions
+                    .get()
+                    .is_none_or(|log| log.flush(ADMIN_DRAIN))
+            })
+            .await;
+            if !matches!(flushed, Ok(true)) {
+                tracing::warn!("the decision log did not flush in time");
+            }
+        }
         tracing::info!("drained; stopped");
         Ok(())
+    }
+}
+
+fn sink_name(sink: &crate::config::DecisionSink) -> String {
+    match sink {
+        crate::config::DecisionSink::Stdout => "stdout".to_string(),
+        crate::config::DecisionSink::File(path) => path.display().to_string(),
     }
 }
 
@@ -247,8 +329,27 @@ impl AppState {
     pub fn prepare(config: Config) -> Result<AppState, StartError> {
         let metrics = Metrics::new()?;
         metrics.describe(&config);
-        let upstreams = Upstreams::new(&config, metrics.clone())?;
-        let keys = Keys::new(&config.recipients);
+        let server = config.server.clone();
+        if let Some(crate::config::DecisionLog {
+            sink: crate::config::DecisionSink::File(path),
+            ..
+        }) = &config.decision_log
+        {
+            let parent = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            if !parent.is_dir() {
+                return Err(StartError::DecisionLog {
+                    path: path.display().to_string(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "its directory does not exist",
+                    ),
+                });
+            }
+        }
+        let live = Live::new(config, &metrics, None)?;
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
@@ -256,13 +357,14 @@ impl AppState {
             ^ u64::from(std::process::id()).rotate_left(32);
         Ok(AppState {
             inner: Arc::new(Inner {
-                config,
-                keys,
-                upstreams,
+                live: ArcSwap::from_pointee(live),
+                server,
                 metrics,
                 ready: AtomicBool::new(false),
                 request_prefix: crate::rng::Rng::new(seed).next_u64(),
                 request_counter: AtomicU64::new(0),
+                reloading: std::sync::Mutex::new(()),
+                decisions: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -270,6 +372,17 @@ impl AppState {
     /// The metrics handles.
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
+    }
+
+    /// The configuration generation in force now. A request takes it once (one reference
+    /// count, no lock) and keeps it to its end, whatever reloads happen meanwhile.
+    fn live(&self) -> Arc<Live> {
+        self.inner.live.load_full()
+    }
+
+    /// The SHA-256 of the configuration text in force (`releasegate_config_info`).
+    pub fn config_sha256(&self) -> String {
+        self.inner.live.load().config.origin.sha256.clone()
     }
 
     /// A fresh request id (process-random prefix and a counter).

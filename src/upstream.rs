@@ -16,11 +16,15 @@ use crate::config::{Config, Provider};
 use crate::metrics::Metrics;
 
 /// Request headers of real clients that are forwarded upstream (never credentials).
-pub const FORWARDED_HEADERS: [&str; 4] = [
+/// `traceparent` and `tracestate` are the proxy's own by then: the public router's
+/// middleware replaced the caller's with validated ones (`server::trace`).
+pub const FORWARDED_HEADERS: [&str; 6] = [
     "user-agent",
     "x-typesafe-sdk",
     "x-typesafe-runtime",
     "x-typesafe-retry-count",
+    "traceparent",
+    "tracestate",
 ];
 
 /// Longest retry delay passed on to clients, in seconds (one day); longer hints are capped.

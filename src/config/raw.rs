@@ -26,6 +26,21 @@ pub struct RawConfig {
     recipients: Vec<RawRecipient>,
     #[serde(default)]
     contracts: BTreeMap<String, RawContract>,
+    #[serde(default)]
+    decision_log: Option<RawDecisionLog>,
+}
+
+/// `[decision_log]`: one JSON line per request (off when the section is absent).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDecisionLog {
+    path: String,
+    #[serde(default = "default_decision_log_max_bytes")]
+    max_bytes: u64,
+    #[serde(default = "default_decision_log_max_files")]
+    max_files: u64,
+    #[serde(default = "default_decision_log_queue_capacity")]
+    queue_capacity: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -42,6 +57,8 @@ struct RawServer {
     max_connections: u64,
     admin_max_connections: u64,
     drain_delay_ms: u64,
+    watch_config: bool,
+    watch_interval_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -67,6 +84,17 @@ struct RawRecipient {
     name: String,
     key_sha256: String,
     contracts: Vec<String>,
+    #[serde(default)]
+    rate_limit: Option<RawRateLimit>,
+}
+
+/// `rate_limit = { requests_per_second = 10, burst = 20 }` of a recipient.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRateLimit {
+    requests_per_second: f64,
+    /// Default: `requests_per_second` rounded up (at least 1).
+    burst: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -98,6 +126,26 @@ pub(crate) struct RawQuestion {
     pub(crate) mechanism: mechanism::Raw,
     #[serde(default)]
     pub(crate) workflows: Option<crate::workflow::RawWorkflows>,
+}
+
+impl RawQuestion {
+    /// The files this question names (a WCPQ codebook, a logistic posterior model), resolved
+    /// as validation resolves them: what a configuration reload must watch.
+    fn files(&self, base_dir: &Path) -> Vec<std::path::PathBuf> {
+        let mut files = Vec::new();
+        if let mechanism::Raw::Wcpq { codebook, .. } = &self.mechanism {
+            files.push(base_dir.join(codebook));
+        }
+        if let Some(crate::workflow::RawPosterior::Table(table)) = self
+            .workflows
+            .as_ref()
+            .and_then(|workflows| workflows.posterior.as_ref())
+            && let Some(model) = &table.model
+        {
+            files.push(base_dir.join(model));
+        }
+        files
+    }
 }
 
 /// Upper bound of `max_connections` and `admin_max_connections` (far above any
@@ -149,6 +197,18 @@ pub(crate) mod limits {
     /// `providers.*.max_concurrency`: 1 to 100,000 requests in flight (far below tokio's
     /// `Semaphore::MAX_PERMITS`, beyond which the semaphore panics).
     pub(crate) const MAX_CONCURRENCY: (u64, u64) = (1, 100_000);
+    /// `server.watch_interval_ms`: 50 ms to one hour.
+    pub(crate) const WATCH_INTERVAL_MS: (u64, u64) = (50, 3_600_000);
+    /// `decision_log.max_bytes`: a file is rotated beyond this size; 4 KiB to 1 TiB.
+    pub(crate) const DECISION_LOG_MAX_BYTES: (u64, u64) = (4096, 1 << 40);
+    /// `decision_log.max_files`: rotated files kept beside the live one, 1 to 1000.
+    pub(crate) const DECISION_LOG_MAX_FILES: (u64, u64) = (1, 1000);
+    /// `decision_log.queue_capacity`: lines waiting for the writer, 1 to 1,000,000.
+    pub(crate) const DECISION_LOG_QUEUE: (u64, u64) = (1, 1_000_000);
+    /// `recipients[].rate_limit.requests_per_second`: one per 1000 s to a million per second.
+    pub(crate) const RATE_LIMIT_RPS: (f64, f64) = (0.001, 1_000_000.0);
+    /// `recipients[].rate_limit.burst`: 1 to 1,000,000 requests.
+    pub(crate) const RATE_LIMIT_BURST: (u64, u64) = (1, 1_000_000);
 }
 
 /// Pushes a problem unless `min <= value <= max`.
@@ -158,6 +218,18 @@ fn check_range(problems: &mut Vec<String>, key: &str, value: u64, (min, max): (u
             "{key}: must be between {min} and {max}, got {value}"
         ));
     }
+}
+
+fn default_decision_log_max_bytes() -> u64 {
+    100 * 1024 * 1024
+}
+
+fn default_decision_log_max_files() -> u64 {
+    5
+}
+
+fn default_decision_log_queue_capacity() -> u64 {
+    4096
 }
 
 fn default_timeout_ms() -> u64 {
@@ -191,6 +263,8 @@ impl Default for RawServer {
             max_connections: 10_000,
             admin_max_connections: 64,
             drain_delay_ms: 0,
+            watch_config: false,
+            watch_interval_ms: 1_000,
         }
     }
 }
@@ -207,6 +281,9 @@ impl RawConfig {
     ) -> Result<Config, Error> {
         let mut problems = Vec::new();
         let server = validate_server(self.server, &mut problems);
+        let decision_log = self
+            .decision_log
+            .map(|raw| validate_decision_log(raw, base_dir, &mut problems));
 
         let mut providers = BTreeMap::new();
         let declared: std::collections::BTreeSet<String> = self.providers.keys().cloned().collect();
@@ -217,6 +294,7 @@ impl RawConfig {
         }
 
         let mut contracts = BTreeMap::new();
+        let mut files = Vec::new();
         for (name, raw) in self.contracts {
             let key = format!("contracts.{name}");
             // A declared but invalid provider has its own problem already.
@@ -244,6 +322,7 @@ impl RawConfig {
             }
             let mut questions = BTreeMap::new();
             for (id, question) in raw.questions {
+                files.extend(question.files(base_dir));
                 if let Some(rule) = super::build_question(
                     &format!("{key}.questions.{id}"),
                     question,
@@ -294,10 +373,14 @@ impl RawConfig {
                     problems.push(format!("{key}.contracts: no contract named `{contract}`"));
                 }
             }
+            let rate_limit = raw
+                .rate_limit
+                .map(|limit| validate_rate_limit(&key, limit, &mut problems));
             recipients.push(Recipient {
                 name: raw.name,
                 key_sha256: digest,
                 contracts: raw.contracts,
+                rate_limit,
             });
         }
 
@@ -308,6 +391,11 @@ impl RawConfig {
                 recipients,
                 contracts,
                 source,
+                decision_log,
+                origin: super::Origin {
+                    files,
+                    ..super::Origin::default()
+                },
             })
         } else {
             Err(Error::Invalid(problems))
@@ -367,6 +455,11 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
             limits::SHUTDOWN_GRACE_MS,
         ),
         (
+            "server.watch_interval_ms",
+            raw.watch_interval_ms,
+            limits::WATCH_INTERVAL_MS,
+        ),
+        (
             "server.max_connections",
             raw.max_connections,
             (1, MAX_CONNECTIONS_LIMIT),
@@ -393,6 +486,94 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
         max_connections: connections(raw.max_connections),
         admin_max_connections: connections(raw.admin_max_connections),
         drain_delay: Duration::from_millis(raw.drain_delay_ms),
+        watch_config: raw.watch_config,
+        watch_interval: Duration::from_millis(raw.watch_interval_ms),
+    }
+}
+
+fn validate_rate_limit(
+    key: &str,
+    raw: RawRateLimit,
+    problems: &mut Vec<String>,
+) -> super::RateLimit {
+    let (min, max) = limits::RATE_LIMIT_RPS;
+    let rps = raw.requests_per_second;
+    if !(rps.is_finite() && (min..=max).contains(&rps)) {
+        problems.push(format!(
+            "{key}.rate_limit.requests_per_second: must be between {min} and {max}, got {rps}"
+        ));
+    }
+    let rps = if rps.is_finite() {
+        rps.clamp(min, max)
+    } else {
+        1.0
+    };
+    // Within range, `ceil` is at most 1e6: the cast is exact.
+    let burst = raw.burst.unwrap_or(rps.ceil().max(1.0) as u64);
+    check_range(
+        problems,
+        &format!("{key}.rate_limit.burst"),
+        burst,
+        limits::RATE_LIMIT_BURST,
+    );
+    let (low, high) = limits::RATE_LIMIT_BURST;
+    super::RateLimit {
+        requests_per_second: rps,
+        burst: u32::try_from(burst.clamp(low, high)).unwrap_or(1),
+    }
+}
+
+fn validate_decision_log(
+    raw: RawDecisionLog,
+    base_dir: &Path,
+    problems: &mut Vec<String>,
+) -> super::DecisionLog {
+    check_range(
+        problems,
+        "decision_log.max_bytes",
+        raw.max_bytes,
+        limits::DECISION_LOG_MAX_BYTES,
+    );
+    check_range(
+        problems,
+        "decision_log.max_files",
+        raw.max_files,
+        limits::DECISION_LOG_MAX_FILES,
+    );
+    check_range(
+        problems,
+        "decision_log.queue_capacity",
+        raw.queue_capacity,
+        limits::DECISION_LOG_QUEUE,
+    );
+    let sink = match raw.path.as_str() {
+        "stdout" => super::DecisionSink::Stdout,
+        "" => {
+            problems.push("decision_log.path: must not be empty (a file or \"stdout\")".into());
+            super::DecisionSink::Stdout
+        }
+        path => {
+            let path = base_dir.join(path);
+            if path.is_dir() {
+                problems.push(format!(
+                    "decision_log.path: {} is a directory; name a file",
+                    path.display()
+                ));
+            }
+            super::DecisionSink::File(path)
+        }
+    };
+    let size = |value: u64, (min, max): (u64, u64)| {
+        usize::try_from(value.clamp(min, max)).unwrap_or(usize::MAX)
+    };
+    super::DecisionLog {
+        sink,
+        max_bytes: raw.max_bytes.clamp(
+            limits::DECISION_LOG_MAX_BYTES.0,
+            limits::DECISION_LOG_MAX_BYTES.1,
+        ),
+        max_files: size(raw.max_files, limits::DECISION_LOG_MAX_FILES),
+        queue_capacity: size(raw.queue_capacity, limits::DECISION_LOG_QUEUE),
     }
 }
 

@@ -45,6 +45,53 @@ fn embedded_default_is_valid() {
 }
 
 #[test]
+fn the_decision_log_is_off_unless_configured_and_summarized() {
+    let config = Config::from_toml(MINIMAL).unwrap();
+    assert_eq!(config.decision_log, None);
+    assert!(config.summary().contains("decision log: off\n"));
+    let config = Config::from_toml(&format!(
+        "{MINIMAL}[decision_log]\npath = \"/var/log/d.jsonl\"\nmax_files = 3\n"
+    ))
+    .unwrap();
+    let log = config.decision_log.clone().unwrap();
+    assert_eq!(
+        log.sink,
+        DecisionSink::File(PathBuf::from("/var/log/d.jsonl"))
+    );
+    assert_eq!(
+        (log.max_bytes, log.max_files, log.queue_capacity),
+        (100 * 1024 * 1024, 3, 4096)
+    );
+    assert!(config.summary().contains(
+        "decision log: /var/log/d.jsonl (rotated at 104857600 bytes, 3 files kept) · queue 4096"
+    ));
+    let config =
+        Config::from_toml(&format!("{MINIMAL}[decision_log]\npath = \"stdout\"\n")).unwrap();
+    assert_eq!(config.decision_log.unwrap().sink, DecisionSink::Stdout);
+}
+
+#[test]
+fn a_rate_limit_defaults_its_burst_to_the_rate_rounded_up() {
+    let limited = |table: &str| {
+        let text = MINIMAL.replace(
+            "contracts = [\"c\"]",
+            &format!("contracts = [\"c\"]\nrate_limit = {table}"),
+        );
+        let config = Config::from_toml(&text).unwrap();
+        assert!(config.summary().contains("rate limit"));
+        config.recipients[0].rate_limit.unwrap()
+    };
+    assert_eq!(limited("{ requests_per_second = 2.5 }").burst, 3);
+    assert_eq!(limited("{ requests_per_second = 0.001 }").burst, 1);
+    let limit = limited("{ requests_per_second = 10, burst = 50 }");
+    assert_eq!((limit.requests_per_second, limit.burst), (10.0, 50));
+    assert_eq!(
+        Config::from_toml(MINIMAL).unwrap().recipients[0].rate_limit,
+        None
+    );
+}
+
+#[test]
 fn minimal_config_gets_server_defaults() {
     let config = Config::from_toml(MINIMAL).unwrap();
     assert_eq!(config.server.listen.port(), 8080);
@@ -263,6 +310,58 @@ fn numeric_keys_outside_their_range_are_errors_naming_the_key() {
         ),
         (server("shutdown_grace_ms", "-5"), "shutdown_grace_ms"),
         (
+            format!("{MINIMAL}[decision_log]\npath = \"d.jsonl\"\nmax_bytes = 4095\n"),
+            "decision_log.max_bytes",
+        ),
+        (
+            format!("{MINIMAL}[decision_log]\npath = \"d.jsonl\"\nmax_files = 0\n"),
+            "decision_log.max_files",
+        ),
+        (
+            format!("{MINIMAL}[decision_log]\npath = \"d.jsonl\"\nqueue_capacity = 0\n"),
+            "decision_log.queue_capacity",
+        ),
+        (
+            format!("{MINIMAL}[decision_log]\npath = \"\"\n"),
+            "decision_log.path",
+        ),
+        (
+            MINIMAL.replace(
+                "contracts = [\"c\"]",
+                "contracts = [\"c\"]\nrate_limit = { requests_per_second = 0 }",
+            ),
+            "recipients[0].rate_limit.requests_per_second",
+        ),
+        (
+            MINIMAL.replace(
+                "contracts = [\"c\"]",
+                "contracts = [\"c\"]\nrate_limit = { requests_per_second = 1e7 }",
+            ),
+            "recipients[0].rate_limit.requests_per_second",
+        ),
+        (
+            MINIMAL.replace(
+                "contracts = [\"c\"]",
+                "contracts = [\"c\"]\nrate_limit = { requests_per_second = 5, burst = 0 }",
+            ),
+            "recipients[0].rate_limit.burst",
+        ),
+        (
+            MINIMAL.replace(
+                "contracts = [\"c\"]",
+                "contracts = [\"c\"]\nrate_limit = { requests_per_second = 5, burst = 1000001 }",
+            ),
+            "recipients[0].rate_limit.burst",
+        ),
+        (
+            server("watch_interval_ms", "49"),
+            "server.watch_interval_ms",
+        ),
+        (
+            server("watch_interval_ms", "3600001"),
+            "server.watch_interval_ms",
+        ),
+        (
             format!(
                 "{MINIMAL}[contracts.c.questions.q.workflows]\ncosts = {{ c_wrong = 1e300 }}\n"
             ),
@@ -278,7 +377,7 @@ fn numeric_keys_outside_their_range_are_errors_naming_the_key() {
     }
     // The bounds themselves are accepted.
     let edges = format!(
-        "[server]\nmax_body_bytes = 1073741824\nmax_upstream_body_bytes = 1\nshutdown_grace_ms = 3600000\n{}",
+        "[server]\nmax_body_bytes = 1073741824\nmax_upstream_body_bytes = 1\nshutdown_grace_ms = 3600000\nwatch_interval_ms = 50\n{}",
         remote(
             "http://127.0.0.1:1",
             "timeout_ms = 3600000\nqueue_timeout_ms = 3600000\nmax_concurrency = 100000"

@@ -40,6 +40,9 @@ pub enum Error {
     /// The request's header fields exceed the proxy's limit.
     #[error("the request header fields exceed {0} bytes")]
     HeadersTooLarge(usize),
+    /// The recipient's own rate limit on this proxy (429): retry after this many seconds.
+    #[error("this key's request rate limit on the proxy is exhausted; retry after {0} s")]
+    RateLimited(u64),
     /// The provider's concurrency slots stayed busy (503): retry after this many seconds.
     #[error("the provider is saturated; retry after {0} s")]
     Saturated(u64),
@@ -91,6 +94,7 @@ impl Error {
             Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Error::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Error::Saturated(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::UpstreamStatus { status, .. } => match *status {
                 400..=499 | 529 => StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY),
                 _ => StatusCode::BAD_GATEWAY,
@@ -117,6 +121,7 @@ impl Error {
             Error::MethodNotAllowed => "method_not_allowed",
             Error::HeadersTooLarge(_) => "request_header_fields_too_large",
             Error::Saturated(_) => "upstream_saturated",
+            Error::RateLimited(_) => "rate_limited",
             Error::TooLarge(_) => "request_too_large",
             Error::BodyTimeout(_) => "request_timeout",
             Error::Unsupported(_) => "unsupported_media_type",
@@ -176,7 +181,7 @@ impl IntoResponse for Error {
                     response.headers_mut().insert("retry-after-ms", value);
                 }
             }
-            Error::Saturated(seconds) => {
+            Error::Saturated(seconds) | Error::RateLimited(seconds) => {
                 response
                     .headers_mut()
                     .insert(RETRY_AFTER, HeaderValue::from(seconds));

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::error::Error;
 use super::middleware::RequestId;
-use super::{AppState, body};
+use super::{AppState, Live, body};
 use std::sync::Arc;
 
 use crate::config::Provider;
@@ -78,13 +78,13 @@ async fn serve_systemone(
     body: Body,
 ) -> Response {
     let started = Instant::now();
-    let mut contract_label: Option<String> = None;
+    let mut trail = Trail::default();
     let selection = Selection {
         headers: &headers,
         path_contract: path_contract.as_deref(),
     };
-    let result = answer(&state, selection, body, &mut contract_label).await;
-    finish(&state, "systemone", id, contract_label, started, result)
+    let result = answer(&state, selection, body, &mut trail).await;
+    finish(&state, "systemone", id, trail, started, result)
 }
 
 async fn serve_models(
@@ -94,13 +94,13 @@ async fn serve_models(
     headers: HeaderMap,
 ) -> Response {
     let started = Instant::now();
-    let mut contract_label: Option<String> = None;
+    let mut trail = Trail::default();
     let selection = Selection {
         headers: &headers,
         path_contract: path_contract.as_deref(),
     };
-    let result = list_models(&state, selection, &mut contract_label).await;
-    finish(&state, "models", id, contract_label, started, result)
+    let result = list_models(&state, selection, &mut trail).await;
+    finish(&state, "models", id, trail, started, result)
 }
 
 /// Unknown public routes.
@@ -143,15 +143,33 @@ struct Selection<'r> {
     path_contract: Option<&'r str>,
 }
 
+/// What a request learned on its way (for metrics, logs and the decision log).
+#[derive(Default)]
+struct Trail {
+    /// The authenticated recipient's name.
+    recipient: Option<String>,
+    /// The selected contract.
+    contract: Option<Arc<Contract>>,
+    /// What happened to each released answer.
+    answers: Vec<release::AnswerRecord>,
+}
+
 fn finish(
     state: &AppState,
     route: &'static str,
     RequestId(request_id): RequestId,
-    contract: Option<String>,
+    trail: Trail,
     started: Instant,
     result: Result<Value, Error>,
 ) -> Response {
-    let contract_label = contract.as_deref().unwrap_or("none");
+    let contract_label = trail.contract.as_ref().map_or("none", |c| c.name.as_str());
+    if let (Err(Error::RateLimited(_)), Some(recipient)) = (&result, &trail.recipient) {
+        state
+            .metrics()
+            .rate_limited
+            .with_label_values(&[recipient.as_str()])
+            .inc();
+    }
     let response = match result {
         Ok(body) => Json(body).into_response(),
         Err(error) => {
@@ -173,29 +191,47 @@ fn finish(
         .request_duration
         .with_label_values(&[contract_label, route, status_class(status)])
         .observe(started.elapsed().as_secs_f64());
+    let latency = started.elapsed();
     tracing::info!(
         %request_id, route, contract = contract_label, status,
-        latency_ms = started.elapsed().as_secs_f64() * 1e3, "request"
+        latency_ms = latency.as_secs_f64() * 1e3, "request"
     );
+    if let Some(log) = state.inner.decisions.get() {
+        log.record(crate::decisions::Record {
+            time: std::time::SystemTime::now(),
+            request_id,
+            route,
+            recipient: trail.recipient,
+            contract: trail.contract,
+            status,
+            latency,
+            answers: trail.answers,
+        });
+    }
     // The request id headers are stamped by the router's middleware.
     response
 }
 
-fn select_contract<'s>(
-    state: &'s AppState,
+fn select_contract<'l>(
+    live: &'l Live,
     selection: Selection<'_>,
-    label: &mut Option<String>,
-) -> Result<&'s std::sync::Arc<Contract>, Error> {
-    let caller = state
-        .inner
+    trail: &mut Trail,
+) -> Result<&'l std::sync::Arc<Contract>, Error> {
+    let caller = live
         .keys
         .authenticate(selection.headers, selection.path_contract)?;
-    let contract = state
-        .inner
+    let contract = live
         .config
         .contract(&caller.contract)
         .ok_or(Error::Internal)?;
-    *label = Some(contract.name.clone());
+    let span = tracing::Span::current();
+    span.record("recipient", caller.recipient.as_str());
+    span.record("contract", contract.name.as_str());
+    let limited = live.limits.check(&caller.recipient);
+    trail.recipient = Some(caller.recipient);
+    trail.contract = Some(contract.clone());
+    // After authentication, before the body is read.
+    limited.map_err(Error::RateLimited)?;
     Ok(contract)
 }
 
@@ -203,11 +239,12 @@ async fn answer(
     state: &AppState,
     selection: Selection<'_>,
     body: Body,
-    label: &mut Option<String>,
+    trail: &mut Trail,
 ) -> Result<Value, Error> {
     let headers = selection.headers;
-    let contract = select_contract(state, selection, label)?;
-    let bytes = body::read(headers, body, &state.inner.config.server).await?;
+    let live = state.live();
+    let contract = select_contract(&live, selection, trail)?;
+    let bytes = body::read(headers, body, &state.inner.server).await?;
     // Like the real API (FastAPI), a body that is not JSON is a 422 `json_invalid`.
     let mut request: Value = serde_json::from_slice(&bytes).map_err(|error| {
         let reason = error.to_string();
@@ -228,17 +265,17 @@ async fn answer(
         }
         None => bytes,
     };
-    let reply = state
-        .inner
+    let reply = live
         .upstreams
         .systemone(&contract.provider, forward, headers)
         .await
-        .map_err(|error| upstream_error(state, contract, error))?;
+        .map_err(|error| upstream_error(&live, contract, error))?;
     let native = success_json(state, contract, reply)?;
     let released = release_off_thread(contract, asked, request, native)
         .await?
         .map_err(|reason| reject(state, contract, reason))?;
     record_released(state, contract, &released);
+    trail.answers = released.answers;
     Ok(released.body)
 }
 
@@ -314,15 +351,15 @@ fn record_released(state: &AppState, contract: &Contract, released: &release::Re
 async fn list_models(
     state: &AppState,
     selection: Selection<'_>,
-    label: &mut Option<String>,
+    trail: &mut Trail,
 ) -> Result<Value, Error> {
-    let contract = select_contract(state, selection, label)?;
-    let reply = state
-        .inner
+    let live = state.live();
+    let contract = select_contract(&live, selection, trail)?;
+    let reply = live
         .upstreams
         .models(&contract.provider)
         .await
-        .map_err(|error| upstream_error(state, contract, error))?;
+        .map_err(|error| upstream_error(&live, contract, error))?;
     let native = success_json(state, contract, reply)?;
     let entries = native
         .get("models")
@@ -359,10 +396,10 @@ async fn list_models(
 /// A shed request (the provider's slots stayed busy) tells the client when to
 /// come back: the provider's queue timeout rounded up to whole seconds, at
 /// least 1, the time in which a slot would have had to free up.
-fn upstream_error(state: &AppState, contract: &Contract, error: upstream::Error) -> Error {
+fn upstream_error(live: &Live, contract: &Contract, error: upstream::Error) -> Error {
     match error {
         upstream::Error::Saturated => {
-            let queue_timeout = match state.inner.config.providers.get(&contract.provider) {
+            let queue_timeout = match live.config.providers.get(&contract.provider) {
                 Some(Provider::SystemOne(remote)) => remote.queue_timeout,
                 _ => std::time::Duration::ZERO,
             };

@@ -2,11 +2,17 @@
 //! from a handler, a fallback or this layer itself, carries the proxy's own
 //! request id in `x-request-id` and `x-typesafe-request-id` (the header the
 //! official SDKs read), and oversized header sections get a JSON 431.
+//!
+//! It also opens the request's span (`request`, with the request id and the W3C trace id;
+//! handlers add the recipient and contract once known), so every log line of the request
+//! carries them, and replaces the caller's `traceparent`/`tracestate` with what the
+//! provider may receive (`trace`).
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use tracing::Instrument;
 
 use super::{AppState, Error, REQUEST_ID_HEADER};
 
@@ -31,17 +37,28 @@ pub(super) async fn request_id(
     next: Next,
 ) -> Response {
     let id = state.next_request_id();
+    let trace = super::trace::TraceContext::from_headers(request.headers());
+    let span = tracing::info_span!(
+        "request",
+        request_id = %id,
+        trace_id = %trace.trace_id(),
+        recipient = tracing::field::Empty,
+        contract = tracing::field::Empty,
+    );
     let header_bytes: usize = request
         .headers()
         .iter()
         .map(|(name, value)| name.as_str().len() + value.len() + 4)
         .sum();
     let mut response = if header_bytes > MAX_HEADER_BYTES {
-        tracing::warn!(request_id = %id, header_bytes, "request header fields too large");
+        span.in_scope(|| {
+            tracing::warn!(request_id = %id, header_bytes, "request header fields too large");
+        });
         Error::HeadersTooLarge(MAX_HEADER_BYTES).into_response()
     } else {
+        trace.apply(request.headers_mut());
         request.extensions_mut().insert(RequestId(id.clone()));
-        next.run(request).await
+        next.run(request).instrument(span).await
     };
     if let Ok(value) = HeaderValue::from_str(&id) {
         let headers = response.headers_mut();

@@ -256,3 +256,60 @@ fn the_kubernetes_manifests_turn_off_service_links_and_ship_a_valid_configuratio
     assert!(checked.status.success(), "{}", stderr(&checked));
     let _ = std::fs::remove_dir_all(&scratch);
 }
+
+/// Every `releasegate_*` series the shipped alerts, dashboard and operator's page query is one
+/// the proxy exports (histogram suffixes stripped), so a renamed metric cannot leave them
+/// silently empty.
+#[test]
+fn the_alerts_dashboard_and_operations_page_query_real_metrics() {
+    let root = std::path::Path::new(ROOT);
+    let source: String = ["src/metrics.rs", "src/server/listener.rs"]
+        .iter()
+        .map(|path| std::fs::read_to_string(root.join(path)).unwrap())
+        .collect();
+    for file in [
+        "deploy/prometheus/alerts.yaml",
+        "deploy/grafana/releasegate-dashboard.json",
+        "docs/operations.md",
+    ] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        let mut names: Vec<&str> = text
+            .match_indices("releasegate_")
+            .map(|(at, _)| {
+                let end = text[at..]
+                    .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+                    .map_or(text.len(), |n| at + n);
+                &text[at..end]
+            })
+            // Prefixes in a grep pattern (`releasegate_config_(info|...)`) are not names.
+            .filter(|name| !name.ends_with('_'))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        assert!(!names.is_empty(), "{file}");
+        for name in names {
+            let base = ["_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix))
+                .unwrap_or(name);
+            assert!(
+                source.contains(&format!("\"{base}\"")),
+                "{file} queries {name}, which the proxy does not export"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_kubernetes_manifests_reload_an_edited_configmap() {
+    let dir = std::path::Path::new(ROOT).join("deploy/kubernetes");
+    let toml = configmap_toml(&std::fs::read_to_string(dir.join("configmap.yaml")).unwrap());
+    assert!(
+        toml.lines()
+            .any(|line| line.trim() == "watch_config = true")
+    );
+    let deployment = std::fs::read_to_string(dir.join("deployment.yaml")).unwrap();
+    // A subPath mount never sees ConfigMap updates.
+    assert!(!deployment.contains("subPath:"));
+    assert!(deployment.contains("mountPath: /etc/releasegate"));
+}

@@ -1,4 +1,4 @@
-//! The real binary under signals and limits: SIGHUP keeps it serving,
+//! The real binary under signals and limits: SIGHUP reloads the configuration,
 //! SIGTERM drains (with `/readyz` at 503 and the admin port up until the end),
 //! and a full public listener leaves file descriptors for the admin port.
 
@@ -13,6 +13,9 @@ use tokio::net::TcpStream;
 
 use super::connections::{GatedUpstream, PATIENCE, config_text, served};
 use super::helpers::{CLIENT_KEY, request};
+
+/// A key the configuration binds only after a reload.
+const ADDED_KEY: &str = "client-key-added-by-sighup";
 
 const BIN: &str = env!("CARGO_BIN_EXE_releasegate");
 
@@ -151,6 +154,22 @@ impl Serving {
         .unwrap()
     }
 
+    async fn decide_as(&self, client: &reqwest::Client, key: &str) -> u16 {
+        tokio::time::timeout(
+            PATIENCE,
+            client
+                .post(format!("http://{}/v1/systemone", self.public))
+                .bearer_auth(key)
+                .json(&request())
+                .send(),
+        )
+        .await
+        .expect("no answer")
+        .unwrap()
+        .status()
+        .as_u16()
+    }
+
     async fn admin_status(&self, client: &reqwest::Client, path: &str) -> u16 {
         tokio::time::timeout(PATIENCE, client.get(format!("{}{path}", self.admin)).send())
             .await
@@ -176,31 +195,109 @@ impl Drop for Serving {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn sighup_is_logged_and_the_proxy_keeps_serving() {
+async fn sighup_reloads_the_configuration_and_refuses_a_broken_one() {
     let upstream = GatedUpstream::start().await;
     upstream.open();
-    let mut proxy = Serving::start(
-        "hup",
-        &config_text("shutdown_grace_ms = 5000", Some(&upstream.base_url)),
-        None,
-    );
+    let config = config_text("shutdown_grace_ms = 5000", Some(&upstream.base_url));
+    let mut proxy = Serving::start("hup", &config, None);
     let client = client();
     assert_eq!(proxy.decide(&client).await.status(), 200);
-    for _ in 0..2 {
-        proxy.signal("HUP");
-    }
+    assert_eq!(proxy.decide_as(&client, ADDED_KEY).await, 401);
+
+    // A recipient added to the file works once SIGHUP reloaded it.
+    let added = format!(
+        "{config}\n[[recipients]]\nname = \"added\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n",
+        releasegate::auth::hash_key(ADDED_KEY)
+    );
+    std::fs::write(proxy.dir.join("releasegate.toml"), &added).unwrap();
+    proxy.signal("HUP");
+    assert!(
+        proxy.logged("configuration reloaded").await,
+        "SIGHUP did not reload: {:?}",
+        proxy.logs.lock().unwrap()
+    );
+    assert_eq!(proxy.decide_as(&client, ADDED_KEY).await, 200);
+
+    // A broken file is refused whole, logged with its key; the process keeps serving.
+    std::fs::write(
+        proxy.dir.join("releasegate.toml"),
+        added.replace("contracts = [\"main\"]\n", "contracts = [\"nope\"]\n"),
+    )
+    .unwrap();
+    proxy.signal("HUP");
+    assert!(
+        proxy.logged("configuration reload refused").await,
+        "{:?}",
+        proxy.logs.lock().unwrap()
+    );
     assert!(
         proxy
-            .logged("configuration reload is not implemented yet")
-            .await,
-        "SIGHUP was not handled: {:?}",
-        proxy.logs.lock().unwrap()
+            .logs
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|line| line.contains("recipients[0].contracts")),
+        "the refusal names the key"
     );
     assert!(proxy.running(), "SIGHUP ended the process");
     assert_eq!(proxy.decide(&client).await.status(), 200);
+    assert_eq!(proxy.decide_as(&client, ADDED_KEY).await, 200);
     assert_eq!(proxy.admin_status(&client, "/readyz").await, 200);
     proxy.signal("TERM");
     assert_eq!(proxy.exited().await.code(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_log_line_of_a_request_carries_its_span() {
+    let upstream = GatedUpstream::start().await;
+    upstream.open();
+    let mut proxy = Serving::start("span", &config_text("", Some(&upstream.base_url)), None);
+    let client = client();
+    let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let response = client
+        .post(format!("http://{}/v1/systemone", proxy.public))
+        .bearer_auth(CLIENT_KEY)
+        .header("traceparent", caller)
+        .json(&request())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let request_id = response.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(proxy.decide_as(&client, "unknown-key").await, 401);
+    assert!(proxy.logged("request failed").await);
+    proxy.signal("TERM");
+    assert_eq!(proxy.exited().await.code(), Some(0));
+
+    let lines: Vec<Value> = proxy
+        .logs
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    let served = lines
+        .iter()
+        .find(|line| {
+            line["fields"]["message"] == "request" && line["span"]["request_id"] == request_id
+        })
+        .expect("the request's log line");
+    let span = &served["span"];
+    assert_eq!(span["name"], "request");
+    assert_eq!(span["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(span["recipient"], "one");
+    assert_eq!(span["contract"], "main");
+    // Refused before a recipient is known: the span has the ids only.
+    let failed = lines
+        .iter()
+        .find(|line| line["fields"]["message"] == "request failed")
+        .expect("the refusal's log line");
+    assert!(failed["span"]["request_id"].is_string());
+    assert_eq!(failed["span"]["trace_id"].as_str().unwrap().len(), 32);
+    assert!(failed["span"].get("recipient").is_none());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,0 +1,402 @@
+//! Configuration reload in process: under load nothing fails, keys added and removed take
+//! effect at their reload, a broken configuration is refused whole, requests in flight
+//! finish on their own generation, and `watch_config` follows a ConfigMap-style symlink swap.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use releasegate::config::Config;
+use releasegate::server::{AppState, Application};
+use tokio::sync::oneshot;
+
+use super::connections::{GatedUpstream, PATIENCE};
+use super::helpers::{CLIENT_KEY, questions, request, spawn_upstream};
+
+/// A key that only some configurations bind.
+const ADDED_KEY: &str = "client-key-added";
+
+/// Which configuration a test writes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Version {
+    /// The stable recipient only.
+    Base,
+    /// Plus the recipient of `ADDED_KEY`.
+    Added,
+    /// Plus a recipient bound to a contract that does not exist: refused.
+    Broken,
+}
+
+fn config_text(version: Version, base_url: &str, server_extra: &str) -> String {
+    let digest = releasegate::auth::hash_key;
+    let mut text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace_ms = 500\n{server_extra}\n\
+         [providers.up]\nkind = \"systemone\"\nbase_url = \"{base_url}\"\ntimeout_ms = 30000\n\
+         [[recipients]]\nname = \"stable\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n",
+        digest(CLIENT_KEY)
+    );
+    match version {
+        Version::Base => {}
+        Version::Added => text.push_str(&format!(
+            "[[recipients]]\nname = \"added\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n",
+            digest(ADDED_KEY)
+        )),
+        Version::Broken => text.push_str(&format!(
+            "[[recipients]]\nname = \"added\"\nkey_sha256 = \"{}\"\ncontracts = [\"no_such_contract\"]\n",
+            digest(ADDED_KEY)
+        )),
+    }
+    text.push_str("[contracts.main]\nprovider = \"up\"\n");
+    text.push_str(&questions("main", "full_native", ""));
+    text
+}
+
+pub fn scratch(name: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("releasegate-reload-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The proxy running in this process on a configuration file, with its state at hand.
+struct Running {
+    address: String,
+    admin: String,
+    state: AppState,
+    client: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    handle: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    async fn start(path: &Path) -> Running {
+        let config = Config::load(Some(path)).unwrap();
+        let app = Application::build(config).await.unwrap();
+        let address = format!("http://127.0.0.1:{}", app.port());
+        let admin = format!("http://127.0.0.1:{}", app.admin_port());
+        let state = app.state().clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let handle = tokio::spawn(async move {
+            let _ = app
+                .run_until_stopped(async move {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        Running {
+            address,
+            admin,
+            state,
+            client: reqwest::Client::new(),
+            stop: Some(stop),
+            handle: Some(handle),
+        }
+    }
+
+    async fn status(&self, key: &str) -> u16 {
+        decide(&self.client, &self.address, key).await
+    }
+
+    /// Reloads `path` off the async workers, as SIGHUP does.
+    async fn reload(&self, path: &Path) -> Result<String, String> {
+        let state = self.state.clone();
+        let path = path.to_path_buf();
+        tokio::task::spawn_blocking(move || state.reload_from(&path))
+            .await
+            .unwrap()
+            .map_err(|error| error.to_string())
+    }
+
+    async fn metrics(&self) -> String {
+        self.client
+            .get(format!("{}/metrics", self.admin))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(handle) = self.handle.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), handle).await;
+        }
+    }
+}
+
+async fn decide(client: &reqwest::Client, address: &str, key: &str) -> u16 {
+    tokio::time::timeout(
+        PATIENCE,
+        client
+            .post(format!("{address}/v1/systemone"))
+            .bearer_auth(key)
+            .json(&request())
+            .send(),
+    )
+    .await
+    .expect("no answer")
+    .map(|response| response.status().as_u16())
+    .unwrap_or(0)
+}
+
+/// The value of one series in a metrics text (`None` when absent).
+fn series(metrics: &str, name: &str) -> Option<String> {
+    let prefix = format!("{name} ");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .map(|value| value.trim().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_reloads_under_load_fail_no_request_and_keys_follow_their_reload() {
+    let (_upstream, base_url) = spawn_upstream().await;
+    let dir = scratch("load");
+    let files: Vec<(Version, PathBuf)> = [Version::Added, Version::Base, Version::Broken]
+        .into_iter()
+        .map(|version| {
+            let path = dir.join(format!("{version:?}.toml"));
+            std::fs::write(&path, config_text(version, &base_url, "")).unwrap();
+            (version, path)
+        })
+        .collect();
+    let proxy = Running::start(&files[1].1).await;
+    assert_eq!(proxy.status(CLIENT_KEY).await, 200);
+    assert_eq!(proxy.status(ADDED_KEY).await, 401);
+
+    // Four callers with the stable key, for the whole test (bounded in count too).
+    let stop = Arc::new(AtomicBool::new(false));
+    let running = Arc::new(AtomicUsize::new(0));
+    let load: Vec<_> = (0..4)
+        .map(|_| {
+            let (stop, running) = (stop.clone(), running.clone());
+            let address = proxy.address.clone();
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                let (mut sent, mut failed) = (0u32, Vec::new());
+                while !stop.load(Ordering::Relaxed) && sent < 20_000 {
+                    let status = decide(&client, &address, CLIENT_KEY).await;
+                    if status != 200 {
+                        failed.push(status);
+                    }
+                    if sent == 0 {
+                        running.fetch_add(1, Ordering::SeqCst);
+                    }
+                    sent += 1;
+                }
+                (sent, failed)
+            })
+        })
+        .collect();
+    // The reloads start once every caller is under way.
+    let under_way = tokio::time::timeout(PATIENCE, async {
+        while running.load(Ordering::SeqCst) < 4 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(under_way.is_ok(), "the callers never got going");
+
+    let (mut ok, mut refused) = (0, 0);
+    let mut added_is_bound = false;
+    let mut live_sha = String::new();
+    for round in 0..20 {
+        let (version, path) = &files[round % 3];
+        let result = proxy.reload(path).await;
+        match version {
+            Version::Broken => {
+                let error = result.expect_err("a broken configuration was accepted");
+                assert!(error.contains("recipients[1].contracts"), "{error}");
+                refused += 1;
+            }
+            _ => {
+                live_sha = result.expect("a valid configuration was refused");
+                ok += 1;
+                added_is_bound = *version == Version::Added;
+            }
+        }
+        // The added key works exactly while a configuration that binds it is in force.
+        let expected = if added_is_bound { 200 } else { 401 };
+        assert_eq!(
+            proxy.status(ADDED_KEY).await,
+            expected,
+            "round {round}: after reloading {version:?}"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut total = 0;
+    for task in load {
+        let (sent, failed) = task.await.unwrap();
+        assert!(failed.is_empty(), "stable requests failed: {failed:?}");
+        total += sent;
+    }
+    assert!(total > 0);
+
+    let metrics = proxy.metrics().await;
+    assert_eq!(
+        series(&metrics, "releasegate_config_reloads_total{result=\"ok\"}"),
+        Some(ok.to_string())
+    );
+    assert_eq!(
+        series(
+            &metrics,
+            "releasegate_config_reloads_total{result=\"error\"}"
+        ),
+        Some(refused.to_string())
+    );
+    // One config_info series: the file in force (sha256sum of its bytes).
+    let info: Vec<&str> = metrics
+        .lines()
+        .filter(|line| line.starts_with("releasegate_config_info{"))
+        .collect();
+    assert_eq!(
+        info,
+        [format!("releasegate_config_info{{sha256=\"{live_sha}\"}} 1").as_str()]
+    );
+    let last_valid = &files[if added_is_bound { 0 } else { 1 }].1;
+    assert_eq!(
+        live_sha,
+        releasegate::config::sha256_hex(&std::fs::read(last_valid).unwrap())
+    );
+    proxy.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn requests_in_flight_finish_on_the_configuration_they_started_with() {
+    let mut upstream = GatedUpstream::start().await;
+    let dir = scratch("inflight");
+    let added = dir.join("added.toml");
+    let base = dir.join("base.toml");
+    std::fs::write(&added, config_text(Version::Added, &upstream.base_url, "")).unwrap();
+    std::fs::write(&base, config_text(Version::Base, &upstream.base_url, "")).unwrap();
+    let proxy = Running::start(&added).await;
+    // A request of the added key reaches the provider, then its key is removed.
+    let in_flight = {
+        let client = proxy.client.clone();
+        let address = proxy.address.clone();
+        tokio::spawn(async move { decide(&client, &address, ADDED_KEY).await })
+    };
+    upstream.arrived().await;
+    proxy.reload(&base).await.unwrap();
+    upstream.release_one();
+    assert_eq!(
+        in_flight.await.unwrap(),
+        200,
+        "the in-flight request failed"
+    );
+    // New requests see the new configuration.
+    assert_eq!(proxy.status(ADDED_KEY).await, 401);
+    upstream.open();
+    assert_eq!(proxy.status(CLIENT_KEY).await, 200);
+    proxy.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_that_changes_a_start_up_setting_is_refused_whole() {
+    let (_upstream, base_url) = spawn_upstream().await;
+    let dir = scratch("fixed");
+    let path = dir.join("releasegate.toml");
+    std::fs::write(&path, config_text(Version::Base, &base_url, "")).unwrap();
+    let proxy = Running::start(&path).await;
+    let sha = proxy.state.config_sha256();
+    // The added recipient comes with a changed listener and body cap: nothing applies.
+    let changed = dir.join("changed.toml");
+    std::fs::write(
+        &changed,
+        config_text(Version::Added, &base_url, "max_body_bytes = 4096").replace(
+            "listen = \"127.0.0.1:0\"\nadmin",
+            "listen = \"127.0.0.1:1\"\nadmin",
+        ),
+    )
+    .unwrap();
+    let error = proxy.reload(&changed).await.unwrap_err();
+    assert!(
+        error.contains("server.listen") && error.contains("server.max_body_bytes"),
+        "{error}"
+    );
+    assert_eq!(proxy.status(ADDED_KEY).await, 401);
+    assert_eq!(proxy.state.config_sha256(), sha);
+    let metrics = proxy.metrics().await;
+    assert!(metrics.contains(&format!("releasegate_config_info{{sha256=\"{sha}\"}} 1")));
+    assert_eq!(
+        series(
+            &metrics,
+            "releasegate_config_reloads_total{result=\"error\"}"
+        )
+        .as_deref(),
+        Some("1")
+    );
+    proxy.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn watch_config_follows_a_configmap_symlink_swap() {
+    use std::os::unix::fs::symlink;
+    let (_upstream, base_url) = spawn_upstream().await;
+    // The layout of a ConfigMap volume: releasegate.toml -> ..data/releasegate.toml,
+    // ..data -> ..v1; an update writes ..v2 and renames a new ..data over the old one.
+    let dir = scratch("watch");
+    let watch = "watch_config = true\nwatch_interval_ms = 50";
+    let write_version = |name: &str, version: Version| {
+        std::fs::create_dir(dir.join(name)).unwrap();
+        std::fs::write(
+            dir.join(name).join("releasegate.toml"),
+            config_text(version, &base_url, watch),
+        )
+        .unwrap();
+    };
+    let swap_to = |name: &str| {
+        symlink(name, dir.join("..data_tmp")).unwrap();
+        std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    };
+    write_version("..v1", Version::Base);
+    symlink("..v1", dir.join("..data")).unwrap();
+    symlink("..data/releasegate.toml", dir.join("releasegate.toml")).unwrap();
+    let proxy = Running::start(&dir.join("releasegate.toml")).await;
+    assert_eq!(proxy.status(ADDED_KEY).await, 401);
+
+    write_version("..v2", Version::Added);
+    swap_to("..v2");
+    let added = tokio::time::timeout(PATIENCE, async {
+        while proxy.status(ADDED_KEY).await != 200 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(added.is_ok(), "the watch never reloaded the swapped file");
+
+    // A broken update is refused; the running configuration stays.
+    write_version("..v3", Version::Broken);
+    swap_to("..v3");
+    let refused = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let metrics = proxy.metrics().await;
+            if series(
+                &metrics,
+                "releasegate_config_reloads_total{result=\"error\"}",
+            )
+            .as_deref()
+                == Some("1")
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(refused.is_ok(), "the broken update was never tried");
+    assert_eq!(proxy.status(ADDED_KEY).await, 200);
+    assert_eq!(proxy.status(CLIENT_KEY).await, 200);
+    proxy.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
