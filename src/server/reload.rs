@@ -250,6 +250,22 @@ fn digest(paths: &[PathBuf]) -> [u8; 32] {
     hasher.finalize().into()
 }
 
+/// Whether the configuration file's contents differ from the text the running
+/// configuration was loaded from (its `origin.sha256`).
+fn changed_since_load(config: &Config) -> bool {
+    let Some(path) = &config.origin.path else {
+        return false;
+    };
+    let Ok(bytes) = std::fs::read(path) else {
+        return true;
+    };
+    let hex: String = Sha256::digest(&bytes)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    hex != config.origin.sha256
+}
+
 /// What one look at the files decided.
 #[derive(Debug, PartialEq, Eq)]
 enum Step {
@@ -293,18 +309,28 @@ impl Watch {
 async fn watch(state: AppState, interval: std::time::Duration) {
     let known = {
         let live = state.live();
-        tokio::task::spawn_blocking(move || Watched::of(&live.config)).await
+        tokio::task::spawn_blocking(move || {
+            let known = Watched::of(&live.config);
+            (known, changed_since_load(&live.config))
+        })
+        .await
     };
-    let Ok(known) = known else { return };
+    let Ok((mut known, stale)) = known else {
+        return;
+    };
+    // The file may have changed between loading the configuration and this first
+    // look: then what is on disk is not what runs, so the first look must reload.
+    let pending = stale.then(|| {
+        let on_disk = known.digest;
+        known.digest = [0; 32];
+        on_disk
+    });
     tracing::info!(
         files = known.paths.len(),
         interval_ms = interval.as_millis() as u64,
         "watching the configuration files"
     );
-    let mut watch = Watch {
-        known,
-        pending: None,
-    };
+    let mut watch = Watch { known, pending };
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;
@@ -398,6 +424,21 @@ mod tests {
         std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
         assert_eq!(watch.look(), Step::Wait);
         assert_eq!(watch.look(), Step::Reload);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_file_changed_after_loading_is_stale() {
+        let dir = scratch("stale");
+        let file = dir.join("releasegate.toml");
+        std::fs::write(&file, "[server]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+        let config = Config::load(Some(&file)).unwrap();
+        assert!(!changed_since_load(&config));
+        std::fs::write(&file, "[server]\nlisten = \"127.0.0.1:1\"\n").unwrap();
+        assert!(changed_since_load(&config));
+        std::fs::remove_file(&file).unwrap();
+        assert!(changed_since_load(&config), "a vanished file is a change");
+        assert!(!changed_since_load(&Config::from_toml("").unwrap()));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
