@@ -172,3 +172,51 @@ fn withholding_under_wcpq_keeps_every_plan_on_the_simulators_worlds() {
         assert_eq!(workflows.max_realized_cost_difference, 0.0, "{fallback}");
     }
 }
+
+/// The delivery contract of `config/tuple-bench.toml` under a WCPQ budget: the
+/// summary reports the worst per-output increase next to plan agreement, and it
+/// stays within α·κ_j (strict: 0).
+#[test]
+fn a_wcpq_budget_reports_the_worst_cost_increase() {
+    let worlds = crate::simulate::generate(&crate::simulate::Options::default()).unwrap();
+    let lines: Vec<String> = worlds.iter().map(|w| w.to_line().unwrap()).collect();
+    let input = lines.join("\n");
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/tuple-bench.toml"
+    ))
+    .unwrap()
+    .replace(
+        "codebooks/",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/config/codebooks/"),
+    );
+    let run = |admissibility: &str| {
+        let text = shipped.replace(
+            "codebook = \"",
+            &format!("admissibility = {admissibility}, codebook = \""),
+        );
+        let config = Config::from_toml(&text).unwrap();
+        let mut writer = Writer::new(Vec::new());
+        let summary = replay(
+            &config.contracts["delivery"],
+            Reader::new(Cursor::new(input.clone().into_bytes())),
+            &mut writer,
+            &mut |_| {},
+        )
+        .unwrap();
+        summary.mechanisms["coarse_cause"]
+            .workflows
+            .clone()
+            .unwrap()
+    };
+    let strict = run("\"strict\"");
+    assert_eq!(strict.plan_agreement, 1.0);
+    assert_eq!(strict.max_realized_cost_increase, 0.0);
+    assert_eq!(strict.max_relative_cost_increase, 0.0);
+    let bounded = run("{ budget = 0.2 }");
+    assert!(bounded.plan_agreement < 1.0, "{bounded:?}");
+    assert!(bounded.max_realized_cost_increase > 0.0, "{bounded:?}");
+    assert!(bounded.max_relative_cost_increase <= 0.2, "{bounded:?}");
+    let summary = serde_json::to_value(&bounded).unwrap();
+    assert!(summary["max_relative_cost_increase"].is_number());
+}

@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-use releasegate::codebook;
 use releasegate::config::Config;
 use releasegate::workflow::Spec;
+use releasegate::{codebook, wcpq};
 use serde_json::{Value, json};
 
 use crate::helpers::{native_answer, request, spawn_with};
@@ -242,4 +242,44 @@ async fn baseline_mechanisms_rewrite_the_probabilities() {
         first["probabilities"],
         native_answer()["answers"]["cause"]["probabilities"]
     );
+}
+
+#[test]
+fn a_contract_chooses_strict_or_a_budget() {
+    let path = codebook_file("admissibility", 4);
+    let text = |admissibility: &str| {
+        format!(
+            "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n\
+             [contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"full_native\"\n\
+             mechanism = {{ kind = \"wcpq\", codebook = \"{}\"{admissibility} }}\nworkflows = {{}}\n",
+            path.display()
+        )
+    };
+    let admissibility = |admissibility: &str| {
+        let config = Config::from_toml(&text(admissibility)).unwrap();
+        match &config.contract("c").unwrap().questions["q"].mechanism {
+            releasegate::mechanism::Mechanism::Wcpq(w) => w.mapper.admissibility(),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(admissibility(""), wcpq::Admissibility::Strict);
+    assert_eq!(
+        admissibility(", admissibility = \"strict\""),
+        wcpq::Admissibility::Strict
+    );
+    assert_eq!(
+        admissibility(", admissibility = { budget = 0.04 }"),
+        wcpq::Admissibility::Budget(0.04)
+    );
+    for bad in [
+        ", admissibility = { budget = -0.1 }",
+        ", admissibility = \"loose\"",
+        ", admissibility = { budget = \"x\" }",
+    ] {
+        let error = Config::from_toml(&text(bad)).unwrap_err().to_string();
+        assert!(
+            error.contains("contracts.c.questions.q.mechanism"),
+            "{bad}: {error}"
+        );
+    }
 }
