@@ -370,6 +370,28 @@ impl Mechanism {
                         path.display()
                     )
                 })?;
+                match (admissibility, artifact.learned()) {
+                    (wcpq::Admissibility::Strict, None) => {}
+                    (wcpq::Admissibility::Budget(alpha), Some(learned))
+                        if alpha == learned.budget => {}
+                    (wcpq::Admissibility::Strict, Some(learned)) => {
+                        return Err(format!(
+                            "codebook {} was learned for admissibility budget {}; a strict contract needs a strict codebook",
+                            path.display(),
+                            learned.budget
+                        ));
+                    }
+                    (wcpq::Admissibility::Budget(alpha), learned) => {
+                        return Err(format!(
+                            "admissibility budget {alpha} needs a codebook learned for that budget (`build-codebook --budget {alpha}`); codebook {} is {}",
+                            path.display(),
+                            learned.map_or_else(
+                                || "a strict codebook".to_string(),
+                                |l| format!("learned for budget {}", l.budget)
+                            )
+                        ));
+                    }
+                }
                 let mapper = Mapper::with_admissibility(artifact, spec.clone(), admissibility)
                     .map_err(|error| format!("codebook {}: {error}", path.display()))?;
                 Ok(Mechanism::Wcpq(Arc::new(WcpqMechanism {

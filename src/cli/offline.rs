@@ -109,12 +109,25 @@ pub fn simulate_command(pairs_per_domain: usize, seed: u64, output: &Path) -> Ex
 /// Codebooks above this many grid vectors get a warning (mapping scans them).
 pub const GRID_WARNING: u128 = 200_000;
 
+/// `build-codebook --budget α [--max-codewords K] [--pair-weight W]`: learn a
+/// compact codebook for admissibility budget α.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LearnOptions {
+    /// α.
+    pub budget: f64,
+    /// K.
+    pub max_codewords: usize,
+    /// Pair weight of the greedy gain.
+    pub pair_weight: u32,
+}
+
 /// `releasegate build-codebook`.
 ///
 /// With several contracts the codebook is pooled: their questions must share
 /// the class count and the frozen workflows up to labels, training answers of
 /// all of them enter in each one's canonical order, and the artifact serves
-/// every label set positionally.
+/// every label set positionally. With `learn`, the strict codebook is the
+/// candidate pool of a greedy compact codebook learned on the same train split.
 pub fn build_codebook_command(
     config: &Path,
     contract_names: &[String],
@@ -122,6 +135,7 @@ pub fn build_codebook_command(
     input: &Path,
     output: &Path,
     denominator: u32,
+    learn: Option<LearnOptions>,
 ) -> ExitCode {
     let config = match Config::load_without_codebooks(config) {
         Ok(config) => config,
@@ -188,6 +202,7 @@ pub fn build_codebook_command(
     };
     let source_sha256 = workflow::sha256_hex(&bytes);
     let mut training = Vec::new();
+    let mut responses = Vec::new();
     let mut skipped: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
     let bar = progress("worlds");
     for (index, world) in worlds::Reader::new(bytes.as_slice()).enumerate() {
@@ -210,11 +225,26 @@ pub fn build_codebook_command(
                 .ok()
         });
         match answer {
-            Some(answer) => training.push(TrainingAnswer {
-                pair_id: world.pair_id.clone(),
-                probabilities: answer.vector.probabilities,
-                confidence: answer.vector.confidence,
-            }),
+            Some(answer) => {
+                let state = world
+                    .request
+                    .get("state")
+                    .unwrap_or(&serde_json::Value::Null);
+                responses.push(codebook::Response {
+                    pair_id: world.pair_id.clone(),
+                    native: workflow::Release {
+                        choice: answer.vector.choice,
+                        probabilities: Some(answer.vector.probabilities.clone()),
+                        confidence: answer.vector.confidence,
+                    },
+                    public: spec.public_features(state),
+                });
+                training.push(TrainingAnswer {
+                    pair_id: world.pair_id.clone(),
+                    probabilities: answer.vector.probabilities,
+                    confidence: answer.vector.confidence,
+                });
+            }
             None => {
                 let reason =
                     first_skip.map_or_else(|| "unknown".to_string(), |skip| skip.to_string());
@@ -237,6 +267,23 @@ pub fn build_codebook_command(
         Ok(codebook) => codebook,
         Err(error) => return super::usage_error(&error),
     };
+    let mut learned = None;
+    if let Some(options) = learn {
+        match codebook::learn(
+            &built.codebook,
+            spec,
+            &responses,
+            options.budget,
+            options.max_codewords,
+            options.pair_weight,
+        ) {
+            Ok((codebook, stats)) => {
+                built.codebook = codebook;
+                learned = Some(stats);
+            }
+            Err(error) => return super::usage_error(&error),
+        }
+    }
     if let Err(error) = built.codebook.write(output) {
         return super::failure(&error);
     }
@@ -251,6 +298,12 @@ pub fn build_codebook_command(
         "skipped_train_worlds": skipped,
         "workflows_sha256": built.codebook.workflows_sha256(),
         "stats": built.stats,
+        "learned": learn.map(|o| serde_json::json!({
+            "budget": o.budget,
+            "max_codewords": o.max_codewords,
+            "pair_weight": o.pair_weight,
+            "stats": learned,
+        })),
     });
     println!(
         "{}",

@@ -265,3 +265,73 @@ fn audit_reports_recovery_and_costs_for_every_release() {
     assert!(String::from_utf8_lossy(&bad_shape.stderr).contains("unknown shape `partial`"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn build_codebook_learns_a_compact_codebook_reproducibly() {
+    let dir = scratch("learned");
+    let worlds = dir.join("worlds.jsonl");
+    simulate(40, 2, &worlds);
+    let root = env!("CARGO_MANIFEST_DIR");
+    let build = |out: &std::path::Path| {
+        let output = succeed(
+            Command::new(BIN)
+                .args([
+                    "build-codebook",
+                    "--config",
+                    &format!("{root}/config/releasegate.toml"),
+                ])
+                .args(["--contract", "planner", "--question", "coarse_cause"])
+                .args([
+                    "--denominator",
+                    "10",
+                    "--budget",
+                    "0.2",
+                    "--max-codewords",
+                    "16",
+                ])
+                .arg("--worlds")
+                .arg(&worlds)
+                .arg("--out")
+                .arg(out),
+        );
+        let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        summary
+    };
+    let summary = build(&dir.join("a.json"));
+    build(&dir.join("b.json"));
+    let a = std::fs::read(dir.join("a.json")).unwrap();
+    assert_eq!(
+        a,
+        std::fs::read(dir.join("b.json")).unwrap(),
+        "two builds differ"
+    );
+    let artifact: serde_json::Value = serde_json::from_slice(&a).unwrap();
+    assert_eq!(artifact["budget"], 0.2);
+    assert_eq!(artifact["max_codewords"], 16);
+    let count = artifact["codeword_count"].as_u64().unwrap();
+    assert!((1..=16).contains(&count), "{count}");
+    assert_eq!(summary["learned"]["stats"]["codewords"], count);
+    // --max-codewords needs --budget.
+    let lone = Command::new(BIN)
+        .args([
+            "build-codebook",
+            "--config",
+            &format!("{root}/config/releasegate.toml"),
+        ])
+        .args([
+            "--contract",
+            "planner",
+            "--question",
+            "coarse_cause",
+            "--max-codewords",
+            "4",
+        ])
+        .arg("--worlds")
+        .arg(&worlds)
+        .arg("--out")
+        .arg(dir.join("c.json"))
+        .output()
+        .unwrap();
+    assert!(!lone.status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
