@@ -349,6 +349,73 @@ pub struct AuditArgs {
     /// Seed of every random choice (bootstrap, noise mechanisms).
     #[arg(long, default_value_t = 20261009)]
     pub seed: u64,
+    /// Check every contract's `policy` (KEEP fields released, recovery gain over
+    /// no output within `max_recovery_gain`); exit 3 when one fails.
+    #[arg(long)]
+    pub gate: bool,
+}
+
+/// Exit code of `audit --gate` when a contract exceeds its leakage budget or drops a KEEP field.
+pub const EXIT_GATE: u8 = 3;
+
+/// One contract's gate verdict.
+#[derive(Debug, Clone, serde::Serialize)]
+struct GateResult {
+    contract: String,
+    /// KEEP entries the release drops (`QUESTION.FIELD`).
+    dropped_keep: Vec<String>,
+    /// The budget, when the policy hides something.
+    max_recovery_gain: Option<f64>,
+    /// Recovery gain over no output of the contract's own release (pooled), when measured.
+    recovery_gain: Option<crate::audit::bootstrap::Estimate>,
+    passed: bool,
+}
+
+/// Runs the gate for every contract that declares a policy.
+fn gate(
+    contracts: &[Arc<Contract>],
+    all: &[worlds::World],
+    reading: crate::audit::intake::Reading,
+    settings: &crate::audit::Config,
+) -> Result<Vec<GateResult>, String> {
+    let mut results = Vec::new();
+    for contract in contracts {
+        let Some(policy) = &contract.policy else {
+            continue;
+        };
+        let dropped_keep = policy.dropped(contract);
+        let mut recovery_gain = None;
+        if !policy.hide.is_empty() {
+            let Some(rule) = contract.questions.values().next() else {
+                continue;
+            };
+            let candidate = crate::audit::intake::Candidate {
+                name: format!("{} (gate)", contract.name),
+                view: rule.view,
+                mechanism: None,
+            };
+            let (input, _) = crate::audit::intake::build(
+                std::slice::from_ref(contract),
+                all,
+                &[candidate],
+                reading,
+                settings.seed,
+            )
+            .map_err(|error| format!("gate {}: {error}", contract.name))?;
+            let report = crate::audit::run(&input, settings)
+                .map_err(|error| format!("gate {}: {error}", contract.name))?;
+            recovery_gain = report.releases.first().map(|r| r.pooled.gain);
+        }
+        let within = recovery_gain.is_none_or(|gain| gain.upper <= policy.max_recovery_gain);
+        results.push(GateResult {
+            contract: contract.name.clone(),
+            passed: dropped_keep.is_empty() && within,
+            dropped_keep,
+            max_recovery_gain: (!policy.hide.is_empty()).then_some(policy.max_recovery_gain),
+            recovery_gain,
+        });
+    }
+    Ok(results)
 }
 
 /// `releasegate audit`.
@@ -428,6 +495,38 @@ pub fn audit_command(args: &AuditArgs) -> ExitCode {
         "worlds used: {}; left out: {:?}",
         intake.worlds_used, intake.skipped
     );
+    let gate_results = if args.gate {
+        match gate(&contracts, &all, reading, &settings) {
+            Ok(results) => Some(results),
+            Err(message) => {
+                eprintln!("error: {message}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
+    for result in gate_results.iter().flatten() {
+        let gain = result.recovery_gain.map_or_else(String::new, |g| {
+            format!(
+                "; recovery gain over no output {:.3} [{:.3}, {:.3}], budget {}",
+                g.mean,
+                g.lower,
+                g.upper,
+                result.max_recovery_gain.unwrap_or(0.0)
+            )
+        });
+        let dropped = if result.dropped_keep.is_empty() {
+            String::new()
+        } else {
+            format!("; drops KEEP {}", result.dropped_keep.join(", "))
+        };
+        println!(
+            "gate {}: {}{gain}{dropped}",
+            result.contract,
+            if result.passed { "pass" } else { "FAIL" }
+        );
+    }
     for (release, outcomes) in &intake.mechanisms {
         if outcomes.keys().any(|k| k != "applied") {
             println!("{release}: {outcomes:?}");
@@ -444,6 +543,7 @@ pub fn audit_command(args: &AuditArgs) -> ExitCode {
                 .map(|c| (c.name.clone(), serde_json::Value::from(c.shape.as_str())))
                 .collect::<serde_json::Map<_, _>>(),
             "worlds": args.worlds.display().to_string(),
+            "gate": gate_results,
         });
         let text = serde_json::to_string_pretty(&value).unwrap_or_default();
         if let Err(error) = std::fs::write(path, text + "\n") {
@@ -454,6 +554,9 @@ pub fn audit_command(args: &AuditArgs) -> ExitCode {
         && let Err(error) = std::fs::write(path, crate::audit::svg::render(&report))
     {
         return super::usage_error(&format!("cannot write {}: {error}", path.display()));
+    }
+    if gate_results.iter().flatten().any(|result| !result.passed) {
+        return ExitCode::from(EXIT_GATE);
     }
     ExitCode::SUCCESS
 }

@@ -335,3 +335,83 @@ fn build_codebook_learns_a_compact_codebook_reproducibly() {
     assert!(!lone.status.success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn audit_gate_fails_a_contract_over_its_leakage_budget_or_missing_a_keep_field() {
+    let dir = scratch("gate");
+    let worlds = dir.join("worlds.jsonl");
+    simulate(30, 4, &worlds);
+    let question = "[contracts.NAME.questions.coarse_cause]\n\
+        classes = [\"DELAY\", \"ADDRESS\", \"DAMAGE\", \"DELIVERY_RECORD\"]\nview = \"VIEW\"\n";
+    let contract = |name: &str, view: &str, policy: &str| {
+        format!("[contracts.{name}]\nprovider = \"sim\"\npolicy = {policy}\n")
+            + &question.replace("NAME", name).replace("VIEW", view)
+    };
+    let config = dir.join("gate.toml");
+    std::fs::write(
+        &config,
+        "[providers.sim]\nkind = \"simulated\"\n".to_string()
+            + &contract(
+                "open",
+                "full_native",
+                "{ keep = [\"choice\", \"coarse_cause.probabilities\"], hide = [\"secret\"], max_recovery_gain = 1.0 }",
+            )
+            + &contract("narrow", "choice", "{ keep = [\"probabilities\"] }")
+            + &contract(
+                "tight",
+                "full_native",
+                "{ hide = [\"secret\"], max_recovery_gain = 0.0 }",
+            ),
+    )
+    .unwrap();
+    let run = |name: &str| {
+        let json = dir.join(format!("{name}.json"));
+        let output = Command::new(BIN)
+            .arg("audit")
+            .arg("--config")
+            .arg(&config)
+            .args([
+                "--contract",
+                name,
+                "--views",
+                "no_output",
+                "--bootstrap",
+                "50",
+            ])
+            .args(["--gate", "--worlds"])
+            .arg(&worlds)
+            .arg("--json")
+            .arg(&json)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+        let value: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        (output.status.code(), stdout, value["gate"][0].clone())
+    };
+    let (code, stdout, open) = run("open");
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(stdout.contains("gate open: pass"), "{stdout}");
+    assert_eq!(open["passed"], true);
+    assert!(open["recovery_gain"]["upper"].as_f64().unwrap() <= 1.0);
+
+    let (code, stdout, narrow) = run("narrow");
+    assert_eq!(code, Some(3), "{stdout}");
+    assert!(
+        stdout.contains("gate narrow: FAIL")
+            && stdout.contains("drops KEEP coarse_cause.probabilities"),
+        "{stdout}"
+    );
+    assert_eq!(
+        narrow["dropped_keep"],
+        serde_json::json!(["coarse_cause.probabilities"])
+    );
+
+    // The budget: the full native answer leaks the secret above no output.
+    let (code, stdout, tight) = run("tight");
+    let upper = tight["recovery_gain"]["upper"].as_f64().unwrap();
+    assert!(upper > 0.0, "{stdout}");
+    assert_eq!(code, Some(3), "{stdout}");
+    assert_eq!(tight["passed"], false);
+    let _ = std::fs::remove_dir_all(&dir);
+}
