@@ -353,6 +353,213 @@ pub struct AuditArgs {
     /// no output within `max_recovery_gain`); exit 3 when one fails.
     #[arg(long)]
     pub gate: bool,
+    /// Privacy-utility frontier: WCPQ admissibility budgets α to sweep (comma-separated); each
+    /// setting learns a compact codebook from the train split in memory and is audited as one
+    /// more release. Needs a contract whose question uses WCPQ.
+    #[arg(long, value_delimiter = ',')]
+    pub budgets: Vec<f64>,
+    /// With --budgets: codebook sizes K to sweep (comma-separated; default 128).
+    #[arg(long = "max-codewords", value_delimiter = ',', requires = "budgets")]
+    pub max_codewords: Vec<usize>,
+}
+
+/// One setting of the frontier sweep.
+#[derive(Debug, Clone, serde::Serialize)]
+struct FrontierPoint {
+    /// The release name in the report.
+    release: String,
+    budget: f64,
+    max_codewords: usize,
+    /// Codewords the greedy selection kept.
+    codewords: usize,
+    /// Training responses the learned codebook covers.
+    covered_training_responses: usize,
+    /// Pooled test recovery (filled in after the audit).
+    recovery: Option<crate::audit::bootstrap::Estimate>,
+    /// Pooled recovery gain over no output.
+    recovery_gain: Option<crate::audit::bootstrap::Estimate>,
+    /// Per workflow (`family/profile`): mean realized cost of this release minus that of the
+    /// `full_native` release (None when full_native is not audited or no costs exist).
+    mean_cost_increase: std::collections::BTreeMap<String, Option<f64>>,
+    /// Per workflow: worst realized-cost increase of one output over every hypothetical true
+    /// class, on the test split (absolute).
+    worst_increase: std::collections::BTreeMap<String, f64>,
+    /// The same relative to the workflow's κ (at most α for covered answers).
+    worst_relative_increase: std::collections::BTreeMap<String, f64>,
+    /// Test answers mapped, and how many of them were covered.
+    test_answers: usize,
+    covered_test_answers: usize,
+}
+
+/// Builds the frontier's candidate releases (one per budget and K) from the train split.
+fn frontier_candidates(
+    args: &AuditArgs,
+    contracts: &[Arc<Contract>],
+    all: &[worlds::World],
+) -> Result<Vec<(crate::audit::intake::Candidate, FrontierPoint)>, String> {
+    use crate::mechanism::{Mechanism, WcpqMechanism};
+    use crate::wcpq::{Admissibility, Mapper, Outcome};
+    let Some((question, rule, strict)) = contracts.first().and_then(|c| {
+        c.questions
+            .iter()
+            .find_map(|(id, rule)| match &rule.mechanism {
+                Mechanism::Wcpq(w) => Some((id.clone(), rule.clone(), w.clone())),
+                _ => None,
+            })
+    }) else {
+        return Err("--budgets needs a first contract whose question uses wcpq".to_string());
+    };
+    let spec = strict.mapper.spec().clone();
+    let answers = |split: Split| {
+        all.iter()
+            .filter(move |w| w.split == split)
+            .filter_map(|world| {
+                let answer = contracts
+                    .iter()
+                    .find_map(|c| dataset::native_answer(c, &question, world).ok())?;
+                let state = world
+                    .request
+                    .get("state")
+                    .unwrap_or(&serde_json::Value::Null);
+                Some((world, answer, spec.public_features(state), state.clone()))
+            })
+            .collect::<Vec<_>>()
+    };
+    let responses: Vec<codebook::Response> = answers(Split::Train)
+        .into_iter()
+        .map(|(world, answer, public, _)| codebook::Response {
+            pair_id: world.pair_id.clone(),
+            native: workflow::Release {
+                choice: answer.vector.choice,
+                probabilities: Some(answer.vector.probabilities),
+                confidence: answer.vector.confidence,
+            },
+            public,
+        })
+        .collect();
+    let test = answers(Split::Test);
+    let sizes = if args.max_codewords.is_empty() {
+        vec![codebook::DEFAULT_MAX_CODEWORDS]
+    } else {
+        args.max_codewords.clone()
+    };
+    let with_confidence = rule.view.has_confidence() && !rule.mechanism.drops_confidence();
+    let mut out = Vec::new();
+    for &budget in &args.budgets {
+        for &max_codewords in &sizes {
+            let (learned, stats) = codebook::learn(
+                strict.mapper.codebook(),
+                &spec,
+                &responses,
+                budget,
+                max_codewords,
+                codebook::DEFAULT_PAIR_WEIGHT,
+            )
+            .map_err(|error| format!("budget {budget}, K {max_codewords}: {error}"))?;
+            let sha = workflow::sha256_hex(&learned.to_json_bytes());
+            let mapper =
+                Mapper::with_admissibility(learned, spec.clone(), Admissibility::Budget(budget))
+                    .map_err(|error| format!("budget {budget}: {error}"))?;
+            // Worst per-output increase over every hypothetical truth on the test split.
+            let names: Vec<String> = spec
+                .policies()
+                .iter()
+                .map(|p| format!("{}/{}", p.family.name(), p.profile.name()))
+                .collect();
+            let mut worst = vec![0.0f64; names.len()];
+            let mut worst_relative = vec![0.0f64; names.len()];
+            let mut covered = 0;
+            let identity = |r: &workflow::Release| Some(r.clone());
+            for (_, answer, _, state) in &test {
+                let d = workflow::Release {
+                    choice: answer.vector.choice,
+                    probabilities: rule
+                        .view
+                        .has_probabilities()
+                        .then(|| answer.vector.probabilities.clone()),
+                    confidence: answer.vector.confidence.filter(|_| with_confidence),
+                };
+                let released = match mapper.map(&d, state, &identity) {
+                    Outcome::Covered { release, .. } => {
+                        covered += 1;
+                        release
+                    }
+                    Outcome::Fallback(_) => match strict.fallback {
+                        crate::mechanism::Fallback::Native => d.clone(),
+                        crate::mechanism::Fallback::ChoiceOnly => workflow::Release {
+                            choice: d.choice,
+                            probabilities: None,
+                            confidence: None,
+                        },
+                        crate::mechanism::Fallback::Deny => continue,
+                    },
+                };
+                let before = spec.plans(&d, state);
+                let after = spec.plans(&released, state);
+                for (j, policy) in spec.policies().iter().enumerate() {
+                    for t in 0..spec.class_count() {
+                        let increase = policy.realized_cost(&after[j], t)
+                            - policy.realized_cost(&before[j], t);
+                        worst[j] = worst[j].max(increase);
+                        worst_relative[j] = worst_relative[j].max(increase / policy.kappa());
+                    }
+                }
+            }
+            let release = format!("wcpq a={budget} K={max_codewords}");
+            let mechanism = Mechanism::Wcpq(Arc::new(WcpqMechanism {
+                mapper,
+                fallback: strict.fallback,
+                confidence: strict.confidence,
+                codebook_sha256: sha,
+            }));
+            out.push((
+                crate::audit::intake::Candidate {
+                    name: release.clone(),
+                    view: rule.view,
+                    mechanism: Some(mechanism),
+                },
+                FrontierPoint {
+                    release,
+                    budget,
+                    max_codewords,
+                    codewords: stats.codewords,
+                    covered_training_responses: stats.covered_responses,
+                    recovery: None,
+                    recovery_gain: None,
+                    mean_cost_increase: Default::default(),
+                    worst_increase: names.iter().cloned().zip(worst).collect(),
+                    worst_relative_increase: names.into_iter().zip(worst_relative).collect(),
+                    test_answers: test.len(),
+                    covered_test_answers: covered,
+                },
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Fills the frontier points' recovery and mean cost increase from the audit report.
+fn fill_frontier(points: &mut [FrontierPoint], report: &crate::audit::report::Report) {
+    let native = report.releases.iter().find(|r| r.release == "full_native");
+    for point in points {
+        let Some(mine) = report.releases.iter().find(|r| r.release == point.release) else {
+            continue;
+        };
+        point.recovery = Some(mine.pooled.accuracy);
+        point.recovery_gain = Some(mine.pooled.gain);
+        for utility in &mine.utility {
+            let base = native.and_then(|n| {
+                n.utility
+                    .iter()
+                    .find(|u| u.workflow == utility.workflow)
+                    .map(|u| u.pooled.mean)
+            });
+            point.mean_cost_increase.insert(
+                utility.workflow.clone(),
+                base.map(|base| utility.pooled.mean - base),
+            );
+        }
+    }
 }
 
 /// Exit code of `audit --gate` when a contract exceeds its leakage budget or drops a KEEP field.
@@ -444,10 +651,13 @@ pub fn audit_command(args: &AuditArgs) -> ExitCode {
             None => return super::usage_error(&format!("no contract named `{name}`")),
         }
     }
-    let candidates = match audit_candidates(args, &contracts) {
+    let mut candidates = match audit_candidates(args, &contracts) {
         Ok(candidates) => candidates,
         Err(message) => return super::usage_error(&message),
     };
+    if args.budgets.iter().any(|b| !(b.is_finite() && *b >= 0.0)) {
+        return super::usage_error(&"--budgets must be finite numbers >= 0");
+    }
     let reader = match worlds::open(&args.worlds) {
         Ok(reader) => reader,
         Err(error) => return super::usage_error(&error),
@@ -463,6 +673,22 @@ pub fn audit_command(args: &AuditArgs) -> ExitCode {
             }
         }
         bar.set_position(all.len() as u64);
+    }
+    let mut frontier = Vec::new();
+    if !args.budgets.is_empty() {
+        bar.set_message("learning codebooks");
+        match frontier_candidates(args, &contracts, &all) {
+            Ok(settings) => {
+                for (candidate, point) in settings {
+                    candidates.push(candidate);
+                    frontier.push(point);
+                }
+            }
+            Err(message) => {
+                bar.finish_and_clear();
+                return super::usage_error(&message);
+            }
+        }
     }
     bar.set_message("releasing");
     let reading = if args.read_fills {
@@ -495,6 +721,30 @@ pub fn audit_command(args: &AuditArgs) -> ExitCode {
         "worlds used: {}; left out: {:?}",
         intake.worlds_used, intake.skipped
     );
+    fill_frontier(&mut frontier, &report);
+    for point in &frontier {
+        let worst = point
+            .worst_relative_increase
+            .values()
+            .copied()
+            .fold(0.0f64, f64::max);
+        println!(
+            "frontier {}: {} codewords, covered {}/{} test answers, recovery {}, gain {}, worst per-output increase {:.3} x kappa",
+            point.release,
+            point.codewords,
+            point.covered_test_answers,
+            point.test_answers,
+            point.recovery.map_or_else(
+                || "-".to_string(),
+                |e| format!("{:.3} [{:.3}, {:.3}]", e.mean, e.lower, e.upper)
+            ),
+            point.recovery_gain.map_or_else(
+                || "-".to_string(),
+                |e| format!("{:.3} [{:.3}, {:.3}]", e.mean, e.lower, e.upper)
+            ),
+            worst
+        );
+    }
     let gate_results = if args.gate {
         match gate(&contracts, &all, reading, &settings) {
             Ok(results) => Some(results),
@@ -544,6 +794,7 @@ pub fn audit_command(args: &AuditArgs) -> ExitCode {
                 .collect::<serde_json::Map<_, _>>(),
             "worlds": args.worlds.display().to_string(),
             "gate": gate_results,
+            "frontier": frontier,
         });
         let text = serde_json::to_string_pretty(&value).unwrap_or_default();
         if let Err(error) = std::fs::write(path, text + "\n") {

@@ -415,3 +415,80 @@ fn audit_gate_fails_a_contract_over_its_leakage_budget_or_missing_a_keep_field()
     assert_eq!(tight["passed"], false);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn audit_sweeps_wcpq_budgets_into_a_frontier() {
+    let dir = scratch("frontier");
+    let worlds = dir.join("worlds.jsonl");
+    simulate(30, 6, &worlds);
+    let root = env!("CARGO_MANIFEST_DIR");
+    let output = succeed(
+        Command::new(BIN)
+            .args([
+                "audit",
+                "--config",
+                &format!("{root}/config/tuple-bench.toml"),
+            ])
+            .args([
+                "--contract",
+                "delivery",
+                "--contract",
+                "equipment",
+                "--contract",
+                "it_ops",
+            ])
+            .args(["--views", "no_output,full_native", "--bootstrap", "50"])
+            .args(["--budgets", "0,0.2", "--max-codewords", "4,64", "--worlds"])
+            .arg(&worlds)
+            .arg("--json")
+            .arg(dir.join("audit.json"))
+            .arg("--svg")
+            .arg(dir.join("audit.svg")),
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("frontier wcpq a=0.2 K=64"), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("audit.json")).unwrap()).unwrap();
+    let frontier = json["frontier"].as_array().unwrap();
+    assert_eq!(frontier.len(), 4);
+    for point in frontier {
+        let budget = point["budget"].as_f64().unwrap();
+        assert!(point["codewords"].as_u64().unwrap() <= point["max_codewords"].as_u64().unwrap());
+        assert!(point["recovery"]["mean"].is_number(), "{point}");
+        assert!(point["recovery_gain"]["upper"].is_number(), "{point}");
+        let worst = point["worst_relative_increase"].as_object().unwrap();
+        assert_eq!(worst.len(), 18);
+        // The shipped contracts fall back to the native answer, so every output stays in budget.
+        for value in worst.values() {
+            assert!(value.as_f64().unwrap() <= budget + 1e-12, "{point}");
+        }
+        let mean = point["mean_cost_increase"].as_object().unwrap();
+        assert_eq!(mean.len(), 18, "{point}");
+        assert!(mean.values().all(serde_json::Value::is_number), "{point}");
+    }
+    let names: Vec<&str> = json["report"]["releases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["release"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"wcpq a=0 K=4") && names.contains(&"wcpq a=0.2 K=64"),
+        "{names:?}"
+    );
+    let svg = std::fs::read_to_string(dir.join("audit.svg")).unwrap();
+    assert!(svg.contains("wcpq a=0.2 K=64"), "one point per setting");
+    // A sweep needs a WCPQ contract.
+    let plain = Command::new(BIN)
+        .args([
+            "audit",
+            "--config",
+            &format!("{root}/config/releasegate.toml"),
+        ])
+        .args(["--contract", "dispatcher", "--budgets", "0.1", "--worlds"])
+        .arg(&worlds)
+        .output()
+        .unwrap();
+    assert_eq!(plain.status.code(), Some(64));
+    let _ = std::fs::remove_dir_all(&dir);
+}
