@@ -73,6 +73,16 @@ enum Command {
         /// Simplex grid denominator.
         #[arg(long, default_value_t = 20)]
         denominator: u32,
+        /// Learn a compact codebook for this admissibility budget α (greedy coverage of the
+        /// train split); without it the strict full codebook is written.
+        #[arg(long)]
+        budget: Option<f64>,
+        /// With --budget: keep at most this many codewords (default 128).
+        #[arg(long, requires = "budget")]
+        max_codewords: Option<usize>,
+        /// With --budget: weight of a jointly covered training pair in the greedy gain (default 4).
+        #[arg(long, requires = "budget")]
+        pair_weight: Option<u32>,
     },
     /// Measure how much each candidate release reveals (secret recovery) and costs (workflow utility).
     Audit(offline::AuditArgs),
@@ -121,6 +131,9 @@ pub fn main() -> ExitCode {
             worlds,
             out,
             denominator,
+            budget,
+            max_codewords,
+            pair_weight,
         } => offline::build_codebook_command(
             &config,
             &contract,
@@ -128,6 +141,11 @@ pub fn main() -> ExitCode {
             &worlds,
             &out,
             denominator,
+            budget.map(|budget| offline::LearnOptions {
+                budget,
+                max_codewords: max_codewords.unwrap_or(crate::codebook::DEFAULT_MAX_CODEWORDS),
+                pair_weight: pair_weight.unwrap_or(crate::codebook::DEFAULT_PAIR_WEIGHT),
+            }),
         ),
         Command::Audit(args) => offline::audit_command(&args),
         Command::Decisions { files, json } => decisions(&files, json),

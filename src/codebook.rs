@@ -5,6 +5,7 @@
 //! Building is pure; [`Codebook::load`] and [`Codebook::write`] are the only IO helpers.
 
 mod grid;
+mod learn;
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -17,6 +18,7 @@ use crate::workflow::{self, Spec};
 
 pub use grid::{codeword_order, distance_to_uniform, grid_size, largest_denominator_within};
 use grid::{order_and_dedup, simplex_grid};
+pub use learn::{DEFAULT_MAX_CODEWORDS, DEFAULT_PAIR_WEIGHT, LearnStats, Response, learn};
 
 /// Format tag of the codebook artifact.
 pub const FORMAT: &str = "releasegate.wcpq.codebook.v1";
@@ -133,7 +135,20 @@ pub struct Codebook {
     workflows: Value,
     workflows_sha256: String,
     source_sha256: String,
+    /// Set for a learned compact codebook (`build-codebook --budget`); None for a strict full one.
+    learned: Option<Learned>,
     codewords: Vec<Codeword>,
+}
+
+/// How a learned compact codebook was selected: it serves only contracts with the same budget.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Learned {
+    /// The admissibility budget α it was learned under.
+    pub budget: f64,
+    /// The largest number of codewords the greedy selection could keep.
+    pub max_codewords: usize,
+    /// Weight of a jointly covered training pair in the greedy gain.
+    pub pair_weight: u32,
 }
 
 /// Counts describing one build.
@@ -181,6 +196,12 @@ struct CodebookFile {
     workflows: Value,
     workflows_sha256: String,
     source_sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    budget: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_codewords: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pair_weight: Option<u32>,
     codeword_count: usize,
     codewords: Vec<Codeword>,
 }
@@ -300,6 +321,7 @@ pub fn build_with_limit(
             workflows_sha256: workflow::sha256_hex(&workflow::canonical_bytes(&workflows)),
             workflows,
             source_sha256,
+            learned: None,
             codewords,
         },
         stats,
@@ -400,6 +422,11 @@ impl Codebook {
         &self.source_sha256
     }
 
+    /// The budget, K and pair weight of a learned codebook; None for a strict full codebook.
+    pub fn learned(&self) -> Option<Learned> {
+        self.learned
+    }
+
     /// The ordered codewords.
     pub fn codewords(&self) -> &[Codeword] {
         &self.codewords
@@ -427,6 +454,9 @@ impl Codebook {
             workflows: self.workflows.clone(),
             workflows_sha256: self.workflows_sha256.clone(),
             source_sha256: self.source_sha256.clone(),
+            budget: self.learned.map(|l| l.budget),
+            max_codewords: self.learned.map(|l| l.max_codewords),
+            pair_weight: self.learned.map(|l| l.pair_weight),
             codeword_count: self.codewords.len(),
             codewords: self.codewords.clone(),
         };
@@ -520,7 +550,40 @@ impl Codebook {
                 ));
             }
         }
+        let learned = match (file.budget, file.max_codewords, file.pair_weight) {
+            (None, None, None) => None,
+            (Some(budget), Some(max_codewords), Some(pair_weight)) => {
+                if !(budget.is_finite() && budget >= 0.0) {
+                    return Err(invalid(
+                        "budget",
+                        format!("must be finite and >= 0, got {budget}"),
+                    ));
+                }
+                if max_codewords == 0 || file.codewords.len() > max_codewords {
+                    return Err(invalid(
+                        "max_codewords",
+                        format!(
+                            "{max_codewords} does not admit {} codewords",
+                            file.codewords.len()
+                        ),
+                    ));
+                }
+                Some(Learned {
+                    budget,
+                    max_codewords,
+                    pair_weight,
+                })
+            }
+            _ => {
+                return Err(invalid(
+                    "budget",
+                    "a learned codebook records budget, max_codewords and pair_weight together"
+                        .to_string(),
+                ));
+            }
+        };
         Ok(Codebook {
+            learned,
             other_class_sets: file.other_class_sets,
             classes: file.classes,
             denominator: file.denominator,

@@ -8,7 +8,7 @@
 //! | kind | what it does | information removed |
 //! |---|---|---|
 //! | `none` | native values | nothing |
-//! | `wcpq` | the first codeword of a frozen codebook with the native behaviour signature (`wcpq`); when none is admissible, the contract's [`Fallback`] (what a recipient can tell of it is in its table) | everything the frozen workflows do not act on |
+//! | `wcpq` | the first codeword of a frozen codebook with the native behaviour signature (`wcpq`), or under `admissibility = {budget = α}` the first that raises no frozen policy's realized cost by more than α·κ_j; when none is admissible, the contract's [`Fallback`] (what a recipient can tell of it is in its table) | everything the frozen workflows do not act on |
 //! | `quantize` | multiples of `step`, largest remainders | sub-step detail |
 //! | `top_k` | the `k` largest probabilities, the rest omitted | the tail |
 //! | `temperature` | p^(1/τ), renormalized | **nothing**: it is invertible |
@@ -217,10 +217,14 @@ pub enum Raw {
     /// Release the native values unchanged.
     #[default]
     None,
-    /// `{kind = "wcpq", codebook = "PATH", fallback = "native", confidence = "codeword"}`.
+    /// `{kind = "wcpq", codebook = "PATH", fallback = "native", confidence = "codeword",
+    /// admissibility = "strict"}`.
     Wcpq {
         /// Codebook artifact path (relative to the configuration file).
         codebook: String,
+        /// `"strict"` (default) or `{budget = α}`.
+        #[serde(default)]
+        admissibility: RawAdmissibility,
         /// Default `native`.
         #[serde(default)]
         fallback: Fallback,
@@ -255,6 +259,48 @@ pub enum Raw {
         #[serde(default)]
         seed: Option<u64>,
     },
+}
+
+/// The raw `admissibility` of a WCPQ mechanism: `"strict"` or `{budget = α}`.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum RawAdmissibility {
+    /// `"strict"`.
+    Named(AdmissibilityName),
+    /// `{budget = α}`.
+    Budget {
+        /// α ≥ 0, a fraction of each policy's wrong-route cost κ_j.
+        budget: f64,
+    },
+}
+
+/// The only named admissibility.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdmissibilityName {
+    /// The strict rule.
+    Strict,
+}
+
+impl Default for RawAdmissibility {
+    fn default() -> RawAdmissibility {
+        RawAdmissibility::Named(AdmissibilityName::Strict)
+    }
+}
+
+impl RawAdmissibility {
+    /// The validated rule.
+    pub fn validate(self) -> Result<wcpq::Admissibility, String> {
+        match self {
+            RawAdmissibility::Named(AdmissibilityName::Strict) => Ok(wcpq::Admissibility::Strict),
+            RawAdmissibility::Budget { budget } if budget.is_finite() && budget >= 0.0 => {
+                Ok(wcpq::Admissibility::Budget(budget))
+            }
+            RawAdmissibility::Budget { budget } => Err(format!(
+                "admissibility budget must be a finite number >= 0, got {budget}"
+            )),
+        }
+    }
 }
 
 fn default_step() -> f64 {
@@ -304,9 +350,11 @@ impl Mechanism {
             }
             Raw::Wcpq {
                 codebook,
+                admissibility,
                 fallback,
                 confidence,
             } => {
+                let admissibility = admissibility.validate()?;
                 let spec = workflows.ok_or_else(|| {
                     "wcpq needs the question's frozen workflows: add a `workflows` table"
                         .to_string()
@@ -322,7 +370,29 @@ impl Mechanism {
                         path.display()
                     )
                 })?;
-                let mapper = Mapper::new(artifact, spec.clone())
+                match (admissibility, artifact.learned()) {
+                    (wcpq::Admissibility::Strict, None) => {}
+                    (wcpq::Admissibility::Budget(alpha), Some(learned))
+                        if alpha == learned.budget => {}
+                    (wcpq::Admissibility::Strict, Some(learned)) => {
+                        return Err(format!(
+                            "codebook {} was learned for admissibility budget {}; a strict contract needs a strict codebook",
+                            path.display(),
+                            learned.budget
+                        ));
+                    }
+                    (wcpq::Admissibility::Budget(alpha), learned) => {
+                        return Err(format!(
+                            "admissibility budget {alpha} needs a codebook learned for that budget (`build-codebook --budget {alpha}`); codebook {} is {}",
+                            path.display(),
+                            learned.map_or_else(
+                                || "a strict codebook".to_string(),
+                                |l| format!("learned for budget {}", l.budget)
+                            )
+                        ));
+                    }
+                }
+                let mapper = Mapper::with_admissibility(artifact, spec.clone(), admissibility)
                     .map_err(|error| format!("codebook {}: {error}", path.display()))?;
                 Ok(Mechanism::Wcpq(Arc::new(WcpqMechanism {
                     mapper,

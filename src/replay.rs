@@ -117,6 +117,13 @@ pub struct WorkflowSummary {
     /// Largest |realized cost(native) - realized cost(released)| over every
     /// policy and hypothetical true class.
     pub max_realized_cost_difference: f64,
+    /// Largest realized-cost increase (released minus native, at least 0) of one
+    /// policy on one answer for one hypothetical true class: what a bounded WCPQ
+    /// budget caps. 0 under strict WCPQ.
+    pub max_realized_cost_increase: f64,
+    /// The same increase divided by the policy's wrong-route cost κ_j (largest
+    /// over policies, answers and true classes): at most α under a WCPQ budget α.
+    pub max_relative_cost_increase: f64,
     /// Answers whose released probabilities differ from the native ones.
     pub probabilities_changed: u64,
     /// Mean L1 distance between native and released probabilities (answers
@@ -160,6 +167,12 @@ impl MechanismSummary {
                 mine.max_realized_cost_difference = mine
                     .max_realized_cost_difference
                     .max(theirs.max_realized_cost_difference);
+                mine.max_realized_cost_increase = mine
+                    .max_realized_cost_increase
+                    .max(theirs.max_realized_cost_increase);
+                mine.max_relative_cost_increase = mine
+                    .max_relative_cost_increase
+                    .max(theirs.max_relative_cost_increase);
                 mine.probabilities_changed += theirs.probabilities_changed;
                 mine.confidence_changed += theirs.confidence_changed;
                 mine.l1_sum += theirs.l1_sum;
@@ -212,6 +225,9 @@ impl MechanismSummary {
             if evaluation.native.confidence != evaluation.released.confidence {
                 summary.confidence_changed += 1;
             }
+            let (absolute, relative) = spec.worst_increase(&native, &released);
+            summary.max_realized_cost_increase = summary.max_realized_cost_increase.max(absolute);
+            summary.max_relative_cost_increase = summary.max_relative_cost_increase.max(relative);
             for true_class in 0..spec.class_count() {
                 let before = spec.realized_costs(&native, true_class);
                 let after = spec.realized_costs(&released, true_class);

@@ -1,6 +1,7 @@
-//! The WCPQ strict mapper (`docs/wcpq-rules.md` section 6): per answer, release the first
-//! codeword whose behaviour signature equals the native one and survives the serialization round
-//! trip, or report a fallback reason.
+//! The WCPQ mapper (`docs/wcpq-rules.md` section 6): per answer, release the first codeword whose
+//! behaviour signature equals the native one (strict) or whose realized-cost increase stays within
+//! α·κ_j for every policy j and hypothetical truth (bounded, [`Admissibility::Budget`]) and that
+//! survives the serialization round trip, or report a fallback reason.
 //!
 //! Everything request-independent is precomputed in [`Mapper::new`]: per selected class the
 //! ordered candidate list (codewords whose exact argmax set contains the class) and, for the
@@ -28,6 +29,20 @@ pub enum Error {
     /// The codebook was built for other classes or workflows.
     #[error("codebook does not match the question's workflows")]
     Mismatch(#[source] codebook::Error),
+    /// A budget that is not a finite non-negative number.
+    #[error("admissibility budget must be a finite number >= 0, got {0}")]
+    Budget(f64),
+}
+
+/// Which codewords may replace a native answer D (`docs/wcpq.md`, bounded admissibility).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Admissibility {
+    /// σ(z) = σ(D): every frozen policy keeps its complete plan (the paper's strict rule).
+    #[default]
+    Strict,
+    /// z keeps D's choice (its argmax set contains it) and field availability, and
+    /// ℓ_j(z, t) − ℓ_j(D, t) ≤ α·κ_j for every frozen policy j and hypothetical truth t.
+    Budget(f64),
 }
 
 /// Why an answer was not covered. Bounded: use [`Reason::label`] as a metric label.
@@ -60,11 +75,12 @@ pub enum Outcome {
     Fallback(Reason),
 }
 
-/// The strict mapper for one question.
+/// The mapper for one question.
 #[derive(Debug, Clone)]
 pub struct Mapper {
     spec: Spec,
     codebook: Codebook,
+    admissibility: Admissibility,
     /// Per selected class: indices of codewords whose argmax set contains it, ascending.
     candidates: Vec<Vec<u32>>,
     /// For request-independent posteriors: per class, [without probabilities, with probabilities],
@@ -105,6 +121,20 @@ impl Mapper {
     /// Checks that the codebook was built for `spec` and precomputes candidate lists and, for
     /// request-independent posteriors, the admissible lists.
     pub fn new(codebook: Codebook, spec: Spec) -> Result<Mapper, Error> {
+        Mapper::with_admissibility(codebook, spec, Admissibility::Strict)
+    }
+
+    /// As [`Mapper::new`], with the given admissibility rule.
+    pub fn with_admissibility(
+        codebook: Codebook,
+        spec: Spec,
+        admissibility: Admissibility,
+    ) -> Result<Mapper, Error> {
+        if let Admissibility::Budget(alpha) = admissibility
+            && !(alpha.is_finite() && alpha >= 0.0)
+        {
+            return Err(Error::Budget(alpha));
+        }
         codebook
             .check_matches(&spec, spec.classes())
             .map_err(Error::Mismatch)?;
@@ -146,6 +176,7 @@ impl Mapper {
         Ok(Mapper {
             spec,
             codebook,
+            admissibility,
             candidates,
             table,
         })
@@ -159,6 +190,11 @@ impl Mapper {
     /// The codebook.
     pub fn codebook(&self) -> &Codebook {
         &self.codebook
+    }
+
+    /// The admissibility rule.
+    pub fn admissibility(&self) -> Admissibility {
+        self.admissibility
     }
 
     /// σ(D) of a native answer as it would be released (fields the contract drops must already
@@ -197,6 +233,9 @@ impl Mapper {
             return Outcome::Fallback(Reason::NoCandidate);
         }
         let public = self.spec.public_features(state);
+        if let Admissibility::Budget(alpha) = self.admissibility {
+            return self.map_budget(alpha, candidates, native, &public, roundtrip);
+        }
         let target = self.spec.signature_with_public(native, &public);
         match &self.table {
             Some(table) => {
@@ -251,6 +290,99 @@ impl Mapper {
         self.verify(admissible, native, target, public, roundtrip)
     }
 
+    /// The bounded path: the admissible codewords are those whose plans stay within the budget
+    /// relative to D's plans; they are round-tripped in codebook order.
+    fn map_budget(
+        &self,
+        alpha: f64,
+        candidates: &[u32],
+        native: &Release,
+        public: &[f64],
+        roundtrip: &dyn Fn(&Release) -> Option<Release>,
+    ) -> Outcome {
+        let native_plans = self.spec.plans_with_public(native, public);
+        let within = |plans: &[Plan]| self.spec.within_budget(&native_plans, plans, alpha);
+        let admissible: Vec<usize> = match &self.table {
+            Some(table) => {
+                let slot = usize::from(native.probabilities.is_some());
+                let mut indices: Vec<usize> = table
+                    .get(native.choice)
+                    .map(|slots| {
+                        slots[slot]
+                            .iter()
+                            .filter(|(plans, _)| within(plans))
+                            .flat_map(|(_, list)| list.iter().map(|&i| i as usize))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                indices.sort_unstable();
+                indices
+            }
+            None => candidates
+                .iter()
+                .map(|&i| i as usize)
+                .filter(|&i| {
+                    self.candidate(native, i)
+                        .is_some_and(|z| within(&self.spec.plans_with_public(&z, public)))
+                })
+                .collect(),
+        };
+        self.verify_budget(
+            admissible.into_iter(),
+            native,
+            &native_plans,
+            alpha,
+            public,
+            roundtrip,
+        )
+    }
+
+    /// Round-trips bounded-admissible codewords in order; the first whose re-read form keeps D's
+    /// choice and availability and stays within the budget is released.
+    fn verify_budget(
+        &self,
+        admissible: impl Iterator<Item = usize>,
+        native: &Release,
+        native_plans: &[Plan],
+        alpha: f64,
+        public: &[f64],
+        roundtrip: &dyn Fn(&Release) -> Option<Release>,
+    ) -> Outcome {
+        let mut mismatches = 0u32;
+        for index in admissible {
+            let Some(release) = self.candidate(native, index) else {
+                continue;
+            };
+            match roundtrip(&release) {
+                Some(back)
+                    if back.choice == native.choice
+                        && back.availability() == native.availability()
+                        && self.spec.within_budget(
+                            native_plans,
+                            &self.spec.plans_with_public(&back, public),
+                            alpha,
+                        ) =>
+                {
+                    return Outcome::Covered {
+                        release,
+                        codeword_index: index,
+                    };
+                }
+                _ => {
+                    mismatches += 1;
+                    if mismatches >= MAX_ROUNDTRIP_MISMATCHES {
+                        break;
+                    }
+                }
+            }
+        }
+        if mismatches == 0 {
+            Outcome::Fallback(Reason::NoAdmissibleCodeword)
+        } else {
+            Outcome::Fallback(Reason::RoundtripMismatch { mismatches })
+        }
+    }
+
     /// Reference implementation for tests: scans every codeword in order with no precomputation.
     pub fn map_reference(
         &self,
@@ -263,6 +395,7 @@ impl Mapper {
         }
         let target = self.spec.signature(native, state);
         let public = self.spec.public_features(state);
+        let native_plans = self.spec.plans(native, state);
         let codewords = self.codebook.codewords();
         let mut any_candidate = false;
         let mut admissible = Vec::new();
@@ -271,16 +404,36 @@ impl Mapper {
                 continue;
             }
             any_candidate = true;
-            if let Some(z) = self.candidate(native, i)
-                && self.spec.signature(&z, state) == target
-            {
+            let Some(z) = self.candidate(native, i) else {
+                continue;
+            };
+            let ok = match self.admissibility {
+                Admissibility::Strict => self.spec.signature(&z, state) == target,
+                Admissibility::Budget(alpha) => {
+                    self.spec
+                        .within_budget(&native_plans, &self.spec.plans(&z, state), alpha)
+                }
+            };
+            if ok {
                 admissible.push(i);
             }
         }
         if !any_candidate {
             return Outcome::Fallback(Reason::NoCandidate);
         }
-        self.verify(admissible.into_iter(), native, &target, &public, roundtrip)
+        match self.admissibility {
+            Admissibility::Strict => {
+                self.verify(admissible.into_iter(), native, &target, &public, roundtrip)
+            }
+            Admissibility::Budget(alpha) => self.verify_budget(
+                admissible.into_iter(),
+                native,
+                &native_plans,
+                alpha,
+                &public,
+                roundtrip,
+            ),
+        }
     }
 
     /// Round-trips admissible codewords in order; the first whose re-parsed signature equals the

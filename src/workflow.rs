@@ -439,6 +439,49 @@ impl Spec {
             .all(|(policy, plan)| policy.decide(scratch) == *plan)
     }
 
+    /// The worst realized-cost increase of `released` over `native` (complete plans, one per
+    /// policy, in policy order) over every policy and hypothetical true class: `(absolute,
+    /// relative)`, where relative divides each increase by the policy's κ (see
+    /// [`Policy::kappa`]). Both are at least 0; NaN when the plans do not fit the policies.
+    pub fn worst_increase(&self, native: &[Plan], released: &[Plan]) -> (f64, f64) {
+        if native.len() != self.policies.len() || released.len() != self.policies.len() {
+            return (f64::NAN, f64::NAN);
+        }
+        let (mut absolute, mut relative) = (0.0f64, 0.0f64);
+        for ((policy, a), b) in self.policies.iter().zip(native).zip(released) {
+            let kappa = policy.kappa();
+            for t in 0..self.class_count() {
+                let increase = policy.realized_cost(b, t) - policy.realized_cost(a, t);
+                if increase.is_nan() {
+                    return (f64::NAN, f64::NAN);
+                }
+                absolute = absolute.max(increase);
+                if increase > 0.0 {
+                    relative = relative.max(increase / kappa);
+                }
+            }
+        }
+        (absolute, relative)
+    }
+
+    /// True when, for every policy j and hypothetical true class t, the realized cost of
+    /// `released` exceeds that of `native` by at most `alpha`·κ_j (`docs/wcpq.md`, bounded
+    /// admissibility). Exact float comparison, no tolerance; NaN is never within.
+    pub fn within_budget(&self, native: &[Plan], released: &[Plan], alpha: f64) -> bool {
+        if native.len() != self.policies.len() || released.len() != self.policies.len() {
+            return false;
+        }
+        self.policies
+            .iter()
+            .zip(native)
+            .zip(released)
+            .all(|((policy, a), b)| {
+                let bound = alpha * policy.kappa();
+                (0..self.class_count())
+                    .all(|t| policy.realized_cost(b, t) - policy.realized_cost(a, t) <= bound)
+            })
+    }
+
     /// Realized cost of each plan (one per policy, in policy order) for a hypothetical true class.
     pub fn realized_costs(&self, plans: &[Plan], true_class: usize) -> Vec<f64> {
         self.policies

@@ -109,12 +109,25 @@ pub fn simulate_command(pairs_per_domain: usize, seed: u64, output: &Path) -> Ex
 /// Codebooks above this many grid vectors get a warning (mapping scans them).
 pub const GRID_WARNING: u128 = 200_000;
 
+/// `build-codebook --budget α [--max-codewords K] [--pair-weight W]`: learn a
+/// compact codebook for admissibility budget α.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LearnOptions {
+    /// α.
+    pub budget: f64,
+    /// K.
+    pub max_codewords: usize,
+    /// Pair weight of the greedy gain.
+    pub pair_weight: u32,
+}
+
 /// `releasegate build-codebook`.
 ///
 /// With several contracts the codebook is pooled: their questions must share
 /// the class count and the frozen workflows up to labels, training answers of
 /// all of them enter in each one's canonical order, and the artifact serves
-/// every label set positionally.
+/// every label set positionally. With `learn`, the strict codebook is the
+/// candidate pool of a greedy compact codebook learned on the same train split.
 pub fn build_codebook_command(
     config: &Path,
     contract_names: &[String],
@@ -122,6 +135,7 @@ pub fn build_codebook_command(
     input: &Path,
     output: &Path,
     denominator: u32,
+    learn: Option<LearnOptions>,
 ) -> ExitCode {
     let config = match Config::load_without_codebooks(config) {
         Ok(config) => config,
@@ -188,6 +202,7 @@ pub fn build_codebook_command(
     };
     let source_sha256 = workflow::sha256_hex(&bytes);
     let mut training = Vec::new();
+    let mut responses = Vec::new();
     let mut skipped: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
     let bar = progress("worlds");
     for (index, world) in worlds::Reader::new(bytes.as_slice()).enumerate() {
@@ -210,11 +225,26 @@ pub fn build_codebook_command(
                 .ok()
         });
         match answer {
-            Some(answer) => training.push(TrainingAnswer {
-                pair_id: world.pair_id.clone(),
-                probabilities: answer.vector.probabilities,
-                confidence: answer.vector.confidence,
-            }),
+            Some(answer) => {
+                let state = world
+                    .request
+                    .get("state")
+                    .unwrap_or(&serde_json::Value::Null);
+                responses.push(codebook::Response {
+                    pair_id: world.pair_id.clone(),
+                    native: workflow::Release {
+                        choice: answer.vector.choice,
+                        probabilities: Some(answer.vector.probabilities.clone()),
+                        confidence: answer.vector.confidence,
+                    },
+                    public: spec.public_features(state),
+                });
+                training.push(TrainingAnswer {
+                    pair_id: world.pair_id.clone(),
+                    probabilities: answer.vector.probabilities,
+                    confidence: answer.vector.confidence,
+                });
+            }
             None => {
                 let reason =
                     first_skip.map_or_else(|| "unknown".to_string(), |skip| skip.to_string());
@@ -237,6 +267,23 @@ pub fn build_codebook_command(
         Ok(codebook) => codebook,
         Err(error) => return super::usage_error(&error),
     };
+    let mut learned = None;
+    if let Some(options) = learn {
+        match codebook::learn(
+            &built.codebook,
+            spec,
+            &responses,
+            options.budget,
+            options.max_codewords,
+            options.pair_weight,
+        ) {
+            Ok((codebook, stats)) => {
+                built.codebook = codebook;
+                learned = Some(stats);
+            }
+            Err(error) => return super::usage_error(&error),
+        }
+    }
     if let Err(error) = built.codebook.write(output) {
         return super::failure(&error);
     }
@@ -251,6 +298,12 @@ pub fn build_codebook_command(
         "skipped_train_worlds": skipped,
         "workflows_sha256": built.codebook.workflows_sha256(),
         "stats": built.stats,
+        "learned": learn.map(|o| serde_json::json!({
+            "budget": o.budget,
+            "max_codewords": o.max_codewords,
+            "pair_weight": o.pair_weight,
+            "stats": learned,
+        })),
     });
     println!(
         "{}",
@@ -296,6 +349,280 @@ pub struct AuditArgs {
     /// Seed of every random choice (bootstrap, noise mechanisms).
     #[arg(long, default_value_t = 20261009)]
     pub seed: u64,
+    /// Check every contract's `policy` (KEEP fields released, recovery gain over
+    /// no output within `max_recovery_gain`); exit 3 when one fails.
+    #[arg(long)]
+    pub gate: bool,
+    /// Privacy-utility frontier: WCPQ admissibility budgets α to sweep (comma-separated); each
+    /// setting learns a compact codebook from the train split in memory and is audited as one
+    /// more release. Needs a contract whose question uses WCPQ.
+    #[arg(long, value_delimiter = ',')]
+    pub budgets: Vec<f64>,
+    /// With --budgets: codebook sizes K to sweep (comma-separated; default 128).
+    #[arg(long = "max-codewords", value_delimiter = ',', requires = "budgets")]
+    pub max_codewords: Vec<usize>,
+}
+
+/// One setting of the frontier sweep.
+#[derive(Debug, Clone, serde::Serialize)]
+struct FrontierPoint {
+    /// The release name in the report.
+    release: String,
+    budget: f64,
+    max_codewords: usize,
+    /// Codewords the greedy selection kept.
+    codewords: usize,
+    /// Training responses the learned codebook covers.
+    covered_training_responses: usize,
+    /// Pooled test recovery (filled in after the audit).
+    recovery: Option<crate::audit::bootstrap::Estimate>,
+    /// Pooled recovery gain over no output.
+    recovery_gain: Option<crate::audit::bootstrap::Estimate>,
+    /// Per workflow (`family/profile`): mean realized cost of this release minus that of the
+    /// `full_native` release (None when full_native is not audited or no costs exist).
+    mean_cost_increase: std::collections::BTreeMap<String, Option<f64>>,
+    /// Per workflow: worst realized-cost increase of one output over every hypothetical true
+    /// class, on the test split (absolute).
+    worst_increase: std::collections::BTreeMap<String, f64>,
+    /// The same relative to the workflow's κ (at most α for covered answers).
+    worst_relative_increase: std::collections::BTreeMap<String, f64>,
+    /// Test answers mapped, and how many of them were covered.
+    test_answers: usize,
+    covered_test_answers: usize,
+}
+
+/// Builds the frontier's candidate releases (one per budget and K) from the train split.
+fn frontier_candidates(
+    args: &AuditArgs,
+    contracts: &[Arc<Contract>],
+    all: &[worlds::World],
+) -> Result<Vec<(crate::audit::intake::Candidate, FrontierPoint)>, String> {
+    use crate::mechanism::{Mechanism, WcpqMechanism};
+    use crate::wcpq::{Admissibility, Mapper, Outcome};
+    let Some((question, rule, strict)) = contracts.first().and_then(|c| {
+        c.questions
+            .iter()
+            .find_map(|(id, rule)| match &rule.mechanism {
+                Mechanism::Wcpq(w) => Some((id.clone(), rule.clone(), w.clone())),
+                _ => None,
+            })
+    }) else {
+        return Err("--budgets needs a first contract whose question uses wcpq".to_string());
+    };
+    let spec = strict.mapper.spec().clone();
+    let answers = |split: Split| {
+        all.iter()
+            .filter(move |w| w.split == split)
+            .filter_map(|world| {
+                let answer = contracts
+                    .iter()
+                    .find_map(|c| dataset::native_answer(c, &question, world).ok())?;
+                let state = world
+                    .request
+                    .get("state")
+                    .unwrap_or(&serde_json::Value::Null);
+                Some((world, answer, spec.public_features(state), state.clone()))
+            })
+            .collect::<Vec<_>>()
+    };
+    let responses: Vec<codebook::Response> = answers(Split::Train)
+        .into_iter()
+        .map(|(world, answer, public, _)| codebook::Response {
+            pair_id: world.pair_id.clone(),
+            native: workflow::Release {
+                choice: answer.vector.choice,
+                probabilities: Some(answer.vector.probabilities),
+                confidence: answer.vector.confidence,
+            },
+            public,
+        })
+        .collect();
+    let test = answers(Split::Test);
+    let sizes = if args.max_codewords.is_empty() {
+        vec![codebook::DEFAULT_MAX_CODEWORDS]
+    } else {
+        args.max_codewords.clone()
+    };
+    let with_confidence = rule.view.has_confidence() && !rule.mechanism.drops_confidence();
+    let mut out = Vec::new();
+    for &budget in &args.budgets {
+        for &max_codewords in &sizes {
+            let (learned, stats) = codebook::learn(
+                strict.mapper.codebook(),
+                &spec,
+                &responses,
+                budget,
+                max_codewords,
+                codebook::DEFAULT_PAIR_WEIGHT,
+            )
+            .map_err(|error| format!("budget {budget}, K {max_codewords}: {error}"))?;
+            let sha = workflow::sha256_hex(&learned.to_json_bytes());
+            let mapper =
+                Mapper::with_admissibility(learned, spec.clone(), Admissibility::Budget(budget))
+                    .map_err(|error| format!("budget {budget}: {error}"))?;
+            // Worst per-output increase over every hypothetical truth on the test split.
+            let names: Vec<String> = spec
+                .policies()
+                .iter()
+                .map(|p| format!("{}/{}", p.family.name(), p.profile.name()))
+                .collect();
+            let mut worst = vec![0.0f64; names.len()];
+            let mut worst_relative = vec![0.0f64; names.len()];
+            let mut covered = 0;
+            let identity = |r: &workflow::Release| Some(r.clone());
+            for (_, answer, _, state) in &test {
+                let d = workflow::Release {
+                    choice: answer.vector.choice,
+                    probabilities: rule
+                        .view
+                        .has_probabilities()
+                        .then(|| answer.vector.probabilities.clone()),
+                    confidence: answer.vector.confidence.filter(|_| with_confidence),
+                };
+                let released = match mapper.map(&d, state, &identity) {
+                    Outcome::Covered { release, .. } => {
+                        covered += 1;
+                        release
+                    }
+                    Outcome::Fallback(_) => match strict.fallback {
+                        crate::mechanism::Fallback::Native => d.clone(),
+                        crate::mechanism::Fallback::ChoiceOnly => workflow::Release {
+                            choice: d.choice,
+                            probabilities: None,
+                            confidence: None,
+                        },
+                        crate::mechanism::Fallback::Deny => continue,
+                    },
+                };
+                let before = spec.plans(&d, state);
+                let after = spec.plans(&released, state);
+                for (j, policy) in spec.policies().iter().enumerate() {
+                    for t in 0..spec.class_count() {
+                        let increase = policy.realized_cost(&after[j], t)
+                            - policy.realized_cost(&before[j], t);
+                        worst[j] = worst[j].max(increase);
+                        worst_relative[j] = worst_relative[j].max(increase / policy.kappa());
+                    }
+                }
+            }
+            let release = format!("wcpq a={budget} K={max_codewords}");
+            let mechanism = Mechanism::Wcpq(Arc::new(WcpqMechanism {
+                mapper,
+                fallback: strict.fallback,
+                confidence: strict.confidence,
+                codebook_sha256: sha,
+            }));
+            out.push((
+                crate::audit::intake::Candidate {
+                    name: release.clone(),
+                    view: rule.view,
+                    mechanism: Some(mechanism),
+                },
+                FrontierPoint {
+                    release,
+                    budget,
+                    max_codewords,
+                    codewords: stats.codewords,
+                    covered_training_responses: stats.covered_responses,
+                    recovery: None,
+                    recovery_gain: None,
+                    mean_cost_increase: Default::default(),
+                    worst_increase: names.iter().cloned().zip(worst).collect(),
+                    worst_relative_increase: names.into_iter().zip(worst_relative).collect(),
+                    test_answers: test.len(),
+                    covered_test_answers: covered,
+                },
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Fills the frontier points' recovery and mean cost increase from the audit report.
+fn fill_frontier(points: &mut [FrontierPoint], report: &crate::audit::report::Report) {
+    let native = report.releases.iter().find(|r| r.release == "full_native");
+    for point in points {
+        let Some(mine) = report.releases.iter().find(|r| r.release == point.release) else {
+            continue;
+        };
+        point.recovery = Some(mine.pooled.accuracy);
+        point.recovery_gain = Some(mine.pooled.gain);
+        for utility in &mine.utility {
+            let base = native.and_then(|n| {
+                n.utility
+                    .iter()
+                    .find(|u| u.workflow == utility.workflow)
+                    .map(|u| u.pooled.mean)
+            });
+            point.mean_cost_increase.insert(
+                utility.workflow.clone(),
+                base.map(|base| utility.pooled.mean - base),
+            );
+        }
+    }
+}
+
+/// Exit code of `audit --gate` when a contract exceeds its leakage budget or drops a KEEP field.
+pub const EXIT_GATE: u8 = 3;
+
+/// One contract's gate verdict.
+#[derive(Debug, Clone, serde::Serialize)]
+struct GateResult {
+    contract: String,
+    /// KEEP entries the release drops (`QUESTION.FIELD`).
+    dropped_keep: Vec<String>,
+    /// The budget, when the policy hides something.
+    max_recovery_gain: Option<f64>,
+    /// Recovery gain over no output of the contract's own release (pooled), when measured.
+    recovery_gain: Option<crate::audit::bootstrap::Estimate>,
+    passed: bool,
+}
+
+/// Runs the gate for every contract that declares a policy.
+fn gate(
+    contracts: &[Arc<Contract>],
+    all: &[worlds::World],
+    reading: crate::audit::intake::Reading,
+    settings: &crate::audit::Config,
+) -> Result<Vec<GateResult>, String> {
+    let mut results = Vec::new();
+    for contract in contracts {
+        let Some(policy) = &contract.policy else {
+            continue;
+        };
+        let dropped_keep = policy.dropped(contract);
+        let mut recovery_gain = None;
+        if !policy.hide.is_empty() {
+            let Some(rule) = contract.questions.values().next() else {
+                continue;
+            };
+            let candidate = crate::audit::intake::Candidate {
+                name: format!("{} (gate)", contract.name),
+                view: rule.view,
+                mechanism: None,
+            };
+            let (input, _) = crate::audit::intake::build(
+                std::slice::from_ref(contract),
+                all,
+                &[candidate],
+                reading,
+                settings.seed,
+            )
+            .map_err(|error| format!("gate {}: {error}", contract.name))?;
+            let report = crate::audit::run(&input, settings)
+                .map_err(|error| format!("gate {}: {error}", contract.name))?;
+            recovery_gain = report.releases.first().map(|r| r.pooled.gain);
+        }
+        let within = recovery_gain.is_none_or(|gain| gain.upper <= policy.max_recovery_gain);
+        results.push(GateResult {
+            contract: contract.name.clone(),
+            passed: dropped_keep.is_empty() && within,
+            dropped_keep,
+            max_recovery_gain: (!policy.hide.is_empty()).then_some(policy.max_recovery_gain),
+            recovery_gain,
+        });
+    }
+    Ok(results)
 }
 
 /// `releasegate audit`.
@@ -324,10 +651,13 @@ pub fn audit_command(args: &AuditArgs) -> ExitCode {
             None => return super::usage_error(&format!("no contract named `{name}`")),
         }
     }
-    let candidates = match audit_candidates(args, &contracts) {
+    let mut candidates = match audit_candidates(args, &contracts) {
         Ok(candidates) => candidates,
         Err(message) => return super::usage_error(&message),
     };
+    if args.budgets.iter().any(|b| !(b.is_finite() && *b >= 0.0)) {
+        return super::usage_error(&"--budgets must be finite numbers >= 0");
+    }
     let reader = match worlds::open(&args.worlds) {
         Ok(reader) => reader,
         Err(error) => return super::usage_error(&error),
@@ -343,6 +673,22 @@ pub fn audit_command(args: &AuditArgs) -> ExitCode {
             }
         }
         bar.set_position(all.len() as u64);
+    }
+    let mut frontier = Vec::new();
+    if !args.budgets.is_empty() {
+        bar.set_message("learning codebooks");
+        match frontier_candidates(args, &contracts, &all) {
+            Ok(settings) => {
+                for (candidate, point) in settings {
+                    candidates.push(candidate);
+                    frontier.push(point);
+                }
+            }
+            Err(message) => {
+                bar.finish_and_clear();
+                return super::usage_error(&message);
+            }
+        }
     }
     bar.set_message("releasing");
     let reading = if args.read_fills {
@@ -375,6 +721,62 @@ pub fn audit_command(args: &AuditArgs) -> ExitCode {
         "worlds used: {}; left out: {:?}",
         intake.worlds_used, intake.skipped
     );
+    fill_frontier(&mut frontier, &report);
+    for point in &frontier {
+        let worst = point
+            .worst_relative_increase
+            .values()
+            .copied()
+            .fold(0.0f64, f64::max);
+        println!(
+            "frontier {}: {} codewords, covered {}/{} test answers, recovery {}, gain {}, worst per-output increase {:.3} x kappa",
+            point.release,
+            point.codewords,
+            point.covered_test_answers,
+            point.test_answers,
+            point.recovery.map_or_else(
+                || "-".to_string(),
+                |e| format!("{:.3} [{:.3}, {:.3}]", e.mean, e.lower, e.upper)
+            ),
+            point.recovery_gain.map_or_else(
+                || "-".to_string(),
+                |e| format!("{:.3} [{:.3}, {:.3}]", e.mean, e.lower, e.upper)
+            ),
+            worst
+        );
+    }
+    let gate_results = if args.gate {
+        match gate(&contracts, &all, reading, &settings) {
+            Ok(results) => Some(results),
+            Err(message) => {
+                eprintln!("error: {message}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
+    for result in gate_results.iter().flatten() {
+        let gain = result.recovery_gain.map_or_else(String::new, |g| {
+            format!(
+                "; recovery gain over no output {:.3} [{:.3}, {:.3}], budget {}",
+                g.mean,
+                g.lower,
+                g.upper,
+                result.max_recovery_gain.unwrap_or(0.0)
+            )
+        });
+        let dropped = if result.dropped_keep.is_empty() {
+            String::new()
+        } else {
+            format!("; drops KEEP {}", result.dropped_keep.join(", "))
+        };
+        println!(
+            "gate {}: {}{gain}{dropped}",
+            result.contract,
+            if result.passed { "pass" } else { "FAIL" }
+        );
+    }
     for (release, outcomes) in &intake.mechanisms {
         if outcomes.keys().any(|k| k != "applied") {
             println!("{release}: {outcomes:?}");
@@ -391,6 +793,8 @@ pub fn audit_command(args: &AuditArgs) -> ExitCode {
                 .map(|c| (c.name.clone(), serde_json::Value::from(c.shape.as_str())))
                 .collect::<serde_json::Map<_, _>>(),
             "worlds": args.worlds.display().to_string(),
+            "gate": gate_results,
+            "frontier": frontier,
         });
         let text = serde_json::to_string_pretty(&value).unwrap_or_default();
         if let Err(error) = std::fs::write(path, text + "\n") {
@@ -401,6 +805,9 @@ pub fn audit_command(args: &AuditArgs) -> ExitCode {
         && let Err(error) = std::fs::write(path, crate::audit::svg::render(&report))
     {
         return super::usage_error(&format!("cannot write {}: {error}", path.display()));
+    }
+    if gate_results.iter().flatten().any(|result| !result.passed) {
+        return ExitCode::from(EXIT_GATE);
     }
     ExitCode::SUCCESS
 }

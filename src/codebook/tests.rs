@@ -1,5 +1,6 @@
 use super::*;
 use crate::workflow::{CostBase, Family, Posterior, Profile};
+use learn::Response;
 
 fn labels(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("C{i}")).collect()
@@ -285,4 +286,161 @@ fn built_plain() -> Codebook {
     build(&classes, 2, &spec, &[], "plain".into())
         .unwrap()
         .codebook
+}
+
+fn responses(n: usize, count: usize, seed: u64) -> Vec<Response> {
+    let mut rng = crate::rng::Rng::new(seed);
+    (0..count)
+        .map(|i| {
+            let raw: Vec<f64> = (0..n).map(|_| rng.uniform().powi(2)).collect();
+            let sum: f64 = raw.iter().sum();
+            let p: Vec<f64> = raw.iter().map(|v| v / sum).collect();
+            let choice = crate::wcpq::argmax_set(&p)[0];
+            Response {
+                pair_id: format!("pair{}", i / 2),
+                native: crate::workflow::Release {
+                    choice,
+                    probabilities: Some(p),
+                    confidence: Some(0.5),
+                },
+                public: Vec::new(),
+            }
+        })
+        .collect()
+}
+
+fn strict4(d: u32) -> Codebook {
+    build(&labels(4), d, &spec4(), &[], "grid".into())
+        .unwrap()
+        .codebook
+}
+
+#[test]
+fn learning_is_deterministic_bounded_and_recorded() {
+    let strict = strict4(10);
+    let train = responses(4, 80, 3);
+    let (a, stats) = learn(&strict, &spec4(), &train, 0.2, 12, 4).unwrap();
+    let (b, _) = learn(&strict, &spec4(), &train, 0.2, 12, 4).unwrap();
+    assert_eq!(a.to_json_bytes(), b.to_json_bytes());
+    assert!(a.len() <= 12 && a.len() == stats.codewords);
+    assert_eq!(
+        a.learned(),
+        Some(Learned {
+            budget: 0.2,
+            max_codewords: 12,
+            pair_weight: 4
+        })
+    );
+    // Kept codewords stay in strict order and come from the pool.
+    let pool = strict.codewords();
+    let mut last = None;
+    for cw in a.codewords() {
+        let at = pool.iter().position(|x| x == cw).unwrap();
+        assert!(last.is_none_or(|l| at > l));
+        last = Some(at);
+    }
+    // The artifact records α, K and the pair weight, and reads back equal.
+    let text = String::from_utf8(a.to_json_bytes()).unwrap();
+    assert!(text.contains("\"budget\":0.2,\"max_codewords\":12,\"pair_weight\":4"));
+    assert_eq!(Codebook::from_json(text.as_bytes()).unwrap(), a);
+    // A strict codebook's bytes do not mention them (backward compatible).
+    let plain = String::from_utf8(strict.to_json_bytes()).unwrap();
+    assert!(!plain.contains("budget") && !plain.contains("max_codewords"));
+    assert_eq!(
+        Codebook::from_json(plain.as_bytes()).unwrap().learned(),
+        None
+    );
+    // Partial or inconsistent records are refused.
+    for bad in [
+        text.replace(",\"max_codewords\":12", ""),
+        text.replace("\"budget\":0.2", "\"budget\":-1.0"),
+        text.replace("\"max_codewords\":12", "\"max_codewords\":1"),
+    ] {
+        assert!(Codebook::from_json(bad.as_bytes()).is_err(), "{bad:.200}");
+    }
+}
+
+#[test]
+fn greedy_coverage_covers_what_the_bounded_mapper_releases() {
+    let strict = strict4(10);
+    let spec = spec4();
+    let train = responses(4, 60, 9);
+    let (learned, stats) = learn(&strict, &spec, &train, 0.04, 40, 4).unwrap();
+    assert!(stats.covered_responses > 0);
+    let mapper = crate::wcpq::Mapper::with_admissibility(
+        learned,
+        spec.clone(),
+        crate::wcpq::Admissibility::Budget(0.04),
+    )
+    .unwrap();
+    let identity = |r: &crate::workflow::Release| Some(r.clone());
+    let covered = train
+        .iter()
+        .filter(|r| {
+            matches!(
+                mapper.map(&r.native, &serde_json::Value::Null, &identity),
+                crate::wcpq::Outcome::Covered { .. }
+            )
+        })
+        .count();
+    assert_eq!(covered, stats.covered_responses);
+    // More codewords never cover fewer responses; K = 1 keeps one codeword.
+    let (one, one_stats) = learn(&strict, &spec, &train, 0.04, 1, 4).unwrap();
+    assert_eq!(one.len(), 1);
+    assert!(one_stats.covered_responses <= stats.covered_responses);
+    // A larger budget covers at least as many with the same K.
+    let (_, wide) = learn(&strict, &spec, &train, 0.2, 40, 4).unwrap();
+    assert!(wide.covered_responses >= stats.covered_responses);
+}
+
+#[test]
+fn the_first_pick_maximizes_responses_plus_weighted_pairs() {
+    // Two pairs; a pair weight large enough makes the first pick a codeword covering a pair.
+    let strict = strict4(4);
+    let spec = spec4();
+    let train = responses(4, 8, 21);
+    for weight in [0, 4] {
+        let (one, _) = learn(&strict, &spec, &train, 0.2, 1, weight).unwrap();
+        // Recompute every candidate's gain independently and check the pick is the first best.
+        let gain = |cw: &Codeword| {
+            let admits = |r: &Response| {
+                crate::wcpq::argmax_set(&cw.p).contains(&r.native.choice) && {
+                    let z = crate::workflow::Release {
+                        choice: r.native.choice,
+                        probabilities: Some(cw.p.clone()),
+                        confidence: Some(cw.c),
+                    };
+                    spec.within_budget(
+                        &spec.plans_with_public(&r.native, &[]),
+                        &spec.plans_with_public(&z, &[]),
+                        0.2,
+                    )
+                }
+            };
+            let covered = train.iter().filter(|r| admits(r)).count() as u64;
+            let pairs = train
+                .chunks(2)
+                .filter(|p| {
+                    p[0].native.choice == p[1].native.choice && admits(&p[0]) && admits(&p[1])
+                })
+                .count() as u64;
+            covered + u64::from(weight) * pairs
+        };
+        let best = strict.codewords().iter().map(gain).max().unwrap();
+        let first = strict
+            .codewords()
+            .iter()
+            .find(|cw| gain(cw) == best)
+            .unwrap();
+        assert_eq!(&one.codewords()[0], first, "pair weight {weight}");
+    }
+}
+
+#[test]
+fn learning_refuses_a_bad_budget_or_k() {
+    let strict = strict4(4);
+    let train = responses(4, 4, 1);
+    assert!(learn(&strict, &spec4(), &train, -0.5, 4, 4).is_err());
+    assert!(learn(&strict, &spec4(), &train, 0.1, 0, 4).is_err());
+    assert!(learn(&strict, &spec4(), &[], 0.1, 4, 4).is_err());
 }

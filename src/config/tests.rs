@@ -583,3 +583,49 @@ mod starts {
         assert!([502, 504].contains(&serve_one(tight).await));
     }
 }
+
+#[test]
+fn a_contract_policy_is_validated() {
+    let with = |policy: &str| {
+        MINIMAL.replace(
+            "provider = \"sim\"\n",
+            &format!("provider = \"sim\"\npolicy = {policy}\n"),
+        )
+    };
+    let config = Config::from_toml(&with(
+        "{ keep = [\"choice\", \"q.probabilities\"], hide = [\"secret\"], max_recovery_gain = 0.05 }",
+    ))
+    .unwrap();
+    let policy = config.contract("c").unwrap().policy.clone().unwrap();
+    assert_eq!(policy.max_recovery_gain, 0.05);
+    assert_eq!(policy.keep.len(), 2);
+    assert!(policy.dropped(config.contract("c").unwrap()).is_empty());
+    let narrow = Config::from_toml(
+        &with("{ keep = [\"confidence\"] }").replace("full_native", "full_probabilities"),
+    )
+    .unwrap();
+    let contract = narrow.contract("c").unwrap();
+    assert_eq!(
+        contract.policy.as_ref().unwrap().dropped(contract),
+        ["q.confidence"]
+    );
+    assert!(
+        Config::from_toml(MINIMAL)
+            .unwrap()
+            .contract("c")
+            .unwrap()
+            .policy
+            .is_none()
+    );
+    for (policy, expected) in [
+        ("{ keep = [\"score\"] }", "contracts.c.policy.keep"),
+        ("{ keep = [\"other.choice\"] }", "does not cover"),
+        ("{ hide = [\"T\"] }", "contracts.c.policy.hide"),
+        ("{ max_recovery_gain = 0.1 }", "bounds what `hide` names"),
+        ("{ hide = [\"secret\"], max_recovery_gain = 1.5 }", "[0, 1]"),
+        ("{ hide = [\"secret\"], surprise = 1 }", "surprise"),
+    ] {
+        let problems = problems(&with(policy)).join("\n");
+        assert!(problems.contains(expected), "{policy}: {problems}");
+    }
+}

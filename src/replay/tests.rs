@@ -172,3 +172,91 @@ fn withholding_under_wcpq_keeps_every_plan_on_the_simulators_worlds() {
         assert_eq!(workflows.max_realized_cost_difference, 0.0, "{fallback}");
     }
 }
+
+/// The delivery contract of `config/tuple-bench.toml` under a WCPQ budget: the
+/// summary reports the worst per-output increase next to plan agreement, and it
+/// stays within α·κ_j (strict: 0).
+#[test]
+fn a_wcpq_budget_reports_the_worst_cost_increase() {
+    let worlds = crate::simulate::generate(&crate::simulate::Options::default()).unwrap();
+    let lines: Vec<String> = worlds.iter().map(|w| w.to_line().unwrap()).collect();
+    let input = lines.join("\n");
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/tuple-bench.toml"
+    ))
+    .unwrap()
+    .replace(
+        "codebooks/",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/config/codebooks/"),
+    );
+    let run_with = |shipped: &str, admissibility: &str| {
+        let text = shipped.replace(
+            "codebook = \"",
+            &format!("admissibility = {admissibility}, codebook = \""),
+        );
+        let config = Config::from_toml(&text).unwrap();
+        let mut writer = Writer::new(Vec::new());
+        let summary = replay(
+            &config.contracts["delivery"],
+            Reader::new(Cursor::new(input.clone().into_bytes())),
+            &mut writer,
+            &mut |_| {},
+        )
+        .unwrap();
+        summary.mechanisms["coarse_cause"]
+            .workflows
+            .clone()
+            .unwrap()
+    };
+    let run = |admissibility: &str| run_with(&shipped, admissibility);
+    // A codebook learned for α = 0.2 from the train split, as `build-codebook --budget 0.2` does.
+    let config = Config::from_toml(&shipped).unwrap();
+    let contract = &config.contracts["delivery"];
+    let rule = &contract.questions["coarse_cause"];
+    let crate::mechanism::Mechanism::Wcpq(wcpq) = &rule.mechanism else {
+        panic!("not wcpq")
+    };
+    let spec = rule.workflows.clone().unwrap();
+    let responses: Vec<crate::codebook::Response> = worlds
+        .iter()
+        .filter(|w| w.split == crate::worlds::Split::Train)
+        .filter_map(|w| crate::dataset::native_answer(contract, "coarse_cause", w).ok())
+        .enumerate()
+        .map(|(i, a)| crate::codebook::Response {
+            pair_id: format!("{i}"),
+            native: crate::workflow::Release {
+                choice: a.vector.choice,
+                probabilities: Some(a.vector.probabilities),
+                confidence: a.vector.confidence,
+            },
+            public: Vec::new(),
+        })
+        .collect();
+    assert!(responses.len() > 50);
+    let (learned, _) =
+        crate::codebook::learn(wcpq.mapper.codebook(), &spec, &responses, 0.2, 64, 4).unwrap();
+    let path = std::env::temp_dir().join(format!(
+        "releasegate-replay-learned-{}.json",
+        std::process::id()
+    ));
+    learned.write(&path).unwrap();
+    let strict = run("\"strict\"");
+    assert_eq!(strict.plan_agreement, 1.0);
+    assert_eq!(strict.max_realized_cost_increase, 0.0);
+    assert_eq!(strict.max_relative_cost_increase, 0.0);
+    let shipped = shipped.replace(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/config/codebooks/tuple-bench-coarse_cause.json"
+        ),
+        &path.display().to_string(),
+    );
+    let bounded = run_with(&shipped, "{ budget = 0.2 }");
+    let _ = std::fs::remove_file(&path);
+    assert!(bounded.plan_agreement < 1.0, "{bounded:?}");
+    assert!(bounded.max_realized_cost_increase > 0.0, "{bounded:?}");
+    assert!(bounded.max_relative_cost_increase <= 0.2, "{bounded:?}");
+    let summary = serde_json::to_value(&bounded).unwrap();
+    assert!(summary["max_relative_cost_increase"].is_number());
+}

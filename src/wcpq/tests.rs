@@ -459,3 +459,189 @@ fn mapper_refuses_a_codebook_for_other_workflows() {
     .unwrap();
     assert!(matches!(Mapper::new(cb, other), Err(Error::Mismatch(_))));
 }
+
+type BudgetCache = Mutex<BTreeMap<u64, Arc<Mapper>>>;
+
+static BUDGET_MAPPERS: LazyLock<BudgetCache> = LazyLock::new(Default::default);
+
+/// The default-grid mapper for four classes and all 18 default policies, under budget `alpha`.
+fn cached_budget_mapper(alpha: f64) -> Arc<Mapper> {
+    let strict = cached_native_mapper(4, 20);
+    let mut cache = BUDGET_MAPPERS.lock().unwrap();
+    cache
+        .entry(alpha.to_bits())
+        .or_insert_with(|| {
+            Arc::new(
+                Mapper::with_admissibility(
+                    strict.codebook().clone(),
+                    strict.spec().clone(),
+                    Admissibility::Budget(alpha),
+                )
+                .unwrap(),
+            )
+        })
+        .clone()
+}
+
+/// Independent statement of the bound: every policy j, every truth t,
+/// ℓ_j(z, t) − ℓ_j(D, t) ≤ α·κ_j, with κ_j written out from the cost base.
+fn within_bound(spec: &Spec, native: &[Plan], released: &[Plan], alpha: f64) -> bool {
+    spec.policies()
+        .iter()
+        .zip(native.iter().zip(released))
+        .all(|(policy, (a, b))| {
+            let kappa = match policy.family {
+                Family::Asymmetric => policy
+                    .costs
+                    .matrix
+                    .iter()
+                    .flatten()
+                    .fold(0.0f64, |m, &v| m.max(v)),
+                _ => policy.costs.c_wrong,
+            };
+            (0..spec.class_count())
+                .all(|t| policy.realized_cost(b, t) - policy.realized_cost(a, t) <= alpha * kappa)
+        })
+}
+
+/// Checks a bounded release for one answer; returns the released plans when covered.
+fn check_budget_answer(mapper: &Mapper, alpha: f64, native: &Release) -> Option<Vec<Plan>> {
+    let state = json!({});
+    let spec = mapper.spec();
+    let roundtrip = json_roundtrip(spec.classes());
+    let outcome = mapper.map(native, &state, &roundtrip);
+    assert_eq!(
+        outcome,
+        mapper.map_reference(native, &state, &roundtrip),
+        "fast path and brute force disagree for {native:?}"
+    );
+    let Outcome::Covered {
+        release,
+        codeword_index,
+    } = outcome
+    else {
+        return None;
+    };
+    assert_eq!(release.choice, native.choice);
+    assert_eq!(release.availability(), native.availability());
+    assert!(argmax_set(&mapper.codebook().codewords()[codeword_index].p).contains(&native.choice));
+    let native_plans = spec.plans(native, &state);
+    let released_plans = spec.plans(&roundtrip(&release).unwrap(), &state);
+    assert!(
+        within_bound(spec, &native_plans, &released_plans, alpha),
+        "bound exceeded for {native:?}"
+    );
+    let (absolute, relative) = spec.worst_increase(&native_plans, &released_plans);
+    assert!(relative <= alpha && absolute >= 0.0);
+    // First admissible in codebook order.
+    for i in 0..codeword_index {
+        if argmax_set(&mapper.codebook().codewords()[i].p).contains(&native.choice) {
+            let z = mapper.candidate(native, i).unwrap();
+            assert!(
+                !within_bound(spec, &native_plans, &spec.plans(&z, &state), alpha),
+                "codeword {i} was admissible earlier"
+            );
+        }
+    }
+    Some(released_plans)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+
+    #[test]
+    fn bounded_releases_never_exceed_alpha_kappa(
+        alpha_index in 0usize..4,
+        kind in 0u8..3,
+        seed in any::<u64>(),
+        with_probabilities in prop::bool::weighted(0.9),
+        confidence in prop::option::of(0.0f64..=1.0),
+    ) {
+        let alpha = [0.0, 0.04, 0.2, 0.5][alpha_index];
+        let mapper = cached_budget_mapper(alpha);
+        prop_assert_eq!(mapper.spec().policies().len(), 18);
+        let native = native_from(vector(4, kind, seed), with_probabilities, confidence);
+        check_budget_answer(&mapper, alpha, &native);
+    }
+
+    #[test]
+    fn alpha_zero_admits_whatever_strict_admits(
+        kind in 0u8..3,
+        seed in any::<u64>(),
+        confidence in prop::option::of(0.0f64..=1.0),
+    ) {
+        let strict = cached_native_mapper(4, 20);
+        let zero = cached_budget_mapper(0.0);
+        let native = native_from(vector(4, kind, seed), true, confidence);
+        let roundtrip = json_roundtrip(strict.spec().classes());
+        if let Outcome::Covered { codeword_index: s, .. } = strict.map(&native, &json!({}), &roundtrip) {
+            let Outcome::Covered { codeword_index: z, .. } = zero.map(&native, &json!({}), &roundtrip)
+            else {
+                panic!("strict covered {native:?} but alpha = 0 did not");
+            };
+            prop_assert!(z <= s);
+        }
+    }
+}
+
+#[test]
+fn alpha_zero_is_weaker_than_plan_equality() {
+    // Under α = 0 no policy's realized cost rises for any truth, but a plan may change when
+    // its realized-cost vector is equal or lower (e.g. check(k, no → r) versus check(r, no → k)).
+    let mapper = cached_budget_mapper(0.0);
+    let mut changed = 0;
+    let mut covered = 0;
+    for seed in 0..120 {
+        let native = native_from(vector(4, (seed % 3) as u8, seed), true, Some(0.7));
+        if let Some(released) = check_budget_answer(&mapper, 0.0, &native) {
+            covered += 1;
+            let (absolute, _) = mapper
+                .spec()
+                .worst_increase(&mapper.spec().plans(&native, &json!({})), &released);
+            assert_eq!(absolute, 0.0);
+            if released != mapper.spec().plans(&native, &json!({})) {
+                changed += 1;
+            }
+        }
+    }
+    eprintln!("alpha = 0: covered {covered}/120, plans changed in {changed}");
+    assert!(covered > 60);
+}
+
+#[test]
+fn a_larger_budget_releases_an_earlier_codeword() {
+    let classes = labels(4);
+    let roundtrip = json_roundtrip(&classes);
+    let mut earlier = 0;
+    for seed in 0..60 {
+        let native = native_from(vector(4, (seed % 3) as u8, seed), true, Some(0.7));
+        let index =
+            |alpha: f64| match cached_budget_mapper(alpha).map(&native, &json!({}), &roundtrip) {
+                Outcome::Covered { codeword_index, .. } => Some(codeword_index),
+                Outcome::Fallback(_) => None,
+            };
+        let (small, large) = (index(0.0), index(0.2));
+        if let Some(small) = small {
+            let large = large.expect("a larger budget admits a superset");
+            assert!(large <= small);
+            if large < small {
+                earlier += 1;
+            }
+        }
+    }
+    assert!(earlier > 0, "α = 0.2 never moved a release");
+}
+
+#[test]
+fn a_budget_must_be_finite_and_non_negative() {
+    let strict = cached_native_mapper(2, 4);
+    for alpha in [-0.1, f64::NAN, f64::INFINITY] {
+        let err = Mapper::with_admissibility(
+            strict.codebook().clone(),
+            strict.spec().clone(),
+            Admissibility::Budget(alpha),
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::Budget(_)));
+    }
+}

@@ -176,6 +176,22 @@ impl Policy {
         }
     }
 
+    /// κ_j, the policy's public wrong-route cost: `c_wrong` for selective routing and
+    /// clarification, the largest matrix entry for asymmetric-cost routing. A bounded WCPQ
+    /// mapper lets a release raise this policy's realized cost by at most α·κ_j.
+    pub fn kappa(&self) -> f64 {
+        let c = &self.costs;
+        match self.family {
+            Family::Selective | Family::Clarification => c.c_wrong,
+            Family::Asymmetric => c
+                .matrix
+                .iter()
+                .flatten()
+                .copied()
+                .fold(f64::NEG_INFINITY, f64::max),
+        }
+    }
+
     /// The realized cost of `plan` when the true class is `true_class`.
     ///
     /// A plan of another family, or an index outside the matrix, yields NaN (never a panic).

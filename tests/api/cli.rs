@@ -265,3 +265,230 @@ fn audit_reports_recovery_and_costs_for_every_release() {
     assert!(String::from_utf8_lossy(&bad_shape.stderr).contains("unknown shape `partial`"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn build_codebook_learns_a_compact_codebook_reproducibly() {
+    let dir = scratch("learned");
+    let worlds = dir.join("worlds.jsonl");
+    simulate(40, 2, &worlds);
+    let root = env!("CARGO_MANIFEST_DIR");
+    let build = |out: &std::path::Path| {
+        let output = succeed(
+            Command::new(BIN)
+                .args([
+                    "build-codebook",
+                    "--config",
+                    &format!("{root}/config/releasegate.toml"),
+                ])
+                .args(["--contract", "planner", "--question", "coarse_cause"])
+                .args([
+                    "--denominator",
+                    "10",
+                    "--budget",
+                    "0.2",
+                    "--max-codewords",
+                    "16",
+                ])
+                .arg("--worlds")
+                .arg(&worlds)
+                .arg("--out")
+                .arg(out),
+        );
+        let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        summary
+    };
+    let summary = build(&dir.join("a.json"));
+    build(&dir.join("b.json"));
+    let a = std::fs::read(dir.join("a.json")).unwrap();
+    assert_eq!(
+        a,
+        std::fs::read(dir.join("b.json")).unwrap(),
+        "two builds differ"
+    );
+    let artifact: serde_json::Value = serde_json::from_slice(&a).unwrap();
+    assert_eq!(artifact["budget"], 0.2);
+    assert_eq!(artifact["max_codewords"], 16);
+    let count = artifact["codeword_count"].as_u64().unwrap();
+    assert!((1..=16).contains(&count), "{count}");
+    assert_eq!(summary["learned"]["stats"]["codewords"], count);
+    // --max-codewords needs --budget.
+    let lone = Command::new(BIN)
+        .args([
+            "build-codebook",
+            "--config",
+            &format!("{root}/config/releasegate.toml"),
+        ])
+        .args([
+            "--contract",
+            "planner",
+            "--question",
+            "coarse_cause",
+            "--max-codewords",
+            "4",
+        ])
+        .arg("--worlds")
+        .arg(&worlds)
+        .arg("--out")
+        .arg(dir.join("c.json"))
+        .output()
+        .unwrap();
+    assert!(!lone.status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn audit_gate_fails_a_contract_over_its_leakage_budget_or_missing_a_keep_field() {
+    let dir = scratch("gate");
+    let worlds = dir.join("worlds.jsonl");
+    simulate(30, 4, &worlds);
+    let question = "[contracts.NAME.questions.coarse_cause]\n\
+        classes = [\"DELAY\", \"ADDRESS\", \"DAMAGE\", \"DELIVERY_RECORD\"]\nview = \"VIEW\"\n";
+    let contract = |name: &str, view: &str, policy: &str| {
+        format!("[contracts.{name}]\nprovider = \"sim\"\npolicy = {policy}\n")
+            + &question.replace("NAME", name).replace("VIEW", view)
+    };
+    let config = dir.join("gate.toml");
+    std::fs::write(
+        &config,
+        "[providers.sim]\nkind = \"simulated\"\n".to_string()
+            + &contract(
+                "open",
+                "full_native",
+                "{ keep = [\"choice\", \"coarse_cause.probabilities\"], hide = [\"secret\"], max_recovery_gain = 1.0 }",
+            )
+            + &contract("narrow", "choice", "{ keep = [\"probabilities\"] }")
+            + &contract(
+                "tight",
+                "full_native",
+                "{ hide = [\"secret\"], max_recovery_gain = 0.0 }",
+            ),
+    )
+    .unwrap();
+    let run = |name: &str| {
+        let json = dir.join(format!("{name}.json"));
+        let output = Command::new(BIN)
+            .arg("audit")
+            .arg("--config")
+            .arg(&config)
+            .args([
+                "--contract",
+                name,
+                "--views",
+                "no_output",
+                "--bootstrap",
+                "50",
+            ])
+            .args(["--gate", "--worlds"])
+            .arg(&worlds)
+            .arg("--json")
+            .arg(&json)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+        let value: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        (output.status.code(), stdout, value["gate"][0].clone())
+    };
+    let (code, stdout, open) = run("open");
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(stdout.contains("gate open: pass"), "{stdout}");
+    assert_eq!(open["passed"], true);
+    assert!(open["recovery_gain"]["upper"].as_f64().unwrap() <= 1.0);
+
+    let (code, stdout, narrow) = run("narrow");
+    assert_eq!(code, Some(3), "{stdout}");
+    assert!(
+        stdout.contains("gate narrow: FAIL")
+            && stdout.contains("drops KEEP coarse_cause.probabilities"),
+        "{stdout}"
+    );
+    assert_eq!(
+        narrow["dropped_keep"],
+        serde_json::json!(["coarse_cause.probabilities"])
+    );
+
+    // The budget: the full native answer leaks the secret above no output.
+    let (code, stdout, tight) = run("tight");
+    let upper = tight["recovery_gain"]["upper"].as_f64().unwrap();
+    assert!(upper > 0.0, "{stdout}");
+    assert_eq!(code, Some(3), "{stdout}");
+    assert_eq!(tight["passed"], false);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn audit_sweeps_wcpq_budgets_into_a_frontier() {
+    let dir = scratch("frontier");
+    let worlds = dir.join("worlds.jsonl");
+    simulate(30, 6, &worlds);
+    let root = env!("CARGO_MANIFEST_DIR");
+    let output = succeed(
+        Command::new(BIN)
+            .args([
+                "audit",
+                "--config",
+                &format!("{root}/config/tuple-bench.toml"),
+            ])
+            .args([
+                "--contract",
+                "delivery",
+                "--contract",
+                "equipment",
+                "--contract",
+                "it_ops",
+            ])
+            .args(["--views", "no_output,full_native", "--bootstrap", "50"])
+            .args(["--budgets", "0,0.2", "--max-codewords", "4,64", "--worlds"])
+            .arg(&worlds)
+            .arg("--json")
+            .arg(dir.join("audit.json"))
+            .arg("--svg")
+            .arg(dir.join("audit.svg")),
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("frontier wcpq a=0.2 K=64"), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("audit.json")).unwrap()).unwrap();
+    let frontier = json["frontier"].as_array().unwrap();
+    assert_eq!(frontier.len(), 4);
+    for point in frontier {
+        let budget = point["budget"].as_f64().unwrap();
+        assert!(point["codewords"].as_u64().unwrap() <= point["max_codewords"].as_u64().unwrap());
+        assert!(point["recovery"]["mean"].is_number(), "{point}");
+        assert!(point["recovery_gain"]["upper"].is_number(), "{point}");
+        let worst = point["worst_relative_increase"].as_object().unwrap();
+        assert_eq!(worst.len(), 18);
+        // The shipped contracts fall back to the native answer, so every output stays in budget.
+        for value in worst.values() {
+            assert!(value.as_f64().unwrap() <= budget + 1e-12, "{point}");
+        }
+        let mean = point["mean_cost_increase"].as_object().unwrap();
+        assert_eq!(mean.len(), 18, "{point}");
+        assert!(mean.values().all(serde_json::Value::is_number), "{point}");
+    }
+    let names: Vec<&str> = json["report"]["releases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["release"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"wcpq a=0 K=4") && names.contains(&"wcpq a=0.2 K=64"),
+        "{names:?}"
+    );
+    let svg = std::fs::read_to_string(dir.join("audit.svg")).unwrap();
+    assert!(svg.contains("wcpq a=0.2 K=64"), "one point per setting");
+    // A sweep needs a WCPQ contract.
+    let plain = Command::new(BIN)
+        .args([
+            "audit",
+            "--config",
+            &format!("{root}/config/releasegate.toml"),
+        ])
+        .args(["--contract", "dispatcher", "--budgets", "0.1", "--worlds"])
+        .arg(&worlds)
+        .output()
+        .unwrap();
+    assert_eq!(plain.status.code(), Some(64));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-use releasegate::codebook;
 use releasegate::config::Config;
 use releasegate::workflow::Spec;
+use releasegate::{codebook, wcpq};
 use serde_json::{Value, json};
 
 use crate::helpers::{native_answer, request, spawn_with};
@@ -242,4 +242,81 @@ async fn baseline_mechanisms_rewrite_the_probabilities() {
         first["probabilities"],
         native_answer()["answers"]["cause"]["probabilities"]
     );
+}
+
+/// Writes a codebook learned for budget `alpha` from the grid-only codebook.
+fn learned_codebook_file(name: &str, alpha: f64) -> PathBuf {
+    let spec = Spec::standard(classes()).unwrap();
+    let strict = codebook::build(&classes(), 10, &spec, &[], "test".into())
+        .unwrap()
+        .codebook;
+    let responses: Vec<codebook::Response> = [[0.7, 0.1, 0.1, 0.1], [0.1, 0.6, 0.2, 0.1]]
+        .iter()
+        .enumerate()
+        .map(|(i, p)| codebook::Response {
+            pair_id: format!("p{i}"),
+            native: releasegate::workflow::Release {
+                choice: i,
+                probabilities: Some(p.to_vec()),
+                confidence: Some(0.9),
+            },
+            public: Vec::new(),
+        })
+        .collect();
+    let (learned, _) = codebook::learn(&strict, &spec, &responses, alpha, 8, 4).unwrap();
+    let path = std::env::temp_dir().join(format!("releasegate-{}-{name}.json", std::process::id()));
+    learned.write(&path).unwrap();
+    path
+}
+
+#[test]
+fn a_contract_chooses_strict_or_a_budget_matching_its_codebook() {
+    let strict = codebook_file("admissibility", 4);
+    let learned = learned_codebook_file("admissibility-learned", 0.04);
+    let text = |path: &std::path::Path, admissibility: &str| {
+        format!(
+            "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n\
+             [contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"full_native\"\n\
+             mechanism = {{ kind = \"wcpq\", codebook = \"{}\"{admissibility} }}\nworkflows = {{}}\n",
+            path.display()
+        )
+    };
+    let admissibility = |path: &std::path::Path, admissibility: &str| {
+        let config = Config::from_toml(&text(path, admissibility)).unwrap();
+        match &config.contract("c").unwrap().questions["q"].mechanism {
+            releasegate::mechanism::Mechanism::Wcpq(w) => w.mapper.admissibility(),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(admissibility(&strict, ""), wcpq::Admissibility::Strict);
+    assert_eq!(
+        admissibility(&strict, ", admissibility = \"strict\""),
+        wcpq::Admissibility::Strict
+    );
+    assert_eq!(
+        admissibility(&learned, ", admissibility = { budget = 0.04 }"),
+        wcpq::Admissibility::Budget(0.04)
+    );
+    for (path, bad, expected) in [
+        (&strict, ", admissibility = { budget = -0.1 }", "budget"),
+        (&strict, ", admissibility = \"loose\"", "mechanism"),
+        (&strict, ", admissibility = { budget = \"x\" }", "mechanism"),
+        (
+            &strict,
+            ", admissibility = { budget = 0.04 }",
+            "needs a codebook learned",
+        ),
+        (&learned, "", "a strict contract needs a strict codebook"),
+        (
+            &learned,
+            ", admissibility = { budget = 0.2 }",
+            "learned for budget 0.04",
+        ),
+    ] {
+        let error = Config::from_toml(&text(path, bad)).unwrap_err().to_string();
+        assert!(
+            error.contains("contracts.c.questions.q.mechanism") && error.contains(expected),
+            "{bad}: {error}"
+        );
+    }
 }
