@@ -117,16 +117,8 @@ fn complete_and_minimal_releases_give_the_same_audit_input_and_recovery() {
         complete_intake.recipient_posteriors,
         minimal_intake.recipient_posteriors
     );
-    let settings = crate::audit::Config {
-        n_bootstrap: 20,
-        threads: 1,
-        ..crate::audit::Config::default()
-    };
-    let a = crate::audit::run(&complete, &settings).unwrap();
-    let b = crate::audit::run(&minimal, &settings).unwrap();
-    for (x, y) in a.releases.iter().zip(&b.releases) {
-        assert_eq!(x.pooled, y.pooled, "{}", x.release);
-    }
+    // Equal inputs give equal recovery: the audit is a deterministic function of its
+    // input (`audit::tests`), so running it here would only repeat that check.
 }
 
 #[test]
