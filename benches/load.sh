@@ -1,26 +1,49 @@
 #!/usr/bin/env bash
-# Bounded loopback load test: the local upstream directly, then the proxy with
-# a full_native contract and with a WCPQ contract in front of it, side by side
-# in one run.
-# Writes the figures to docs/benchmarks.md (section "Proxy overhead").
-# Not part of CI. Usage: benches/load.sh [seconds] [connections]
+# Bounded loopback load test, side by side in one run: the local upstream
+# directly, nginx `proxy_pass` (Debian's package, the reference proxy) and
+# releasegate with `choice`, `full_native` and WCPQ contracts in front of the
+# same upstream. Reports requests/s, latency and CPU per request (utime+stime
+# from /proc, divided by the requests served) for both proxies, and RSS.
+#
+# Sections (SECTIONS="main latency questions codebooks" by default):
+#   main       one 4-class choice question, ROUNDS alternating rounds, best kept
+#   latency    an upstream that sleeps 20 ms, 64 connections: added p50/p99
+#   questions  CPU per request with 1, 8 and 64 questions per request
+#   codebooks  WCPQ CPU per request with codebooks of denominator 10, 20, 40
+#
+# Not part of CI. Every loop is bounded; all processes stop on exit.
+# Usage: benches/load.sh [seconds] [connections]   (env: ROUNDS, SECTIONS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DURATION="${1:-10}"
+DURATION="${1:-8}"
 CONNECTIONS="${2:-32}"
-ROUNDS="${ROUNDS:-3}"   # variants alternate in every round; the best round of each is reported
-UP_PORT=18081; PROXY_PORT=18080; ADMIN_PORT=18090
-OUT=bench-out; mkdir -p "$OUT"
+ROUNDS="${ROUNDS:-3}"
+SECTIONS="${SECTIONS:-main latency questions codebooks}"
+UP_PORT=18081; PROXY_PORT=18080; ADMIN_PORT=18090; NGINX_PORT=18082
+OUT="$PWD/bench-out"; mkdir -p "$OUT"
+TICK=$(getconf CLK_TCK)
 
-if ! command -v wrk >/dev/null 2>&1; then
-  echo "installing wrk from Debian's packages" >&2
-  (apt-get update -qq && apt-get install -y -qq wrk) >/dev/null
-fi
+need() { # $1 = command, $2 = Debian package
+  command -v "$1" >/dev/null 2>&1 && return
+  echo "installing $2 from Debian's packages" >&2
+  (apt-get update -qq && apt-get install -y -qq "$2") >/dev/null
+}
+need wrk wrk
+need nginx nginx-light
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 cargo build --release --locked --bin releasegate --example fixed_upstream
+RG=target/release/releasegate
 
 KEY=load-test-key
-KEY_SHA=$(printf %s "$KEY" | target/release/releasegate hash-key)
-mkconfig() { # $1 = contract body appended to the questions table
+KEY_SHA=$(printf %s "$KEY" | $RG hash-key)
+CODEBOOK="$PWD/config/codebooks/delivery-coarse_cause.json"
+LABELS='"DELAY", "ADDRESS", "DAMAGE", "DELIVERY_RECORD"'
+
+ids() { # $1 = question count: the ids fixed_upstream answers
+  if [ "$1" = 1 ]; then echo coarse_cause; else seq 0 $(($1 - 1)) | sed 's/^/q/'; fi
+}
+
+mkconfig() { # $1 = question count, $2 = variant (choice|full_native|wcpq), $3 = codebook
   cat <<TOML
 [server]
 listen = "127.0.0.1:$PROXY_PORT"
@@ -36,76 +59,241 @@ key_sha256 = "$KEY_SHA"
 contracts = ["load"]
 [contracts.load]
 provider = "up"
-[contracts.load.questions.coarse_cause]
-classes = ["DELAY", "ADDRESS", "DAMAGE", "DELIVERY_RECORD"]
-$1
 TOML
+  for id in $(ids "$1"); do
+    echo "[contracts.load.questions.$id]"
+    echo "classes = [$LABELS]"
+    case "$2" in
+      choice) echo 'view = "choice"' ;;
+      full_native) echo 'view = "full_native"' ;;
+      wcpq) echo 'view = "full_native"'
+            echo "mechanism = { kind = \"wcpq\", codebook = \"$3\" }"
+            echo 'workflows = {}' ;;
+    esac
+  done
 }
 
-cat > "$OUT/post.lua" <<LUA
+mklua() { # $1 = question count
+  local questions="" sep=""
+  for id in $(ids "$1"); do
+    questions+="$sep\"$id\":{\"type\":\"choice\",\"criteria\":{\"DELAY\":null,\"ADDRESS\":null,\"DAMAGE\":null,\"DELIVERY_RECORD\":null}}"
+    sep=","
+  done
+  cat <<LUA
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer $KEY"
-wrk.body = '{"model":"jev-latest","state":{"note":"parcel late"},"questions":{"coarse_cause":{"type":"choice","criteria":{"DELAY":null,"ADDRESS":null,"DAMAGE":null,"DELIVERY_RECORD":null}}}}'
+wrk.body = '{"model":"jev-latest","state":{"note":"parcel late"},"questions":{$questions}}'
 LUA
-
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-target/release/examples/fixed_upstream "127.0.0.1:$UP_PORT" 2>/dev/null & pids+=($!)
-sleep 0.5
-
-run_wrk() { # $1 = label, $2 = url
-  timeout $((DURATION + 30)) wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$OUT/post.lua" "$2" > "$OUT/$1.txt"
-  local rps p50 p99
-  rps=$(awk '/Requests\/sec/ {print $2}' "$OUT/$1.txt")
-  p50=$(awk '$1=="50%" {print $2}' "$OUT/$1.txt")
-  p99=$(awk '$1=="99%" {print $2}' "$OUT/$1.txt")
-  echo "$1 $rps $p50 $p99"
 }
 
-results=()
-# Each variant: name and contract lines for the coarse_cause question.
-CODEBOOK="$PWD/config/codebooks/delivery-coarse_cause.json"
-VARIANTS=(
-  "full_native|view = \"full_native\""
-  "wcpq|view = \"full_native\"
-mechanism = { kind = \"wcpq\", codebook = \"$CODEBOOK\" }
-workflows = {}"
-)
-if [ -n "${EXTRA_VARIANTS:-}" ]; then IFS=';' read -ra extra <<< "$EXTRA_VARIANTS"; VARIANTS+=("${extra[@]}"); fi
-for variant in "${VARIANTS[@]}"; do
-  name="${variant%%|*}"; body="${variant#*|}"
-  mkconfig "$body" > "$OUT/$name.toml"
-done
-for round in $(seq "$ROUNDS"); do
-  results+=("$(run_wrk upstream "http://127.0.0.1:$UP_PORT/v1/systemone")")
-  for variant in "${VARIANTS[@]}"; do
-    name="${variant%%|*}"
-    target/release/releasegate serve --config "$OUT/$name.toml" 2>/dev/null & proxy=$!
-    pids+=($proxy)
-    for _ in $(seq 50); do curl -fs "127.0.0.1:$ADMIN_PORT/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
-    results+=("$(run_wrk "proxy-$name" "http://127.0.0.1:$PROXY_PORT/v1/systemone")")
-    kill "$proxy"; wait "$proxy" 2>/dev/null || true
+cat > "$OUT/nginx.conf" <<NGINX
+worker_processes auto;
+pid $OUT/nginx.pid;
+error_log $OUT/nginx-error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log $OUT/nginx-access.log;
+  upstream up { server 127.0.0.1:$UP_PORT; keepalive 128; }
+  server {
+    listen 127.0.0.1:$NGINX_PORT;
+    location / {
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+NGINX
+
+UP_PID=""; PROXY_PID=""; NGINX_PID=""
+# Stops processes: TERM, at most 15 s of grace (the proxy drains), then KILL.
+stop() {
+  local p i
+  for p in "$@"; do
+    [ -n "$p" ] || continue
+    kill "$p" 2>/dev/null || continue
+    for i in $(seq 150); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$p" 2>/dev/null || true
   done
-done
-# Keep the best round (highest requests/s) of each target.
-mapfile -t results < <(printf '%s\n' "${results[@]}" | sort -k1,1 -k2,2gr | awk '!seen[$1]++' | sort -k2,2gr)
-base_rps=$(printf '%s\n' "${results[@]}" | awk '$1=="upstream" {print $2}')
-{
-  echo "## Proxy overhead (loopback, wrk)"
-  echo
-  echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores with \`benches/load.sh $DURATION $CONNECTIONS\`:"
-  echo "wrk 1 thread, $CONNECTIONS connections, ${DURATION} s per target, $ROUNDS alternating rounds"
-  echo "(best round kept), client, proxy and upstream sharing the same cores, one request shape"
-  echo "(one 4-class choice question)."
-  echo
-  echo "| target | requests/s | p50 | p99 | throughput vs. upstream direct |"
-  echo "|---|---|---|---|---|"
-  for row in "${results[@]}"; do
-    read -r label rps p50 p99 <<< "$row"
-    ratio=$(awk -v a="$rps" -v b="$base_rps" 'BEGIN { printf "%.2f", a / b }')
-    echo "| $label | $rps | $p50 | $p99 | $ratio |"
+  return 0
+}
+cleanup() { set +e; stop "$PROXY_PID" "$UP_PID" "$NGINX_PID"; return 0; }
+trap cleanup EXIT
+
+start_upstream() { # $1 = questions, $2 = delay ms
+  stop "$UP_PID"
+  target/release/examples/fixed_upstream "127.0.0.1:$UP_PORT" "$1" "$2" 2>/dev/null & UP_PID=$!
+  for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$UP_PORT") 2>/dev/null && break; sleep 0.1; done
+}
+start_proxy() { # $1 = config file
+  stop "$PROXY_PID"
+  $RG serve --config "$1" 2>/dev/null & PROXY_PID=$!
+  for _ in $(seq 100); do curl -fs "127.0.0.1:$ADMIN_PORT/readyz" >/dev/null 2>&1 && return; sleep 0.1; done
+  echo "the proxy did not become ready with $1" >&2; exit 1
+}
+start_nginx() {
+  [ -n "$NGINX_PID" ] && return
+  "$NGINX" -p "$OUT" -c "$OUT/nginx.conf" -g 'daemon off;' & NGINX_PID=$!
+  for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$NGINX_PORT") 2>/dev/null && break; sleep 0.1; done
+}
+# The processes of a target: nginx is its master and workers.
+pids_of() { # $1 = proxy kind
+  case "$1" in
+    nginx) echo "$NGINX_PID" $(pgrep -P "$NGINX_PID" || true) ;;
+    releasegate) echo "$PROXY_PID" ;;
+    *) echo "" ;;
+  esac
+}
+cpu_ticks() { local total=0 p; for p in "$@"; do total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$total"; }
+rss_mib() { local total=0 p; for p in "$@"; do total=$((total + $(awk '/^VmRSS/ {print $2}' "/proc/$p/status"))); done; awk -v k="$total" 'BEGIN { printf "%.1f", k / 1024 }'; }
+to_ms() { awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n += 0; else if (v ~ /s$/) n *= 1000; printf "%.2f", n }'; }
+
+# Runs wrk against one target; prints "label rps p50_ms p99_ms cpu_us_per_request rss_mib".
+measure() { # $1 = label, $2 = url, $3 = lua, $4 = connections, $5 = proxy kind (nginx|releasegate|none)
+  local pids before after file="$OUT/$1.txt"
+  pids=$(pids_of "$5")
+  before=$( [ -n "$pids" ] && cpu_ticks $pids || echo 0)
+  timeout $((DURATION + 30)) wrk -t1 -c"$4" -d"${DURATION}s" --latency -s "$3" "$2" > "$file"
+  after=$( [ -n "$pids" ] && cpu_ticks $pids || echo 0)
+  local requests rps p50 p99 cpu rss="-"
+  requests=$(awk '/requests in/ {print $1}' "$file")
+  rps=$(awk '/Requests\/sec/ {printf "%.0f", $2}' "$file")
+  p50=$(to_ms "$(awk '$1=="50%" {print $2}' "$file")")
+  p99=$(to_ms "$(awk '$1=="99%" {print $2}' "$file")")
+  if [ -n "$pids" ]; then
+    cpu=$(awk -v t=$((after - before)) -v hz="$TICK" -v n="$requests" 'BEGIN { printf "%.1f", t / hz / n * 1e6 }')
+    rss=$(rss_mib $pids)
+  else
+    cpu="-"
+  fi
+  echo "$1 $rps $p50 $p99 $cpu $rss"
+}
+
+# Keeps the best round (highest requests/s) of each label, in first-seen order.
+best() { awk '{ if (!($1 in rps) || $2 > rps[$1]) { rps[$1] = $2; row[$1] = $0 } if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } } END { for (i = 1; i <= n; i++) print row[order[i]] }'; }
+
+section_main() {
+  local lua="$OUT/q1.lua" rows=() v
+  mklua 1 > "$lua"
+  for v in choice full_native wcpq; do mkconfig 1 "$v" "$CODEBOOK" > "$OUT/main-$v.toml"; done
+  start_upstream 1 0
+  start_nginx
+  start_proxy "$OUT/main-full_native.toml"
+  local idle_rss; idle_rss=$(rss_mib "$PROXY_PID")
+  for _ in $(seq "$ROUNDS"); do
+    rows+=("$(measure upstream "http://127.0.0.1:$UP_PORT/v1/systemone" "$lua" "$CONNECTIONS" none)")
+    rows+=("$(measure nginx "http://127.0.0.1:$NGINX_PORT/v1/systemone" "$lua" "$CONNECTIONS" nginx)")
+    for v in choice full_native wcpq; do
+      start_proxy "$OUT/main-$v.toml"
+      rows+=("$(measure "releasegate-$v" "http://127.0.0.1:$PROXY_PORT/v1/systemone" "$lua" "$CONNECTIONS" releasegate)")
+    done
   done
-} > "$OUT/overhead.md"
-cat "$OUT/overhead.md"
+  local table; table=$(printf '%s\n' "${rows[@]}" | best)
+  local nginx_rps nginx_cpu
+  nginx_rps=$(awk '$1=="nginx" {print $2}' <<< "$table")
+  nginx_cpu=$(awk '$1=="nginx" {print $5}' <<< "$table")
+  {
+    echo "### Side by side: one 4-class choice question"
+    echo
+    echo "$(date -u +%Y-%m-%d), $(nproc) cores, \`benches/load.sh $DURATION $CONNECTIONS\`: wrk 1 thread, $CONNECTIONS connections,"
+    echo "${DURATION} s per target, $ROUNDS alternating rounds (best round of each target kept)."
+    echo
+    echo "| target | requests/s | p50 | p99 | CPU per request | RSS under load | requests/s vs. nginx | CPU vs. nginx |"
+    echo "|---|---|---|---|---|---|---|---|"
+    while read -r label rps p50 p99 cpu rss; do
+      local r c
+      r=$(awk -v a="$rps" -v b="$nginx_rps" 'BEGIN { printf "%.2f", a / b }')
+      c=$( [ "$cpu" = "-" ] && echo "-" || awk -v a="$cpu" -v b="$nginx_cpu" 'BEGIN { printf "%.2f", a / b }')
+      echo "| $label | $rps | $p50 ms | $p99 ms | ${cpu} µs | ${rss} MiB | $r | $c |"
+    done <<< "$table"
+    echo
+    echo "releasegate RSS at idle (just started, \`full_native\`): $idle_rss MiB."
+    echo
+  } | tee "$OUT/main.md"
+}
+
+section_latency() {
+  local lua="$OUT/q1.lua" rows=()
+  mklua 1 > "$lua"
+  mkconfig 1 full_native "" > "$OUT/latency.toml"
+  start_upstream 1 20
+  start_nginx
+  start_proxy "$OUT/latency.toml"
+  rows+=("$(measure slow-upstream "http://127.0.0.1:$UP_PORT/v1/systemone" "$lua" 64 none)")
+  rows+=("$(measure slow-nginx "http://127.0.0.1:$NGINX_PORT/v1/systemone" "$lua" 64 nginx)")
+  rows+=("$(measure slow-releasegate "http://127.0.0.1:$PROXY_PORT/v1/systemone" "$lua" 64 releasegate)")
+  local base50 base99
+  base50=$(awk '{print $3; exit}' <<< "${rows[0]}")
+  base99=$(awk '{print $4; exit}' <<< "${rows[0]}")
+  {
+    echo "### Added latency in front of a 20 ms upstream (64 connections)"
+    echo
+    echo "| target | requests/s | p50 | p99 | added p50 | added p99 | CPU per request |"
+    echo "|---|---|---|---|---|---|---|"
+    local row
+    for row in "${rows[@]}"; do
+      read -r label rps p50 p99 cpu _ <<< "$row"
+      echo "| $label | $rps | $p50 ms | $p99 ms | $(awk -v a="$p50" -v b="$base50" 'BEGIN { printf "%.2f", a - b }') ms | $(awk -v a="$p99" -v b="$base99" 'BEGIN { printf "%.2f", a - b }') ms | ${cpu} µs |"
+    done
+    echo
+  } | tee "$OUT/latency.md"
+}
+
+section_questions() {
+  local rows=() n v
+  start_nginx
+  for n in 1 8 64; do
+    mklua "$n" > "$OUT/q$n.lua"
+    start_upstream "$n" 0
+    rows+=("$(measure "nginx-q$n" "http://127.0.0.1:$NGINX_PORT/v1/systemone" "$OUT/q$n.lua" "$CONNECTIONS" nginx)")
+    for v in full_native wcpq; do
+      mkconfig "$n" "$v" "$CODEBOOK" > "$OUT/q$n-$v.toml"
+      start_proxy "$OUT/q$n-$v.toml"
+      rows+=("$(measure "releasegate-$v-q$n" "http://127.0.0.1:$PROXY_PORT/v1/systemone" "$OUT/q$n.lua" "$CONNECTIONS" releasegate)")
+    done
+  done
+  {
+    echo "### CPU per request by questions per request"
+    echo
+    echo "| target | questions | requests/s | p50 | p99 | CPU per request | CPU per answer |"
+    echo "|---|---|---|---|---|---|---|"
+    local row
+    for row in "${rows[@]}"; do
+      read -r label rps p50 p99 cpu _ <<< "$row"
+      n=${label##*-q}
+      echo "| ${label%-q*} | $n | $rps | $p50 ms | $p99 ms | ${cpu} µs | $(awk -v c="$cpu" -v n="$n" 'BEGIN { printf "%.1f", c / n }') µs |"
+    done
+    echo
+  } | tee "$OUT/questions.md"
+}
+
+section_codebooks() {
+  local rows=() d worlds="$OUT/worlds.jsonl"
+  [ -f "$worlds" ] || $RG simulate --pairs-per-domain 240 --seed 0 --out "$worlds" >/dev/null 2>&1
+  mklua 1 > "$OUT/q1.lua"
+  start_upstream 1 0
+  for d in 10 20 40; do
+    local cb="$OUT/codebook-d$d.json"
+    [ -f "$cb" ] || $RG build-codebook --config config/releasegate.toml --contract planner \
+      --question coarse_cause --worlds "$worlds" --out "$cb" --denominator "$d" >/dev/null 2>&1
+    local size; size=$(grep -o '"codeword_count":[0-9]*' "$cb" | cut -d: -f2)
+    mkconfig 1 wcpq "$cb" > "$OUT/codebook-d$d.toml"
+    start_proxy "$OUT/codebook-d$d.toml"
+    rows+=("$(measure "wcpq-d$d" "http://127.0.0.1:$PROXY_PORT/v1/systemone" "$OUT/q1.lua" "$CONNECTIONS" releasegate) $size $(rss_mib "$PROXY_PID")")
+  done
+  {
+    echo "### WCPQ CPU per request by codebook size"
+    echo
+    echo "| codebook | codewords | requests/s | p50 | p99 | CPU per request | RSS after load |"
+    echo "|---|---|---|---|---|---|---|"
+    local row
+    for row in "${rows[@]}"; do
+      read -r label rps p50 p99 cpu _ size rss <<< "$row"
+      echo "| denominator ${label#wcpq-d} | $size | $rps | $p50 ms | $p99 ms | ${cpu} µs | $rss MiB |"
+    done
+    echo
+  } | tee "$OUT/codebooks.md"
+}
+
+for section in $SECTIONS; do "section_$section"; done

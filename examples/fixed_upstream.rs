@@ -1,22 +1,58 @@
 //! A minimal local System One upstream for load tests: answers every request
-//! with a fixed, valid native answer for the load script's request.
+//! with a fixed, valid native answer for the load script's request shape.
 //!
-//! `cargo run --release --example fixed_upstream -- 127.0.0.1:18081`
+//! ```text
+//! cargo run --release --example fixed_upstream -- 127.0.0.1:18081 [QUESTIONS] [DELAY_MS]
+//! ```
+//!
+//! With one question (the default) the answer's id is `coarse_cause`; with N
+//! questions the ids are `q0`..`q{N-1}`, each a 4-class choice answer over the
+//! delivery labels. `DELAY_MS` (default 0) sleeps before every answer, to
+//! measure the latency a proxy adds in front of a slow provider.
+
+use std::time::Duration;
 
 use axum::Router;
 use axum::routing::{get, post};
 
-const ANSWER: &str = r#"{"model":"jev-1.13.0","answers":{"coarse_cause":{"type":"choice","choice":"DELAY","confidence":0.78,"probabilities":{"ADDRESS":0.04,"DELAY":0.85,"DAMAGE":0.06,"DELIVERY_RECORD":0.05}}},"usage":{"input_tokens":412,"output_tokens":1}}"#;
+const CHOICE: &str = r#"{"type":"choice","choice":"DELAY","confidence":0.78,"probabilities":{"ADDRESS":0.04,"DELAY":0.85,"DAMAGE":0.06,"DELIVERY_RECORD":0.05}}"#;
+
+/// The question ids the load script asks for `questions` questions.
+fn question_ids(questions: usize) -> Vec<String> {
+    if questions == 1 {
+        vec!["coarse_cause".to_string()]
+    } else {
+        (0..questions).map(|i| format!("q{i}")).collect()
+    }
+}
+
+fn answer(questions: usize) -> String {
+    let answers: Vec<String> = question_ids(questions)
+        .iter()
+        .map(|id| format!("\"{id}\":{CHOICE}"))
+        .collect();
+    format!(
+        r#"{{"model":"jev-1.13.0","answers":{{{}}},"usage":{{"input_tokens":412,"output_tokens":{questions}}}}}"#,
+        answers.join(",")
+    )
+}
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
-    let addr = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "127.0.0.1:18081".to_string());
+    let mut args = std::env::args().skip(1);
+    let addr = args.next().unwrap_or_else(|| "127.0.0.1:18081".to_string());
+    let questions: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(1).max(1);
+    let delay = Duration::from_millis(args.next().and_then(|n| n.parse().ok()).unwrap_or(0));
+    let body: &'static str = Box::leak(answer(questions).into_boxed_str());
     let app = Router::new()
         .route(
             "/v1/systemone",
-            post(|_body: axum::body::Bytes| async { ([("content-type", "application/json")], ANSWER) }),
+            post(move |_body: axum::body::Bytes| async move {
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                ([("content-type", "application/json")], body)
+            }),
         )
         .route(
             "/v1/models",
@@ -28,6 +64,6 @@ async fn main() -> std::io::Result<()> {
             }),
         );
     let listener = tokio::net::TcpListener::bind(&addr).await?;
-    eprintln!("fixed upstream on {addr}");
+    eprintln!("fixed upstream on {addr}: {questions} question(s), {delay:?} delay");
     axum::serve(listener, app).await
 }
