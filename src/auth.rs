@@ -7,7 +7,9 @@ use subtle::ConstantTimeEq;
 
 use crate::config::Recipient;
 
-/// Header that selects a contract when a key is bound to several.
+/// Header that selects a contract when a key is bound to several. The path
+/// prefix `/contracts/{name}/` selects one too (for clients that cannot send
+/// custom headers); both follow the same rules.
 pub const CONTRACT_HEADER: &str = "x-release-contract";
 /// Alternative to `Authorization: Bearer`.
 pub const API_KEY_HEADER: &str = "x-api-key";
@@ -23,9 +25,12 @@ pub enum Error {
     Forbidden,
     /// The key is bound to several contracts and none was chosen (400).
     #[error(
-        "this key is bound to several release contracts; choose one with X-Release-Contract ({0})"
+        "this key is bound to several release contracts; choose one with X-Release-Contract or the /contracts/{{name}}/ path prefix ({0})"
     )]
     Ambiguous(String),
+    /// The path and the header name different contracts (400).
+    #[error("the /contracts/{{name}}/ path prefix and X-Release-Contract name different contracts")]
+    Conflict,
 }
 
 /// The recipients' key digests.
@@ -53,8 +58,13 @@ impl Keys {
         }
     }
 
-    /// Authenticates the request's key and selects its contract.
-    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, Error> {
+    /// Authenticates the request's key and selects its contract: the one named
+    /// by the path prefix (`path_contract`) or the header, else the key's only one.
+    pub fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        path_contract: Option<&str>,
+    ) -> Result<Caller, Error> {
         let key = presented_key(headers).ok_or(Error::Unauthenticated)?;
         let digest = Sha256::digest(key.as_bytes());
         // Compare against every recipient so timing does not depend on which one matches.
@@ -65,9 +75,13 @@ impl Keys {
             }
         }
         let recipient = found.ok_or(Error::Unauthenticated)?;
-        let requested = headers
+        let header = headers
             .get(CONTRACT_HEADER)
             .map(|value| value.to_str().map(str::trim).unwrap_or(""));
+        let requested = match (path_contract, header) {
+            (Some(path), Some(header)) if path != header => return Err(Error::Conflict),
+            (path, header) => path.or(header),
+        };
         let contract = match requested {
             Some(name) => recipient
                 .contracts
@@ -139,7 +153,7 @@ mod tests {
     #[test]
     fn keys_select_contracts() {
         let keys = keys();
-        let caller = |h: &[(&'static str, &str)]| keys.authenticate(&headers(h));
+        let caller = |h: &[(&'static str, &str)]| keys.authenticate(&headers(h), None);
         assert_eq!(
             caller(&[("authorization", "Bearer k1")]).unwrap().contract,
             "a"
@@ -174,6 +188,34 @@ mod tests {
             caller(&[("authorization", "Bearer k2")]),
             Err(Error::Ambiguous(_))
         ));
+    }
+
+    #[test]
+    fn the_path_selects_a_contract_like_the_header() {
+        let keys = keys();
+        let caller = |h: &[(&'static str, &str)], path| keys.authenticate(&headers(h), path);
+        let k2 = ("authorization", "Bearer k2");
+        assert_eq!(caller(&[k2], Some("b")).unwrap().contract, "b");
+        assert_eq!(
+            caller(&[k2, ("x-release-contract", "b")], Some("b"))
+                .unwrap()
+                .contract,
+            "b"
+        );
+        assert_eq!(
+            caller(&[k2, ("x-release-contract", "a")], Some("b")),
+            Err(Error::Conflict)
+        );
+        assert_eq!(
+            caller(&[("authorization", "Bearer k1")], Some("b")),
+            Err(Error::Forbidden)
+        );
+        assert_eq!(caller(&[k2], Some("nope")), Err(Error::Forbidden));
+        // The key is checked first: a stranger learns nothing about contracts.
+        assert_eq!(
+            caller(&[("x-release-contract", "a")], Some("b")),
+            Err(Error::Unauthenticated)
+        );
     }
 
     #[test]

@@ -167,6 +167,7 @@ fn failure(error: &dyn std::error::Error) -> ExitCode {
 
 fn serve(config: Option<PathBuf>, log_json: bool) -> ExitCode {
     crate::telemetry::init(log_json);
+    raise_open_file_limit();
     let config = match Config::load(config.as_deref()) {
         Ok(config) => config,
         Err(error) => return usage_error(&error),
@@ -179,10 +180,14 @@ fn serve(config: Option<PathBuf>, log_json: bool) -> ExitCode {
         Err(error) => return usage_error(&format!("cannot start the runtime: {error}")),
     };
     let result = runtime.block_on(async {
+        // Before anything else: from here on SIGHUP can no longer end the process.
+        let signals = Signals::install()?;
         let app = Application::build(config).await?;
-        app.run_until_stopped(shutdown_signal()).await?;
+        app.run_until_stopped(signals.until_stop()).await?;
         anyhow::Ok(())
     });
+    // Connections still open past the grace were dropped; don't wait on stragglers.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -192,24 +197,87 @@ fn serve(config: Option<PathBuf>, log_json: bool) -> ExitCode {
     }
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Raises the soft open-file limit to the hard one: every client connection
+/// and every upstream connection is a file descriptor.
+fn raise_open_file_limit() {
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = terminate => {}
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::debug!(limit, "open-file limit"),
+        Err(error) => tracing::warn!(%error, "cannot raise the open-file limit"),
     }
-    tracing::info!("shutdown signal received");
+}
+
+/// What a signal asks of the running proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Event {
+    /// Drain and exit (SIGTERM, SIGINT / ctrl-c).
+    Stop(&'static str),
+    /// SIGHUP: reload the configuration (not implemented yet).
+    Reload,
+}
+
+/// The process's signal handlers, installed once at start-up so that no
+/// signal takes its default action (SIGHUP would end the process).
+struct Signals {
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    #[cfg(unix)]
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            terminate: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+            hangup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    #[cfg(not(unix))]
+    fn install() -> std::io::Result<Signals> {
+        Ok(Signals {})
+    }
+
+    /// The next signal. A stream that ended (it never does) is ignored.
+    #[cfg(unix)]
+    async fn next(&mut self) -> Event {
+        tokio::select! {
+            Some(()) = self.terminate.recv() => Event::Stop("SIGTERM"),
+            Some(()) = self.interrupt.recv() => Event::Stop("SIGINT"),
+            Some(()) = self.hangup.recv() => Event::Reload,
+        }
+    }
+
+    #[cfg(not(unix))]
+    async fn next(&mut self) -> Event {
+        match tokio::signal::ctrl_c().await {
+            Ok(()) => Event::Stop("ctrl-c"),
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// Handles signals until one asks to stop. Later signals find the
+    /// handlers still installed and are ignored: the drain is bounded by
+    /// `server.shutdown_grace_ms` (SIGKILL ends it at once).
+    async fn until_stop(mut self) {
+        loop {
+            match self.next().await {
+                Event::Stop(signal) => {
+                    tracing::info!(signal, "shutdown signal received; draining");
+                    return;
+                }
+                // The configuration-reload hook: load, validate, swap (a later change).
+                Event::Reload => tracing::info!(
+                    signal = "SIGHUP",
+                    "SIGHUP received; configuration reload is not implemented yet, \
+                     the running configuration stays in force"
+                ),
+            }
+        }
+    }
 }

@@ -89,6 +89,21 @@ pub struct Server {
     pub max_upstream_body_bytes: usize,
     /// How long shutdown waits for in-flight requests.
     pub shutdown_grace: Duration,
+    /// A request head must arrive within this time of its first byte (of
+    /// accepting the connection, for the first request).
+    pub header_read_timeout: Duration,
+    /// A request body must arrive completely within this time (a total
+    /// deadline from the start of reading, not per chunk); 408 beyond.
+    pub body_read_timeout: Duration,
+    /// A keep-alive connection with no request in progress is closed after this long.
+    pub idle_timeout: Duration,
+    /// Most open connections on the public listener; more are closed at once.
+    pub max_connections: usize,
+    /// Most open connections on the admin listener (its own budget).
+    pub admin_max_connections: usize,
+    /// On shutdown, `/readyz` answers 503 for this long before the public
+    /// listener stops accepting.
+    pub drain_delay: Duration,
 }
 
 /// A provider that answers System One requests.
@@ -281,6 +296,16 @@ impl Config {
             "configuration OK ({})\nlisten {} · admin {} · max body {} bytes\n",
             self.source, self.server.listen, self.server.admin_listen, self.server.max_body_bytes
         );
+        out.push_str(&format!(
+            "connections: public {} · admin {} · header {} ms · body {} ms · idle {} ms · drain delay {} ms · grace {} ms\n",
+            self.server.max_connections,
+            self.server.admin_max_connections,
+            self.server.header_read_timeout.as_millis(),
+            self.server.body_read_timeout.as_millis(),
+            self.server.idle_timeout.as_millis(),
+            self.server.drain_delay.as_millis(),
+            self.server.shutdown_grace.as_millis(),
+        ));
         for (name, provider) in &self.providers {
             match provider {
                 Provider::Simulated => out.push_str(&format!("provider {name}: simulated\n")),

@@ -86,6 +86,9 @@ pub struct Context<'a> {
     /// Stable bytes identifying the request and question (seeded noise only,
     /// so computed on demand).
     pub identity: &'a dyn Fn() -> Vec<u8>,
+    /// The released label positions in transmitted order (`wire::transmitted_order`):
+    /// quantization ties go to the earlier one.
+    pub tie_order: &'a [usize],
 }
 
 /// What WCPQ releases when no codeword is admissible.
@@ -231,10 +234,12 @@ impl Mechanism {
     ) -> Result<Mechanism, String> {
         match raw {
             Raw::None => Ok(Mechanism::None),
-            Raw::Quantize { step } if (1e-9..=1.0).contains(&step) => {
+            Raw::Quantize { step } if baseline::step_nanos(step).is_some() => {
                 Ok(Mechanism::Quantize { step })
             }
-            Raw::Quantize { step } => Err(format!("step must be in [1e-9, 1], got {step}")),
+            Raw::Quantize { step } => Err(format!(
+                "step must be a decimal in [1e-9, 1] with at most 9 decimal places, got {step}"
+            )),
             Raw::TopK { k } if k >= 1 => Ok(Mechanism::TopK { k }),
             Raw::TopK { .. } => Err("k must be at least 1".to_string()),
             Raw::Temperature { tau } if tau.is_finite() && tau > 0.0 => {
@@ -320,7 +325,7 @@ impl Mechanism {
             // Baseline errors only arise from invalid parameters, which validation rejects;
             // fail closed to "no probabilities" rather than release native values.
             Mechanism::Quantize { step } => plain(
-                baseline::quantize(p, *step)
+                baseline::quantize(p, *step, ctx.tie_order)
                     .map(all)
                     .unwrap_or_else(|_| vec![None; p.len()]),
             ),

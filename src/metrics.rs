@@ -8,12 +8,19 @@ use prometheus::{
 use crate::config::Config;
 use crate::mechanism::Mechanism;
 
+/// Histogram buckets of request and upstream latencies, in seconds.
+const LATENCY_BUCKETS: [f64; 15] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
 /// Typed metric handles.
 #[derive(Clone, Debug)]
 pub struct Metrics {
     registry: Registry,
     /// Requests by contract and status class.
     pub requests: IntCounterVec,
+    /// The proxy's own request latency by contract, route and status class.
+    pub request_duration: HistogramVec,
     /// Upstream latency by provider.
     pub upstream_latency: HistogramVec,
     /// Upstream failures by provider and kind.
@@ -48,15 +55,20 @@ impl Metrics {
             ),
             &["contract", "status_class"],
         )?;
+        let request_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "releasegate_request_duration_seconds",
+                "Time from request arrival to response, by release contract, route and status class",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["contract", "route", "status_class"],
+        )?;
         let upstream_latency = HistogramVec::new(
             HistogramOpts::new(
                 "releasegate_upstream_latency_seconds",
                 "Upstream request latency by provider",
             )
-            .buckets(vec![
-                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                10.0, 30.0,
-            ]),
+            .buckets(LATENCY_BUCKETS.to_vec()),
             &["provider"],
         )?;
         let upstream_errors = IntCounterVec::new(
@@ -116,6 +128,7 @@ impl Metrics {
         registry.register(Box::new(wcpq_mapping.clone()))?;
         registry.register(Box::new(codebook_info.clone()))?;
         registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(request_duration.clone()))?;
         registry.register(Box::new(upstream_latency.clone()))?;
         registry.register(Box::new(upstream_errors.clone()))?;
         registry.register(Box::new(released_answers.clone()))?;
@@ -123,6 +136,7 @@ impl Metrics {
         Ok(Metrics {
             registry,
             requests,
+            request_duration,
             upstream_latency,
             upstream_errors,
             released_answers,
@@ -134,8 +148,15 @@ impl Metrics {
         })
     }
 
-    /// Publishes the codebook of every WCPQ question and starts its series at zero.
+    /// Publishes the codebook of every WCPQ question and starts its series at zero;
+    /// starts every provider's upstream error series at zero.
     pub fn describe(&self, config: &Config) {
+        for provider in config.providers.keys() {
+            for kind in crate::upstream::ERROR_KINDS {
+                self.upstream_errors
+                    .with_label_values(&[provider.as_str(), kind]);
+            }
+        }
         for (name, contract) in &config.contracts {
             for (question, rule) in &contract.questions {
                 if let Mechanism::Wcpq(wcpq) = &rule.mechanism {

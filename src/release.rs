@@ -89,6 +89,13 @@ pub fn release(
         .get("model")
         .and_then(Value::as_str)
         .ok_or(Invalid::MissingField)?;
+    // Only a model the proxy can vouch for goes out: the contract's pinned model, else
+    // the provider's id if it is a plain bounded id (`wire::is_model_id`).
+    let model = match &contract.model {
+        Some(pinned) => pinned.as_str(),
+        None if wire::is_model_id(model) => model,
+        None => return Err(Invalid::BadModel),
+    };
     let answers = object
         .get("answers")
         .and_then(Value::as_object)
@@ -146,11 +153,13 @@ pub fn release_answer(
         let identity = || identity_bytes(&question.id, request);
         let roundtrip =
             |candidate: &workflow::Release| roundtrip(question, labels, view, candidate);
+        let tie_order = wire::transmitted_order(question, rule, request);
         let mut context = Context {
             state,
             rng: options.rng,
             roundtrip: &roundtrip,
             identity: &identity,
+            tie_order: &tie_order,
         };
         rule.mechanism.apply(&vector, view, &mut context)
     } else {
@@ -289,13 +298,145 @@ pub fn read_released(
     })
 }
 
-/// Stable bytes identifying a request's question (seeded noise): the question
-/// id and the request's serialized form.
+/// Stable bytes identifying a request's question (seeded noise): the canonical JSON
+/// (`canonical_json`) of exactly what determines the answer: the question id (it
+/// selects the contract rule, and a contract's ids are fixed by configuration), the
+/// question's definition (`type`, `instructions`, `criteria`; null and absent alike),
+/// the request `state` and the `model` as forwarded (the pinned one when pinned).
+///
+/// Nothing else enters: not the key order (criteria order included), not JSON
+/// whitespace or number spelling (`1`, `1.0`, `1e0`), not unknown fields of the
+/// request or the question, not the other questions. So re-encoding a request never
+/// draws fresh noise; only a different question, state or model does.
 fn identity_bytes(question: &str, request: &Value) -> Vec<u8> {
-    let mut bytes = question.as_bytes().to_vec();
-    bytes.push(0);
-    bytes.extend(serde_json::to_vec(request).unwrap_or_default());
+    let definition = request.get("questions").and_then(|q| q.get(question));
+    let field = |key: &str| {
+        definition
+            .and_then(|d| d.get(key))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let part = |key: &str| request.get(key).cloned().unwrap_or(Value::Null);
+    let identity = serde_json::json!({
+        "id": question,
+        "question": {"type": field("type"), "instructions": field("instructions"), "criteria": field("criteria")},
+        "state": part("state"),
+        "model": part("model"),
+    });
+    let mut bytes = Vec::new();
+    canonical_json(&identity, &mut bytes);
     bytes
+}
+
+/// Canonical JSON: object keys sorted by their UTF-8 bytes, no whitespace, strings
+/// escaped by serde_json, integral numbers within ±2^53 written as integers (`1.0`
+/// and `1e0` are `1`, `-0.0` is `0`), other numbers in Rust's shortest round-trip form.
+fn canonical_json(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::Number(n) => {
+            let text = if let Some(u) = n.as_u64() {
+                u.to_string()
+            } else if let Some(i) = n.as_i64() {
+                i.to_string()
+            } else {
+                let f = n.as_f64().unwrap_or(0.0);
+                if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 {
+                    (f as i64).to_string()
+                } else {
+                    f.to_string()
+                }
+            };
+            out.extend_from_slice(text.as_bytes());
+        }
+        Value::String(s) => {
+            out.extend(serde_json::to_vec(s).unwrap_or_default());
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                canonical_json(item, out);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.push(b'{');
+            for (index, (key, item)) in entries.into_iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                out.extend(serde_json::to_vec(key).unwrap_or_default());
+                out.push(b':');
+                canonical_json(item, out);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+#[cfg(test)]
+mod identity_tests {
+    use super::*;
+
+    fn identity(text: &str) -> Vec<u8> {
+        identity_bytes("q", &serde_json::from_str(text).unwrap())
+    }
+
+    #[test]
+    fn the_identity_ignores_spelling_order_and_unknown_fields() {
+        let base = identity(
+            r#"{"model":"m","state":{"a":1,"b":[1.5,{"y":null,"x":-0.0}]},
+                "questions":{"q":{"type":"choice","criteria":{"A":null,"B":"b"}}}}"#,
+        );
+        let same = [
+            r#"{ "questions" : { "q" : { "criteria" : { "B" : "b" , "A" : null } , "type" : "choice",
+                 "extra": 1 } , "other": {"type": "noul"} } , "state" : { "b" : [ 15e-1 , { "x" : 0 , "y" : null } ] ,
+                 "a" : 1.0 } , "model" : "m", "unknown": true }"#,
+            r#"{"model":"m","state":{"a":1e0,"b":[1.50,{"x":0.0,"y":null}]},
+                "questions":{"q":{"type":"choice","instructions":null,"criteria":{"A":null,"B":"\u0062"}}}}"#,
+        ];
+        for text in same {
+            assert_eq!(identity(text), base, "{text}");
+        }
+        let different = [
+            r#"{"model":"m2","state":{"a":1,"b":[1.5,{"y":null,"x":0}]},"questions":{"q":{"type":"choice","criteria":{"A":null,"B":"b"}}}}"#,
+            r#"{"model":"m","state":{"a":2,"b":[1.5,{"y":null,"x":0}]},"questions":{"q":{"type":"choice","criteria":{"A":null,"B":"b"}}}}"#,
+            r#"{"model":"m","state":{"a":1,"b":[{"y":null,"x":0},1.5]},"questions":{"q":{"type":"choice","criteria":{"A":null,"B":"b"}}}}"#,
+            r#"{"model":"m","state":{"a":1,"b":[1.5,{"y":null,"x":0}]},"questions":{"q":{"type":"choice","criteria":{"A":"a","B":"b"}}}}"#,
+            r#"{"model":"m","state":{"a":1,"b":[1.5,{"y":null,"x":0}]},"questions":{"q":{"type":"choice","instructions":"?","criteria":{"A":null,"B":"b"}}}}"#,
+        ];
+        for text in different {
+            assert_ne!(identity(text), base, "{text}");
+        }
+        let request = serde_json::from_str(
+            r#"{"model":"m","state":"s","questions":{"q":{"type":"noul"},"r":{"type":"noul"}}}"#,
+        )
+        .unwrap();
+        assert_ne!(identity_bytes("q", &request), identity_bytes("r", &request));
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys_and_normalizes_numbers() {
+        let value: Value = serde_json::from_str(
+            r#"{"b": [1.0, -0.0, 2.5e0, 1e300, -3, 18446744073709551615, "\u00e9\n"], "a": {"d": true, "c": null}}"#,
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        canonical_json(&value, &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            format!(
+                r#"{{"a":{{"c":null,"d":true}},"b":[1,0,2.5,{},-3,18446744073709551615,"é\n"]}}"#,
+                1e300
+            )
+        );
+    }
 }
 
 /// Sums fine probabilities into coarse labels and relabels the choice.

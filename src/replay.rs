@@ -337,7 +337,7 @@ fn process(contract: &Contract, lines: &[(usize, String)], rng: &mut Rng) -> Res
         summary.worlds_read += 1;
         world.response = match wire::check_request(&world.request, contract) {
             Err(error) => {
-                let body = release::error_body("invalid_request", &error.to_string());
+                let body = error.body();
                 summary.rejected_requests.record(
                     line,
                     &world.world_id,

@@ -6,23 +6,29 @@
 mod body;
 mod error;
 mod handlers;
+mod listener;
+mod middleware;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 use crate::auth::Keys;
-use crate::config::Config;
+use crate::config::{Config, Provider};
 use crate::metrics::Metrics;
 use crate::upstream::Upstreams;
 
 pub use error::Error;
+pub use middleware::{MAX_HEADER_BYTES, SDK_REQUEST_ID_HEADER};
 
-/// Header carrying the proxy's own request id on every response.
+/// Header carrying the proxy's own request id on every response (also sent
+/// as `x-typesafe-request-id`, which the official SDKs read).
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
 /// Shared state of both listeners.
@@ -42,11 +48,16 @@ struct Inner {
     request_counter: AtomicU64,
 }
 
+/// How long the admin listener's own connections may take to finish once
+/// the public listener has drained.
+const ADMIN_DRAIN: Duration = Duration::from_secs(1);
+
 /// A bound, ready-to-run application.
 #[derive(Debug)]
 pub struct Application {
-    public: TcpListener,
-    admin: TcpListener,
+    public: listener::Listener,
+    admin: listener::Listener,
+    connections: listener::ConnectionMetrics,
     state: AppState,
 }
 
@@ -82,8 +93,44 @@ impl Application {
         };
         let public = bind(config.server.listen).await?;
         let admin = bind(config.server.admin_listen).await?;
+        // The bound addresses (port 0 picks one): how a supervisor finds the proxy.
+        if let (Ok(public), Ok(admin)) = (public.local_addr(), admin.local_addr()) {
+            tracing::info!(%public, %admin, "listeners bound");
+        }
         let metrics = Metrics::new()?;
         metrics.describe(&config);
+        let connections = listener::ConnectionMetrics::register(metrics.registry())?;
+        let server = &config.server;
+        let upstream_fds = config
+            .providers
+            .values()
+            .map(|provider| match provider {
+                Provider::SystemOne(remote) => listener::upstream_fds(remote.max_concurrency),
+                Provider::Simulated => 0,
+            })
+            .fold(0usize, usize::saturating_add);
+        let public = listener::Listener {
+            name: "public",
+            tcp: public,
+            limits: listener::Limits {
+                max_connections: listener::fit_to_fd_limit(
+                    server.max_connections,
+                    server.admin_max_connections,
+                    upstream_fds,
+                ),
+                header_read_timeout: server.header_read_timeout,
+                idle_timeout: server.idle_timeout,
+            },
+        };
+        let admin = listener::Listener {
+            name: "admin",
+            tcp: admin,
+            limits: listener::Limits {
+                max_connections: server.admin_max_connections,
+                header_read_timeout: server.header_read_timeout,
+                idle_timeout: server.idle_timeout,
+            },
+        };
         let upstreams = Upstreams::new(&config, metrics.clone())?;
         let keys = Keys::new(&config.recipients);
         let seed = std::time::SystemTime::now()
@@ -105,18 +152,19 @@ impl Application {
         Ok(Application {
             public,
             admin,
+            connections,
             state,
         })
     }
 
     /// The bound public port.
     pub fn port(&self) -> u16 {
-        self.public.local_addr().map(|a| a.port()).unwrap_or(0)
+        self.public.tcp.local_addr().map(|a| a.port()).unwrap_or(0)
     }
 
     /// The bound admin port.
     pub fn admin_port(&self) -> u16 {
-        self.admin.local_addr().map(|a| a.port()).unwrap_or(0)
+        self.admin.tcp.local_addr().map(|a| a.port()).unwrap_or(0)
     }
 
     /// The shared state (metrics, config).
@@ -124,44 +172,85 @@ impl Application {
         &self.state
     }
 
-    /// Serves until `shutdown` resolves, then drains for at most the configured grace.
+    /// Serves until `shutdown` resolves, then drains:
+    ///
+    /// 1. `/readyz` answers 503 at once; the public listener keeps accepting
+    ///    for `drain_delay` so that load balancers notice first;
+    /// 2. the public listener stops accepting; its connections finish their
+    ///    current request and close, for at most `shutdown_grace`, after which
+    ///    the remaining ones are dropped;
+    /// 3. only then does the admin listener stop (its connections get
+    ///    [`ADMIN_DRAIN`]), so `/readyz` and `/metrics` answer throughout.
     pub async fn run_until_stopped(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let grace = self.state.inner.config.server.shutdown_grace;
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|stopped| *stopped).await;
-        };
-        let public = axum::serve(self.public, router(self.state.clone()))
-            .with_graceful_shutdown(wait(stop_rx.clone()));
-        let admin = axum::serve(self.admin, admin_router(self.state.clone()))
-            .with_graceful_shutdown(wait(stop_rx));
-        let state = self.state.clone();
+        let server = self.state.inner.config.server.clone();
+        let public_addr = self.public.tcp.local_addr()?;
+        let admin_addr = self.admin.tcp.local_addr()?;
+        let public_cap = self.public.limits.max_connections;
+        let (public_stage, public_rx) = watch::channel(listener::Stage::Serving);
+        let (admin_stage, admin_rx) = watch::channel(listener::Stage::Serving);
+        let mut public = tokio::spawn(listener::serve(
+            self.public,
+            router(self.state.clone()),
+            self.connections.clone(),
+            public_rx,
+        ));
+        let mut admin = tokio::spawn(listener::serve(
+            self.admin,
+            admin_router(self.state.clone()),
+            self.connections,
+            admin_rx,
+        ));
+        let state = self.state;
         state.inner.ready.store(true, Ordering::SeqCst);
         tracing::info!(
-            listen = %state.inner.config.server.listen,
-            admin = %state.inner.config.server.admin_listen,
+            listen = %public_addr,
+            admin = %admin_addr,
+            max_connections = public_cap,
             source = %state.inner.config.source,
             "releasegate serving"
         );
-        let servers =
-            async move { tokio::try_join!(async { public.await }, async { admin.await }) };
-        tokio::pin!(servers);
         tokio::select! {
-            result = &mut servers => return result.map(|_| ()),
             () = shutdown => {}
+            _ = &mut public => return Err(std::io::Error::other("the public listener stopped")),
+            _ = &mut admin => return Err(std::io::Error::other("the admin listener stopped")),
         }
         state.inner.ready.store(false, Ordering::SeqCst);
-        let _ = stop_tx.send(true);
-        // Idle keep-alive connections can hold a graceful shutdown open forever: bound it.
-        match tokio::time::timeout(grace, &mut servers).await {
-            Ok(result) => result.map(|_| ()),
-            Err(_) => {
-                tracing::warn!("shutdown grace elapsed with connections still open");
-                Ok(())
-            }
+        tracing::info!(
+            drain_delay_ms = server.drain_delay.as_millis() as u64,
+            grace_ms = server.shutdown_grace.as_millis() as u64,
+            "draining: /readyz answers 503"
+        );
+        tokio::time::sleep(server.drain_delay).await;
+        drain(&public_stage, &mut public, server.shutdown_grace, "public").await;
+        drain(&admin_stage, &mut admin, ADMIN_DRAIN, "admin").await;
+        tracing::info!("drained; stopped");
+        Ok(())
+    }
+}
+
+/// Stops a listener's accepts and waits up to `grace` for its connections,
+/// then drops the rest.
+async fn drain(
+    stage: &watch::Sender<listener::Stage>,
+    task: &mut tokio::task::JoinHandle<()>,
+    grace: Duration,
+    name: &'static str,
+) {
+    let _ = stage.send(listener::Stage::Draining);
+    if tokio::time::timeout(grace, &mut *task).await.is_err() {
+        tracing::warn!(
+            listener = name,
+            "shutdown grace elapsed with connections still open; closing them"
+        );
+        let _ = stage.send(listener::Stage::Closing);
+        if tokio::time::timeout(Duration::from_secs(1), &mut *task)
+            .await
+            .is_err()
+        {
+            task.abort();
         }
     }
 }
@@ -181,12 +270,23 @@ impl AppState {
     }
 }
 
-/// The public router (System One endpoints).
+/// The public router (System One endpoints), also under `/contracts/{name}/`
+/// for clients that cannot send `X-Release-Contract`.
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/systemone", post(handlers::systemone))
         .route("/v1/models", get(handlers::models))
+        .route(
+            "/contracts/{contract}/v1/systemone",
+            post(handlers::systemone_for),
+        )
+        .route("/contracts/{contract}/v1/models", get(handlers::models_for))
+        .method_not_allowed_fallback(handlers::method_not_allowed)
         .fallback(handlers::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            middleware::request_id,
+        ))
         .layer(
             tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer::new([
                 axum::http::header::AUTHORIZATION,

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
@@ -22,6 +22,9 @@ pub const FORWARDED_HEADERS: [&str; 4] = [
     "x-typesafe-runtime",
     "x-typesafe-retry-count",
 ];
+
+/// Longest retry delay passed on to clients, in seconds (one day); longer hints are capped.
+pub const MAX_RETRY_AFTER_SECONDS: u64 = 86_400;
 
 /// Upstream failures (each maps to one client status).
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +49,51 @@ pub enum Error {
     Rejected(String),
 }
 
+/// Every `kind` label of `releasegate_upstream_errors_total`: transport failures, then
+/// non-2xx statuses by class (`auth` is 401 and 403: the provider refused the proxy's key).
+pub const ERROR_KINDS: [&str; 12] = [
+    "timeout",
+    "connect",
+    "transport",
+    "too_large",
+    "saturated",
+    "rejected",
+    "auth",
+    "status_429",
+    "status_529",
+    "status_4xx",
+    "status_5xx",
+    "status_other",
+];
+
+// === impl Error ===
+
+impl Error {
+    /// The `kind` label this failure is counted under.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Timeout => "timeout",
+            Error::Connect(_) => "connect",
+            Error::Transport(_) => "transport",
+            Error::TooLarge => "too_large",
+            Error::Saturated => "saturated",
+            Error::Rejected(_) => "rejected",
+        }
+    }
+}
+
+/// The `kind` label of a non-2xx upstream status.
+pub fn status_kind(status: u16) -> &'static str {
+    match status {
+        401 | 403 => "auth",
+        429 => "status_429",
+        529 => "status_529",
+        400..=499 => "status_4xx",
+        500..=599 => "status_5xx",
+        _ => "status_other",
+    }
+}
+
 /// A provider's answer.
 #[derive(Debug)]
 pub enum Reply {
@@ -55,9 +103,9 @@ pub enum Reply {
     Status {
         /// The upstream status.
         status: u16,
-        /// `retry-after`, when sent with 429/529.
+        /// `retry-after` in whole seconds (see `retry_after`), when sent with 429/529.
         retry_after: Option<HeaderValue>,
-        /// `retry-after-ms`, when sent with 429/529.
+        /// `retry-after-ms` in whole milliseconds (see `retry_after_ms`), when sent with 429/529.
         retry_after_ms: Option<HeaderValue>,
     },
 }
@@ -161,19 +209,26 @@ impl Upstreams {
             .upstream_latency
             .with_label_values(&[provider])
             .observe(started.elapsed().as_secs_f64());
-        if let Err(error) = &result {
-            let kind = match error {
-                Error::Timeout => "timeout",
-                Error::Connect(_) => "connect",
-                Error::Transport(_) => "transport",
-                Error::TooLarge => "too_large",
-                Error::Saturated => "saturated",
-                Error::Rejected(_) => "rejected",
-            };
+        let kind = match &result {
+            Err(error) => Some(error.kind()),
+            Ok(Reply::Status { status, .. }) => Some(status_kind(*status)),
+            Ok(Reply::Success(_)) => None,
+        };
+        if let Some(kind) = kind {
             self.metrics
                 .upstream_errors
                 .with_label_values(&[provider, kind])
                 .inc();
+        }
+        if let Ok(Reply::Status { status, .. }) = &result
+            && status_kind(*status) == "auth"
+        {
+            // The provider refused the proxy's own key: an operator must act, callers cannot.
+            tracing::error!(
+                provider,
+                status,
+                "the provider refused the proxy's credentials; check the key named by api_key_env"
+            );
         }
         result
     }
@@ -223,8 +278,8 @@ impl Remote {
             if !(200..300).contains(&status) {
                 let (retry_after, retry_after_ms) = if status == 429 || status == 529 {
                     (
-                        safe_header(response.headers().get("retry-after")),
-                        safe_header(response.headers().get("retry-after-ms")),
+                        retry_after(response.headers().get("retry-after"), SystemTime::now()),
+                        retry_after_ms(response.headers().get("retry-after-ms")),
                     )
                 } else {
                     (None, None)
@@ -266,15 +321,41 @@ fn classify(error: reqwest::Error) -> Error {
     }
 }
 
-/// Keeps a retry header only when it is a short plain value (seconds, ms or an HTTP date).
-fn safe_header(value: Option<&HeaderValue>) -> Option<HeaderValue> {
-    let value = value?;
-    let text = value.to_str().ok()?;
-    let plain = text.len() <= 64
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, ' ' | ',' | ':' | '.'));
-    plain.then(|| value.clone())
+/// The `retry-after` a client receives: the provider's hint re-written by the proxy, never
+/// its bytes. Delay-seconds (digits only) and HTTP dates (IMF-fixdate, RFC 850, asctime)
+/// become whole seconds from `now` (a past date is 0), capped at `MAX_RETRY_AFTER_SECONDS`;
+/// anything else is dropped.
+fn retry_after(value: Option<&HeaderValue>, now: SystemTime) -> Option<HeaderValue> {
+    let text = value?.to_str().ok()?.trim();
+    let seconds = match digits(text) {
+        Some(seconds) => seconds,
+        None => {
+            let date = httpdate::parse_http_date(text).ok()?;
+            let ahead = date.duration_since(now).unwrap_or(Duration::ZERO);
+            // Round up: retrying a fraction of a second early would be refused again.
+            ahead.as_secs() + u64::from(ahead.subsec_nanos() > 0)
+        }
+    };
+    Some(HeaderValue::from(seconds.min(MAX_RETRY_AFTER_SECONDS)))
+}
+
+/// The `retry-after-ms` a client receives: whole milliseconds (digits only), capped at
+/// `MAX_RETRY_AFTER_SECONDS` in milliseconds and re-written; anything else is dropped.
+fn retry_after_ms(value: Option<&HeaderValue>) -> Option<HeaderValue> {
+    let millis = digits(value?.to_str().ok()?.trim())?;
+    Some(HeaderValue::from(
+        millis.min(MAX_RETRY_AFTER_SECONDS.saturating_mul(1000)),
+    ))
+}
+
+/// A non-negative integer written with ASCII digits only; saturates instead of overflowing.
+fn digits(text: &str) -> Option<u64> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(text.bytes().fold(0u64, |n, b| {
+        n.saturating_mul(10).saturating_add(u64::from(b - b'0'))
+    }))
 }
 
 fn simulated(path: &str, body: Option<Bytes>) -> Result<Reply, Error> {
@@ -301,13 +382,108 @@ fn simulated(path: &str, body: Option<Bytes>) -> Result<Reply, Error> {
 mod tests {
     use super::*;
 
+    fn seconds(text: &str, now: SystemTime) -> Option<String> {
+        let value = HeaderValue::from_str(text).unwrap();
+        retry_after(Some(&value), now).map(|v| v.to_str().unwrap().to_string())
+    }
+
+    fn millis(text: &str) -> Option<String> {
+        let value = HeaderValue::from_str(text).unwrap();
+        retry_after_ms(Some(&value)).map(|v| v.to_str().unwrap().to_string())
+    }
+
     #[test]
-    fn only_plain_retry_headers_pass() {
-        let ok = HeaderValue::from_static("120");
-        assert_eq!(safe_header(Some(&ok)), Some(ok));
-        let date = HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT");
-        assert!(safe_header(Some(&date)).is_some());
-        assert!(safe_header(Some(&HeaderValue::from_static("<script>"))).is_none());
-        assert!(safe_header(None).is_none());
+    fn retry_after_is_a_capped_integer_written_by_the_proxy() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480); // 2015-10-21 07:28:00
+        assert_eq!(seconds("120", now).as_deref(), Some("120"));
+        assert_eq!(seconds("0", now).as_deref(), Some("0"));
+        assert_eq!(seconds("007", now).as_deref(), Some("7"));
+        assert_eq!(seconds(" 30 ", now).as_deref(), Some("30"));
+        assert_eq!(seconds("86401", now).as_deref(), Some("86400"));
+        assert_eq!(
+            seconds("99999999999999999999999999", now).as_deref(),
+            Some("86400")
+        );
+        for bad in [
+            "",
+            "-1",
+            "1.5",
+            "+5",
+            "1e3",
+            "12 34",
+            "0x10",
+            "<script>",
+            "7; a=b",
+            "NaN",
+            "Wed, 21 Oct 2015 07:28:00 GMT junk",
+            "Wed, 32 Oct 2015 07:28:00 GMT",
+            "tomorrow",
+        ] {
+            assert_eq!(seconds(bad, now), None, "{bad:?}");
+        }
+        assert!(retry_after(None, now).is_none());
+    }
+
+    #[test]
+    fn retry_after_dates_become_seconds_from_now() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480); // 2015-10-21 07:28:00
+        assert_eq!(
+            seconds("Wed, 21 Oct 2015 07:30:00 GMT", now).as_deref(),
+            Some("120")
+        );
+        // RFC 850 and asctime forms are HTTP dates too.
+        assert_eq!(
+            seconds("Wednesday, 21-Oct-15 07:29:00 GMT", now).as_deref(),
+            Some("60")
+        );
+        assert_eq!(
+            seconds("Wed Oct 21 07:28:05 2015", now).as_deref(),
+            Some("5")
+        );
+        // In the past: retry now. Years ahead: capped.
+        assert_eq!(
+            seconds("Tue, 20 Oct 2015 07:28:00 GMT", now).as_deref(),
+            Some("0")
+        );
+        assert_eq!(
+            seconds("Fri, 01 Jan 2100 00:00:00 GMT", now).as_deref(),
+            Some("86400")
+        );
+        let later = now + Duration::from_millis(500);
+        assert_eq!(
+            seconds("Wed, 21 Oct 2015 07:30:00 GMT", later).as_deref(),
+            Some("120")
+        );
+    }
+
+    #[test]
+    fn every_status_and_failure_has_a_listed_kind() {
+        for status in 100..=999 {
+            if !(200..300).contains(&status) {
+                assert!(ERROR_KINDS.contains(&status_kind(status)), "{status}");
+            }
+        }
+        assert_eq!(status_kind(401), "auth");
+        assert_eq!(status_kind(403), "auth");
+        assert_eq!(status_kind(404), "status_4xx");
+        assert_eq!(status_kind(503), "status_5xx");
+        for error in [
+            Error::Timeout,
+            Error::TooLarge,
+            Error::Saturated,
+            Error::Rejected(String::new()),
+        ] {
+            assert!(ERROR_KINDS.contains(&error.kind()));
+        }
+    }
+
+    #[test]
+    fn retry_after_ms_is_a_capped_integer() {
+        assert_eq!(millis("1500").as_deref(), Some("1500"));
+        assert_eq!(millis("0").as_deref(), Some("0"));
+        assert_eq!(millis("86400001").as_deref(), Some("86400000"));
+        for bad in ["1500.5", "-3", "1e3", "Wed, 21 Oct 2015 07:28:00 GMT", "x"] {
+            assert_eq!(millis(bad), None, "{bad:?}");
+        }
     }
 }

@@ -41,10 +41,37 @@ pub struct AskedQuestion {
     pub legend: Option<Map<String, Value>>,
 }
 
-/// Why a request cannot be served under a contract (400).
+/// Why a request is refused.
+///
+/// A body that does not follow the System One request schema is a
+/// [`RequestError::Schema`] (422, FastAPI's `{"detail": [{"loc", "msg", "type"}]}`
+/// as the real API sends it); a well-formed request its contract cannot serve
+/// is a [`RequestError::Contract`] (400, `{"detail": {"error_type", "message"}}`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct RequestError(pub String);
+pub enum RequestError {
+    /// Schema violations, in body order (never empty).
+    #[error("{}", schema_message(.0))]
+    Schema(Vec<SchemaIssue>),
+    /// The request is well-formed but its contract cannot serve it: a
+    /// question outside the contract, labels or levels that differ from the
+    /// contract's classes, a type the contract cannot release, a blank model.
+    #[error("{0}")]
+    Contract(String),
+}
+
+/// One schema violation, as a FastAPI validation error entry. It never echoes
+/// the caller's input (no `input` member); `loc` names where, `kind` is
+/// pydantic's error type slug (`missing`, `string_type`, ...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaIssue {
+    /// Path into the request: `"body"`, then keys (and the question type
+    /// for a question's own fields, as pydantic's tagged unions do).
+    pub loc: Vec<Value>,
+    /// Human message.
+    pub msg: String,
+    /// Error type slug.
+    pub kind: &'static str,
+}
 
 /// Why a native answer is rejected (a metrics label: keep it bounded).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -73,6 +100,13 @@ pub enum Invalid {
     /// An asked question has no answer.
     #[error("missing_answer")]
     MissingAnswer,
+    /// The answer's `model` is not a well-formed model id (`is_model_id`).
+    #[error("bad_model")]
+    BadModel,
+    /// A `/v1/models` entry lacks a field or has one the proxy cannot vouch for
+    /// (`is_model_id`, `is_calendar_date`); the entry is dropped.
+    #[error("bad_model_entry")]
+    BadModelEntry,
 }
 
 // === impl Kind ===
@@ -92,7 +126,7 @@ impl Kind {
 
 impl Invalid {
     /// Every reason, for pre-registering metrics.
-    pub const ALL: [Invalid; 8] = [
+    pub const ALL: [Invalid; 10] = [
         Invalid::NotJson,
         Invalid::MissingField,
         Invalid::TypeMismatch,
@@ -101,43 +135,34 @@ impl Invalid {
         Invalid::ClassMismatch,
         Invalid::UnknownChoice,
         Invalid::MissingAnswer,
+        Invalid::BadModel,
+        Invalid::BadModelEntry,
     ];
 }
 
-/// Checks a request body against a contract: `model`, `state` and `questions`
-/// are present, every question is covered and its classes match the contract.
+/// Checks a request body against a contract. First the System One request
+/// schema (every violation is reported, as the real API's validation does):
+/// `model` a string, `state` a string, object or array, `questions` a
+/// non-empty map of well-formed questions. Then the contract: a model is
+/// named, every question is covered and its classes match the contract.
 pub fn check_request(body: &Value, contract: &Contract) -> Result<Asked, RequestError> {
-    let object = body
-        .as_object()
-        .ok_or_else(|| RequestError("the request body must be a JSON object".into()))?;
-    let model = match object.get("model") {
-        Some(Value::String(model)) if !model.trim().is_empty() => model.clone(),
-        Some(_) => return Err(RequestError("`model` must be a non-empty string".into())),
-        None => return Err(RequestError("the request is missing `model`".into())),
-    };
-    match object.get("state") {
-        Some(Value::String(_) | Value::Object(_) | Value::Array(_)) => {}
-        Some(_) => {
-            return Err(RequestError(
-                "`state` must be a string, an object or an array".into(),
-            ));
-        }
-        None => return Err(RequestError("the request is missing `state`".into())),
+    let issues = schema_issues(body);
+    if !issues.is_empty() {
+        return Err(RequestError::Schema(issues));
     }
-    let questions = match object.get("questions") {
-        Some(Value::Object(questions)) if !questions.is_empty() => questions,
-        Some(Value::Object(_)) => {
-            return Err(RequestError(
-                "`questions` must hold at least one question".into(),
-            ));
-        }
-        Some(_) => return Err(RequestError("`questions` must be an object".into())),
-        None => return Err(RequestError("the request is missing `questions`".into())),
+    let refuse = |message: String| RequestError::Contract(message);
+    let model = match body.get("model") {
+        Some(Value::String(model)) if !model.trim().is_empty() => model.clone(),
+        _ => return Err(refuse("`model` must name a model".into())),
     };
+    let questions = body
+        .get("questions")
+        .and_then(Value::as_object)
+        .ok_or_else(|| refuse("the request has no `questions`".into()))?;
     let mut asked = Vec::with_capacity(questions.len());
     for (id, question) in questions {
         let rule = contract.questions.get(id).ok_or_else(|| {
-            RequestError(format!(
+            refuse(format!(
                 "question `{id}` is not covered by release contract `{}`",
                 contract.name
             ))
@@ -150,12 +175,258 @@ pub fn check_request(body: &Value, contract: &Contract) -> Result<Asked, Request
     })
 }
 
+/// The question types of the System One schema (a tagged union on `type`).
+const QUESTION_TAGS: [&str; 4] = ["noul", "choice", "score", "box"];
+
+/// Every schema violation of a request body, in body order (empty when valid).
+/// Unknown members are ignored, as the real API's models ignore them.
+pub fn schema_issues(body: &Value) -> Vec<SchemaIssue> {
+    let mut issues = Vec::new();
+    let at = |path: &[&str]| -> Vec<Value> {
+        std::iter::once("body")
+            .chain(path.iter().copied())
+            .map(|key| Value::String(key.to_string()))
+            .collect()
+    };
+    let Some(object) = body.as_object() else {
+        issues.push(issue(at(&[]), Problem::NotAnObject));
+        return issues;
+    };
+    match object.get("model") {
+        None => issues.push(issue(at(&["model"]), Problem::Missing)),
+        Some(Value::String(_)) => {}
+        Some(_) => issues.push(issue(at(&["model"]), Problem::StringType)),
+    }
+    match object.get("state") {
+        None => issues.push(issue(at(&["state"]), Problem::Missing)),
+        Some(state) => content(state, false, at(&["state"]), &mut issues),
+    }
+    match object.get("questions") {
+        None => issues.push(issue(at(&["questions"]), Problem::Missing)),
+        Some(Value::Object(questions)) if questions.is_empty() => {
+            issues.push(issue(at(&["questions"]), Problem::TooShortDict));
+        }
+        Some(Value::Object(questions)) => {
+            for (id, question) in questions {
+                question_issues(at(&["questions", id]), question, &mut issues);
+            }
+        }
+        Some(_) => issues.push(issue(at(&["questions"]), Problem::DictType)),
+    }
+    issues
+}
+
+fn question_issues(loc: Vec<Value>, question: &Value, issues: &mut Vec<SchemaIssue>) {
+    let Some(object) = question.as_object() else {
+        issues.push(issue(loc, Problem::NotAnObject));
+        return;
+    };
+    let tag = match object.get("type") {
+        None => {
+            issues.push(issue(loc, Problem::TagNotFound));
+            return;
+        }
+        Some(tag) => match tag.as_str().filter(|tag| QUESTION_TAGS.contains(tag)) {
+            Some(tag) => tag,
+            None => {
+                issues.push(issue(loc, Problem::TagInvalid));
+                return;
+            }
+        },
+    };
+    let field = |name: &str| -> Vec<Value> {
+        let mut path = loc.clone();
+        path.push(Value::String(tag.to_string()));
+        path.push(Value::String(name.to_string()));
+        path
+    };
+    if let Some(instructions) = object.get("instructions") {
+        content(instructions, true, field("instructions"), issues);
+    }
+    let criteria = object.get("criteria");
+    match (tag, criteria) {
+        ("choice", None) | ("score", None) => {
+            issues.push(issue(field("criteria"), Problem::Missing))
+        }
+        ("choice", Some(Value::Object(options))) => {
+            for (label, description) in options {
+                let mut path = field("criteria");
+                path.push(Value::String(label.clone()));
+                content(description, true, path, issues);
+            }
+        }
+        ("choice", Some(_)) => issues.push(issue(field("criteria"), Problem::DictType)),
+        ("score", Some(Value::Array(levels))) if levels.is_empty() => {
+            issues.push(issue(field("criteria"), Problem::TooShortList));
+        }
+        ("score", Some(Value::Array(levels))) => {
+            for (level, description) in levels.iter().enumerate() {
+                let mut path = field("criteria");
+                path.push(Value::from(level));
+                content(description, false, path, issues);
+            }
+        }
+        ("score", Some(_)) => issues.push(issue(field("criteria"), Problem::ListType)),
+        ("noul", Some(Value::Object(outcomes))) => {
+            for outcome in ["true", "false"] {
+                if let Some(description) = outcomes.get(outcome) {
+                    let mut path = field("criteria");
+                    path.push(Value::String(outcome.into()));
+                    content(description, true, path, issues);
+                }
+            }
+        }
+        ("noul", Some(Value::Null) | None) => {}
+        ("noul", Some(_)) => issues.push(issue(field("criteria"), Problem::ModelType)),
+        _ => {}
+    }
+}
+
+/// Content is `str | dict | list` (optionally `| None`): a value of another
+/// type fails every member of the union, reported per member as pydantic does.
+fn content(value: &Value, nullable: bool, loc: Vec<Value>, issues: &mut Vec<SchemaIssue>) {
+    match value {
+        Value::String(_) | Value::Object(_) | Value::Array(_) => {}
+        Value::Null if nullable => {}
+        _ => {
+            for (member, kind) in [
+                ("str", Problem::StringType),
+                ("dict[str,any]", Problem::DictType),
+                ("list[any]", Problem::ListType),
+            ] {
+                let mut path = loc.clone();
+                path.push(Value::String(member.into()));
+                issues.push(issue(path, kind));
+            }
+        }
+    }
+}
+
+/// The schema problems the request check reports.
+#[derive(Debug, Clone, Copy)]
+enum Problem {
+    Missing,
+    StringType,
+    DictType,
+    ListType,
+    ModelType,
+    TooShortDict,
+    TooShortList,
+    TagNotFound,
+    TagInvalid,
+    NotAnObject,
+}
+
+/// A schema issue with pydantic's type slug and message for its problem.
+fn issue(loc: Vec<Value>, problem: Problem) -> SchemaIssue {
+    let (kind, msg) = match problem {
+        Problem::Missing => ("missing", "Field required"),
+        Problem::StringType => ("string_type", "Input should be a valid string"),
+        Problem::DictType => ("dict_type", "Input should be a valid dictionary"),
+        Problem::ListType => ("list_type", "Input should be a valid list"),
+        Problem::ModelType => (
+            "model_type",
+            "Input should be a valid dictionary or instance of NoulCriteria",
+        ),
+        Problem::TooShortDict => (
+            "too_short",
+            "Dictionary should have at least 1 item after validation, not 0",
+        ),
+        Problem::TooShortList => (
+            "too_short",
+            "List should have at least 1 item after validation, not 0",
+        ),
+        Problem::TagNotFound => (
+            "union_tag_not_found",
+            "Unable to extract tag using discriminator 'type'",
+        ),
+        Problem::TagInvalid => (
+            "union_tag_invalid",
+            "Input tag found using 'type' does not match any of the expected tags: 'noul', 'choice', 'score', 'box'",
+        ),
+        Problem::NotAnObject => (
+            "model_attributes_type",
+            "Input should be a valid dictionary or object to extract fields from",
+        ),
+    };
+    SchemaIssue {
+        loc,
+        msg: msg.to_string(),
+        kind,
+    }
+}
+
+/// The issue of a body that is not JSON at all: `json_invalid` at the byte
+/// offset where parsing failed (`line` and `column` as serde_json counts them).
+pub fn json_invalid(bytes: &[u8], line: usize, column: usize, reason: &str) -> SchemaIssue {
+    let line_start: usize = bytes
+        .split(|byte| *byte == b'\n')
+        .take(line.saturating_sub(1))
+        .map(|text| text.len() + 1)
+        .sum();
+    let offset = (line_start + column.saturating_sub(1)).min(bytes.len());
+    SchemaIssue {
+        loc: vec![Value::String("body".into()), Value::from(offset)],
+        msg: format!("JSON decode error: {reason}"),
+        kind: "json_invalid",
+    }
+}
+
+/// The SDKs' reading of a validation list: `loc: msg` joined by `; `, with
+/// `body` left out of each location.
+fn schema_message(issues: &[SchemaIssue]) -> String {
+    issues
+        .iter()
+        .map(|issue| {
+            let path: Vec<String> = issue
+                .loc
+                .iter()
+                .filter(|item| item.as_str() != Some("body"))
+                .map(|item| match item {
+                    Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                })
+                .collect();
+            if path.is_empty() {
+                issue.msg.clone()
+            } else {
+                format!("{}: {}", path.join("."), issue.msg)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+// === impl RequestError ===
+
+impl RequestError {
+    /// The response body: FastAPI's validation list for schema errors,
+    /// `{"detail": {"error_type": "invalid_request", "message"}}` otherwise.
+    pub fn body(&self) -> Value {
+        match self {
+            RequestError::Schema(issues) => {
+                let detail: Vec<Value> = issues
+                    .iter()
+                    .map(|issue| {
+                        serde_json::json!({"loc": issue.loc, "msg": issue.msg, "type": issue.kind})
+                    })
+                    .collect();
+                serde_json::json!({ "detail": detail })
+            }
+            RequestError::Contract(message) => {
+                serde_json::json!({"detail": {"error_type": "invalid_request", "message": message}})
+            }
+        }
+    }
+}
+
 fn check_question(
     id: &str,
     question: &Value,
     rule: &QuestionRule,
 ) -> Result<AskedQuestion, RequestError> {
-    let fail = |reason: &str| RequestError(format!("question `{id}`: {reason}"));
+    let fail = |reason: &str| RequestError::Contract(format!("question `{id}`: {reason}"));
+    // The schema check guarantees a known tag and well-typed criteria.
     let kind = match question.get("type").and_then(Value::as_str) {
         Some("choice") => Kind::Choice,
         Some("score") => Kind::Score,
@@ -327,6 +598,110 @@ fn unit_number(value: &Value) -> Result<f64, Invalid> {
     } else {
         Err(Invalid::BadProbability)
     }
+}
+
+/// The positions of a question's released labels in transmitted order: the order the
+/// classes were transmitted to the model (the candidate order of the TUPLE-Bench paper),
+/// which is where the API breaks ties ("ties follow the model's option order"). For a
+/// choice question that is the order of the request's `criteria` keys; for a score
+/// question the level order `0..N-1` (the `criteria` array); for a noul question
+/// `false`, `true`. A coarse label takes the place of its first transmitted member.
+/// Positions missing from the request (not after `check_request`) follow in label order.
+///
+/// It is never the order of the provider's `probabilities` keys: that order is the
+/// provider's to choose, and letting it decide which class a tie favours would be a
+/// channel from the provider to recipients.
+pub fn transmitted_order(
+    question: &AskedQuestion,
+    rule: &QuestionRule,
+    request: &Value,
+) -> Vec<usize> {
+    let classes: Vec<&str> = match question.kind {
+        Kind::Choice => request
+            .get("questions")
+            .and_then(|questions| questions.get(&question.id))
+            .and_then(|definition| definition.get("criteria"))
+            .and_then(Value::as_object)
+            .map(|criteria| criteria.keys().map(String::as_str).collect())
+            .unwrap_or_default(),
+        Kind::Score => {
+            let mut levels: Vec<(usize, &str)> = rule
+                .classes
+                .iter()
+                .filter_map(|class| Some((class.parse().ok()?, class.as_str())))
+                .collect();
+            levels.sort_unstable();
+            levels.into_iter().map(|(_, class)| class).collect()
+        }
+        Kind::Noul => vec!["false", "true"],
+    };
+    let released = rule.released_labels().len();
+    let mut seen = vec![false; released];
+    let mut order = Vec::with_capacity(released);
+    let positions = classes
+        .into_iter()
+        .filter_map(|class| rule.classes.iter().position(|c| c == class))
+        .map(|canonical| match &rule.coarsen {
+            Some(coarsening) => coarsening.map.get(canonical).copied(),
+            None => Some(canonical),
+        })
+        .chain((0..released).map(Some));
+    for position in positions.flatten() {
+        if position < released && !seen[position] {
+            seen[position] = true;
+            order.push(position);
+        }
+    }
+    order
+}
+
+/// Longest model id the proxy releases.
+pub const MAX_MODEL_ID_LEN: usize = 128;
+
+/// Whether `id` is a model id the proxy can vouch for: 1 to `MAX_MODEL_ID_LEN` ASCII
+/// characters, an ASCII letter or digit first, then letters, digits and `.`, `_`, `:`,
+/// `/`, `-` (`jev-1.13.0`, `llama3:8b`, `accounts/acme/models/m`). Anything else
+/// (spaces, quotes, control characters, non-ASCII, long strings) is text the provider
+/// could use to talk to recipients.
+pub fn is_model_id(id: &str) -> bool {
+    let bytes = id.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= MAX_MODEL_ID_LEN
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'/' | b'-'))
+}
+
+/// Whether `text` is a real proleptic Gregorian calendar date written `YYYY-MM-DD`
+/// (years 0001 to 9999; February 29 only in leap years).
+pub fn is_calendar_date(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let shape = bytes.len() == 10
+        && bytes[4] == b'-'
+        && bytes[7] == b'-'
+        && bytes
+            .iter()
+            .enumerate()
+            .all(|(i, b)| i == 4 || i == 7 || b.is_ascii_digit());
+    if !shape {
+        return false;
+    }
+    let number = |range: std::ops::Range<usize>| {
+        bytes[range]
+            .iter()
+            .fold(0u32, |n, b| n * 10 + u32::from(b - b'0'))
+    };
+    let (year, month, day) = (number(0..4), number(5..7), number(8..10));
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return false,
+    };
+    year >= 1 && (1..=days).contains(&day)
 }
 
 /// Index of the largest value; ties go to the earliest index.

@@ -35,6 +35,12 @@ struct RawServer {
     max_body_bytes: u64,
     max_upstream_body_bytes: u64,
     shutdown_grace_ms: u64,
+    header_read_timeout_ms: u64,
+    body_read_timeout_ms: u64,
+    idle_timeout_ms: u64,
+    max_connections: u64,
+    admin_max_connections: u64,
+    drain_delay_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -90,6 +96,10 @@ pub(crate) struct RawQuestion {
     pub(crate) workflows: Option<crate::workflow::RawWorkflows>,
 }
 
+/// Upper bound of `max_connections` and `admin_max_connections` (far above any
+/// file-descriptor limit a single process gets).
+const MAX_CONNECTIONS_LIMIT: u64 = 1_000_000;
+
 fn default_timeout_ms() -> u64 {
     30_000
 }
@@ -102,8 +112,9 @@ fn default_queue_timeout_ms() -> u64 {
     1_000
 }
 
+/// Deny by default: token counts reveal the input size, so they go out only when a contract says `keep`.
 fn default_usage() -> Usage {
-    Usage::Keep
+    Usage::Drop
 }
 
 impl Default for RawServer {
@@ -114,6 +125,12 @@ impl Default for RawServer {
             max_body_bytes: 1024 * 1024,
             max_upstream_body_bytes: 8 * 1024 * 1024,
             shutdown_grace_ms: 10_000,
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 30_000,
+            idle_timeout_ms: 60_000,
+            max_connections: 10_000,
+            admin_max_connections: 64,
+            drain_delay_ms: 0,
         }
     }
 }
@@ -253,12 +270,39 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
     if raw.max_upstream_body_bytes == 0 {
         problems.push("server.max_upstream_body_bytes: must be greater than 0".to_string());
     }
+    for (key, value) in [
+        ("header_read_timeout_ms", raw.header_read_timeout_ms),
+        ("body_read_timeout_ms", raw.body_read_timeout_ms),
+        ("idle_timeout_ms", raw.idle_timeout_ms),
+    ] {
+        if value == 0 {
+            problems.push(format!("server.{key}: must be greater than 0"));
+        }
+    }
+    for (key, value) in [
+        ("max_connections", raw.max_connections),
+        ("admin_max_connections", raw.admin_max_connections),
+    ] {
+        if !(1..=MAX_CONNECTIONS_LIMIT).contains(&value) {
+            problems.push(format!(
+                "server.{key}: must be between 1 and {MAX_CONNECTIONS_LIMIT}"
+            ));
+        }
+    }
+    let connections =
+        |value: u64| usize::try_from(value.clamp(1, MAX_CONNECTIONS_LIMIT)).unwrap_or(1);
     Server {
         listen,
         admin_listen,
         max_body_bytes: usize::try_from(raw.max_body_bytes).unwrap_or(usize::MAX),
         max_upstream_body_bytes: usize::try_from(raw.max_upstream_body_bytes).unwrap_or(usize::MAX),
         shutdown_grace: Duration::from_millis(raw.shutdown_grace_ms),
+        header_read_timeout: Duration::from_millis(raw.header_read_timeout_ms),
+        body_read_timeout: Duration::from_millis(raw.body_read_timeout_ms),
+        idle_timeout: Duration::from_millis(raw.idle_timeout_ms),
+        max_connections: connections(raw.max_connections),
+        admin_max_connections: connections(raw.admin_max_connections),
+        drain_delay: Duration::from_millis(raw.drain_delay_ms),
     }
 }
 

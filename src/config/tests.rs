@@ -49,6 +49,12 @@ fn minimal_config_gets_server_defaults() {
     let config = Config::from_toml(MINIMAL).unwrap();
     assert_eq!(config.server.listen.port(), 8080);
     assert_eq!(config.server.max_body_bytes, 1024 * 1024);
+    assert_eq!(config.server.header_read_timeout, Duration::from_secs(10));
+    assert_eq!(config.server.body_read_timeout, Duration::from_secs(30));
+    assert_eq!(config.server.idle_timeout, Duration::from_secs(60));
+    assert_eq!(config.server.max_connections, 10_000);
+    assert_eq!(config.server.admin_max_connections, 64);
+    assert_eq!(config.server.drain_delay, Duration::ZERO);
     assert_eq!(
         config.contract("c").unwrap().questions["q"].classes.len(),
         3
@@ -82,6 +88,11 @@ fn errors_name_the_key_and_reason() {
             "RELEASEGATE_TEST_UNSET_KEY_VAR",
         ),
         (format!("[server]\nlisten = \"nowhere\"\n{MINIMAL}"), "server.listen"),
+        (format!("[server]\nheader_read_timeout_ms = 0\n{MINIMAL}"), "server.header_read_timeout_ms"),
+        (format!("[server]\nbody_read_timeout_ms = 0\n{MINIMAL}"), "server.body_read_timeout_ms"),
+        (format!("[server]\nidle_timeout_ms = 0\n{MINIMAL}"), "server.idle_timeout_ms"),
+        (format!("[server]\nmax_connections = 0\n{MINIMAL}"), "server.max_connections"),
+        (format!("[server]\nadmin_max_connections = 2000000\n{MINIMAL}"), "server.admin_max_connections"),
     ];
     for (text, needle) in cases {
         let found = problems(&text);

@@ -1,17 +1,25 @@
-//! Reading request bodies: size limits before and after decompression,
+//! Reading request bodies: a declared `Content-Length` above the limit is
+//! refused before any byte is read, the body must arrive within a total
+//! deadline, size limits hold before and after decompression,
 //! `Content-Encoding: zstd | gzip | identity`, JSON only.
 
 use std::io::Read;
 
 use axum::body::Body;
 use axum::http::HeaderMap;
-use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
+use axum::http::header::{CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE};
 use bytes::Bytes;
 
 use super::error::Error;
+use crate::config::Server;
 
-/// Reads the body, enforcing `limit` on the wire bytes and on the decoded bytes.
-pub async fn read(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, Error> {
+/// Reads the body, enforcing `max_body_bytes` on the declared length, the
+/// wire bytes and the decoded bytes, and `body_read_timeout` on the whole transfer.
+pub async fn read(headers: &HeaderMap, body: Body, server: &Server) -> Result<Bytes, Error> {
+    let limit = server.max_body_bytes;
+    if declared_length(headers).is_some_and(|length| length > limit as u64) {
+        return Err(Error::TooLarge(limit));
+    }
     if let Some(content_type) = headers.get(CONTENT_TYPE) {
         let text = content_type.to_str().unwrap_or("").to_ascii_lowercase();
         let json_like = text.is_empty()
@@ -25,15 +33,19 @@ pub async fn read(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes
             )));
         }
     }
-    let wire = axum::body::to_bytes(body, limit).await.map_err(|error| {
-        let too_large = std::error::Error::source(&error)
-            .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
-        if too_large {
-            Error::TooLarge(limit)
-        } else {
-            Error::BadBody("the request body could not be read".into())
-        }
-    })?;
+    let deadline = server.body_read_timeout;
+    let wire = tokio::time::timeout(deadline, axum::body::to_bytes(body, limit))
+        .await
+        .map_err(|_| Error::BodyTimeout(deadline))?
+        .map_err(|error| {
+            let too_large = std::error::Error::source(&error)
+                .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+            if too_large {
+                Error::TooLarge(limit)
+            } else {
+                Error::BadBody("the request body could not be read".into())
+            }
+        })?;
     let encoding = headers
         .get(CONTENT_ENCODING)
         .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase())
@@ -50,6 +62,18 @@ pub async fn read(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes
             "content encoding `{other}` is not supported (zstd, gzip or none)"
         ))),
     }
+}
+
+/// The `Content-Length` the client declared, if any (hyper has already
+/// refused a malformed one).
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 fn decode(reader: impl Read, limit: usize, name: &str) -> Result<Bytes, Error> {

@@ -1,7 +1,10 @@
 //! The one place a client-facing status is chosen. Bodies are
-//! `{"detail": {"error_type": ..., "message": ...}}` and never carry upstream
-//! bodies, keys, or whether a release mechanism covered an answer.
+//! `{"detail": {"error_type": ..., "message": ...}}`, except request schema
+//! errors, which are 422 with FastAPI's `{"detail": [{"loc", "msg", "type"}]}`
+//! as the real API sends them. No body carries upstream bodies, keys, or
+//! whether a release mechanism covered an answer.
 
+use axum::http::header::RETRY_AFTER;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
@@ -16,15 +19,30 @@ pub enum Error {
     /// The body exceeds the limit, before or after decompression.
     #[error("the request body exceeds {0} bytes")]
     TooLarge(usize),
+    /// The body did not arrive within its deadline.
+    #[error("the request body did not arrive within {} ms", .0.as_millis())]
+    BodyTimeout(std::time::Duration),
     /// The body's encoding or media type is not supported.
     #[error("{0}")]
     Unsupported(String),
     /// The body is not valid JSON or cannot be decompressed.
     #[error("{0}")]
     BadBody(String),
-    /// The request does not fit its contract.
+    /// The request breaks the System One schema (422) or does not fit its contract (400).
     #[error(transparent)]
     Request(#[from] wire::RequestError),
+    /// No public route has this path.
+    #[error("no such endpoint")]
+    NotFound,
+    /// The route exists but not for this method.
+    #[error("method not allowed on this endpoint")]
+    MethodNotAllowed,
+    /// The request's header fields exceed the proxy's limit.
+    #[error("the request header fields exceed {0} bytes")]
+    HeadersTooLarge(usize),
+    /// The provider's concurrency slots stayed busy (503): retry after this many seconds.
+    #[error("the provider is saturated; retry after {0} s")]
+    Saturated(u64),
     /// The provider answered with a non-success status.
     #[error("the provider answered with status {status}")]
     UpstreamStatus {
@@ -34,6 +52,13 @@ pub enum Error {
         retry_after: Option<HeaderValue>,
         /// Retry hints forwarded on 429/529.
         retry_after_ms: Option<HeaderValue>,
+    },
+    /// The provider refused the proxy's own credentials (401 or 403): the proxy's
+    /// provider key is wrong, not the caller's (502, so SDKs do not blame the caller's key).
+    #[error("the proxy could not authenticate with the provider")]
+    UpstreamAuth {
+        /// The upstream status (401 or 403), for logs only.
+        status: u16,
     },
     /// The provider could not be used.
     #[error(transparent)]
@@ -54,10 +79,18 @@ impl Error {
         match self {
             Error::Auth(auth::Error::Unauthenticated) => StatusCode::UNAUTHORIZED,
             Error::Auth(auth::Error::Forbidden) => StatusCode::FORBIDDEN,
-            Error::Auth(auth::Error::Ambiguous(_)) => StatusCode::BAD_REQUEST,
+            Error::Auth(auth::Error::Ambiguous(_) | auth::Error::Conflict) => {
+                StatusCode::BAD_REQUEST
+            }
             Error::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::Unsupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Error::Request(wire::RequestError::Schema(_)) => StatusCode::UNPROCESSABLE_ENTITY,
             Error::BadBody(_) | Error::Request(_) => StatusCode::BAD_REQUEST,
+            Error::NotFound => StatusCode::NOT_FOUND,
+            Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Error::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Error::Saturated(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::UpstreamStatus { status, .. } => match *status {
                 400..=499 | 529 => StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY),
                 _ => StatusCode::BAD_GATEWAY,
@@ -65,7 +98,9 @@ impl Error {
             Error::Upstream(upstream::Error::Timeout) => StatusCode::GATEWAY_TIMEOUT,
             Error::Upstream(upstream::Error::Saturated) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Upstream(upstream::Error::Rejected(_)) => StatusCode::BAD_REQUEST,
-            Error::Upstream(_) | Error::InvalidAnswer(_) => StatusCode::BAD_GATEWAY,
+            Error::UpstreamAuth { .. } | Error::Upstream(_) | Error::InvalidAnswer(_) => {
+                StatusCode::BAD_GATEWAY
+            }
             Error::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -76,13 +111,21 @@ impl Error {
             Error::Auth(auth::Error::Unauthenticated) => "authentication_error",
             Error::Auth(auth::Error::Forbidden) => "permission_denied",
             Error::Auth(auth::Error::Ambiguous(_)) => "contract_required",
+            Error::Auth(auth::Error::Conflict) => "contract_conflict",
+            Error::Request(wire::RequestError::Schema(_)) => "validation_error",
+            Error::NotFound => "not_found",
+            Error::MethodNotAllowed => "method_not_allowed",
+            Error::HeadersTooLarge(_) => "request_header_fields_too_large",
+            Error::Saturated(_) => "upstream_saturated",
             Error::TooLarge(_) => "request_too_large",
+            Error::BodyTimeout(_) => "request_timeout",
             Error::Unsupported(_) => "unsupported_media_type",
             Error::BadBody(_) => "invalid_json",
             Error::Request(_) | Error::Upstream(upstream::Error::Rejected(_)) => "invalid_request",
             Error::UpstreamStatus { status: 429, .. } => "rate_limited",
             Error::UpstreamStatus { status: 529, .. } => "overloaded",
             Error::UpstreamStatus { .. } => "upstream_error",
+            Error::UpstreamAuth { .. } => "upstream_auth_error",
             Error::Upstream(upstream::Error::Timeout) => "upstream_timeout",
             Error::Upstream(upstream::Error::Saturated) => "upstream_saturated",
             Error::Upstream(_) => "upstream_unavailable",
@@ -92,24 +135,82 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The error and its whole source chain, `: `-separated (operators' logs only: a
+    /// refused connection, a TLS failure and a DNS failure all read "upstream unreachable"
+    /// to the client).
+    pub fn chain(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(error) = source {
+            let next = error.to_string();
+            // `transparent` variants repeat their inner error's text: say it once.
+            if !text.ends_with(&next) {
+                text.push_str(": ");
+                text.push_str(&next);
+            }
+            source = error.source();
+        }
+        text
+    }
+}
+
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let status = self.status();
-        let body = crate::release::error_body(self.error_type(), &self.to_string());
+        let body = match &self {
+            Error::Request(error) => error.body(),
+            _ => crate::release::error_body(self.error_type(), &self.to_string()),
+        };
         let mut response = (status, axum::Json(body)).into_response();
-        if let Error::UpstreamStatus {
-            retry_after,
-            retry_after_ms,
-            ..
-        } = self
-        {
-            if let Some(value) = retry_after {
-                response.headers_mut().insert("retry-after", value);
+        match self {
+            Error::UpstreamStatus {
+                retry_after,
+                retry_after_ms,
+                ..
+            } => {
+                if let Some(value) = retry_after {
+                    response.headers_mut().insert(RETRY_AFTER, value);
+                }
+                if let Some(value) = retry_after_ms {
+                    response.headers_mut().insert("retry-after-ms", value);
+                }
             }
-            if let Some(value) = retry_after_ms {
-                response.headers_mut().insert("retry-after-ms", value);
+            Error::Saturated(seconds) => {
+                response
+                    .headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from(seconds));
             }
+            _ => {}
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn logs_get_the_whole_cause_chain_and_clients_a_generic_message() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1/systemone", closed.local_addr().unwrap());
+        drop(closed);
+        let refused = reqwest::Client::new().get(&url).send().await.unwrap_err();
+        assert!(refused.is_connect());
+        let error = Error::Upstream(upstream::Error::Connect(refused));
+        assert_eq!(error.to_string(), "upstream unreachable");
+        let chain = error.chain();
+        assert!(chain.starts_with("upstream unreachable: "), "{chain}");
+        // Below reqwest's own text: hyper's connect error and the OS error.
+        assert!(chain.matches(": ").count() >= 3, "{chain}");
+        assert!(chain.to_lowercase().contains("refused"), "{chain}");
+        // Errors without a source are their own text.
+        assert_eq!(Error::Internal.chain(), "internal error");
+        assert_eq!(
+            Error::UpstreamAuth { status: 401 }.chain(),
+            "the proxy could not authenticate with the provider"
+        );
     }
 }

@@ -2,65 +2,115 @@
 
 use std::time::Instant;
 
-use axum::Json;
 use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use bytes::Bytes;
 use serde_json::{Value, json};
 
 use super::error::Error;
-use super::{AppState, REQUEST_ID_HEADER, body};
+use super::middleware::RequestId;
+use super::{AppState, body};
 use std::sync::Arc;
 
+use crate::config::Provider;
 use crate::contract::Contract;
 use crate::mechanism;
 use crate::metrics::status_class;
 use crate::rng::Rng;
-use crate::upstream::Reply;
+use crate::upstream::{self, Reply};
 use crate::{release, wire};
 
 /// `POST /v1/systemone`.
 pub(super) async fn systemone(
     State(state): State<AppState>,
+    Extension(id): Extension<RequestId>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    serve_systemone(state, id, None, headers, body).await
+}
+
+/// `POST /contracts/{contract}/v1/systemone`: the contract chosen by the path.
+pub(super) async fn systemone_for(
+    State(state): State<AppState>,
+    Extension(id): Extension<RequestId>,
+    contract: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match contract {
+        Ok(Path(contract)) => serve_systemone(state, id, Some(contract), headers, body).await,
+        Err(_) => Error::NotFound.into_response(),
+    }
+}
+
+/// `GET /v1/models`.
+pub(super) async fn models(
+    State(state): State<AppState>,
+    Extension(id): Extension<RequestId>,
+    headers: HeaderMap,
+) -> Response {
+    serve_models(state, id, None, headers).await
+}
+
+/// `GET /contracts/{contract}/v1/models`: the contract chosen by the path.
+pub(super) async fn models_for(
+    State(state): State<AppState>,
+    Extension(id): Extension<RequestId>,
+    contract: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Response {
+    match contract {
+        Ok(Path(contract)) => serve_models(state, id, Some(contract), headers).await,
+        Err(_) => Error::NotFound.into_response(),
+    }
+}
+
+async fn serve_systemone(
+    state: AppState,
+    id: RequestId,
+    path_contract: Option<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let started = Instant::now();
-    let request_id = state.next_request_id();
     let mut contract_label: Option<String> = None;
-    let result = answer(&state, &headers, body, &mut contract_label).await;
-    finish(
-        &state,
-        "systemone",
-        request_id,
-        contract_label,
-        started,
-        result,
-    )
+    let selection = Selection {
+        headers: &headers,
+        path_contract: path_contract.as_deref(),
+    };
+    let result = answer(&state, selection, body, &mut contract_label).await;
+    finish(&state, "systemone", id, contract_label, started, result)
 }
 
-/// `GET /v1/models`.
-pub(super) async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
+async fn serve_models(
+    state: AppState,
+    id: RequestId,
+    path_contract: Option<String>,
+    headers: HeaderMap,
+) -> Response {
     let started = Instant::now();
-    let request_id = state.next_request_id();
     let mut contract_label: Option<String> = None;
-    let result = list_models(&state, &headers, &mut contract_label).await;
-    finish(
-        &state,
-        "models",
-        request_id,
-        contract_label,
-        started,
-        result,
-    )
+    let selection = Selection {
+        headers: &headers,
+        path_contract: path_contract.as_deref(),
+    };
+    let result = list_models(&state, selection, &mut contract_label).await;
+    finish(&state, "models", id, contract_label, started, result)
 }
 
 /// Unknown public routes.
 pub(super) async fn not_found() -> Response {
-    let body = json!({"detail": {"error_type": "not_found", "message": "no such endpoint"}});
-    (StatusCode::NOT_FOUND, Json(body)).into_response()
+    Error::NotFound.into_response()
+}
+
+/// Known public routes called with another method (axum adds `Allow`).
+pub(super) async fn method_not_allowed() -> Response {
+    Error::MethodNotAllowed.into_response()
 }
 
 /// `GET /metrics` on the admin listener.
@@ -86,21 +136,28 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
+/// What selects a request's contract: its headers and the optional path prefix.
+#[derive(Clone, Copy)]
+struct Selection<'r> {
+    headers: &'r HeaderMap,
+    path_contract: Option<&'r str>,
+}
+
 fn finish(
     state: &AppState,
     route: &'static str,
-    request_id: String,
+    RequestId(request_id): RequestId,
     contract: Option<String>,
     started: Instant,
     result: Result<Value, Error>,
 ) -> Response {
     let contract_label = contract.as_deref().unwrap_or("none");
-    let mut response = match result {
+    let response = match result {
         Ok(body) => Json(body).into_response(),
         Err(error) => {
             tracing::warn!(
                 %request_id, route, contract = contract_label,
-                error_type = error.error_type(), error = %error, "request failed"
+                error_type = error.error_type(), error = %error.chain(), "request failed"
             );
             error.into_response()
         }
@@ -111,22 +168,28 @@ fn finish(
         .requests
         .with_label_values(&[contract_label, status_class(status)])
         .inc();
+    state
+        .metrics()
+        .request_duration
+        .with_label_values(&[contract_label, route, status_class(status)])
+        .observe(started.elapsed().as_secs_f64());
     tracing::info!(
         %request_id, route, contract = contract_label, status,
         latency_ms = started.elapsed().as_secs_f64() * 1e3, "request"
     );
-    if let Ok(value) = HeaderValue::from_str(&request_id) {
-        response.headers_mut().insert(REQUEST_ID_HEADER, value);
-    }
+    // The request id headers are stamped by the router's middleware.
     response
 }
 
 fn select_contract<'s>(
     state: &'s AppState,
-    headers: &HeaderMap,
+    selection: Selection<'_>,
     label: &mut Option<String>,
 ) -> Result<&'s std::sync::Arc<Contract>, Error> {
-    let caller = state.inner.keys.authenticate(headers)?;
+    let caller = state
+        .inner
+        .keys
+        .authenticate(selection.headers, selection.path_contract)?;
     let contract = state
         .inner
         .config
@@ -138,14 +201,25 @@ fn select_contract<'s>(
 
 async fn answer(
     state: &AppState,
-    headers: &HeaderMap,
+    selection: Selection<'_>,
     body: Body,
     label: &mut Option<String>,
 ) -> Result<Value, Error> {
-    let contract = select_contract(state, headers, label)?;
-    let bytes = body::read(headers, body, state.inner.config.server.max_body_bytes).await?;
-    let mut request: Value = serde_json::from_slice(&bytes)
-        .map_err(|error| Error::BadBody(format!("the request body is not valid JSON ({error})")))?;
+    let headers = selection.headers;
+    let contract = select_contract(state, selection, label)?;
+    let bytes = body::read(headers, body, &state.inner.config.server).await?;
+    // Like the real API (FastAPI), a body that is not JSON is a 422 `json_invalid`.
+    let mut request: Value = serde_json::from_slice(&bytes).map_err(|error| {
+        let reason = error.to_string();
+        // serde_json appends " at line L column C"; the location goes into `loc`.
+        let reason = reason.split(" at line ").next().unwrap_or("invalid JSON");
+        wire::RequestError::Schema(vec![wire::json_invalid(
+            &bytes,
+            error.line(),
+            error.column(),
+            reason,
+        )])
+    })?;
     let asked = wire::check_request(&request, contract)?;
     let forward = match &contract.model {
         Some(model) => {
@@ -158,7 +232,8 @@ async fn answer(
         .inner
         .upstreams
         .systemone(&contract.provider, forward, headers)
-        .await?;
+        .await
+        .map_err(|error| upstream_error(state, contract, error))?;
     let native = success_json(state, contract, reply)?;
     let released = release_off_thread(contract, asked, request, native)
         .await?
@@ -238,30 +313,82 @@ fn record_released(state: &AppState, contract: &Contract, released: &release::Re
 
 async fn list_models(
     state: &AppState,
-    headers: &HeaderMap,
+    selection: Selection<'_>,
     label: &mut Option<String>,
 ) -> Result<Value, Error> {
-    let contract = select_contract(state, headers, label)?;
-    let reply = state.inner.upstreams.models(&contract.provider).await?;
+    let contract = select_contract(state, selection, label)?;
+    let reply = state
+        .inner
+        .upstreams
+        .models(&contract.provider)
+        .await
+        .map_err(|error| upstream_error(state, contract, error))?;
     let native = success_json(state, contract, reply)?;
     let entries = native
         .get("models")
         .and_then(Value::as_array)
         .ok_or_else(|| reject(state, contract, wire::Invalid::MissingField))?;
-    // Re-emit only the documented fields of well-formed entries.
-    let models: Vec<Value> = entries
-        .iter()
-        .filter_map(|entry| {
-            let field = |key: &str| entry.get(key).and_then(Value::as_str).map(str::to_string);
-            Some(json!({"name": field("name")?, "description": field("description")?, "release_date": field("release_date")?}))
-        })
-        .filter(|entry| contract.model.as_deref().is_none_or(|pinned| entry["name"] == pinned))
-        .collect();
+    // Re-emit only what the proxy can vouch for: a plain model id, a real calendar date
+    // and the proxy's own description (the provider's free text never goes out). An entry
+    // failing either check is dropped and counted; with a pinned model only its entry shows.
+    let mut names = std::collections::BTreeSet::new();
+    let mut models = Vec::new();
+    for entry in entries {
+        let field = |key: &str| entry.get(key).and_then(Value::as_str);
+        let (Some(name), Some(release_date), Some(_)) =
+            (field("name"), field("release_date"), field("description"))
+        else {
+            count_rejected(state, contract, wire::Invalid::BadModelEntry);
+            continue;
+        };
+        if !wire::is_model_id(name) || !wire::is_calendar_date(release_date) {
+            count_rejected(state, contract, wire::Invalid::BadModelEntry);
+            continue;
+        }
+        let shown = contract
+            .model
+            .as_deref()
+            .is_none_or(|pinned| pinned == name);
+        if shown && names.insert(name) {
+            models.push(json!({"name": name, "description": MODEL_DESCRIPTION, "release_date": release_date}));
+        }
+    }
     Ok(json!({"models": models}))
 }
 
+/// A shed request (the provider's slots stayed busy) tells the client when to
+/// come back: the provider's queue timeout rounded up to whole seconds, at
+/// least 1, the time in which a slot would have had to free up.
+fn upstream_error(state: &AppState, contract: &Contract, error: upstream::Error) -> Error {
+    match error {
+        upstream::Error::Saturated => {
+            let queue_timeout = match state.inner.config.providers.get(&contract.provider) {
+                Some(Provider::SystemOne(remote)) => remote.queue_timeout,
+                _ => std::time::Duration::ZERO,
+            };
+            Error::Saturated(retry_after_seconds(queue_timeout))
+        }
+        other => Error::Upstream(other),
+    }
+}
+
+/// `retry-after` of a shed request: the queue timeout in whole seconds, rounded up, at least 1.
+fn retry_after_seconds(queue_timeout: std::time::Duration) -> u64 {
+    let millis = u64::try_from(queue_timeout.as_millis()).unwrap_or(u64::MAX);
+    millis.div_ceil(1000).max(1)
+}
+
+/// The description every listed model gets: the provider's own is free text, a channel
+/// from the provider to recipients, and is never released.
+pub const MODEL_DESCRIPTION: &str = "A System One decision model, served through releasegate.";
+
 fn success_json(state: &AppState, contract: &Contract, reply: Reply) -> Result<Value, Error> {
     match reply {
+        // The provider refused the proxy's own key (counted and logged in `upstream`).
+        Reply::Status {
+            status: status @ (401 | 403),
+            ..
+        } => Err(Error::UpstreamAuth { status }),
         Reply::Status {
             status,
             retry_after,
@@ -277,10 +404,29 @@ fn success_json(state: &AppState, contract: &Contract, reply: Reply) -> Result<V
 }
 
 fn reject(state: &AppState, contract: &Contract, reason: wire::Invalid) -> Error {
+    count_rejected(state, contract, reason);
+    Error::InvalidAnswer(reason)
+}
+
+fn count_rejected(state: &AppState, contract: &Contract, reason: wire::Invalid) {
     state
         .metrics()
         .rejected_answers
         .with_label_values(&[contract.name.as_str(), &reason.to_string()])
         .inc();
-    Error::InvalidAnswer(reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::retry_after_seconds;
+
+    #[test]
+    fn shed_requests_retry_after_the_queue_timeout_in_whole_seconds() {
+        let cases = [(0, 1), (1, 1), (100, 1), (1000, 1), (1001, 2), (2500, 3)];
+        for (millis, seconds) in cases {
+            assert_eq!(retry_after_seconds(Duration::from_millis(millis)), seconds);
+        }
+    }
 }

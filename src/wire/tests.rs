@@ -1,4 +1,4 @@
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::*;
 use crate::config::Config;
@@ -13,36 +13,185 @@ fn contract(questions: &str) -> std::sync::Arc<Contract> {
 const CHOICE: &str =
     "[contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\"]\nview = \"full_native\"\n";
 
+/// The schema issues of a body as `(loc, type)` pairs, `loc` joined by dots.
+fn schema(body: &Value, c: &Contract) -> Vec<(String, &'static str)> {
+    match check_request(body, c) {
+        Err(RequestError::Schema(issues)) => issues
+            .into_iter()
+            .map(|issue| {
+                let loc: Vec<String> = issue
+                    .loc
+                    .iter()
+                    .map(|item| match item {
+                        Value::String(text) => text.clone(),
+                        other => other.to_string(),
+                    })
+                    .collect();
+                (loc.join("."), issue.kind)
+            })
+            .collect(),
+        other => panic!("expected schema issues for {body}, got {other:?}"),
+    }
+}
+
 #[test]
-fn request_needs_model_state_and_covered_questions() {
+fn schema_violations_are_fastapi_validation_issues() {
     let c = contract(CHOICE);
     let ok = json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"C": null, "A": "a", "B": null}}}});
     assert_eq!(
         check_request(&ok, &c).unwrap().questions[0].kind,
         Kind::Choice
     );
-    let cases = [
-        (json!([1]), "JSON object"),
-        (json!({"state": "s", "questions": {}}), "missing `model`"),
+    let union = |at: &str| {
+        vec![
+            (format!("{at}.str"), "string_type"),
+            (format!("{at}.dict[str,any]"), "dict_type"),
+            (format!("{at}.list[any]"), "list_type"),
+        ]
+    };
+    let one = |at: &str, kind: &'static str| vec![(at.to_string(), kind)];
+    let cases: Vec<(Value, Vec<(String, &'static str)>)> = vec![
+        (json!([1]), one("body", "model_attributes_type")),
         (
-            json!({"model": "", "state": "s", "questions": {}}),
+            json!({}),
+            vec![
+                ("body.model".into(), "missing"),
+                ("body.state".into(), "missing"),
+                ("body.questions".into(), "missing"),
+            ],
+        ),
+        (
+            json!({"model": 7, "state": "s", "questions": {"q": {"type": "noul"}}}),
+            one("body.model", "string_type"),
+        ),
+        (
+            json!({"model": "m", "state": 3, "questions": {"q": {"type": "noul"}}}),
+            union("body.state"),
+        ),
+        (
+            json!({"model": "m", "state": null, "questions": {"q": {"type": "noul"}}}),
+            union("body.state"),
+        ),
+        (
+            json!({"model": "m", "state": "s", "questions": []}),
+            one("body.questions", "dict_type"),
+        ),
+        (
+            json!({"model": "m", "state": "s", "questions": {}}),
+            one("body.questions", "too_short"),
+        ),
+        (
+            json!({"model": "m", "state": "s", "questions": {"q": 1}}),
+            one("body.questions.q", "model_attributes_type"),
+        ),
+        (
+            json!({"model": "m", "state": "s", "questions": {"q": {"criteria": {}}}}),
+            one("body.questions.q", "union_tag_not_found"),
+        ),
+        (
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "rank"}}}),
+            one("body.questions.q", "union_tag_invalid"),
+        ),
+        (
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice"}}}),
+            one("body.questions.q.choice.criteria", "missing"),
+        ),
+        (
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice", "criteria": ["A"]}}}),
+            one("body.questions.q.choice.criteria", "dict_type"),
+        ),
+        (
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"A": 1}}}}),
+            union("body.questions.q.choice.criteria.A"),
+        ),
+        (
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "score", "criteria": []}}}),
+            one("body.questions.q.score.criteria", "too_short"),
+        ),
+        (
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "score", "criteria": "x"}}}),
+            one("body.questions.q.score.criteria", "list_type"),
+        ),
+        (
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "score", "criteria": ["a", null]}}}),
+            union("body.questions.q.score.criteria.1"),
+        ),
+        (
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": true}}}),
+            union("body.questions.q.noul.instructions"),
+        ),
+        (
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "criteria": "yes"}}}),
+            one("body.questions.q.noul.criteria", "model_type"),
+        ),
+        (
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "criteria": {"true": 1}}}}),
+            union("body.questions.q.noul.criteria.true"),
+        ),
+    ];
+    for (body, expected) in cases {
+        assert_eq!(schema(&body, &c), expected, "{body}");
+    }
+    // Every issue of a body is reported, in body order, before any contract check.
+    let body = json!({"model": 1, "state": "s", "questions": {
+        "not_in_contract": {"type": "choice"}, "q": {"type": "score", "criteria": []}}});
+    assert_eq!(
+        schema(&body, &c),
+        vec![
+            ("body.model".into(), "string_type"),
+            (
+                "body.questions.not_in_contract.choice.criteria".into(),
+                "missing"
+            ),
+            ("body.questions.q.score.criteria".into(), "too_short"),
+        ]
+    );
+}
+
+#[test]
+fn schema_errors_never_echo_the_input() {
+    let c = contract(CHOICE);
+    let body = json!({"model": "m", "state": 12345678, "questions": {"q": {"type": "SECRET-TAG"}}});
+    let error = check_request(&body, &c).unwrap_err();
+    let text = error.body().to_string();
+    assert!(
+        !text.contains("12345678") && !text.contains("SECRET-TAG"),
+        "{text}"
+    );
+    assert!(!text.contains("\"input\""), "{text}");
+    assert_eq!(
+        error.body()["detail"][0]["loc"],
+        json!(["body", "state", "str"])
+    );
+    assert_eq!(
+        error.to_string(),
+        "state.str: Input should be a valid string; state.dict[str,any]: Input should be a valid dictionary; \
+         state.list[any]: Input should be a valid list; questions.q: Input tag found using 'type' does not \
+         match any of the expected tags: 'noul', 'choice', 'score', 'box'"
+    );
+}
+
+#[test]
+fn invalid_json_is_located_by_byte_offset() {
+    let bytes = b"{\n  \"model\": x}";
+    let error = serde_json::from_slice::<Value>(bytes).unwrap_err();
+    let issue = json_invalid(bytes, error.line(), error.column(), "expected value");
+    assert_eq!(issue.loc, vec![json!("body"), json!(13)]);
+    assert_eq!(bytes[13], b'x');
+    assert_eq!(issue.kind, "json_invalid");
+    assert_eq!(issue.msg, "JSON decode error: expected value");
+}
+
+#[test]
+fn well_formed_requests_outside_the_contract_are_contract_errors() {
+    let c = contract(CHOICE);
+    let cases = [
+        (
+            json!({"model": "", "state": "s", "questions": {"q": {"type": "noul"}}}),
             "`model`",
         ),
         (
-            json!({"model": "m", "questions": {"q": {}}}),
-            "missing `state`",
-        ),
-        (
-            json!({"model": "m", "state": 3, "questions": {"q": {}}}),
-            "`state` must be",
-        ),
-        (json!({"model": "m", "state": "s"}), "missing `questions`"),
-        (
-            json!({"model": "m", "state": "s", "questions": {}}),
-            "at least one",
-        ),
-        (
-            json!({"model": "m", "state": "s", "questions": {"other": {"type": "choice"}}}),
+            json!({"model": "m", "state": "s", "questions": {"other": {"type": "noul"}}}),
             "`other` is not covered",
         ),
         (
@@ -59,12 +208,15 @@ fn request_needs_model_state_and_covered_questions() {
         ),
     ];
     for (body, needle) in cases {
-        let error = check_request(&body, &c).unwrap_err();
-        assert!(
-            error.0.contains(needle),
-            "{} should contain {needle}",
-            error.0
-        );
+        match check_request(&body, &c) {
+            Err(RequestError::Contract(message)) => {
+                assert!(
+                    message.contains(needle),
+                    "{message} should contain {needle}"
+                )
+            }
+            other => panic!("{body}: expected a contract error, got {other:?}"),
+        }
     }
 }
 
@@ -84,7 +236,12 @@ fn score_and_noul_classes_must_be_levels_and_outcomes() {
     assert!(!is_level_permutation(&["0".into(), "01".into()]));
     assert!(!is_level_permutation(&["0".into(), "0".into()]));
     let wrong = json!({"model": "m", "state": {}, "questions": {"s": {"type": "noul"}}});
-    assert!(check_request(&wrong, &c).unwrap_err().0.contains("false"));
+    assert!(
+        check_request(&wrong, &c)
+            .unwrap_err()
+            .to_string()
+            .contains("false")
+    );
 }
 
 #[test]
@@ -175,5 +332,101 @@ fn noul_and_score_answers_map_onto_class_vectors() {
     assert_eq!(
         parse_answer(Kind::Score, &c.questions["s"], &no_score),
         Err(Invalid::MissingField)
+    );
+}
+
+#[test]
+fn model_ids_are_bounded_and_plain() {
+    for ok in [
+        "jev-1.13.0",
+        "jev-latest",
+        "llama3:8b",
+        "accounts/acme/models/m_2",
+        "m",
+        "9",
+        &"a".repeat(MAX_MODEL_ID_LEN),
+    ] {
+        assert!(is_model_id(ok), "{ok}");
+    }
+    for bad in [
+        "",
+        "-jev",
+        ".hidden",
+        "jev 1.13",
+        "jev\n1",
+        "jev\u{1b}[31m",
+        "jév",
+        "jev\"}",
+        "jev;rm",
+        "see https://x",
+        &"a".repeat(MAX_MODEL_ID_LEN + 1),
+    ] {
+        assert!(!is_model_id(bad), "{bad:?}");
+    }
+}
+
+#[test]
+fn release_dates_are_real_calendar_dates() {
+    for ok in [
+        "2026-09-15",
+        "2024-02-29",
+        "2000-02-29",
+        "0001-01-01",
+        "9999-12-31",
+    ] {
+        assert!(is_calendar_date(ok), "{ok}");
+    }
+    for bad in [
+        "2026-02-29",
+        "1900-02-29",
+        "2026-13-01",
+        "2026-00-10",
+        "2026-04-31",
+        "2026-01-00",
+        "0000-01-01",
+        "2026-9-15",
+        "2026-09-15T00:00:00Z",
+        "2026/09/15",
+        "+026-09-15",
+        "2026-09-1\n",
+        "",
+    ] {
+        assert!(!is_calendar_date(bad), "{bad:?}");
+    }
+}
+
+#[test]
+fn the_transmitted_order_is_the_requests_option_order() {
+    let c = contract(
+        "[contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"full_native\"\n\
+         [contracts.c.questions.k]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"full_native\"\n\
+         coarsen = { A = \"AD\", D = \"AD\" }\n\
+         [contracts.c.questions.s]\nclasses = [\"2\", \"0\", \"1\"]\nview = \"full_native\"\n\
+         [contracts.c.questions.n]\nclasses = [\"true\", \"false\"]\nview = \"full_native\"\n",
+    );
+    let request = json!({"model": "m", "state": "s", "questions": {
+        "q": {"type": "choice", "criteria": {"C": null, "A": "a", "D": null, "B": null}},
+        "k": {"type": "choice", "criteria": {"C": null, "D": null, "B": null, "A": null}},
+        "s": {"type": "score", "criteria": ["low", "mid", "high"]},
+        "n": {"type": "noul"}}});
+    let asked = check_request(&request, &c).unwrap();
+    let order = |id: &str| {
+        let question = asked.questions.iter().find(|q| q.id == id).unwrap();
+        transmitted_order(question, &c.questions[id], &request)
+    };
+    assert_eq!(order("q"), [2, 0, 3, 1]);
+    // Released labels AD, B, C: C first, then AD (its member D), then B.
+    assert_eq!(order("k"), [2, 0, 1]);
+    // Levels 0, 1, 2 sit at canonical positions 1, 2, 0.
+    assert_eq!(order("s"), [1, 2, 0]);
+    assert_eq!(order("n"), [1, 0]);
+    // Without the request's criteria every position still appears once, in label order.
+    assert_eq!(
+        transmitted_order(
+            asked.questions.iter().find(|q| q.id == "q").unwrap(),
+            &c.questions["q"],
+            &json!({})
+        ),
+        [0, 1, 2, 3]
     );
 }

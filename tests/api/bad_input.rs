@@ -1,62 +1,114 @@
 //! Bad client input gets a clear 4xx and is never forwarded.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::helpers::{CLIENT_KEY, Headers, error_of, request, spawn};
 
 #[tokio::test]
-async fn malformed_requests_get_400_naming_the_problem() {
+async fn schema_errors_get_422_in_the_real_apis_validation_shape() {
     let app = spawn("choice", "").await;
     let auth = format!("Bearer {CLIENT_KEY}");
-    let mut no_model = request();
-    no_model.as_object_mut().unwrap().remove("model");
-    let mut no_state = request();
-    no_state.as_object_mut().unwrap().remove("state");
-    let mut no_questions = request();
-    no_questions.as_object_mut().unwrap().remove("questions");
+    let without = |key: &str| {
+        let mut body = request();
+        body.as_object_mut().unwrap().remove(key);
+        serde_json::to_vec(&body).unwrap()
+    };
+    let with = |pointer: &str, value: Value| {
+        let mut body = request();
+        *body.pointer_mut(pointer).unwrap() = value;
+        serde_json::to_vec(&body).unwrap()
+    };
+    let cases: Vec<(Vec<u8>, Value, &str)> = vec![
+        (b"{not json".to_vec(), json!(["body", 1]), "json_invalid"),
+        (
+            vec![0xff, 0xfe, 0x00, 0x01],
+            json!(["body", 0]),
+            "json_invalid",
+        ),
+        (without("model"), json!(["body", "model"]), "missing"),
+        (without("state"), json!(["body", "state"]), "missing"),
+        (
+            without("questions"),
+            json!(["body", "questions"]),
+            "missing",
+        ),
+        (
+            with("/model", json!(["jev"])),
+            json!(["body", "model"]),
+            "string_type",
+        ),
+        (
+            with("/state", json!(42)),
+            json!(["body", "state", "str"]),
+            "string_type",
+        ),
+        (
+            with("/questions", json!({})),
+            json!(["body", "questions"]),
+            "too_short",
+        ),
+        (
+            with("/questions/cause/type", json!("ranking")),
+            json!(["body", "questions", "cause"]),
+            "union_tag_invalid",
+        ),
+        (
+            with("/questions/cause/criteria", json!(null)),
+            json!(["body", "questions", "cause", "choice", "criteria"]),
+            "dict_type",
+        ),
+    ];
+    for (body, loc, kind) in cases {
+        let response = app.post_raw(body, &[("authorization", &auth)]).await;
+        assert_eq!(response.status(), 422, "{loc}");
+        let text = response.text().await.unwrap();
+        let body: Value = serde_json::from_str(&text).unwrap();
+        let first = &body["detail"][0];
+        assert_eq!(
+            (&first["loc"], first["type"].as_str()),
+            (&loc, Some(kind)),
+            "{text}"
+        );
+        assert!(
+            first["msg"].as_str().is_some_and(|m| !m.is_empty()),
+            "{text}"
+        );
+        assert!(first.get("input").is_none(), "{text}");
+        assert!(
+            !text.contains("ranking") && !text.contains("jev"),
+            "echoed input: {text}"
+        );
+    }
+    assert!(app.upstream.seen.lock().unwrap().is_empty());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn contract_violations_get_400_naming_the_problem() {
+    let app = spawn("choice", "").await;
+    let auth = format!("Bearer {CLIENT_KEY}");
     let mut uncovered = request();
     uncovered["questions"]["secret_cause"] =
         json!({"type": "choice", "criteria": {"x": null, "y": null}});
     let mut wrong_classes = request();
     wrong_classes["questions"]["cause"]["criteria"] = json!({"A": null, "B": null});
-    let cases: Vec<(Vec<u8>, &str, &str)> = vec![
-        (b"{not json".to_vec(), "invalid_json", "not valid JSON"),
-        (
-            vec![0xff, 0xfe, 0x00, 0x01],
-            "invalid_json",
-            "not valid JSON",
-        ),
-        (
-            serde_json::to_vec(&no_model).unwrap(),
-            "invalid_request",
-            "`model`",
-        ),
-        (
-            serde_json::to_vec(&no_state).unwrap(),
-            "invalid_request",
-            "`state`",
-        ),
-        (
-            serde_json::to_vec(&no_questions).unwrap(),
-            "invalid_request",
-            "`questions`",
-        ),
-        (
-            serde_json::to_vec(&uncovered).unwrap(),
-            "invalid_request",
-            "`secret_cause` is not covered",
-        ),
-        (
-            serde_json::to_vec(&wrong_classes).unwrap(),
-            "invalid_request",
-            "classes",
-        ),
+    let mut box_question = request();
+    box_question["questions"]["cause"] = json!({"type": "box", "instructions": "Where?"});
+    let cases: Vec<(Value, &str)> = vec![
+        (uncovered, "`secret_cause` is not covered"),
+        (wrong_classes, "classes"),
+        (box_question, "type `box`"),
     ];
-    for (body, error_type, needle) in cases {
-        let (status, got_type, message) =
-            error_of(app.post_raw(body, &[("authorization", &auth)]).await).await;
-        assert_eq!(status, 400);
-        assert_eq!(got_type, error_type);
+    for (body, needle) in cases {
+        let (status, got_type, message) = error_of(
+            app.post_raw(
+                serde_json::to_vec(&body).unwrap(),
+                &[("authorization", &auth)],
+            )
+            .await,
+        )
+        .await;
+        assert_eq!((status, got_type.as_str()), (400, "invalid_request"));
         assert!(
             message.contains(needle),
             "{message} should mention {needle}"

@@ -38,6 +38,8 @@ pub struct Seen {
 #[derive(Clone, Default)]
 pub struct Upstream {
     script: Arc<Mutex<Option<Script>>>,
+    /// One-shot answers served (in order) before `script`.
+    queued: Arc<Mutex<std::collections::VecDeque<Script>>>,
     pub seen: Arc<Mutex<Vec<Seen>>>,
 }
 
@@ -74,12 +76,15 @@ async fn upstream_handler(
     body: Bytes,
 ) -> Response {
     upstream.seen.lock().unwrap().push(Seen { headers, body });
-    let script = upstream.script.lock().unwrap().clone().unwrap_or(Script {
-        status: 200,
-        body: serde_json::to_vec(&native_answer()).unwrap(),
-        headers: vec![],
-        delay: Duration::ZERO,
-    });
+    let queued = upstream.queued.lock().unwrap().pop_front();
+    let script = queued
+        .or_else(|| upstream.script.lock().unwrap().clone())
+        .unwrap_or(Script {
+            status: 200,
+            body: serde_json::to_vec(&native_answer()).unwrap(),
+            headers: vec![],
+            delay: Duration::ZERO,
+        });
     tokio::time::sleep(script.delay).await;
     let mut response = (StatusCode::from_u16(script.status).unwrap(), script.body).into_response();
     for (name, value) in script.headers {
@@ -273,3 +278,55 @@ pub async fn error_of(response: reqwest::Response) -> (u16, String, String) {
 
 /// Request headers as name/value pairs.
 pub type Headers<'a> = Vec<(&'a str, &'a str)>;
+
+impl Upstream {
+    /// Answers the next request (only) with `status`, `body` and `headers`.
+    pub fn once(&self, status: u16, body: Vec<u8>, headers: &[(&str, &str)]) {
+        self.queued.lock().unwrap().push_back(Script {
+            status,
+            body,
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            delay: Duration::ZERO,
+        });
+    }
+}
+
+/// Spawns the scriptable upstream alone; returns it and its base URL.
+pub async fn spawn_upstream() -> (Upstream, String) {
+    let upstream = Upstream::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = Router::new()
+        .route("/v1/systemone", post(upstream_handler))
+        .with_state(upstream.clone());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (upstream, format!("http://127.0.0.1:{port}"))
+}
+
+/// Starts the proxy on a validated configuration (listeners should be `127.0.0.1:0`).
+pub async fn start(config: Config, upstream: Upstream) -> TestApp {
+    let app = Application::build(config).await.unwrap();
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let admin = format!("http://127.0.0.1:{}", app.admin_port());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let handle = tokio::spawn(async move {
+        let _ = app
+            .run_until_stopped(async move {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    TestApp {
+        address,
+        admin,
+        client: reqwest::Client::new(),
+        upstream,
+        stop: Some(stop),
+        handle: Some(handle),
+    }
+}

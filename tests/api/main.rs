@@ -3,8 +3,13 @@
 mod auth;
 mod bad_input;
 mod cli;
+mod connections;
+mod hardening;
 mod helpers;
+mod jev_client;
+mod process;
 mod release;
 mod replay;
 mod upstream_failures;
 mod wcpq;
+mod wire_format;

@@ -12,10 +12,12 @@ const SECRET: &str = "UPSTREAM-SECRET-BODY";
 async fn upstream_statuses_are_kept_without_echoing_bodies() {
     let app = spawn("full_native", "").await;
     let body = format!("{{\"detail\": \"{SECRET}\"}}").into_bytes();
-    let cases: [(u16, u16, &str); 6] = [
+    let cases: [(u16, u16, &str); 7] = [
         (400, 400, "upstream_error"),
         (422, 422, "upstream_error"),
-        (401, 401, "upstream_error"),
+        // The provider refused the proxy's key: not the caller's fault.
+        (401, 502, "upstream_auth_error"),
+        (403, 502, "upstream_auth_error"),
         (429, 429, "rate_limited"),
         (529, 529, "overloaded"),
         (500, 502, "upstream_error"),
@@ -36,7 +38,8 @@ async fn upstream_statuses_are_kept_without_echoing_bodies() {
         let headers = response.headers().clone();
         let text = response.text().await.unwrap();
         assert!(!text.contains(SECRET), "{text}");
-        assert!(!headers.contains_key("x-typesafe-request-id"));
+        // The request id headers are the proxy's own, never the provider's.
+        assert_ne!(headers["x-typesafe-request-id"], "UP-ID");
         let detail: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(
             detail["detail"]["error_type"], error_type,

@@ -1,0 +1,602 @@
+//! Serving one listener: our own accept loop over hyper's HTTP/1.1
+//! connection driver, so that every connection is bounded.
+//!
+//! - **Connection cap.** Each connection holds a semaphore permit. At the cap,
+//!   a new connection is accepted and closed at once (the client sees the
+//!   connection end without an answer, and a load balancer can retry
+//!   elsewhere) instead of waiting in the kernel's backlog.
+//! - **Header timeout.** A request head must be complete within
+//!   `header_read_timeout` of its first byte; on a new connection the clock
+//!   starts at accept, so a silent connection is also bounded by it.
+//! - **Idle timeout.** A keep-alive connection with no request in progress and
+//!   no byte of a new one is closed after `idle_timeout`.
+//! - While a request is in progress (head parsed, response not yet fully
+//!   written) neither clock runs: the body has its own deadline
+//!   (`server::body`) and the provider call its own timeout.
+//! - **Drain.** On [`Stage::Draining`] the listener stops accepting and every
+//!   connection finishes its current request, then closes; on
+//!   [`Stage::Closing`] the remaining ones are dropped.
+
+use std::convert::Infallible;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use hyper::Request;
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper_util::rt::TokioIo;
+use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
+use tokio::time::Instant;
+use tower::ServiceExt;
+
+/// File descriptors kept free for the process itself (logs, the runtime, a
+/// connection accepted only to be closed at the cap, name resolution).
+const FD_SLACK: usize = 64;
+
+/// Idle connections a remote provider's pool may keep (see `upstream`).
+const UPSTREAM_IDLE_POOL: usize = 64;
+
+/// How long the accept loop backs off after a resource error (EMFILE, ENOMEM):
+/// the pending connection stays in the backlog meanwhile.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// Where a listener is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Stage {
+    /// Accepting and serving.
+    Serving,
+    /// Not accepting; connections finish their current request and close.
+    Draining,
+    /// The grace is over: remaining connections are dropped.
+    Closing,
+}
+
+/// Connection limits of one listener.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Limits {
+    /// Most connections open at once.
+    pub(super) max_connections: usize,
+    /// Deadline of a request head (from its first byte; from accept on a new connection).
+    pub(super) header_read_timeout: Duration,
+    /// Deadline of a keep-alive connection waiting for its next request.
+    pub(super) idle_timeout: Duration,
+}
+
+/// Why the proxy closed a connection (a metric label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Closed {
+    OverCapacity,
+    HeaderTimeout,
+    IdleTimeout,
+}
+
+impl Closed {
+    const LABELS: [&'static str; 3] = ["over_capacity", "header_timeout", "idle_timeout"];
+
+    fn label(self) -> &'static str {
+        match self {
+            Closed::OverCapacity => Self::LABELS[0],
+            Closed::HeaderTimeout => Self::LABELS[1],
+            Closed::IdleTimeout => Self::LABELS[2],
+        }
+    }
+}
+
+/// Connection metrics by listener (`public` or `admin`).
+#[derive(Clone, Debug)]
+pub(super) struct ConnectionMetrics {
+    open: IntGaugeVec,
+    closed: IntCounterVec,
+}
+
+impl ConnectionMetrics {
+    /// Registers the connection metrics and starts every series at zero.
+    pub(super) fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let open = IntGaugeVec::new(
+            Opts::new(
+                "releasegate_open_connections",
+                "Open client connections by listener",
+            ),
+            &["listener"],
+        )?;
+        let closed = IntCounterVec::new(
+            Opts::new(
+                "releasegate_connections_closed_total",
+                "Client connections the proxy closed, by listener and reason",
+            ),
+            &["listener", "reason"],
+        )?;
+        registry.register(Box::new(open.clone()))?;
+        registry.register(Box::new(closed.clone()))?;
+        for listener in ["public", "admin"] {
+            open.with_label_values(&[listener]);
+            for reason in Closed::LABELS {
+                closed.with_label_values(&[listener, reason]);
+            }
+        }
+        Ok(ConnectionMetrics { open, closed })
+    }
+
+    fn count_closed(&self, listener: &str, reason: Closed) {
+        self.closed
+            .with_label_values(&[listener, reason.label()])
+            .inc();
+    }
+}
+
+/// A bound listener and its limits.
+#[derive(Debug)]
+pub(super) struct Listener {
+    /// `public` or `admin` (a metric label).
+    pub(super) name: &'static str,
+    /// The bound socket.
+    pub(super) tcp: TcpListener,
+    /// Its connection limits.
+    pub(super) limits: Limits,
+}
+
+/// The public connection cap that leaves enough file descriptors under the
+/// process's open-file limit for the admin listener (`admin_connections`),
+/// `upstream_connections` and the process itself, so that a full public
+/// listener never starves the admin port. Returns `requested` when it fits
+/// or the limit is unknown.
+pub(super) fn fit_to_fd_limit(
+    requested: usize,
+    admin_connections: usize,
+    upstream_connections: usize,
+) -> usize {
+    let Some(limit) = open_file_limit() else {
+        return requested;
+    };
+    let open_now = std::fs::read_dir("/proc/self/fd")
+        .map(|entries| entries.count())
+        .unwrap_or(FD_SLACK);
+    let reserve = open_now
+        .saturating_add(admin_connections)
+        .saturating_add(upstream_connections)
+        .saturating_add(FD_SLACK);
+    let available = limit.saturating_sub(reserve).max(1);
+    if requested > available {
+        tracing::warn!(
+            requested,
+            effective = available,
+            open_file_limit = limit,
+            "server.max_connections lowered to fit the open-file limit (raise `ulimit -n`)"
+        );
+        available
+    } else {
+        requested
+    }
+}
+
+/// File descriptors a remote provider may hold: its in-flight requests and its idle pool.
+pub(super) fn upstream_fds(max_concurrency: usize) -> usize {
+    max_concurrency.saturating_add(UPSTREAM_IDLE_POOL)
+}
+
+#[cfg(unix)]
+fn open_file_limit() -> Option<usize> {
+    let (soft, _hard) = rlimit::Resource::NOFILE.get().ok()?;
+    if soft == rlimit::INFINITY {
+        return None;
+    }
+    usize::try_from(soft).ok()
+}
+
+#[cfg(not(unix))]
+fn open_file_limit() -> Option<usize> {
+    None
+}
+
+/// Accepts and serves until the stage leaves [`Stage::Serving`]; then stops
+/// accepting (the socket is closed) and returns once every connection has
+/// ended.
+pub(super) async fn serve(
+    listener: Listener,
+    router: Router,
+    metrics: ConnectionMetrics,
+    mut stage: watch::Receiver<Stage>,
+) {
+    let Listener { name, tcp, limits } = listener;
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let mut last_warning: Option<Instant> = None;
+    let mut last_full: Option<Instant> = None;
+    loop {
+        let accepted = tokio::select! {
+            accepted = tcp.accept() => accepted,
+            _ = stage.wait_for(|stage| *stage != Stage::Serving) => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _peer)) => stream,
+            Err(error) => {
+                accept_failed(name, &error, &mut last_warning).await;
+                continue;
+            }
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            metrics.count_closed(name, Closed::OverCapacity);
+            drop(stream);
+            if once_a_second(&mut last_full) {
+                tracing::warn!(
+                    listener = name,
+                    max_connections = limits.max_connections,
+                    "connection cap reached; closing new connections"
+                );
+            }
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let connection = Connection {
+            name,
+            limits,
+            metrics: metrics.clone(),
+            stage: stage.clone(),
+            _permit: permit,
+        };
+        tokio::spawn(connection.run(stream, router.clone()));
+    }
+    drop(tcp);
+    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    let _ = permits.acquire_many(all).await;
+}
+
+async fn accept_failed(name: &str, error: &io::Error, last_warning: &mut Option<Instant>) {
+    // The peer gave up before we accepted: nothing to wait for.
+    if matches!(
+        error.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::Interrupted
+    ) {
+        return;
+    }
+    // Out of file descriptors or memory: back off instead of spinning; the
+    // pending connection waits in the backlog.
+    if once_a_second(last_warning) {
+        tracing::warn!(listener = name, %error, "accept failed; retrying");
+    }
+    tokio::time::sleep(ACCEPT_BACKOFF).await;
+}
+
+/// True at most once a second (keeps a flood from flooding the log too).
+fn once_a_second(last: &mut Option<Instant>) -> bool {
+    let due = last.is_none_or(|at| at.elapsed() >= Duration::from_secs(1));
+    if due {
+        *last = Some(Instant::now());
+    }
+    due
+}
+
+/// One accepted connection; dropping it returns the permit.
+struct Connection {
+    name: &'static str,
+    limits: Limits,
+    metrics: ConnectionMetrics,
+    stage: watch::Receiver<Stage>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Connection {
+    async fn run(mut self, stream: TcpStream, router: Router) {
+        let open = self.metrics.open.with_label_values(&[self.name]);
+        open.inc();
+        let activity = Arc::new(Activity::new());
+        let io = TokioIo::new(Tracked {
+            stream,
+            activity: activity.clone(),
+        });
+        let service = hyper::service::service_fn({
+            let activity = activity.clone();
+            move |request: Request<Incoming>| {
+                let guard = activity.begin_request();
+                let router = router.clone();
+                async move {
+                    let response = router.oneshot(request).await?;
+                    Ok::<_, Infallible>(response.map(|body| TrackedBody {
+                        body,
+                        _guard: guard,
+                    }))
+                }
+            }
+        });
+        let connection = hyper::server::conn::http1::Builder::new()
+            .keep_alive(true)
+            .serve_connection(io, service);
+        let mut connection = std::pin::pin!(connection);
+        let mut draining = false;
+        loop {
+            match *self.stage.borrow_and_update() {
+                Stage::Serving => {}
+                Stage::Draining if draining => {}
+                Stage::Draining => {
+                    draining = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+                Stage::Closing => break,
+            }
+            tokio::select! {
+                _ = connection.as_mut() => break,
+                reason = activity.expired(self.limits) => {
+                    self.metrics.count_closed(self.name, reason);
+                    break;
+                }
+                changed = self.stage.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        open.dec();
+    }
+}
+
+/// What a connection is doing, for its header and idle deadlines.
+#[derive(Clone, Copy, Debug)]
+enum Phase {
+    /// Waiting for the first byte of a request head (`fresh`: no request yet).
+    Waiting { since: Instant, fresh: bool },
+    /// A request head has started arriving.
+    Head { since: Instant },
+    /// Requests in progress: head parsed, response not yet fully written.
+    Busy { requests: usize },
+}
+
+/// A connection's phase, shared by its socket, its service and its watchdog.
+#[derive(Debug)]
+struct Activity {
+    phase: Mutex<Phase>,
+    changed: Notify,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            phase: Mutex::new(Phase::Waiting {
+                since: Instant::now(),
+                fresh: true,
+            }),
+            changed: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Phase> {
+        self.phase
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn set(&self, mut phase: MutexGuard<'_, Phase>, next: Phase) {
+        *phase = next;
+        drop(phase);
+        self.changed.notify_one();
+    }
+
+    /// Bytes arrived on the socket.
+    fn received(&self) {
+        let phase = self.lock();
+        if let Phase::Waiting { since, fresh } = *phase {
+            // A new connection's head deadline counts from accept.
+            let since = if fresh { since } else { Instant::now() };
+            self.set(phase, Phase::Head { since });
+        }
+    }
+
+    /// A request head was parsed; the guard ends the request when dropped.
+    fn begin_request(self: &Arc<Self>) -> RequestGuard {
+        let phase = self.lock();
+        let requests = match *phase {
+            Phase::Busy { requests } => requests.saturating_add(1),
+            _ => 1,
+        };
+        self.set(phase, Phase::Busy { requests });
+        RequestGuard(self.clone())
+    }
+
+    fn end_request(&self) {
+        let phase = self.lock();
+        let next = match *phase {
+            Phase::Busy { requests } if requests > 1 => Phase::Busy {
+                requests: requests - 1,
+            },
+            _ => Phase::Waiting {
+                since: Instant::now(),
+                fresh: false,
+            },
+        };
+        self.set(phase, next);
+    }
+
+    fn deadline(&self, limits: Limits) -> Option<(Instant, Closed)> {
+        match *self.lock() {
+            Phase::Waiting { since, fresh: true } | Phase::Head { since } => {
+                Some((since + limits.header_read_timeout, Closed::HeaderTimeout))
+            }
+            Phase::Waiting {
+                since,
+                fresh: false,
+            } => Some((since + limits.idle_timeout, Closed::IdleTimeout)),
+            Phase::Busy { .. } => None,
+        }
+    }
+
+    /// Resolves once the current phase outlives its deadline.
+    async fn expired(&self, limits: Limits) -> Closed {
+        loop {
+            let changed = self.changed.notified();
+            match self.deadline(limits) {
+                None => changed.await,
+                Some((at, reason)) => {
+                    if Instant::now() >= at {
+                        return reason;
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep_until(at) => {}
+                        () = changed => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Ends its request when dropped (the response body is written or abandoned).
+struct RequestGuard(Arc<Activity>);
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        self.0.end_request();
+    }
+}
+
+/// A response body that keeps its request in progress until hyper drops it.
+struct TrackedBody {
+    body: axum::body::Body,
+    _guard: RequestGuard,
+}
+
+impl hyper::body::Body for TrackedBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The socket, reporting received bytes to the connection's activity.
+struct Tracked {
+    stream: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Tracked {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let result = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.activity.received();
+        }
+        result
+    }
+}
+
+impl AsyncWrite for Tracked {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(header: u64, idle: u64) -> Limits {
+        Limits {
+            max_connections: 1,
+            header_read_timeout: Duration::from_millis(header),
+            idle_timeout: Duration::from_millis(idle),
+        }
+    }
+
+    #[tokio::test]
+    async fn phases_pick_their_deadlines() {
+        let limits = limits(10_000, 60_000);
+        let accepted = Instant::now();
+        let activity = Arc::new(Activity::new());
+        // A new connection: the head deadline counts from accept, also after the first byte.
+        let (first, reason) = activity.deadline(limits).unwrap();
+        assert_eq!(reason, Closed::HeaderTimeout);
+        assert!(first >= accepted + limits.header_read_timeout);
+        activity.received();
+        assert_eq!(
+            activity.deadline(limits),
+            Some((first, Closed::HeaderTimeout))
+        );
+        // In progress: no deadline.
+        let guard = activity.begin_request();
+        assert_eq!(activity.deadline(limits), None);
+        activity.received();
+        assert_eq!(activity.deadline(limits), None);
+        // Kept alive: the idle clock, until the next request's first byte.
+        let ended = Instant::now();
+        drop(guard);
+        let (idle, reason) = activity.deadline(limits).unwrap();
+        assert_eq!(reason, Closed::IdleTimeout);
+        assert!(idle >= ended + limits.idle_timeout);
+        let first_byte = Instant::now();
+        activity.received();
+        let (head, reason) = activity.deadline(limits).unwrap();
+        assert_eq!(reason, Closed::HeaderTimeout);
+        assert!(head >= first_byte + limits.header_read_timeout && head < idle);
+    }
+
+    #[tokio::test]
+    async fn expiry_waits_while_busy() {
+        let limits = limits(20, 20);
+        let activity = Arc::new(Activity::new());
+        let guard = activity.begin_request();
+        let watchdog = {
+            let activity = activity.clone();
+            tokio::spawn(async move { activity.expired(limits).await })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !watchdog.is_finished(),
+            "expired while a request was in progress"
+        );
+        drop(guard);
+        let reason = tokio::time::timeout(Duration::from_secs(10), watchdog)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(reason, Closed::IdleTimeout);
+    }
+}

@@ -1,0 +1,330 @@
+//! The real binary under signals and limits: SIGHUP keeps it serving,
+//! SIGTERM drains (with `/readyz` at 503 and the admin port up until the end),
+//! and a full public listener leaves file descriptors for the admin port.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::net::TcpStream;
+
+use super::connections::{GatedUpstream, PATIENCE, config_text, served};
+use super::helpers::{CLIENT_KEY, request};
+
+const BIN: &str = env!("CARGO_BIN_EXE_releasegate");
+
+/// `releasegate serve` on a configuration of its own, its log collected.
+struct Serving {
+    child: Child,
+    public: SocketAddr,
+    admin: String,
+    logs: Arc<Mutex<Vec<String>>>,
+    dir: std::path::PathBuf,
+}
+
+impl Serving {
+    /// Starts the binary (through `sh` with `ulimit -n` when `open_files` is
+    /// set) and waits for its "serving" line with the bound addresses.
+    fn start(name: &str, config: &str, open_files: Option<u32>) -> Serving {
+        let dir =
+            std::env::temp_dir().join(format!("releasegate-process-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("releasegate.toml");
+        std::fs::write(&path, config).unwrap();
+        let mut command = match open_files {
+            None => {
+                let mut command = Command::new(BIN);
+                command.args(["serve", "--log-json", "--config"]).arg(&path);
+                command
+            }
+            Some(limit) => {
+                let mut command = Command::new("sh");
+                command
+                    .arg("-c")
+                    .arg(format!(
+                        "ulimit -n {limit} && exec \"$0\" serve --log-json --config \"$1\""
+                    ))
+                    .arg(BIN)
+                    .arg(&path);
+                command
+            }
+        };
+        let mut child = command
+            .env("RUST_LOG", "releasegate=info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let logs = logs.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { return };
+                    if let Ok(json) = serde_json::from_str::<Value>(&line) {
+                        let fields = &json["fields"];
+                        if fields["message"] == "releasegate serving" {
+                            let address = |key: &str| fields[key].as_str().unwrap().to_string();
+                            let _ = tx.send((address("listen"), address("admin")));
+                        }
+                    }
+                    logs.lock().unwrap().push(line);
+                }
+            });
+        }
+        let (public, admin) = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(addresses) => addresses,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "the proxy never logged its addresses: {:?}",
+                    logs.lock().unwrap()
+                );
+            }
+        };
+        Serving {
+            child,
+            public: public.parse().unwrap(),
+            admin: format!("http://{admin}"),
+            logs,
+            dir,
+        }
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{name} failed");
+    }
+
+    fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Waits (bounded) for the process to exit.
+    async fn exited(&mut self) -> ExitStatus {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the proxy did not exit: {:?}",
+                self.logs.lock().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits (bounded) until a log line contains `needle`.
+    async fn logged(&self, needle: &str) -> bool {
+        tokio::time::timeout(PATIENCE, async {
+            while !self.logs.lock().unwrap().iter().any(|l| l.contains(needle)) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    async fn decide(&self, client: &reqwest::Client) -> reqwest::Response {
+        tokio::time::timeout(
+            PATIENCE,
+            client
+                .post(format!("http://{}/v1/systemone", self.public))
+                .bearer_auth(CLIENT_KEY)
+                .json(&request())
+                .send(),
+        )
+        .await
+        .expect("no answer")
+        .unwrap()
+    }
+
+    async fn admin_status(&self, client: &reqwest::Client, path: &str) -> u16 {
+        tokio::time::timeout(PATIENCE, client.get(format!("{}{path}", self.admin)).send())
+            .await
+            .expect("the admin listener did not answer")
+            .expect("the admin listener is gone")
+            .status()
+            .as_u16()
+    }
+}
+
+/// A test client (the proxy's own crypto provider is not installed in this process).
+fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_is_logged_and_the_proxy_keeps_serving() {
+    let upstream = GatedUpstream::start().await;
+    upstream.open();
+    let mut proxy = Serving::start(
+        "hup",
+        &config_text("shutdown_grace_ms = 5000", Some(&upstream.base_url)),
+        None,
+    );
+    let client = client();
+    assert_eq!(proxy.decide(&client).await.status(), 200);
+    for _ in 0..2 {
+        proxy.signal("HUP");
+    }
+    assert!(
+        proxy
+            .logged("configuration reload is not implemented yet")
+            .await,
+        "SIGHUP was not handled: {:?}",
+        proxy.logs.lock().unwrap()
+    );
+    assert!(proxy.running(), "SIGHUP ended the process");
+    assert_eq!(proxy.decide(&client).await.status(), 200);
+    assert_eq!(proxy.admin_status(&client, "/readyz").await, 200);
+    proxy.signal("TERM");
+    assert_eq!(proxy.exited().await.code(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_drains_in_flight_requests_while_readyz_answers_503() {
+    let mut upstream = GatedUpstream::start().await;
+    let mut proxy = Serving::start(
+        "term",
+        &config_text(
+            "shutdown_grace_ms = 30000\ndrain_delay_ms = 0",
+            Some(&upstream.base_url),
+        ),
+        None,
+    );
+    let client = client();
+    assert_eq!(proxy.admin_status(&client, "/readyz").await, 200);
+    let in_flight = {
+        let request = client
+            .post(format!("http://{}/v1/systemone", proxy.public))
+            .bearer_auth(CLIENT_KEY)
+            .json(&request())
+            .send();
+        tokio::spawn(request)
+    };
+    upstream.arrived().await;
+    proxy.signal("TERM");
+    // Not ready, yet the admin port answers while the request is in flight.
+    let turned = tokio::time::timeout(PATIENCE, async {
+        while proxy.admin_status(&client, "/readyz").await != 503 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(turned.is_ok(), "/readyz never turned 503");
+    assert_eq!(proxy.admin_status(&client, "/healthz").await, 200);
+    // New public connections are no longer served.
+    let stopped = tokio::time::timeout(PATIENCE, async {
+        loop {
+            match TcpStream::connect(proxy.public).await {
+                Err(_) => return,
+                Ok(mut stream) => {
+                    if !served(&mut stream).await {
+                        return;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(
+        stopped.is_ok(),
+        "the public port kept serving new connections"
+    );
+    assert!(proxy.running(), "the proxy exited with a request in flight");
+    assert_eq!(proxy.admin_status(&client, "/readyz").await, 503);
+    // The in-flight request completes, then the process exits cleanly.
+    upstream.release_one();
+    let response = tokio::time::timeout(PATIENCE, in_flight)
+        .await
+        .expect("the in-flight request never completed")
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["answers"]["cause"]["choice"], "B");
+    drop(client);
+    assert_eq!(proxy.exited().await.code(), Some(0));
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_public_listener_leaves_file_descriptors_for_the_admin_port() {
+    // 128 open files and the default public cap of 10000: the proxy must
+    // lower the cap instead of running out of descriptors for everything.
+    let mut proxy = Serving::start(
+        "fds",
+        &config_text(
+            "admin_max_connections = 8\nheader_read_timeout_ms = 60000\nidle_timeout_ms = 60000",
+            None,
+        ),
+        Some(128),
+    );
+    let mut held = Vec::new();
+    let mut refused = false;
+    for _ in 0..300 {
+        let Ok(Ok(mut stream)) =
+            tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(proxy.public)).await
+        else {
+            refused = true;
+            break;
+        };
+        match tokio::time::timeout(Duration::from_secs(2), served(&mut stream)).await {
+            Ok(true) => held.push(stream),
+            _ => {
+                refused = true;
+                break;
+            }
+        }
+    }
+    assert!(refused, "300 connections fit in 128 file descriptors?");
+    assert!(!held.is_empty());
+    let client = client();
+    assert_eq!(proxy.admin_status(&client, "/healthz").await, 200);
+    let metrics = tokio::time::timeout(
+        PATIENCE,
+        client.get(format!("{}/metrics", proxy.admin)).send(),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    assert!(
+        metrics.contains(
+            "releasegate_connections_closed_total{listener=\"public\",reason=\"over_capacity\"} "
+        ) && !metrics.contains(
+            "releasegate_connections_closed_total{listener=\"public\",reason=\"over_capacity\"} 0\n"
+        ),
+        "the public listener ran out of descriptors instead of hitting its cap"
+    );
+    assert!(proxy.logged("lowered to fit the open-file limit").await);
+    drop(held);
+    drop(client);
+    proxy.signal("TERM");
+    assert_eq!(proxy.exited().await.code(), Some(0));
+}
