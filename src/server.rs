@@ -73,9 +73,9 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
-    /// The HTTP client could not be built.
-    #[error("cannot build the HTTP client")]
-    Client(#[from] reqwest::Error),
+    /// The providers could not be set up (the HTTP client, a provider URL or key).
+    #[error(transparent)]
+    Upstream(#[from] crate::upstream::SetupError),
     /// Metrics could not be registered.
     #[error("cannot register metrics")]
     Metrics(#[from] prometheus::Error),
