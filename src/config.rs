@@ -104,6 +104,10 @@ pub struct Server {
     /// On shutdown, `/readyz` answers 503 for this long before the public
     /// listener stops accepting.
     pub drain_delay: Duration,
+    /// Threads of the async runtime: 0 one per available core, 1 a single
+    /// thread for every connection (tokio's current-thread runtime), N > 1
+    /// that many workers. Heavy WCPQ mappings use the blocking pool in every case.
+    pub worker_threads: usize,
 }
 
 /// A provider that answers System One requests.
@@ -297,7 +301,7 @@ impl Config {
             self.source, self.server.listen, self.server.admin_listen, self.server.max_body_bytes
         );
         out.push_str(&format!(
-            "connections: public {} · admin {} · header {} ms · body {} ms · idle {} ms · drain delay {} ms · grace {} ms\n",
+            "connections: public {} · admin {} · header {} ms · body {} ms · idle {} ms · drain delay {} ms · grace {} ms · worker threads {}\n",
             self.server.max_connections,
             self.server.admin_max_connections,
             self.server.header_read_timeout.as_millis(),
@@ -305,6 +309,10 @@ impl Config {
             self.server.idle_timeout.as_millis(),
             self.server.drain_delay.as_millis(),
             self.server.shutdown_grace.as_millis(),
+            match self.server.worker_threads {
+                0 => "one per core".to_string(),
+                n => n.to_string(),
+            },
         ));
         for (name, provider) in &self.providers {
             match provider {

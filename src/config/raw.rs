@@ -41,6 +41,7 @@ struct RawServer {
     max_connections: u64,
     admin_max_connections: u64,
     drain_delay_ms: u64,
+    worker_threads: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -100,6 +101,9 @@ pub(crate) struct RawQuestion {
 /// file-descriptor limit a single process gets).
 const MAX_CONNECTIONS_LIMIT: u64 = 1_000_000;
 
+/// Upper bound of `worker_threads`.
+const MAX_WORKER_THREADS: u64 = 1024;
+
 fn default_timeout_ms() -> u64 {
     30_000
 }
@@ -131,6 +135,7 @@ impl Default for RawServer {
             max_connections: 10_000,
             admin_max_connections: 64,
             drain_delay_ms: 0,
+            worker_threads: 0,
         }
     }
 }
@@ -289,6 +294,11 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
             ));
         }
     }
+    if raw.worker_threads > MAX_WORKER_THREADS {
+        problems.push(format!(
+            "server.worker_threads: must be between 0 (one per core) and {MAX_WORKER_THREADS}"
+        ));
+    }
     let connections =
         |value: u64| usize::try_from(value.clamp(1, MAX_CONNECTIONS_LIMIT)).unwrap_or(1);
     Server {
@@ -303,6 +313,7 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
         max_connections: connections(raw.max_connections),
         admin_max_connections: connections(raw.admin_max_connections),
         drain_delay: Duration::from_millis(raw.drain_delay_ms),
+        worker_threads: usize::try_from(raw.worker_threads.min(MAX_WORKER_THREADS)).unwrap_or(0),
     }
 }
 

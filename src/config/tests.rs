@@ -55,6 +55,11 @@ fn minimal_config_gets_server_defaults() {
     assert_eq!(config.server.max_connections, 10_000);
     assert_eq!(config.server.admin_max_connections, 64);
     assert_eq!(config.server.drain_delay, Duration::ZERO);
+    assert_eq!(config.server.worker_threads, 0);
+    let single = Config::from_toml(&format!("[server]\nworker_threads = 1\n{MINIMAL}")).unwrap();
+    assert_eq!(single.server.worker_threads, 1);
+    assert!(single.summary().contains("worker threads 1"));
+    assert!(config.summary().contains("worker threads one per core"));
     assert_eq!(
         config.contract("c").unwrap().questions["q"].classes.len(),
         3
@@ -93,6 +98,7 @@ fn errors_name_the_key_and_reason() {
         (format!("[server]\nidle_timeout_ms = 0\n{MINIMAL}"), "server.idle_timeout_ms"),
         (format!("[server]\nmax_connections = 0\n{MINIMAL}"), "server.max_connections"),
         (format!("[server]\nadmin_max_connections = 2000000\n{MINIMAL}"), "server.admin_max_connections"),
+        (format!("[server]\nworker_threads = 5000\n{MINIMAL}"), "server.worker_threads"),
     ];
     for (text, needle) in cases {
         let found = problems(&text);
