@@ -167,6 +167,13 @@ fn failure(error: &dyn std::error::Error) -> ExitCode {
 
 fn serve(config: Option<PathBuf>, log_json: bool) -> ExitCode {
     crate::telemetry::init(log_json);
+    let code = serve_with_logs(config);
+    // Access lines are written in batches: the last ones go out before the exit.
+    crate::telemetry::flush();
+    code
+}
+
+fn serve_with_logs(config: Option<PathBuf>) -> ExitCode {
     raise_open_file_limit();
     let config = match Config::load(config.as_deref()) {
         Ok(config) => config,
@@ -185,6 +192,7 @@ fn serve(config: Option<PathBuf>, log_json: bool) -> ExitCode {
     });
     // Connections still open past the grace were dropped; don't wait on stragglers.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    crate::telemetry::flush();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

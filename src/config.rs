@@ -108,6 +108,8 @@ pub struct Server {
     /// thread for every connection (tokio's current-thread runtime), N > 1
     /// that many workers. Heavy WCPQ mappings use the blocking pool in every case.
     pub worker_threads: usize,
+    /// One log line per request (target `releasegate::access`, written in batches).
+    pub access_log: bool,
 }
 
 /// A provider that answers System One requests.
@@ -301,7 +303,7 @@ impl Config {
             self.source, self.server.listen, self.server.admin_listen, self.server.max_body_bytes
         );
         out.push_str(&format!(
-            "connections: public {} · admin {} · header {} ms · body {} ms · idle {} ms · drain delay {} ms · grace {} ms · worker threads {}\n",
+            "connections: public {} · admin {} · header {} ms · body {} ms · idle {} ms · drain delay {} ms · grace {} ms · worker threads {} · access log {}\n",
             self.server.max_connections,
             self.server.admin_max_connections,
             self.server.header_read_timeout.as_millis(),
@@ -313,6 +315,7 @@ impl Config {
                 0 => "one per core".to_string(),
                 n => n.to_string(),
             },
+            if self.server.access_log { "on" } else { "off" },
         ));
         for (name, provider) in &self.providers {
             match provider {

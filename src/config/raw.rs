@@ -42,6 +42,7 @@ struct RawServer {
     admin_max_connections: u64,
     drain_delay_ms: u64,
     worker_threads: u64,
+    access_log: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -136,6 +137,7 @@ impl Default for RawServer {
             admin_max_connections: 64,
             drain_delay_ms: 0,
             worker_threads: 0,
+            access_log: true,
         }
     }
 }
@@ -314,6 +316,7 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
         admin_max_connections: connections(raw.admin_max_connections),
         drain_delay: Duration::from_millis(raw.drain_delay_ms),
         worker_threads: usize::try_from(raw.worker_threads.min(MAX_WORKER_THREADS)).unwrap_or(0),
+        access_log: raw.access_log,
     }
 }
 

@@ -60,6 +60,10 @@ fn minimal_config_gets_server_defaults() {
     assert_eq!(single.server.worker_threads, 1);
     assert!(single.summary().contains("worker threads 1"));
     assert!(config.summary().contains("worker threads one per core"));
+    assert!(config.server.access_log);
+    assert!(config.summary().contains("access log on"));
+    let quiet = Config::from_toml(&format!("[server]\naccess_log = false\n{MINIMAL}")).unwrap();
+    assert!(!quiet.server.access_log);
     assert_eq!(
         config.contract("c").unwrap().questions["q"].classes.len(),
         3

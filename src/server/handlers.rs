@@ -173,10 +173,13 @@ fn finish(
         .request_duration
         .with_label_values(&[contract_label, route, status_class(status)])
         .observe(started.elapsed().as_secs_f64());
-    tracing::info!(
-        %request_id, route, contract = contract_label, status,
-        latency_ms = started.elapsed().as_secs_f64() * 1e3, "request"
-    );
+    if state.inner.config.server.access_log {
+        tracing::info!(
+            target: crate::telemetry::ACCESS_TARGET,
+            %request_id, route, contract = contract_label, status,
+            latency_ms = started.elapsed().as_secs_f64() * 1e3, "request"
+        );
+    }
     // The request id headers are stamped by the router's middleware.
     response
 }

@@ -328,3 +328,49 @@ async fn a_full_public_listener_leaves_file_descriptors_for_the_admin_port() {
     proxy.signal("TERM");
     assert_eq!(proxy.exited().await.code(), Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn access_lines_are_written_in_batches_and_all_of_them_by_exit() {
+    let upstream = GatedUpstream::start().await;
+    upstream.open();
+    let mut proxy = Serving::start(
+        "access",
+        &config_text("worker_threads = 1", Some(&upstream.base_url)),
+        None,
+    );
+    let client = client();
+    let access_lines = |proxy: &Serving| {
+        proxy
+            .logs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|line| line.contains("\"target\":\"releasegate::access\""))
+            .count()
+    };
+    for _ in 0..3 {
+        assert_eq!(proxy.decide(&client).await.status(), 200);
+    }
+    // Nothing else is logged meanwhile: the batch timer writes them.
+    let written = tokio::time::timeout(PATIENCE, async {
+        while access_lines(&proxy) < 3 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(written.is_ok(), "{:?}", proxy.logs.lock().unwrap());
+    for _ in 0..2 {
+        assert_eq!(proxy.decide(&client).await.status(), 200);
+    }
+    proxy.signal("TERM");
+    assert_eq!(proxy.exited().await.code(), Some(0));
+    // The reader thread may still be draining the pipe.
+    let all = tokio::time::timeout(PATIENCE, async {
+        while access_lines(&proxy) < 5 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(all.is_ok(), "{:?}", proxy.logs.lock().unwrap());
+    assert_eq!(access_lines(&proxy), 5);
+}
