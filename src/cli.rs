@@ -179,7 +179,7 @@ fn serve_with_logs(config: Option<PathBuf>) -> ExitCode {
         Ok(config) => config,
         Err(error) => return usage_error(&error),
     };
-    let runtime = match runtime(config.server.worker_threads) {
+    let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(error) => return usage_error(&format!("cannot start the runtime: {error}")),
     };
@@ -202,24 +202,13 @@ fn serve_with_logs(config: Option<PathBuf>) -> ExitCode {
     }
 }
 
-/// The runtime `serve` runs on (`server.worker_threads`): 1 is tokio's
-/// current-thread runtime, every connection on the calling thread, with no
-/// wake-ups across threads; N > 1 a multi-thread runtime with N workers;
-/// 0 one worker per available core (tokio's default, cgroup limits included).
-/// The blocking pool (heavy WCPQ mappings) exists in every flavour.
-fn runtime(worker_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
-    match worker_threads {
-        1 => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build(),
-        0 => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build(),
-        n => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(n)
-            .enable_all()
-            .build(),
-    }
+/// The runtime `serve` runs on: single-threaded, the first event loop (the
+/// server starts one thread per further loop, see `server.worker_threads`).
+/// Its blocking pool takes heavy WCPQ mappings.
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
 }
 
 /// Raises the soft open-file limit to the hard one: every client connection
@@ -304,38 +293,5 @@ impl Signals {
                 ),
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use tokio::runtime::RuntimeFlavor;
-
-    use super::runtime;
-
-    #[test]
-    fn worker_threads_choose_the_runtime() {
-        let single = runtime(1).unwrap();
-        assert_eq!(
-            single.handle().runtime_flavor(),
-            RuntimeFlavor::CurrentThread
-        );
-        let three = runtime(3).unwrap();
-        assert_eq!(three.handle().runtime_flavor(), RuntimeFlavor::MultiThread);
-        assert_eq!(three.metrics().num_workers(), 3);
-        let per_core = runtime(0).unwrap();
-        assert_eq!(
-            per_core.handle().runtime_flavor(),
-            RuntimeFlavor::MultiThread
-        );
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        assert_eq!(per_core.metrics().num_workers(), cores);
-        // Blocking work (heavy WCPQ) still has its pool on one thread.
-        assert_eq!(
-            single
-                .block_on(async { tokio::task::spawn_blocking(|| 7).await })
-                .unwrap(),
-            7
-        );
     }
 }

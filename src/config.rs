@@ -104,12 +104,23 @@ pub struct Server {
     /// On shutdown, `/readyz` answers 503 for this long before the public
     /// listener stops accepting.
     pub drain_delay: Duration,
-    /// Threads of the async runtime: 0 one per available core, 1 a single
-    /// thread for every connection (tokio's current-thread runtime), N > 1
-    /// that many workers. Heavy WCPQ mappings use the blocking pool in every case.
+    /// Event-loop threads serving the public listener, each a single-threaded
+    /// runtime with its own accept loop and upstream connections; 0 is one
+    /// per available core (see [`Server::event_loops`]).
     pub worker_threads: usize,
     /// One log line per request (target `releasegate::access`, written in batches).
     pub access_log: bool,
+}
+
+impl Server {
+    /// How many event loops serve the public listener: `worker_threads`, or
+    /// with 0 one per core available to the process (cgroup limits included).
+    pub fn event_loops(&self) -> usize {
+        match self.worker_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
 }
 
 /// A provider that answers System One requests.

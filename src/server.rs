@@ -105,7 +105,9 @@ impl Application {
             .providers
             .values()
             .map(|provider| match provider {
-                Provider::SystemOne(remote) => listener::upstream_fds(remote.max_concurrency),
+                Provider::SystemOne(remote) => {
+                    listener::upstream_fds(remote.max_concurrency, server.event_loops())
+                }
                 Provider::Simulated => 0,
             })
             .fold(0usize, usize::saturating_add);
@@ -172,7 +174,16 @@ impl Application {
         &self.state
     }
 
-    /// Serves until `shutdown` resolves, then drains:
+    /// Serves until `shutdown` resolves, then drains.
+    ///
+    /// The public listener is served by `server.event_loops()` event loops:
+    /// the calling task's runtime and one thread per further loop, each with
+    /// its own single-threaded runtime, accept loop and upstream clients, so a
+    /// connection and its upstream calls stay on one thread (no wake-ups
+    /// across threads). The loops share the connection cap, the state and the
+    /// metrics. The admin listener runs on the calling runtime.
+    ///
+    /// The drain:
     ///
     /// 1. `/readyz` answers 503 at once; the public listener keeps accepting
     ///    for `drain_delay` so that load balancers notice first;
@@ -189,33 +200,83 @@ impl Application {
         let public_addr = self.public.tcp.local_addr()?;
         let admin_addr = self.admin.tcp.local_addr()?;
         let public_cap = self.public.limits.max_connections;
+        let loops = server.event_loops().max(1);
         let (public_stage, public_rx) = watch::channel(listener::Stage::Serving);
         let (admin_stage, admin_rx) = watch::channel(listener::Stage::Serving);
-        let mut public = tokio::spawn(listener::serve(
-            self.public,
-            router(self.state.clone()),
-            self.connections.clone(),
-            public_rx,
-        ));
-        let mut admin = tokio::spawn(listener::serve(
-            self.admin,
-            admin_router(self.state.clone()),
-            self.connections,
-            admin_rx,
-        ));
+        // A listener task that ends before the drain is a failure.
+        let (ended, mut ended_rx) = tokio::sync::mpsc::unbounded_channel::<&'static str>();
+        let public_permits = listener::permits(&self.public.limits);
+        let public_router = router(self.state.clone());
+        let mut event_loops = EventLoops::new();
+        let mut public = Vec::with_capacity(loops);
+        let first = if loops > 1 {
+            let shared = self.public.tcp.into_std()?;
+            for index in 1..loops {
+                let serving = serve_shared(
+                    self.public.name,
+                    self.public.limits,
+                    shared.try_clone()?,
+                    public_permits.clone(),
+                    public_router.clone(),
+                    self.connections.clone(),
+                    public_rx.clone(),
+                );
+                public.push(event_loops.spawn(index, watched("public", ended.clone(), serving))?);
+            }
+            tokio::spawn(watched(
+                "public",
+                ended.clone(),
+                serve_shared(
+                    self.public.name,
+                    self.public.limits,
+                    shared,
+                    public_permits,
+                    public_router,
+                    self.connections.clone(),
+                    public_rx,
+                ),
+            ))
+        } else {
+            tokio::spawn(watched(
+                "public",
+                ended.clone(),
+                listener::serve(
+                    self.public,
+                    public_permits,
+                    public_router,
+                    self.connections.clone(),
+                    public_rx,
+                ),
+            ))
+        };
+        public.insert(0, first);
+        let admin_permits = listener::permits(&self.admin.limits);
+        let mut admin = vec![tokio::spawn(watched(
+            "admin",
+            ended.clone(),
+            listener::serve(
+                self.admin,
+                admin_permits,
+                admin_router(self.state.clone()),
+                self.connections,
+                admin_rx,
+            ),
+        ))];
         let state = self.state;
         state.inner.ready.store(true, Ordering::SeqCst);
         tracing::info!(
             listen = %public_addr,
             admin = %admin_addr,
             max_connections = public_cap,
+            event_loops = loops,
             source = %state.inner.config.source,
             "releasegate serving"
         );
         tokio::select! {
             () = shutdown => {}
-            _ = &mut public => return Err(std::io::Error::other("the public listener stopped")),
-            _ = &mut admin => return Err(std::io::Error::other("the admin listener stopped")),
+            Some(name) = ended_rx.recv() => {
+                return Err(std::io::Error::other(format!("the {name} listener stopped")));
+            }
         }
         state.inner.ready.store(false, Ordering::SeqCst);
         tracing::info!(
@@ -226,31 +287,120 @@ impl Application {
         tokio::time::sleep(server.drain_delay).await;
         drain(&public_stage, &mut public, server.shutdown_grace, "public").await;
         drain(&admin_stage, &mut admin, ADMIN_DRAIN, "admin").await;
+        drop(event_loops);
         tracing::info!("drained; stopped");
         Ok(())
     }
 }
 
-/// Stops a listener's accepts and waits up to `grace` for its connections,
-/// then drops the rest.
+/// Serves a listener from a socket shared with other event loops, registered
+/// with the runtime this runs on.
+async fn serve_shared(
+    name: &'static str,
+    limits: listener::Limits,
+    socket: std::net::TcpListener,
+    permits: Arc<tokio::sync::Semaphore>,
+    router: Router,
+    metrics: listener::ConnectionMetrics,
+    stage: watch::Receiver<listener::Stage>,
+) {
+    match TcpListener::from_std(socket) {
+        Ok(tcp) => {
+            let listener = listener::Listener { name, tcp, limits };
+            listener::serve(listener, permits, router, metrics, stage).await;
+        }
+        Err(error) => tracing::error!(%error, "an event loop cannot register the listener"),
+    }
+}
+
+/// Runs a listener task and reports its end on `ended`.
+async fn watched(
+    name: &'static str,
+    ended: tokio::sync::mpsc::UnboundedSender<&'static str>,
+    task: impl Future<Output = ()>,
+) {
+    task.await;
+    let _ = ended.send(name);
+}
+
+/// The event-loop threads beyond the calling one; dropping this stops them
+/// (their runtimes drop whatever is left).
+#[derive(Debug)]
+struct EventLoops {
+    stop: watch::Sender<bool>,
+}
+
+impl EventLoops {
+    fn new() -> EventLoops {
+        EventLoops {
+            stop: watch::channel(false).0,
+        }
+    }
+
+    /// Starts event loop `index` on a thread of its own and runs `task` on it.
+    fn spawn(
+        &mut self,
+        index: usize,
+        task: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<tokio::task::JoinHandle<()>> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let handle = runtime.spawn(task);
+        let mut stop = self.stop.subscribe();
+        std::thread::Builder::new()
+            .name(format!("rg-loop-{index}"))
+            .spawn(move || {
+                crate::upstream::set_event_loop(index);
+                runtime.block_on(async move {
+                    let _ = stop.wait_for(|stop| *stop).await;
+                });
+                runtime.shutdown_timeout(Duration::from_secs(1));
+            })?;
+        Ok(handle)
+    }
+}
+
+impl Drop for EventLoops {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// Stops a listener's accepts and waits up to `grace` for its connections
+/// (every event loop's), then drops the rest.
 async fn drain(
     stage: &watch::Sender<listener::Stage>,
-    task: &mut tokio::task::JoinHandle<()>,
+    tasks: &mut [tokio::task::JoinHandle<()>],
     grace: Duration,
     name: &'static str,
 ) {
     let _ = stage.send(listener::Stage::Draining);
-    if tokio::time::timeout(grace, &mut *task).await.is_err() {
+    if tokio::time::timeout(grace, all_finished(tasks))
+        .await
+        .is_err()
+    {
         tracing::warn!(
             listener = name,
             "shutdown grace elapsed with connections still open; closing them"
         );
         let _ = stage.send(listener::Stage::Closing);
-        if tokio::time::timeout(Duration::from_secs(1), &mut *task)
+        if tokio::time::timeout(Duration::from_secs(1), all_finished(tasks))
             .await
             .is_err()
         {
-            task.abort();
+            for task in tasks.iter() {
+                task.abort();
+            }
+        }
+    }
+}
+
+/// Waits for every task (a task already awaited to its end is not polled again).
+async fn all_finished(tasks: &mut [tokio::task::JoinHandle<()>]) {
+    for task in tasks.iter_mut() {
+        if !task.is_finished() {
+            let _ = (&mut *task).await;
         }
     }
 }

@@ -1,7 +1,13 @@
-//! Providers: a remote System One endpoint over the one shared reqwest client,
-//! or the in-process simulator. Upstream bodies never reach clients; this
-//! module only hands back parsed JSON or a status.
+//! Providers: a remote System One endpoint over reqwest, or the in-process
+//! simulator. Upstream bodies never reach clients; this module only hands back
+//! parsed JSON or a status.
+//!
+//! Each event loop of the server has its own `reqwest::Client` (same settings),
+//! so a request goes out over connections driven by its own thread: a pooled
+//! connection's task runs on the runtime that opened it, and a client shared
+//! by several loops would hand requests across threads.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -150,12 +156,42 @@ pub enum SetupError {
     },
 }
 
+thread_local! {
+    /// The event loop this thread runs (0 unless [`set_event_loop`] says otherwise).
+    static EVENT_LOOP: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Marks the calling thread as the server's event loop `index`: its requests
+/// use that loop's HTTP client.
+pub fn set_event_loop(index: usize) {
+    EVENT_LOOP.with(|current| current.set(index));
+}
+
 /// All configured providers.
 #[derive(Clone, Debug)]
 pub struct Upstreams {
     providers: Arc<BTreeMap<String, Upstream>>,
+    /// One HTTP client per event loop.
+    clients: Arc<Clients>,
     max_body_bytes: usize,
     metrics: Metrics,
+}
+
+/// The HTTP clients, one per event loop (at least one).
+#[derive(Debug)]
+struct Clients {
+    first: reqwest::Client,
+    others: Vec<reqwest::Client>,
+}
+
+impl Clients {
+    /// The client of event loop `index` (the first for an unknown index).
+    fn get(&self, index: usize) -> &reqwest::Client {
+        index
+            .checked_sub(1)
+            .and_then(|other| self.others.get(other))
+            .unwrap_or(&self.first)
+    }
 }
 
 #[derive(Debug)]
@@ -166,7 +202,6 @@ enum Upstream {
 
 #[derive(Debug)]
 struct Remote {
-    client: reqwest::Client,
     /// `{base_url}/v1/systemone`, parsed once: a URL is not re-parsed per call.
     systemone_url: Url,
     /// `{base_url}/v1/models`.
@@ -181,18 +216,26 @@ struct Remote {
 // === impl Upstreams ===
 
 impl Upstreams {
-    /// Builds the one shared HTTP client and the providers.
+    /// Builds the HTTP clients (one per event loop) and the providers.
     pub fn new(config: &Config, metrics: Metrics) -> Result<Upstreams, SetupError> {
         // A second install (tests build many apps per process) is harmless.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(5))
-            .pool_idle_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(64)
-            .tcp_nodelay(true)
-            .user_agent(concat!("releasegate/", env!("CARGO_PKG_VERSION")))
-            .build()?;
+        let client = || {
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .connect_timeout(Duration::from_secs(5))
+                .pool_idle_timeout(Duration::from_secs(30))
+                .pool_max_idle_per_host(64)
+                .tcp_nodelay(true)
+                .user_agent(concat!("releasegate/", env!("CARGO_PKG_VERSION")))
+                .build()
+        };
+        let clients = Clients {
+            first: client()?,
+            others: (1..config.server.event_loops())
+                .map(|_| client())
+                .collect::<Result<Vec<_>, _>>()?,
+        };
         let mut providers = BTreeMap::new();
         for (name, provider) in &config.providers {
             let upstream = match provider {
@@ -219,7 +262,6 @@ impl Upstreams {
                         }
                     };
                     Upstream::Remote(Box::new(Remote {
-                        client: client.clone(),
                         systemone_url: url(SYSTEMONE_PATH)?,
                         models_url: url(MODELS_PATH)?,
                         authorization,
@@ -233,6 +275,7 @@ impl Upstreams {
         }
         Ok(Upstreams {
             providers: Arc::new(providers),
+            clients: Arc::new(clients),
             max_body_bytes: config.server.max_upstream_body_bytes,
             metrics,
         })
@@ -267,7 +310,10 @@ impl Upstreams {
         let started = Instant::now();
         let result = match upstream {
             Upstream::Simulated => simulated(path, post.map(|(body, _)| body)),
-            Upstream::Remote(remote) => remote.call(post, self.max_body_bytes).await,
+            Upstream::Remote(remote) => {
+                let client = self.clients.get(EVENT_LOOP.with(Cell::get));
+                remote.call(client, post, self.max_body_bytes).await
+            }
         };
         self.metrics
             .upstream_latency
@@ -303,6 +349,7 @@ impl Upstreams {
 impl Remote {
     async fn call(
         &self,
+        client: &reqwest::Client,
         post: Option<(Bytes, &HeaderMap)>,
         max_body: usize,
     ) -> Result<Reply, Error> {
@@ -336,7 +383,7 @@ impl Remote {
         *request.headers_mut() = upstream_headers;
         let remaining = deadline.saturating_duration_since(Instant::now());
         let exchange = async {
-            let mut response = self.client.execute(request).await.map_err(classify)?;
+            let mut response = client.execute(request).await.map_err(classify)?;
             let status = response.status().as_u16();
             if !(200..300).contains(&status) {
                 let (retry_after, retry_after_ms) = if status == 429 || status == 529 {

@@ -175,9 +175,10 @@ pub(super) fn fit_to_fd_limit(
     }
 }
 
-/// File descriptors a remote provider may hold: its in-flight requests and its idle pool.
-pub(super) fn upstream_fds(max_concurrency: usize) -> usize {
-    max_concurrency.saturating_add(UPSTREAM_IDLE_POOL)
+/// File descriptors a remote provider may hold: its in-flight requests and the
+/// idle pool of each event loop's client.
+pub(super) fn upstream_fds(max_concurrency: usize, event_loops: usize) -> usize {
+    max_concurrency.saturating_add(UPSTREAM_IDLE_POOL.saturating_mul(event_loops))
 }
 
 #[cfg(unix)]
@@ -194,17 +195,22 @@ fn open_file_limit() -> Option<usize> {
     None
 }
 
+/// The connection budget of a listener, shared by its event loops.
+pub(super) fn permits(limits: &Limits) -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(limits.max_connections))
+}
+
 /// Accepts and serves until the stage leaves [`Stage::Serving`]; then stops
-/// accepting (the socket is closed) and returns once every connection has
-/// ended.
+/// accepting (this loop's socket is closed) and returns once every connection
+/// holding one of `permits` (those of every loop sharing them) has ended.
 pub(super) async fn serve(
     listener: Listener,
+    permits: Arc<Semaphore>,
     router: Router,
     metrics: ConnectionMetrics,
     mut stage: watch::Receiver<Stage>,
 ) {
     let Listener { name, tcp, limits } = listener;
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
     let mut last_warning: Option<Instant> = None;
     let mut last_full: Option<Instant> = None;
     loop {

@@ -77,7 +77,8 @@ fn access_lines(lines: &[Value]) -> Vec<&Value> {
 
 #[tokio::test]
 async fn every_request_gets_an_access_line_by_default() {
-    let lines = logged("").await;
+    // One event loop: the log is captured on this thread.
+    let lines = logged("worker_threads = 1").await;
     let access = access_lines(&lines);
     assert_eq!(access.len(), 3, "{lines:?}");
     let statuses: Vec<&Value> = access.iter().map(|l| &l["fields"]["status"]).collect();
@@ -97,7 +98,7 @@ async fn every_request_gets_an_access_line_by_default() {
 
 #[tokio::test]
 async fn access_log_false_drops_only_the_access_lines() {
-    let lines = logged("access_log = false").await;
+    let lines = logged("worker_threads = 1\naccess_log = false").await;
     assert!(access_lines(&lines).is_empty(), "{lines:?}");
     // Everything else is still logged: start-up, the refused request, the drain.
     let messages: Vec<&str> = lines

@@ -335,7 +335,7 @@ async fn access_lines_are_written_in_batches_and_all_of_them_by_exit() {
     upstream.open();
     let mut proxy = Serving::start(
         "access",
-        &config_text("worker_threads = 1", Some(&upstream.base_url)),
+        &config_text("worker_threads = 2", Some(&upstream.base_url)),
         None,
     );
     let client = client();
@@ -373,4 +373,56 @@ async fn access_lines_are_written_in_batches_and_all_of_them_by_exit() {
     .await;
     assert!(all.is_ok(), "{:?}", proxy.logs.lock().unwrap());
     assert_eq!(access_lines(&proxy), 5);
+}
+
+/// Names of the process's threads.
+#[cfg(target_os = "linux")]
+fn thread_names(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_string())
+        .collect()
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread")]
+async fn worker_threads_event_loops_serve_together_and_drain() {
+    let upstream = GatedUpstream::start().await;
+    upstream.open();
+    let mut proxy = Serving::start(
+        "loops",
+        &config_text("worker_threads = 3", Some(&upstream.base_url)),
+        None,
+    );
+    // The calling thread is the first loop; two more run on threads of their own.
+    let loops: Vec<String> = thread_names(proxy.child.id())
+        .into_iter()
+        .filter(|name| name.starts_with("rg-loop-"))
+        .collect();
+    assert_eq!(loops.len(), 2, "{loops:?}");
+    assert!(proxy.logged("\"event_loops\":3").await);
+    // Many connections at once (the loops take turns accepting): all answered.
+    let answers = (0..24).map(|_| {
+        let client = client();
+        let url = format!("http://{}/v1/systemone", proxy.public);
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(CLIENT_KEY)
+                .json(&request())
+                .send()
+                .await
+                .map(|response| response.status().as_u16())
+        })
+    });
+    for answer in answers.collect::<Vec<_>>() {
+        let status = tokio::time::timeout(PATIENCE, answer)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(status.unwrap(), 200);
+    }
+    proxy.signal("TERM");
+    assert_eq!(proxy.exited().await.code(), Some(0));
 }
