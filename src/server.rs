@@ -414,9 +414,9 @@ impl AppState {
     }
 
     /// A fresh request id (process-random prefix and a counter).
-    fn next_request_id(&self) -> String {
+    fn next_request_id(&self) -> middleware::RequestId {
         let n = self.inner.request_counter.fetch_add(1, Ordering::Relaxed);
-        format!("rg-{:016x}-{n:x}", self.inner.request_prefix)
+        middleware::RequestId::new(self.inner.request_prefix, n)
     }
 }
 
@@ -433,10 +433,7 @@ pub fn router(state: AppState) -> Router {
         .route("/contracts/{contract}/v1/models", get(handlers::models_for))
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .fallback(handlers::not_found)
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            middleware::request_id,
-        ))
+        .layer(middleware::RequestIdLayer(state.clone()))
         .layer(
             tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer::new([
                 axum::http::header::AUTHORIZATION,
