@@ -338,26 +338,39 @@ impl EventLoops {
     }
 
     /// Starts event loop `index` on a thread of its own and runs `task` on it.
+    /// The runtime is built, run and dropped on that thread (a runtime must
+    /// not be dropped inside another one's tasks).
     fn spawn(
         &mut self,
         index: usize,
         task: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<tokio::task::JoinHandle<()>> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let handle = runtime.spawn(task);
+        let (started, handle) = std::sync::mpsc::sync_channel(1);
         let mut stop = self.stop.subscribe();
         std::thread::Builder::new()
             .name(format!("rg-loop-{index}"))
             .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        let _ = started.send(Err(error));
+                        return;
+                    }
+                };
                 crate::upstream::set_event_loop(index);
+                let _ = started.send(Ok(runtime.spawn(task)));
                 runtime.block_on(async move {
                     let _ = stop.wait_for(|stop| *stop).await;
                 });
                 runtime.shutdown_timeout(Duration::from_secs(1));
             })?;
-        Ok(handle)
+        // Start-up only: the thread answers as soon as its runtime exists.
+        handle
+            .recv()
+            .map_err(|_| std::io::Error::other("an event loop did not start"))?
     }
 }
 
