@@ -239,15 +239,19 @@ fn decisions(files: &[PathBuf], json: bool) -> ExitCode {
 
 fn serve(config: Option<PathBuf>, log_json: bool) -> ExitCode {
     crate::telemetry::init(log_json);
+    let code = serve_with_logs(config);
+    // Access lines are written in batches: the last ones go out before the exit.
+    crate::telemetry::flush();
+    code
+}
+
+fn serve_with_logs(config: Option<PathBuf>) -> ExitCode {
     raise_open_file_limit();
     let config = match Config::load(config.as_deref()) {
         Ok(config) => config,
         Err(error) => return usage_error(&error),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(error) => return usage_error(&format!("cannot start the runtime: {error}")),
     };
@@ -261,6 +265,7 @@ fn serve(config: Option<PathBuf>, log_json: bool) -> ExitCode {
     });
     // Connections still open past the grace were dropped; don't wait on stragglers.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    crate::telemetry::flush();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -268,6 +273,15 @@ fn serve(config: Option<PathBuf>, log_json: bool) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The runtime `serve` runs on: single-threaded, the first event loop (the
+/// server starts one thread per further loop, see `server.worker_threads`).
+/// Its blocking pool takes heavy WCPQ mappings.
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
 }
 
 /// Raises the soft open-file limit to the hard one: every client connection

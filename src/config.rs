@@ -150,6 +150,23 @@ pub struct Server {
     pub watch_config: bool,
     /// How often `watch_config` looks at the files.
     pub watch_interval: Duration,
+    /// Event-loop threads serving the public listener, each a single-threaded
+    /// runtime with its own accept loop and upstream connections; 0 is one
+    /// per available core (see [`Server::event_loops`]).
+    pub worker_threads: usize,
+    /// One log line per request (target `releasegate::access`, written in batches).
+    pub access_log: bool,
+}
+
+impl Server {
+    /// How many event loops serve the public listener: `worker_threads`, or
+    /// with 0 one per core available to the process (cgroup limits included).
+    pub fn event_loops(&self) -> usize {
+        match self.worker_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
 }
 
 /// A provider that answers System One requests.
@@ -363,7 +380,7 @@ impl Config {
             self.source, self.server.listen, self.server.admin_listen, self.server.max_body_bytes
         );
         out.push_str(&format!(
-            "connections: public {} · admin {} · header {} ms · body {} ms · idle {} ms · drain delay {} ms · grace {} ms\n",
+            "connections: public {} · admin {} · header {} ms · body {} ms · idle {} ms · drain delay {} ms · grace {} ms · worker threads {} · access log {}\n",
             self.server.max_connections,
             self.server.admin_max_connections,
             self.server.header_read_timeout.as_millis(),
@@ -371,6 +388,11 @@ impl Config {
             self.server.idle_timeout.as_millis(),
             self.server.drain_delay.as_millis(),
             self.server.shutdown_grace.as_millis(),
+            match self.server.worker_threads {
+                0 => "one per core".to_string(),
+                n => n.to_string(),
+            },
+            if self.server.access_log { "on" } else { "off" },
         ));
         out.push_str(&format!(
             "reload: SIGHUP{} · sha256 {}\n",

@@ -109,9 +109,9 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
-    /// The HTTP client could not be built.
-    #[error("cannot build the HTTP client")]
-    Client(#[from] reqwest::Error),
+    /// The providers could not be set up (the HTTP client, a provider URL or key).
+    #[error(transparent)]
+    Upstream(#[from] crate::upstream::SetupError),
     /// Metrics could not be registered.
     #[error("cannot register metrics")]
     Metrics(#[from] prometheus::Error),
@@ -163,7 +163,9 @@ impl Application {
             .providers
             .values()
             .map(|provider| match provider {
-                Provider::SystemOne(remote) => listener::upstream_fds(remote.max_concurrency),
+                Provider::SystemOne(remote) => {
+                    listener::upstream_fds(remote.max_concurrency, server.event_loops())
+                }
                 Provider::Simulated => 0,
             })
             .fold(0usize, usize::saturating_add);
@@ -212,7 +214,16 @@ impl Application {
         &self.state
     }
 
-    /// Serves until `shutdown` resolves, then drains:
+    /// Serves until `shutdown` resolves, then drains.
+    ///
+    /// The public listener is served by `server.event_loops()` event loops:
+    /// the calling task's runtime and one thread per further loop, each with
+    /// its own single-threaded runtime, accept loop and upstream clients, so a
+    /// connection and its upstream calls stay on one thread (no wake-ups
+    /// across threads). The loops share the connection cap, the state and the
+    /// metrics. The admin listener runs on the calling runtime.
+    ///
+    /// The drain:
     ///
     /// 1. `/readyz` answers 503 at once; the public listener keeps accepting
     ///    for `drain_delay` so that load balancers notice first;
@@ -229,20 +240,68 @@ impl Application {
         let public_addr = self.public.tcp.local_addr()?;
         let admin_addr = self.admin.tcp.local_addr()?;
         let public_cap = self.public.limits.max_connections;
+        let loops = server.event_loops().max(1);
         let (public_stage, public_rx) = watch::channel(listener::Stage::Serving);
         let (admin_stage, admin_rx) = watch::channel(listener::Stage::Serving);
-        let mut public = tokio::spawn(listener::serve(
-            self.public,
-            router(self.state.clone()),
-            self.connections.clone(),
-            public_rx,
-        ));
-        let mut admin = tokio::spawn(listener::serve(
-            self.admin,
-            admin_router(self.state.clone()),
-            self.connections,
-            admin_rx,
-        ));
+        // A listener task that ends before the drain is a failure.
+        let (ended, mut ended_rx) = tokio::sync::mpsc::unbounded_channel::<&'static str>();
+        let public_permits = listener::permits(&self.public.limits);
+        let public_router = router(self.state.clone());
+        let mut event_loops = EventLoops::new();
+        let mut public = Vec::with_capacity(loops);
+        let first = if loops > 1 {
+            let shared = self.public.tcp.into_std()?;
+            for index in 1..loops {
+                let serving = serve_shared(
+                    self.public.name,
+                    self.public.limits,
+                    shared.try_clone()?,
+                    public_permits.clone(),
+                    public_router.clone(),
+                    self.connections.clone(),
+                    public_rx.clone(),
+                );
+                public.push(event_loops.spawn(index, watched("public", ended.clone(), serving))?);
+            }
+            tokio::spawn(watched(
+                "public",
+                ended.clone(),
+                serve_shared(
+                    self.public.name,
+                    self.public.limits,
+                    shared,
+                    public_permits,
+                    public_router,
+                    self.connections.clone(),
+                    public_rx,
+                ),
+            ))
+        } else {
+            tokio::spawn(watched(
+                "public",
+                ended.clone(),
+                listener::serve(
+                    self.public,
+                    public_permits,
+                    public_router,
+                    self.connections.clone(),
+                    public_rx,
+                ),
+            ))
+        };
+        public.insert(0, first);
+        let admin_permits = listener::permits(&self.admin.limits);
+        let mut admin = vec![tokio::spawn(watched(
+            "admin",
+            ended.clone(),
+            listener::serve(
+                self.admin,
+                admin_permits,
+                admin_router(self.state.clone()),
+                self.connections,
+                admin_rx,
+            ),
+        ))];
         let state = self.state;
         let watcher = reload::spawn_watch(&state);
         state.inner.ready.store(true, Ordering::SeqCst);
@@ -250,13 +309,15 @@ impl Application {
             listen = %public_addr,
             admin = %admin_addr,
             max_connections = public_cap,
+            event_loops = loops,
             source = %state.live().config.source,
             "releasegate serving"
         );
         tokio::select! {
             () = shutdown => {}
-            _ = &mut public => return Err(std::io::Error::other("the public listener stopped")),
-            _ = &mut admin => return Err(std::io::Error::other("the admin listener stopped")),
+            Some(name) = ended_rx.recv() => {
+                return Err(std::io::Error::other(format!("the {name} listener stopped")));
+            }
         }
         if let Some(watcher) = watcher {
             watcher.abort();
@@ -284,6 +345,7 @@ impl Application {
                 tracing::warn!("the decision log did not flush in time");
             }
         }
+        drop(event_loops);
         tracing::info!("drained; stopped");
         Ok(())
     }
@@ -296,26 +358,127 @@ fn sink_name(sink: &crate::config::DecisionSink) -> String {
     }
 }
 
-/// Stops a listener's accepts and waits up to `grace` for its connections,
-/// then drops the rest.
+/// Serves a listener from a socket shared with other event loops, registered
+/// with the runtime this runs on.
+async fn serve_shared(
+    name: &'static str,
+    limits: listener::Limits,
+    socket: std::net::TcpListener,
+    permits: Arc<tokio::sync::Semaphore>,
+    router: Router,
+    metrics: listener::ConnectionMetrics,
+    stage: watch::Receiver<listener::Stage>,
+) {
+    match TcpListener::from_std(socket) {
+        Ok(tcp) => {
+            let listener = listener::Listener { name, tcp, limits };
+            listener::serve(listener, permits, router, metrics, stage).await;
+        }
+        Err(error) => tracing::error!(%error, "an event loop cannot register the listener"),
+    }
+}
+
+/// Runs a listener task and reports its end on `ended`.
+async fn watched(
+    name: &'static str,
+    ended: tokio::sync::mpsc::UnboundedSender<&'static str>,
+    task: impl Future<Output = ()>,
+) {
+    task.await;
+    let _ = ended.send(name);
+}
+
+/// The event-loop threads beyond the calling one; dropping this stops them
+/// (their runtimes drop whatever is left).
+#[derive(Debug)]
+struct EventLoops {
+    stop: watch::Sender<bool>,
+}
+
+impl EventLoops {
+    fn new() -> EventLoops {
+        EventLoops {
+            stop: watch::channel(false).0,
+        }
+    }
+
+    /// Starts event loop `index` on a thread of its own and runs `task` on it.
+    /// The runtime is built, run and dropped on that thread (a runtime must
+    /// not be dropped inside another one's tasks).
+    fn spawn(
+        &mut self,
+        index: usize,
+        task: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<tokio::task::JoinHandle<()>> {
+        let (started, handle) = std::sync::mpsc::sync_channel(1);
+        let mut stop = self.stop.subscribe();
+        std::thread::Builder::new()
+            .name(format!("rg-loop-{index}"))
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        let _ = started.send(Err(error));
+                        return;
+                    }
+                };
+                crate::upstream::set_event_loop(index);
+                let _ = started.send(Ok(runtime.spawn(task)));
+                runtime.block_on(async move {
+                    let _ = stop.wait_for(|stop| *stop).await;
+                });
+                runtime.shutdown_timeout(Duration::from_secs(1));
+            })?;
+        // Start-up only: the thread answers as soon as its runtime exists.
+        handle
+            .recv()
+            .map_err(|_| std::io::Error::other("an event loop did not start"))?
+    }
+}
+
+impl Drop for EventLoops {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// Stops a listener's accepts and waits up to `grace` for its connections
+/// (every event loop's), then drops the rest.
 async fn drain(
     stage: &watch::Sender<listener::Stage>,
-    task: &mut tokio::task::JoinHandle<()>,
+    tasks: &mut [tokio::task::JoinHandle<()>],
     grace: Duration,
     name: &'static str,
 ) {
     let _ = stage.send(listener::Stage::Draining);
-    if tokio::time::timeout(grace, &mut *task).await.is_err() {
+    if tokio::time::timeout(grace, all_finished(tasks))
+        .await
+        .is_err()
+    {
         tracing::warn!(
             listener = name,
             "shutdown grace elapsed with connections still open; closing them"
         );
         let _ = stage.send(listener::Stage::Closing);
-        if tokio::time::timeout(Duration::from_secs(1), &mut *task)
+        if tokio::time::timeout(Duration::from_secs(1), all_finished(tasks))
             .await
             .is_err()
         {
-            task.abort();
+            for task in tasks.iter() {
+                task.abort();
+            }
+        }
+    }
+}
+
+/// Waits for every task (a task already awaited to its end is not polled again).
+async fn all_finished(tasks: &mut [tokio::task::JoinHandle<()>]) {
+    for task in tasks.iter_mut() {
+        if !task.is_finished() {
+            let _ = (&mut *task).await;
         }
     }
 }
@@ -386,9 +549,9 @@ impl AppState {
     }
 
     /// A fresh request id (process-random prefix and a counter).
-    fn next_request_id(&self) -> String {
+    fn next_request_id(&self) -> middleware::RequestId {
         let n = self.inner.request_counter.fetch_add(1, Ordering::Relaxed);
-        format!("rg-{:016x}-{n:x}", self.inner.request_prefix)
+        middleware::RequestId::new(self.inner.request_prefix, n)
     }
 }
 
@@ -405,10 +568,7 @@ pub fn router(state: AppState) -> Router {
         .route("/contracts/{contract}/v1/models", get(handlers::models_for))
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .fallback(handlers::not_found)
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            middleware::request_id,
-        ))
+        .layer(middleware::RequestIdLayer(state.clone()))
         .layer(
             tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer::new([
                 axum::http::header::AUTHORIZATION,

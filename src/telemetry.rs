@@ -7,19 +7,64 @@
 //! can neither forge log lines nor send terminal escape sequences to an operator's
 //! console. The escapes are valid inside JSON strings, so JSON lines stay parseable and
 //! decode to the original text. Colours are off for the same reason.
+//!
+//! Access lines (one per request, target [`ACCESS_TARGET`]) are the bulk of the log.
+//! [`init`] collects them in memory and writes them out in batches ([`Batched`]): when
+//! [`BATCH_BYTES`] have gathered, at least every [`BATCH_INTERVAL`], before any other
+//! event (so lines keep their order) and at exit ([`flush`]). Every other event is
+//! written at once.
 
 use std::io::{self, Write};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
 
 use tracing::Subscriber;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::util::SubscriberInitExt;
 
-/// Installs the global subscriber once; later calls are ignored.
+/// The target of the per-request access lines.
+pub const ACCESS_TARGET: &str = "releasegate::access";
+
+/// Access lines are written once this many bytes have gathered...
+pub const BATCH_BYTES: usize = 16 * 1024;
+
+/// ...and at the latest this long after they were logged.
+pub const BATCH_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The batched stderr of [`init`], for [`flush`].
+static STDERR: OnceLock<Batched<io::Stderr>> = OnceLock::new();
+
+/// Installs the global subscriber once; later calls are ignored. Logs go to stderr,
+/// access lines in batches (see the module docs).
 pub fn init(json: bool) {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("releasegate=info,tower_http=warn"));
-    let _ = subscriber(json, filter, io::stderr).try_init();
+    let stderr = STDERR.get_or_init(|| {
+        let batched = Batched::new(io::stderr());
+        let flusher = batched.clone();
+        let started = std::thread::Builder::new()
+            .name("releasegate-log".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(BATCH_INTERVAL);
+                    flusher.flush();
+                }
+            });
+        if started.is_err() {
+            // Without the timer a quiet proxy would hold its last lines: write through.
+            batched.write_through();
+        }
+        batched
+    });
+    let _ = subscriber(json, filter, stderr.clone()).try_init();
+}
+
+/// Writes out the access lines gathered so far (call before the process exits).
+pub fn flush() {
+    if let Some(stderr) = STDERR.get() {
+        stderr.flush();
+    }
 }
 
 /// The subscriber `init` installs, writing one escaped line per event to `writer`
@@ -63,12 +108,132 @@ impl<W: Write> Write for EscapedWriter<W> {
     /// The formatter hands over one whole event per call; its final newline is the only
     /// one written raw.
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.write_all(escape_event(buf).as_bytes())?;
+        let body = buf.strip_suffix(b"\n").unwrap_or(buf);
+        if body.iter().all(|&b| (0x20..0x7f).contains(&b)) {
+            // Printable ASCII only (the usual line): nothing to escape, no copy.
+            self.0.write_all(buf)?;
+        } else {
+            self.0.write_all(escape_event(buf).as_bytes())?;
+        }
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
         self.0.flush()
+    }
+}
+
+/// A writer factory that gathers access lines (target [`ACCESS_TARGET`]) and writes
+/// them to `W` in batches: at [`BATCH_BYTES`], before any other event, and on
+/// [`Batched::flush`] (which [`init`] calls every [`BATCH_INTERVAL`] and [`flush`] at
+/// exit). Other events are written at once, after the lines gathered before them.
+#[derive(Debug)]
+pub struct Batched<W> {
+    shared: Arc<Shared<W>>,
+}
+
+#[derive(Debug)]
+struct Shared<W> {
+    /// Access lines not yet written, whole events only.
+    pending: Mutex<Vec<u8>>,
+    /// The output; held while writing so batches go out in order.
+    out: Mutex<W>,
+    /// Set when no timer flushes: every event is written at once.
+    through: std::sync::atomic::AtomicBool,
+}
+
+impl<W> Clone for Batched<W> {
+    fn clone(&self) -> Self {
+        Batched {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl<W: Write> Batched<W> {
+    /// Batches access lines written to `out`.
+    pub fn new(out: W) -> Batched<W> {
+        Batched {
+            shared: Arc::new(Shared {
+                pending: Mutex::new(Vec::with_capacity(BATCH_BYTES)),
+                out: Mutex::new(out),
+                through: std::sync::atomic::AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Writes every gathered line out now.
+    pub fn flush(&self) {
+        let mut out = lock(&self.shared.out);
+        let batch = std::mem::take(&mut *lock(&self.shared.pending));
+        if !batch.is_empty() {
+            // A log that cannot be written has nowhere to report it.
+            let _ = out.write_all(&batch);
+            let _ = out.flush();
+        }
+    }
+
+    fn write_through(&self) {
+        self.shared
+            .through
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn write_event(&self, event: &[u8], access: bool) -> io::Result<()> {
+        let mut pending = lock(&self.shared.pending);
+        pending.extend_from_slice(event);
+        let through = self
+            .shared
+            .through
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if access && !through && pending.len() < BATCH_BYTES {
+            return Ok(());
+        }
+        drop(pending);
+        self.flush();
+        Ok(())
+    }
+}
+
+/// The writer of one event of [`Batched`].
+#[derive(Debug)]
+pub struct BatchedWriter<'a, W> {
+    batched: &'a Batched<W>,
+    access: bool,
+}
+
+impl<'a, W: Write + 'a> MakeWriter<'a> for Batched<W> {
+    type Writer = BatchedWriter<'a, W>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        BatchedWriter {
+            batched: self,
+            access: false,
+        }
+    }
+
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Self::Writer {
+        BatchedWriter {
+            batched: self,
+            access: meta.target() == ACCESS_TARGET,
+        }
+    }
+}
+
+impl<W: Write> Write for BatchedWriter<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.batched.write_event(buf, self.access)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -170,6 +335,75 @@ mod tests {
         assert_eq!(
             first["fields"]["message"],
             format!("request failed: {HOSTILE}")
+        );
+    }
+
+    #[test]
+    fn access_lines_are_batched_and_keep_their_order() {
+        let out = Buffer::default();
+        let batched = Batched::new(out.clone());
+        let subscriber = subscriber(false, EnvFilter::new("info"), batched.clone());
+        let written = || String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(target: ACCESS_TARGET, n = 1, "request");
+            tracing::info!(target: ACCESS_TARGET, n = 2, "request");
+            // Gathered, not yet written.
+            assert_eq!(written(), "");
+            // Any other event goes out at once, after the lines gathered before it.
+            tracing::warn!("something else");
+            let log = written();
+            let lines: Vec<&str> = log.lines().collect();
+            assert_eq!(lines.len(), 3, "{log}");
+            assert!(lines[0].ends_with("request n=1"), "{log}");
+            assert!(lines[1].ends_with("request n=2"), "{log}");
+            assert!(lines[2].ends_with("something else"), "{log}");
+            // The timer's (and the exit's) flush writes what is left.
+            tracing::info!(target: ACCESS_TARGET, n = 3, "request");
+            assert_eq!(written().lines().count(), 3);
+            batched.flush();
+            assert!(written().ends_with("request n=3\n"), "{}", written());
+        });
+    }
+
+    #[test]
+    fn a_full_batch_is_written_without_waiting() {
+        let out = Buffer::default();
+        let batched = Batched::new(out.clone());
+        let subscriber = subscriber(false, EnvFilter::new("info"), batched.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            let mut n = 0;
+            while out.0.lock().unwrap().is_empty() {
+                n += 1;
+                assert!(n * 40 < 2 * BATCH_BYTES, "no batch after {n} lines");
+                tracing::info!(target: ACCESS_TARGET, n, "request");
+            }
+            let written = out.0.lock().unwrap().len();
+            assert!(written >= BATCH_BYTES, "{written}");
+            assert!(
+                String::from_utf8(out.0.lock().unwrap().clone())
+                    .unwrap()
+                    .ends_with('\n')
+            );
+        });
+    }
+
+    #[test]
+    fn without_a_timer_every_line_is_written_at_once() {
+        let out = Buffer::default();
+        let batched = Batched::new(out.clone());
+        batched.write_through();
+        let subscriber = subscriber(false, EnvFilter::new("info"), batched);
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(target: ACCESS_TARGET, "request");
+        });
+        assert_eq!(
+            out.0
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count(),
+            1
         );
     }
 

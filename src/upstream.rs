@@ -1,14 +1,21 @@
-//! Providers: a remote System One endpoint over the one shared reqwest client,
-//! or the in-process simulator. Upstream bodies never reach clients; this
-//! module only hands back parsed JSON or a status.
+//! Providers: a remote System One endpoint over reqwest, or the in-process
+//! simulator. Upstream bodies never reach clients; this module only hands back
+//! parsed JSON or a status.
+//!
+//! Each event loop of the server has its own `reqwest::Client` (same settings),
+//! so a request goes out over connections driven by its own thread: a pooled
+//! connection's task runs on the runtime that opened it, and a client shared
+//! by several loops would hand requests across threads.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
-use secrecy::{ExposeSecret, SecretString};
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Method, Url};
+use secrecy::ExposeSecret;
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
@@ -26,6 +33,22 @@ pub const FORWARDED_HEADERS: [&str; 6] = [
     "traceparent",
     "tracestate",
 ];
+
+/// `FORWARDED_HEADERS` as header names (checked at compile time; the array type makes
+/// a list that misses one of them fail to compile).
+const FORWARDED: [HeaderName; FORWARDED_HEADERS.len()] = [
+    HeaderName::from_static(FORWARDED_HEADERS[0]),
+    HeaderName::from_static(FORWARDED_HEADERS[1]),
+    HeaderName::from_static(FORWARDED_HEADERS[2]),
+    HeaderName::from_static(FORWARDED_HEADERS[3]),
+    HeaderName::from_static(FORWARDED_HEADERS[4]),
+    HeaderName::from_static(FORWARDED_HEADERS[5]),
+];
+
+/// The System One endpoint, below a provider's `base_url`.
+const SYSTEMONE_PATH: &str = "/v1/systemone";
+/// The models endpoint, below a provider's `base_url`.
+const MODELS_PATH: &str = "/v1/models";
 
 /// Longest retry delay passed on to clients, in seconds (one day); longer hints are capped.
 pub const MAX_RETRY_AFTER_SECONDS: u64 = 86_400;
@@ -114,25 +137,84 @@ pub enum Reply {
     },
 }
 
+/// Why the providers could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The shared HTTP client could not be built.
+    #[error("cannot build the HTTP client")]
+    Client(#[from] reqwest::Error),
+    /// A provider's `base_url` is not a valid URL.
+    #[error("providers.{provider}.base_url: `{url}` is not a valid URL ({reason})")]
+    BaseUrl {
+        /// The provider.
+        provider: String,
+        /// The URL that failed to parse.
+        url: String,
+        /// The parser's reason.
+        reason: String,
+    },
+    /// A provider key cannot be sent in an HTTP header.
+    #[error(
+        "providers.{provider}.api_key_env: the key contains characters not allowed in an HTTP header"
+    )]
+    ApiKey {
+        /// The provider.
+        provider: String,
+    },
+}
+
+thread_local! {
+    /// The event loop this thread runs (0 unless [`set_event_loop`] says otherwise).
+    static EVENT_LOOP: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Marks the calling thread as the server's event loop `index`: its requests
+/// use that loop's HTTP client.
+pub fn set_event_loop(index: usize) {
+    EVENT_LOOP.with(|current| current.set(index));
+}
+
 /// All configured providers.
 #[derive(Clone, Debug)]
 pub struct Upstreams {
     providers: Arc<BTreeMap<String, Upstream>>,
+    /// One HTTP client per event loop.
+    clients: Arc<Clients>,
     max_body_bytes: usize,
     metrics: Metrics,
 }
 
+/// The HTTP clients, one per event loop (at least one).
+#[derive(Debug)]
+struct Clients {
+    first: reqwest::Client,
+    others: Vec<reqwest::Client>,
+}
+
+impl Clients {
+    /// The client of event loop `index` (the first for an unknown index).
+    fn get(&self, index: usize) -> &reqwest::Client {
+        index
+            .checked_sub(1)
+            .and_then(|other| self.others.get(other))
+            .unwrap_or(&self.first)
+    }
+}
+
 #[derive(Debug)]
 enum Upstream {
-    Remote(Remote),
+    Remote(Box<Remote>),
     Simulated,
 }
 
 #[derive(Debug)]
 struct Remote {
-    client: reqwest::Client,
-    base_url: String,
-    api_key: Option<SecretString>,
+    /// `{base_url}/v1/systemone`, parsed once: a URL is not re-parsed per call.
+    systemone_url: Url,
+    /// `{base_url}/v1/models`.
+    models_url: Url,
+    /// `Bearer {key}`, marked sensitive (never printed by `Debug`).
+    authorization: Option<HeaderValue>,
     timeout: Duration,
     queue_timeout: Duration,
     permits: Semaphore,
@@ -141,38 +223,66 @@ struct Remote {
 // === impl Upstreams ===
 
 impl Upstreams {
-    /// Builds the one shared HTTP client and the providers.
-    pub fn new(config: &Config, metrics: Metrics) -> Result<Upstreams, reqwest::Error> {
+    /// Builds the HTTP clients (one per event loop) and the providers.
+    pub fn new(config: &Config, metrics: Metrics) -> Result<Upstreams, SetupError> {
         // A second install (tests build many apps per process) is harmless.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(5))
-            .pool_idle_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(64)
-            .tcp_nodelay(true)
-            .user_agent(concat!("releasegate/", env!("CARGO_PKG_VERSION")))
-            .build()?;
-        let providers = config
-            .providers
-            .iter()
-            .map(|(name, provider)| {
-                let upstream = match provider {
-                    Provider::Simulated => Upstream::Simulated,
-                    Provider::SystemOne(remote) => Upstream::Remote(Remote {
-                        client: client.clone(),
-                        base_url: remote.base_url.clone(),
-                        api_key: remote.api_key.clone(),
+        let client = || {
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .connect_timeout(Duration::from_secs(5))
+                .pool_idle_timeout(Duration::from_secs(30))
+                .pool_max_idle_per_host(64)
+                .tcp_nodelay(true)
+                .user_agent(concat!("releasegate/", env!("CARGO_PKG_VERSION")))
+                .build()
+        };
+        let clients = Clients {
+            first: client()?,
+            others: (1..config.server.event_loops())
+                .map(|_| client())
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        let mut providers = BTreeMap::new();
+        for (name, provider) in &config.providers {
+            let upstream = match provider {
+                Provider::Simulated => Upstream::Simulated,
+                Provider::SystemOne(remote) => {
+                    let url = |path: &str| {
+                        let url = format!("{}{path}", remote.base_url);
+                        Url::parse(&url).map_err(|error| SetupError::BaseUrl {
+                            provider: name.clone(),
+                            url: remote.base_url.clone(),
+                            reason: error.to_string(),
+                        })
+                    };
+                    let authorization = match &remote.api_key {
+                        None => None,
+                        Some(key) => {
+                            let bearer = format!("Bearer {}", key.expose_secret());
+                            let mut value =
+                                HeaderValue::from_str(&bearer).map_err(|_| SetupError::ApiKey {
+                                    provider: name.clone(),
+                                })?;
+                            value.set_sensitive(true);
+                            Some(value)
+                        }
+                    };
+                    Upstream::Remote(Box::new(Remote {
+                        systemone_url: url(SYSTEMONE_PATH)?,
+                        models_url: url(MODELS_PATH)?,
+                        authorization,
                         timeout: remote.timeout,
                         queue_timeout: remote.queue_timeout,
                         permits: Semaphore::new(remote.max_concurrency),
-                    }),
-                };
-                (name.clone(), upstream)
-            })
-            .collect();
+                    }))
+                }
+            };
+            providers.insert(name.clone(), upstream);
+        }
         Ok(Upstreams {
             providers: Arc::new(providers),
+            clients: Arc::new(clients),
             max_body_bytes: config.server.max_upstream_body_bytes,
             metrics,
         })
@@ -185,13 +295,13 @@ impl Upstreams {
         body: Bytes,
         headers: &HeaderMap,
     ) -> Result<Reply, Error> {
-        self.call(provider, "/v1/systemone", Some((body, headers)))
+        self.call(provider, SYSTEMONE_PATH, Some((body, headers)))
             .await
     }
 
     /// Lists the provider's models.
     pub async fn models(&self, provider: &str) -> Result<Reply, Error> {
-        self.call(provider, "/v1/models", None).await
+        self.call(provider, MODELS_PATH, None).await
     }
 
     async fn call(
@@ -207,7 +317,10 @@ impl Upstreams {
         let started = Instant::now();
         let result = match upstream {
             Upstream::Simulated => simulated(path, post.map(|(body, _)| body)),
-            Upstream::Remote(remote) => remote.call(path, post, self.max_body_bytes).await,
+            Upstream::Remote(remote) => {
+                let client = self.clients.get(EVENT_LOOP.with(Cell::get));
+                remote.call(client, post, self.max_body_bytes).await
+            }
         };
         self.metrics
             .upstream_latency
@@ -243,7 +356,7 @@ impl Upstreams {
 impl Remote {
     async fn call(
         &self,
-        path: &str,
+        client: &reqwest::Client,
         post: Option<(Bytes, &HeaderMap)>,
         max_body: usize,
     ) -> Result<Reply, Error> {
@@ -254,30 +367,30 @@ impl Remote {
             .await
             .map_err(|_| Error::Saturated)?
             .map_err(|_| Error::Saturated)?;
-        let url = format!("{}{path}", self.base_url);
+        let json = HeaderValue::from_static("application/json");
+        let mut upstream_headers = HeaderMap::with_capacity(8);
         let mut request = match post {
             Some((body, headers)) => {
-                let mut request = self
-                    .client
-                    .post(&url)
-                    .body(body)
-                    .header(CONTENT_TYPE, "application/json");
-                for name in FORWARDED_HEADERS {
-                    if let Some(value) = headers.get(name) {
-                        request = request.header(name, value.clone());
+                let mut request = reqwest::Request::new(Method::POST, self.systemone_url.clone());
+                upstream_headers.insert(CONTENT_TYPE, json.clone());
+                for name in FORWARDED {
+                    if let Some(value) = headers.get(&name) {
+                        upstream_headers.insert(name, value.clone());
                     }
                 }
+                *request.body_mut() = Some(body.into());
                 request
             }
-            None => self.client.get(&url),
+            None => reqwest::Request::new(Method::GET, self.models_url.clone()),
         };
-        request = request.header(ACCEPT, "application/json");
-        if let Some(key) = &self.api_key {
-            request = request.header(AUTHORIZATION, format!("Bearer {}", key.expose_secret()));
+        upstream_headers.insert(ACCEPT, json);
+        if let Some(authorization) = &self.authorization {
+            upstream_headers.insert(AUTHORIZATION, authorization.clone());
         }
+        *request.headers_mut() = upstream_headers;
         let remaining = deadline.saturating_duration_since(Instant::now());
         let exchange = async {
-            let mut response = request.send().await.map_err(classify)?;
+            let mut response = client.execute(request).await.map_err(classify)?;
             let status = response.status().as_u16();
             if !(200..300).contains(&status) {
                 let (retry_after, retry_after_ms) = if status == 429 || status == 529 {
@@ -385,6 +498,37 @@ fn simulated(path: &str, body: Option<Bytes>) -> Result<Reply, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn provider_config(base_url: &str, key: &str) -> Config {
+        let text = format!(
+            "[providers.up]\nkind = \"systemone\"\nbase_url = \"{base_url}\"\napi_key_env = \"KEY\"\n\
+             [[recipients]]\nname = \"r\"\nkey_sha256 = \"{}\"\ncontracts = [\"c\"]\n\
+             [contracts.c]\nprovider = \"up\"\n[contracts.c.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"full_native\"\n",
+            "0".repeat(64)
+        );
+        let key = key.to_string();
+        Config::from_toml_with_env(&text, &move |_| Some(key.clone())).unwrap()
+    }
+
+    #[test]
+    fn provider_urls_and_keys_are_checked_once_at_start_up() {
+        let metrics = || Metrics::new().unwrap();
+        let upstreams =
+            Upstreams::new(&provider_config("http://127.0.0.1:9/", "sk-1"), metrics()).unwrap();
+        let Upstream::Remote(remote) = &upstreams.providers["up"] else {
+            panic!("not remote");
+        };
+        assert_eq!(
+            remote.systemone_url.as_str(),
+            "http://127.0.0.1:9/v1/systemone"
+        );
+        assert_eq!(remote.models_url.as_str(), "http://127.0.0.1:9/v1/models");
+        // The key is held as a sensitive header value: never printed.
+        assert!(remote.authorization.as_ref().unwrap().is_sensitive());
+        assert!(!format!("{upstreams:?}").contains("sk-1"));
+
+        // Bad URLs and keys are refused earlier, by the configuration's checks.
+    }
 
     fn seconds(text: &str, now: SystemTime) -> Option<String> {
         let value = HeaderValue::from_str(text).unwrap();

@@ -59,6 +59,8 @@ struct RawServer {
     drain_delay_ms: u64,
     watch_config: bool,
     watch_interval_ms: u64,
+    worker_threads: u64,
+    access_log: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -307,6 +309,8 @@ fn default_decision_log_max_files() -> u64 {
 fn default_decision_log_queue_capacity() -> u64 {
     4096
 }
+/// Upper bound of `worker_threads`.
+const MAX_WORKER_THREADS: u64 = 1024;
 
 fn default_timeout_ms() -> u64 {
     30_000
@@ -341,6 +345,8 @@ impl Default for RawServer {
             drain_delay_ms: 0,
             watch_config: false,
             watch_interval_ms: 1_000,
+            worker_threads: 0,
+            access_log: true,
         }
     }
 }
@@ -557,6 +563,11 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
     ] {
         check_range(problems, key, value, range);
     }
+    if raw.worker_threads > MAX_WORKER_THREADS {
+        problems.push(format!(
+            "server.worker_threads: must be between 0 (one per core) and {MAX_WORKER_THREADS}"
+        ));
+    }
     let connections =
         |value: u64| usize::try_from(value.clamp(1, MAX_CONNECTIONS_LIMIT)).unwrap_or(1);
     Server {
@@ -573,6 +584,8 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
         drain_delay: Duration::from_millis(raw.drain_delay_ms),
         watch_config: raw.watch_config,
         watch_interval: Duration::from_millis(raw.watch_interval_ms),
+        worker_threads: usize::try_from(raw.worker_threads.min(MAX_WORKER_THREADS)).unwrap_or(0),
+        access_log: raw.access_log,
     }
 }
 

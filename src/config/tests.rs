@@ -102,6 +102,18 @@ fn minimal_config_gets_server_defaults() {
     assert_eq!(config.server.max_connections, 10_000);
     assert_eq!(config.server.admin_max_connections, 64);
     assert_eq!(config.server.drain_delay, Duration::ZERO);
+    assert_eq!(config.server.worker_threads, 0);
+    let single = Config::from_toml(&format!("[server]\nworker_threads = 1\n{MINIMAL}")).unwrap();
+    assert_eq!(single.server.worker_threads, 1);
+    assert_eq!(single.server.event_loops(), 1);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(config.server.event_loops(), cores);
+    assert!(single.summary().contains("worker threads 1"));
+    assert!(config.summary().contains("worker threads one per core"));
+    assert!(config.server.access_log);
+    assert!(config.summary().contains("access log on"));
+    let quiet = Config::from_toml(&format!("[server]\naccess_log = false\n{MINIMAL}")).unwrap();
+    assert!(!quiet.server.access_log);
     assert_eq!(
         config.contract("c").unwrap().questions["q"].classes.len(),
         3
@@ -144,6 +156,7 @@ fn errors_name_the_key_and_reason() {
             MINIMAL.replace("kind = \"simulated\"", "kind = \"simulated\"\ntimeout_ms = 5"),
             "timeout_ms",
         ),
+        (format!("[server]\nworker_threads = 5000\n{MINIMAL}"), "server.worker_threads"),
     ];
     for (text, needle) in cases {
         let found = problems(&text);

@@ -2,12 +2,12 @@
 
 use std::time::Instant;
 
+use axum::Json;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
 use bytes::Bytes;
 use serde_json::{Value, json};
 
@@ -24,50 +24,58 @@ use crate::rng::Rng;
 use crate::upstream::{self, Reply};
 use crate::{release, wire};
 
+// The handlers take the whole request and split it: axum's `HeaderMap`
+// extractor would clone every header.
+
 /// `POST /v1/systemone`.
-pub(super) async fn systemone(
-    State(state): State<AppState>,
-    Extension(id): Extension<RequestId>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    serve_systemone(state, id, None, headers, body).await
+pub(super) async fn systemone(State(state): State<AppState>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let id = request_id(&state, &parts);
+    serve_systemone(state, id, None, parts.headers, body).await
 }
 
 /// `POST /contracts/{contract}/v1/systemone`: the contract chosen by the path.
 pub(super) async fn systemone_for(
     State(state): State<AppState>,
-    Extension(id): Extension<RequestId>,
     contract: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Body,
+    request: Request,
 ) -> Response {
+    let (parts, body) = request.into_parts();
+    let id = request_id(&state, &parts);
     match contract {
-        Ok(Path(contract)) => serve_systemone(state, id, Some(contract), headers, body).await,
+        Ok(Path(contract)) => serve_systemone(state, id, Some(contract), parts.headers, body).await,
         Err(_) => Error::NotFound.into_response(),
     }
 }
 
 /// `GET /v1/models`.
-pub(super) async fn models(
-    State(state): State<AppState>,
-    Extension(id): Extension<RequestId>,
-    headers: HeaderMap,
-) -> Response {
-    serve_models(state, id, None, headers).await
+pub(super) async fn models(State(state): State<AppState>, request: Request) -> Response {
+    let (parts, _body) = request.into_parts();
+    let id = request_id(&state, &parts);
+    serve_models(state, id, None, parts.headers).await
 }
 
 /// `GET /contracts/{contract}/v1/models`: the contract chosen by the path.
 pub(super) async fn models_for(
     State(state): State<AppState>,
-    Extension(id): Extension<RequestId>,
     contract: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
+    request: Request,
 ) -> Response {
+    let (parts, _body) = request.into_parts();
+    let id = request_id(&state, &parts);
     match contract {
-        Ok(Path(contract)) => serve_models(state, id, Some(contract), headers).await,
+        Ok(Path(contract)) => serve_models(state, id, Some(contract), parts.headers).await,
         Err(_) => Error::NotFound.into_response(),
     }
+}
+
+/// The id the router's middleware gave the request.
+fn request_id(state: &AppState, parts: &axum::http::request::Parts) -> RequestId {
+    parts
+        .extensions
+        .get::<RequestId>()
+        .cloned()
+        .unwrap_or_else(|| state.next_request_id())
 }
 
 async fn serve_systemone(
@@ -157,7 +165,7 @@ struct Trail {
 fn finish(
     state: &AppState,
     route: &'static str,
-    RequestId(request_id): RequestId,
+    request_id: RequestId,
     trail: Trail,
     started: Instant,
     result: Result<Value, Error>,
@@ -192,14 +200,17 @@ fn finish(
         .with_label_values(&[contract_label, route, status_class(status)])
         .observe(started.elapsed().as_secs_f64());
     let latency = started.elapsed();
-    tracing::info!(
-        %request_id, route, contract = contract_label, status,
-        latency_ms = latency.as_secs_f64() * 1e3, "request"
-    );
+    if state.inner.server.access_log {
+        tracing::info!(
+            target: crate::telemetry::ACCESS_TARGET,
+            %request_id, route, contract = contract_label, status,
+            latency_ms = latency.as_secs_f64() * 1e3, "request"
+        );
+    }
     if let Some(log) = state.inner.decisions.get() {
         log.record(crate::decisions::Record {
             time: std::time::SystemTime::now(),
-            request_id,
+            request_id: request_id.to_string(),
             route,
             recipient: trail.recipient,
             contract: trail.contract,

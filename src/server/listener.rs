@@ -31,7 +31,7 @@ use hyper_util::rt::TokioIo;
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
@@ -175,9 +175,10 @@ pub(super) fn fit_to_fd_limit(
     }
 }
 
-/// File descriptors a remote provider may hold: its in-flight requests and its idle pool.
-pub(super) fn upstream_fds(max_concurrency: usize) -> usize {
-    max_concurrency.saturating_add(UPSTREAM_IDLE_POOL)
+/// File descriptors a remote provider may hold: its in-flight requests and the
+/// idle pool of each event loop's client.
+pub(super) fn upstream_fds(max_concurrency: usize, event_loops: usize) -> usize {
+    max_concurrency.saturating_add(UPSTREAM_IDLE_POOL.saturating_mul(event_loops))
 }
 
 #[cfg(unix)]
@@ -194,17 +195,22 @@ fn open_file_limit() -> Option<usize> {
     None
 }
 
+/// The connection budget of a listener, shared by its event loops.
+pub(super) fn permits(limits: &Limits) -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(limits.max_connections))
+}
+
 /// Accepts and serves until the stage leaves [`Stage::Serving`]; then stops
-/// accepting (the socket is closed) and returns once every connection has
-/// ended.
+/// accepting (this loop's socket is closed) and returns once every connection
+/// holding one of `permits` (those of every loop sharing them) has ended.
 pub(super) async fn serve(
     listener: Listener,
+    permits: Arc<Semaphore>,
     router: Router,
     metrics: ConnectionMetrics,
     mut stage: watch::Receiver<Stage>,
 ) {
     let Listener { name, tcp, limits } = listener;
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
     let mut last_warning: Option<Instant> = None;
     let mut last_full: Option<Instant> = None;
     loop {
@@ -350,10 +356,15 @@ enum Phase {
 }
 
 /// A connection's phase, shared by its socket, its service and its watchdog.
+///
+/// Phase changes (three per request) only update the phase: they neither wake
+/// the watchdog nor touch a timer. The watchdog sleeps until the earliest
+/// instant at which the connection could possibly expire ([`Activity::next_check`])
+/// and looks again then, so a busy connection costs one timer per
+/// `min(header_read_timeout, idle_timeout)`, not several per request.
 #[derive(Debug)]
 struct Activity {
     phase: Mutex<Phase>,
-    changed: Notify,
 }
 
 impl Activity {
@@ -363,7 +374,6 @@ impl Activity {
                 since: Instant::now(),
                 fresh: true,
             }),
-            changed: Notify::new(),
         }
     }
 
@@ -375,8 +385,6 @@ impl Activity {
 
     fn set(&self, mut phase: MutexGuard<'_, Phase>, next: Phase) {
         *phase = next;
-        drop(phase);
-        self.changed.notify_one();
     }
 
     /// Bytes arrived on the socket.
@@ -427,20 +435,35 @@ impl Activity {
         }
     }
 
+    /// The phase's deadline if it has passed at `now`, else the earliest
+    /// instant at which the connection could expire, whatever happens meanwhile:
+    ///
+    /// - a new connection or a head in progress: its header deadline, or
+    ///   `now + idle_timeout` if sooner (the request may start and end at once,
+    ///   leaving the connection idle);
+    /// - kept alive and waiting: its idle deadline, or `now + header_read_timeout`
+    ///   if sooner (a request head may start at once);
+    /// - busy: `now` plus the shorter timeout (the request may end at any moment).
+    fn next_check(&self, limits: Limits, now: Instant) -> Result<Instant, Closed> {
+        let shortest = limits.header_read_timeout.min(limits.idle_timeout);
+        match self.deadline(limits) {
+            Some((at, reason)) if now >= at => Err(reason),
+            Some((at, Closed::IdleTimeout)) => Ok(at.min(now + limits.header_read_timeout)),
+            Some((at, _)) => Ok(at.min(now + limits.idle_timeout)),
+            None => Ok(now + shortest),
+        }
+    }
+
     /// Resolves once the current phase outlives its deadline.
     async fn expired(&self, limits: Limits) -> Closed {
+        let sleep = tokio::time::sleep(Duration::ZERO);
+        let mut sleep = std::pin::pin!(sleep);
         loop {
-            let changed = self.changed.notified();
-            match self.deadline(limits) {
-                None => changed.await,
-                Some((at, reason)) => {
-                    if Instant::now() >= at {
-                        return reason;
-                    }
-                    tokio::select! {
-                        () = tokio::time::sleep_until(at) => {}
-                        () = changed => {}
-                    }
+            match self.next_check(limits, Instant::now()) {
+                Err(reason) => return reason,
+                Ok(at) => {
+                    sleep.as_mut().reset(at);
+                    sleep.as_mut().await;
                 }
             }
         }
@@ -576,6 +599,50 @@ mod tests {
         let (head, reason) = activity.deadline(limits).unwrap();
         assert_eq!(reason, Closed::HeaderTimeout);
         assert!(head >= first_byte + limits.header_read_timeout && head < idle);
+    }
+
+    #[tokio::test]
+    async fn the_watchdog_looks_again_no_later_than_any_deadline() {
+        let limits = limits(10_000, 60_000);
+        let activity = Arc::new(Activity::new());
+        let now = Instant::now();
+        // New connection: exactly its header deadline.
+        let (head, _) = activity.deadline(limits).unwrap();
+        assert_eq!(activity.next_check(limits, now), Ok(head));
+        // Busy: the request may end now; the shorter timeout is the earliest expiry.
+        let guard = activity.begin_request();
+        assert_eq!(
+            activity.next_check(limits, now),
+            Ok(now + limits.header_read_timeout)
+        );
+        // Kept alive: a head may start at once, so the header timeout bounds the wait,
+        // not the (longer) idle deadline.
+        drop(guard);
+        let (idle, _) = activity.deadline(limits).unwrap();
+        let later = Instant::now();
+        assert_eq!(
+            activity.next_check(limits, later),
+            Ok((later + limits.header_read_timeout).min(idle))
+        );
+        // Past the idle deadline: expired.
+        assert_eq!(activity.next_check(limits, idle), Err(Closed::IdleTimeout));
+        // A head in progress: its own deadline, expired once passed.
+        activity.received();
+        let (head, _) = activity.deadline(limits).unwrap();
+        assert_eq!(activity.next_check(limits, later), Ok(head));
+        assert_eq!(
+            activity.next_check(limits, head),
+            Err(Closed::HeaderTimeout)
+        );
+        // A short idle timeout: a new connection's first request may end at once and
+        // leave it idle long before its header deadline.
+        let short_idle = self::limits(10_000, 300);
+        let fresh = Activity::new();
+        let now = Instant::now();
+        assert_eq!(
+            fresh.next_check(short_idle, now),
+            Ok(now + short_idle.idle_timeout)
+        );
     }
 
     #[tokio::test]

@@ -186,7 +186,8 @@ pub async fn spawn_full(
     let base_url = base_url.unwrap_or_else(|| format!("http://127.0.0.1:{upstream_port}"));
     let digest = |key: &str| releasegate::auth::hash_key(key);
     let text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nmax_body_bytes = 65536\nshutdown_grace_ms = 500\n\
+        // One event loop: tests that capture logs do so on their own thread.
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nmax_body_bytes = 65536\nshutdown_grace_ms = 500\nworker_threads = 1\n\
          [providers.up]\nkind = \"systemone\"\nbase_url = \"{base_url}\"\napi_key_env = \"{PROVIDER_KEY_ENV}\"\n{provider_extra}\n\
          [[recipients]]\nname = \"one\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n\
          [[recipients]]\nname = \"two\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\", \"other\"]\n\

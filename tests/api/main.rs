@@ -1,5 +1,6 @@
 //! Integration tests: the real proxy on 127.0.0.1:0 against a real local upstream.
 
+mod access_log;
 mod auth;
 mod bad_input;
 mod cli;

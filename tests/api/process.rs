@@ -425,3 +425,101 @@ async fn a_full_public_listener_leaves_file_descriptors_for_the_admin_port() {
     proxy.signal("TERM");
     assert_eq!(proxy.exited().await.code(), Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn access_lines_are_written_in_batches_and_all_of_them_by_exit() {
+    let upstream = GatedUpstream::start().await;
+    upstream.open();
+    let mut proxy = Serving::start(
+        "access",
+        &config_text("worker_threads = 2", Some(&upstream.base_url)),
+        None,
+    );
+    let client = client();
+    let access_lines = |proxy: &Serving| {
+        proxy
+            .logs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|line| line.contains("\"target\":\"releasegate::access\""))
+            .count()
+    };
+    for _ in 0..3 {
+        assert_eq!(proxy.decide(&client).await.status(), 200);
+    }
+    // Nothing else is logged meanwhile: the batch timer writes them.
+    let written = tokio::time::timeout(PATIENCE, async {
+        while access_lines(&proxy) < 3 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(written.is_ok(), "{:?}", proxy.logs.lock().unwrap());
+    for _ in 0..2 {
+        assert_eq!(proxy.decide(&client).await.status(), 200);
+    }
+    proxy.signal("TERM");
+    assert_eq!(proxy.exited().await.code(), Some(0));
+    // The reader thread may still be draining the pipe.
+    let all = tokio::time::timeout(PATIENCE, async {
+        while access_lines(&proxy) < 5 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(all.is_ok(), "{:?}", proxy.logs.lock().unwrap());
+    assert_eq!(access_lines(&proxy), 5);
+}
+
+/// Names of the process's threads.
+#[cfg(target_os = "linux")]
+fn thread_names(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_string())
+        .collect()
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread")]
+async fn worker_threads_event_loops_serve_together_and_drain() {
+    let upstream = GatedUpstream::start().await;
+    upstream.open();
+    let mut proxy = Serving::start(
+        "loops",
+        &config_text("worker_threads = 3", Some(&upstream.base_url)),
+        None,
+    );
+    // The calling thread is the first loop; two more run on threads of their own.
+    let loops: Vec<String> = thread_names(proxy.child.id())
+        .into_iter()
+        .filter(|name| name.starts_with("rg-loop-"))
+        .collect();
+    assert_eq!(loops.len(), 2, "{loops:?}");
+    assert!(proxy.logged("\"event_loops\":3").await);
+    // Many connections at once (the loops take turns accepting): all answered.
+    let answers = (0..24).map(|_| {
+        let client = client();
+        let url = format!("http://{}/v1/systemone", proxy.public);
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(CLIENT_KEY)
+                .json(&request())
+                .send()
+                .await
+                .map(|response| response.status().as_u16())
+        })
+    });
+    for answer in answers.collect::<Vec<_>>() {
+        let status = tokio::time::timeout(PATIENCE, answer)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(status.unwrap(), 200);
+    }
+    proxy.signal("TERM");
+    assert_eq!(proxy.exited().await.code(), Some(0));
+}
