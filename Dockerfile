@@ -4,12 +4,16 @@
 # steps without one, and the Rust build steps live in deploy/docker-build-steps.sh for both.
 FROM rust:1.95-bookworm AS builder
 WORKDIR /src
-# Dependencies first: stub every target of the manifest and compile all dependencies. This
-# layer is rebuilt only when Cargo.toml, Cargo.lock or the build steps change.
+# Dependencies first: stub every target of the workspace's manifests and compile all
+# dependencies. This layer is rebuilt only when a manifest, Cargo.lock or the build steps change.
 COPY Cargo.toml Cargo.lock ./
+COPY crates/core/Cargo.toml crates/core/
+COPY crates/sim/Cargo.toml crates/sim/
+COPY crates/proxy/Cargo.toml crates/proxy/
+COPY crates/lab/Cargo.toml crates/lab/
 COPY deploy/docker-build-steps.sh deploy/
 RUN bash deploy/docker-build-steps.sh deps
-# Then the sources: only the crate itself is compiled; the binary lands in dist/.
+# Then the sources: only the workspace's own crates are compiled; the binary lands in dist/.
 COPY . .
 RUN bash deploy/docker-build-steps.sh app
 

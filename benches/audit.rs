@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use releasegate::audit::{self, synthetic};
+use releasegate_lab::audit::{self, synthetic};
 
 fn main() {
     let threads: usize = std::env::var("AUDIT_THREADS")

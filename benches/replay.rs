@@ -5,10 +5,9 @@
 use std::io::Cursor;
 use std::time::Instant;
 
-use releasegate::config::Config;
-use releasegate::contract::View;
-use releasegate::simulate::{self, Options};
-use releasegate::worlds::{Reader, Writer};
+use releasegate_core::contract::View;
+use releasegate_sim::simulate::{self, Options};
+use releasegate_sim::worlds::{Reader, Writer};
 
 /// The same allocator as the `releasegate` binary.
 #[global_allocator]
@@ -44,13 +43,16 @@ fn main() {
              [contracts.c.questions.coarse_cause]\n\
              classes = [\"DELAY\", \"ADDRESS\", \"DAMAGE\", \"DELIVERY_RECORD\"]\nview = \"{view}\"\n"
         );
-        let contract = Config::from_toml(&text).expect("config").contracts["c"].clone();
+        let contract = releasegate_proxy::load::from_toml(&text)
+            .expect("config")
+            .contracts["c"]
+            .clone();
         let mut best = f64::MAX;
         let mut released = 0;
         for _ in 0..3 {
             let mut writer = Writer::new(Vec::with_capacity(input.len()));
             let started = Instant::now();
-            let summary = releasegate::replay::replay(
+            let summary = releasegate_lab::replay::replay(
                 &contract,
                 Reader::new(Cursor::new(input.as_bytes())),
                 &mut writer,

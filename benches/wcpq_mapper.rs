@@ -7,10 +7,10 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use releasegate::codebook::{self, TrainingAnswer};
-use releasegate::rng::Rng;
-use releasegate::wcpq::{Mapper, Outcome};
-use releasegate::workflow::{
+use releasegate_core::codebook::{self, TrainingAnswer};
+use releasegate_core::rng::Rng;
+use releasegate_core::wcpq::{Mapper, Outcome};
+use releasegate_core::workflow::{
     CostBase, Family, LOGISTIC_FORMAT, LogisticModel, Posterior, Profile, Release, Spec,
 };
 use serde_json::json;
@@ -28,20 +28,20 @@ fn random_vector(rng: &mut Rng, n: usize) -> Vec<f64> {
 
 /// The proxy's own round trip (encode as released under `full_native`, parse, read back).
 fn roundtrip(classes: &[String], r: &Release) -> Option<Release> {
-    let question = releasegate::wire::AskedQuestion {
+    let question = releasegate_core::wire::AskedQuestion {
         id: "q".to_string(),
-        kind: releasegate::wire::Kind::Choice,
+        kind: releasegate_core::wire::Kind::Choice,
         legend: None,
     };
-    let form = releasegate::release::Form {
+    let form = releasegate_core::release::Form {
         question: &question,
         labels: classes,
-        view: releasegate::contract::View::FullNative,
+        view: releasegate_core::contract::View::FullNative,
         confidence: true,
         withhold: &[],
-        shape: releasegate::contract::Shape::Complete,
+        shape: releasegate_core::contract::Shape::Complete,
     };
-    releasegate::release::roundtrip(&form, r)
+    releasegate_core::release::roundtrip(&form, r)
 }
 
 /// A synthetic frozen logistic model over the release features and two public token counts.

@@ -2,13 +2,14 @@
 # The Rust build steps of the Dockerfile's builder stage. The Dockerfile RUNs this script, and
 # deploy/dockerfile-dry-run.sh runs the same Dockerfile steps without a container engine.
 #
-#   docker-build-steps.sh deps   In a directory holding Cargo.toml and Cargo.lock only: write a
-#                                stub for every target the manifest declares (Cargo rejects a
-#                                manifest whose targets are missing) and compile every
-#                                dependency against the lock file. Docker caches this layer
+#   docker-build-steps.sh deps   In a directory holding the workspace's manifests (Cargo.toml,
+#                                crates/*/Cargo.toml) and Cargo.lock only: write a stub for every
+#                                target the manifests declare (Cargo rejects a manifest whose
+#                                targets are missing) and compile every dependency against the
+#                                lock file. Docker caches this layer
 #                                until the manifest, the lock file or this script changes.
 #   docker-build-steps.sh app    After the real sources are copied over the stubs: mark the
-#                                crate's own sources newer than the stub build (COPY keeps the
+#                                workspace's own sources newer than the stub build (COPY keeps the
 #                                files' old modification times, so Cargo would keep the stubs),
 #                                rebuild the crate only, check the binaries are the real ones and
 #                                put them, stripped, in dist/.
@@ -31,9 +32,30 @@ die() {
     exit 1
 }
 
-# Prints "KIND NAME PATH" for every target of Cargo.toml (declared, else Cargo's default
-# src/lib.rs and src/main.rs) and the build script if declared; "error ..." for a workspace.
+# The workspace's manifests: the root one and every crates/*/Cargo.toml.
+manifests() {
+    echo Cargo.toml
+    local manifest
+    for manifest in crates/*/Cargo.toml; do
+        [[ -f $manifest ]] && echo "$manifest"
+    done
+}
+
+# Prints "KIND NAME PATH" for every target of every manifest (declared, else Cargo's default
+# src/lib.rs for a package that declares no target; a binary must be declared) and the build
+# script if declared, paths relative to the workspace root.
 targets() {
+    local manifest
+    for manifest in $(manifests); do
+        package_targets "$manifest" | while read -r kind name path; do
+            local dir
+            dir=$(dirname "$manifest")
+            if [[ $dir == . ]]; then echo "$kind $name $path"; else echo "$kind $name $dir/$path"; fi
+        done
+    done | sort -u
+}
+
+package_targets() {
     awk '
         function flush() {
             if (kind == "") return
@@ -56,7 +78,6 @@ targets() {
             flush(); table = $0; gsub(/[ \t]/, "", table)
             if (table == "[lib]") kind = "lib"
             else if (table ~ /^\[\[(bin|bench|test|example)\]\]$/) { kind = table; gsub(/[\[\]]/, "", kind) }
-            else if (table == "[workspace]") { print "error workspace manifests are not supported"; exit }
             next
         }
         table == "[package]" && /^[ \t]*name[ \t]*=/ { package = value($0) }
@@ -65,12 +86,11 @@ targets() {
         kind != "" && /^[ \t]*path[ \t]*=/ { path = value($0) }
         END {
             flush()
-            # Cargo`s default layout, when the manifest declares no such target.
-            if (!seen["lib"]) print "lib", package, "src/lib.rs"
-            if (!seen["bin"]) print "bin", package, "src/main.rs"
+            # Cargo`s default library, for a package that declares neither a library nor a binary.
+            if (package != "" && !seen["lib"] && !seen["bin"]) print "lib", package, "src/lib.rs"
             if (build != "" && build != "true") print "build", "build-script", build
         }
-    ' Cargo.toml | sort -u
+    ' "$1"
 }
 
 # Binary names: the declared [[bin]] targets, else the package name.
@@ -80,6 +100,7 @@ bins() {
 
 deps() {
     [[ -f Cargo.toml && -f Cargo.lock ]] || die "deps runs beside Cargo.toml and Cargo.lock"
+    [[ -n $(bins) ]] || die "Cargo.toml declares no [[bin]] target"
     local kind name path
     while read -r kind name path; do
         [[ $kind == error ]] && die "$name $path"

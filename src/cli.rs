@@ -8,16 +8,15 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::Config;
-use crate::server::{AppState, Application};
+use releasegate_proxy::server::{AppState, Application};
 
 /// Exit status for unusable configuration or arguments (EX_USAGE).
-pub const EXIT_USAGE: u8 = 64;
+pub(crate) const EXIT_USAGE: u8 = 64;
 
 /// releasegate: a release-sanitizing proxy for typed decision APIs.
 #[derive(Debug, Parser)]
 #[command(name = "releasegate", version, about)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -114,7 +113,7 @@ enum Command {
 }
 
 /// Runs the command line and returns the process exit code.
-pub fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve { config, log_json } => serve(config, log_json),
@@ -143,8 +142,9 @@ pub fn main() -> ExitCode {
             denominator,
             budget.map(|budget| offline::LearnOptions {
                 budget,
-                max_codewords: max_codewords.unwrap_or(crate::codebook::DEFAULT_MAX_CODEWORDS),
-                pair_weight: pair_weight.unwrap_or(crate::codebook::DEFAULT_PAIR_WEIGHT),
+                max_codewords: max_codewords
+                    .unwrap_or(releasegate_core::codebook::DEFAULT_MAX_CODEWORDS),
+                pair_weight: pair_weight.unwrap_or(releasegate_core::codebook::DEFAULT_PAIR_WEIGHT),
             }),
         ),
         Command::Audit(args) => offline::audit_command(&args),
@@ -166,7 +166,7 @@ pub fn main() -> ExitCode {
                 eprintln!("error: the key on stdin is empty");
                 return ExitCode::from(EXIT_USAGE);
             }
-            println!("{}", crate::auth::hash_key(key));
+            println!("{}", releasegate_proxy::auth::hash_key(key));
             ExitCode::SUCCESS
         }
     }
@@ -192,7 +192,7 @@ fn failure(error: &dyn std::error::Error) -> ExitCode {
 /// from the environment, codebooks matched to their workflows) and the same start-up
 /// (`AppState::prepare`: metrics, HTTP client, providers, key table).
 fn check_config(path: Option<&Path>) -> ExitCode {
-    let config = match Config::load(path) {
+    let config = match releasegate_proxy::load::load(path) {
         Ok(config) => config,
         Err(error) => return usage_error(&error),
     };
@@ -209,7 +209,7 @@ fn check_config(path: Option<&Path>) -> ExitCode {
 /// `releasegate decisions FILE...`: reads every line of every file and prints the summary.
 fn decisions(files: &[PathBuf], json: bool) -> ExitCode {
     use std::io::BufRead;
-    let mut summary = crate::decisions::summary::Summary::default();
+    let mut summary = releasegate_proxy::decisions::summary::Summary::default();
     for path in files {
         let file = match std::fs::File::open(path) {
             Ok(file) => file,
@@ -238,16 +238,16 @@ fn decisions(files: &[PathBuf], json: bool) -> ExitCode {
 }
 
 fn serve(config: Option<PathBuf>, log_json: bool) -> ExitCode {
-    crate::telemetry::init(log_json);
+    releasegate_proxy::telemetry::init(log_json);
     let code = serve_with_logs(config);
     // Access lines are written in batches: the last ones go out before the exit.
-    crate::telemetry::flush();
+    releasegate_proxy::telemetry::flush();
     code
 }
 
 fn serve_with_logs(config: Option<PathBuf>) -> ExitCode {
     raise_open_file_limit();
-    let config = match Config::load(config.as_deref()) {
+    let config = match releasegate_proxy::load::load(config.as_deref()) {
         Ok(config) => config,
         Err(error) => return usage_error(&error),
     };
@@ -265,7 +265,7 @@ fn serve_with_logs(config: Option<PathBuf>) -> ExitCode {
     });
     // Connections still open past the grace were dropped; don't wait on stragglers.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
-    crate::telemetry::flush();
+    releasegate_proxy::telemetry::flush();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

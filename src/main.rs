@@ -1,4 +1,6 @@
-//! The `releasegate` binary: all logic lives in the library.
+//! The `releasegate` binary: the command line over the workspace crates.
+
+mod cli;
 
 /// mimalloc: the proxy and the offline tools allocate many small JSON nodes
 /// from several threads; it is markedly faster there than the system allocator.
@@ -6,5 +8,5 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    releasegate::cli::main()
+    cli::main()
 }

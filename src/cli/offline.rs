@@ -7,14 +7,17 @@ use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::codebook::{self, TrainingAnswer};
-use crate::config::Config;
-use crate::contract::{Contract, Shape};
-use crate::worlds::Split;
-use crate::{dataset, replay, simulate, workflow, worlds};
+use releasegate_core::codebook::{self, TrainingAnswer};
+use releasegate_core::contract::{Contract, Shape};
+use releasegate_core::workflow;
+use releasegate_lab::replay;
+use releasegate_sim::dataset;
+use releasegate_sim::simulate;
+use releasegate_sim::worlds;
+use releasegate_sim::worlds::Split;
 
 /// A progress spinner on stderr when it is a terminal, hidden otherwise.
-pub fn progress(what: &str) -> ProgressBar {
+pub(super) fn progress(what: &str) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
@@ -29,8 +32,8 @@ pub fn progress(what: &str) -> ProgressBar {
 }
 
 /// Loads the configuration for an offline tool and picks a contract.
-pub fn contract(config: &Path, name: &str) -> Result<Arc<Contract>, String> {
-    let config = Config::load_offline(Some(config)).map_err(|e| e.to_string())?;
+pub(super) fn contract(config: &Path, name: &str) -> Result<Arc<Contract>, String> {
+    let config = releasegate_proxy::load::load_offline(Some(config)).map_err(|e| e.to_string())?;
     config.contract(name).cloned().ok_or_else(|| {
         let known: Vec<&str> = config.contracts.keys().map(String::as_str).collect();
         format!("no contract named `{name}` (known: {})", known.join(", "))
@@ -38,16 +41,21 @@ pub fn contract(config: &Path, name: &str) -> Result<Arc<Contract>, String> {
 }
 
 /// `releasegate replay`.
-pub fn replay_command(config: &Path, contract_name: &str, input: &Path, output: &Path) -> ExitCode {
+pub(super) fn replay_command(
+    config: &Path,
+    contract_name: &str,
+    input: &Path,
+    output: &Path,
+) -> ExitCode {
     let contract = match contract(config, contract_name) {
         Ok(contract) => contract,
         Err(message) => return super::usage_error(&message),
     };
-    let reader = match worlds::open(input) {
+    let reader = match open_worlds(input) {
         Ok(reader) => reader,
         Err(error) => return super::usage_error(&error),
     };
-    let mut writer = match worlds::create(output) {
+    let mut writer = match create_worlds(output) {
         Ok(writer) => writer,
         Err(error) => return super::usage_error(&error),
     };
@@ -67,7 +75,7 @@ pub fn replay_command(config: &Path, contract_name: &str, input: &Path, output: 
 }
 
 /// `releasegate simulate`.
-pub fn simulate_command(pairs_per_domain: usize, seed: u64, output: &Path) -> ExitCode {
+pub(super) fn simulate_command(pairs_per_domain: usize, seed: u64, output: &Path) -> ExitCode {
     if pairs_per_domain == 0 {
         return super::usage_error(&"--pairs-per-domain must be at least 1");
     }
@@ -75,7 +83,7 @@ pub fn simulate_command(pairs_per_domain: usize, seed: u64, output: &Path) -> Ex
         pairs_per_domain,
         seed,
     };
-    let mut writer = match worlds::create(output) {
+    let mut writer = match create_worlds(output) {
         Ok(writer) => writer,
         Err(error) => return super::usage_error(&error),
     };
@@ -107,12 +115,12 @@ pub fn simulate_command(pairs_per_domain: usize, seed: u64, output: &Path) -> Ex
 }
 
 /// Codebooks above this many grid vectors get a warning (mapping scans them).
-pub const GRID_WARNING: u128 = 200_000;
+pub(super) const GRID_WARNING: u128 = 200_000;
 
 /// `build-codebook --budget α [--max-codewords K] [--pair-weight W]`: learn a
 /// compact codebook for admissibility budget α.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LearnOptions {
+pub(super) struct LearnOptions {
     /// α.
     pub budget: f64,
     /// K.
@@ -128,7 +136,7 @@ pub struct LearnOptions {
 /// all of them enter in each one's canonical order, and the artifact serves
 /// every label set positionally. With `learn`, the strict codebook is the
 /// candidate pool of a greedy compact codebook learned on the same train split.
-pub fn build_codebook_command(
+pub(super) fn build_codebook_command(
     config: &Path,
     contract_names: &[String],
     question: &str,
@@ -137,7 +145,7 @@ pub fn build_codebook_command(
     denominator: u32,
     learn: Option<LearnOptions>,
 ) -> ExitCode {
-    let config = match Config::load_without_codebooks(config) {
+    let config = match releasegate_proxy::load::load_without_codebooks(config) {
         Ok(config) => config,
         Err(error) => return super::usage_error(&error),
     };
@@ -164,18 +172,13 @@ pub fn build_codebook_command(
         return super::usage_error(&"the question has no workflows");
     };
     let classes = rule.released_labels();
-    let positional = |spec: &workflow::Spec| {
-        let mut value = spec.canonical_json();
-        value["classes"] = serde_json::Value::Null;
-        value
-    };
     for contract in &contracts[1..] {
         let other = &contract.questions[question];
         let same = other.released_labels().len() == classes.len()
             && other
                 .workflows
                 .as_ref()
-                .is_some_and(|w| positional(w) == positional(spec));
+                .is_some_and(|w| codebook::Codebook::can_pool(spec, w));
         if !same {
             return super::usage_error(&format!(
                 "contract `{}` cannot share the codebook: its question needs the same class count and the same frozen workflows as `{}`",
@@ -284,8 +287,11 @@ pub fn build_codebook_command(
             Err(error) => return super::usage_error(&error),
         }
     }
-    if let Err(error) = built.codebook.write(output) {
-        return super::failure(&error);
+    if let Err(error) = std::fs::write(output, built.codebook.to_json_bytes()) {
+        return super::failure(&std::io::Error::new(
+            error.kind(),
+            format!("cannot write codebook file {}: {error}", output.display()),
+        ));
     }
     let class_sets: Vec<&[String]> = built.codebook.class_sets().collect();
     let summary = serde_json::json!({
@@ -314,7 +320,7 @@ pub fn build_codebook_command(
 
 /// Arguments of `releasegate audit`.
 #[derive(Debug, clap::Args)]
-pub struct AuditArgs {
+pub(super) struct AuditArgs {
     /// Configuration file holding the contract(s).
     #[arg(long)]
     pub config: std::path::PathBuf,
@@ -375,9 +381,9 @@ struct FrontierPoint {
     /// Training responses the learned codebook covers.
     covered_training_responses: usize,
     /// Pooled test recovery (filled in after the audit).
-    recovery: Option<crate::audit::bootstrap::Estimate>,
+    recovery: Option<releasegate_lab::audit::bootstrap::Estimate>,
     /// Pooled recovery gain over no output.
-    recovery_gain: Option<crate::audit::bootstrap::Estimate>,
+    recovery_gain: Option<releasegate_lab::audit::bootstrap::Estimate>,
     /// Per workflow (`family/profile`): mean realized cost of this release minus that of the
     /// `full_native` release (None when full_native is not audited or no costs exist).
     mean_cost_increase: std::collections::BTreeMap<String, Option<f64>>,
@@ -396,9 +402,9 @@ fn frontier_candidates(
     args: &AuditArgs,
     contracts: &[Arc<Contract>],
     all: &[worlds::World],
-) -> Result<Vec<(crate::audit::intake::Candidate, FrontierPoint)>, String> {
-    use crate::mechanism::{Mechanism, WcpqMechanism};
-    use crate::wcpq::{Admissibility, Mapper, Outcome};
+) -> Result<Vec<(releasegate_lab::audit::intake::Candidate, FrontierPoint)>, String> {
+    use releasegate_core::mechanism::{Mechanism, WcpqMechanism};
+    use releasegate_core::wcpq::{Admissibility, Mapper, Outcome};
     let Some((question, rule, strict)) = contracts.first().and_then(|c| {
         c.questions
             .iter()
@@ -485,13 +491,13 @@ fn frontier_candidates(
                         release
                     }
                     Outcome::Fallback(_) => match strict.fallback {
-                        crate::mechanism::Fallback::Native => d.clone(),
-                        crate::mechanism::Fallback::ChoiceOnly => workflow::Release {
+                        releasegate_core::mechanism::Fallback::Native => d.clone(),
+                        releasegate_core::mechanism::Fallback::ChoiceOnly => workflow::Release {
                             choice: d.choice,
                             probabilities: None,
                             confidence: None,
                         },
-                        crate::mechanism::Fallback::Deny => continue,
+                        releasegate_core::mechanism::Fallback::Deny => continue,
                     },
                 };
                 let before = spec.plans(&d, state);
@@ -513,7 +519,7 @@ fn frontier_candidates(
                 codebook_sha256: sha,
             }));
             out.push((
-                crate::audit::intake::Candidate {
+                releasegate_lab::audit::intake::Candidate {
                     name: release.clone(),
                     view: rule.view,
                     mechanism: Some(mechanism),
@@ -539,7 +545,7 @@ fn frontier_candidates(
 }
 
 /// Fills the frontier points' recovery and mean cost increase from the audit report.
-fn fill_frontier(points: &mut [FrontierPoint], report: &crate::audit::report::Report) {
+fn fill_frontier(points: &mut [FrontierPoint], report: &releasegate_lab::audit::report::Report) {
     let native = report.releases.iter().find(|r| r.release == "full_native");
     for point in points {
         let Some(mine) = report.releases.iter().find(|r| r.release == point.release) else {
@@ -563,7 +569,7 @@ fn fill_frontier(points: &mut [FrontierPoint], report: &crate::audit::report::Re
 }
 
 /// Exit code of `audit --gate` when a contract exceeds its leakage budget or drops a KEEP field.
-pub const EXIT_GATE: u8 = 3;
+pub(super) const EXIT_GATE: u8 = 3;
 
 /// One contract's gate verdict.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -574,7 +580,7 @@ struct GateResult {
     /// The budget, when the policy hides something.
     max_recovery_gain: Option<f64>,
     /// Recovery gain over no output of the contract's own release (pooled), when measured.
-    recovery_gain: Option<crate::audit::bootstrap::Estimate>,
+    recovery_gain: Option<releasegate_lab::audit::bootstrap::Estimate>,
     passed: bool,
 }
 
@@ -582,8 +588,8 @@ struct GateResult {
 fn gate(
     contracts: &[Arc<Contract>],
     all: &[worlds::World],
-    reading: crate::audit::intake::Reading,
-    settings: &crate::audit::Config,
+    reading: releasegate_lab::audit::intake::Reading,
+    settings: &releasegate_lab::audit::Config,
 ) -> Result<Vec<GateResult>, String> {
     let mut results = Vec::new();
     for contract in contracts {
@@ -596,12 +602,12 @@ fn gate(
             let Some(rule) = contract.questions.values().next() else {
                 continue;
             };
-            let candidate = crate::audit::intake::Candidate {
+            let candidate = releasegate_lab::audit::intake::Candidate {
                 name: format!("{} (gate)", contract.name),
                 view: rule.view,
                 mechanism: None,
             };
-            let (input, _) = crate::audit::intake::build(
+            let (input, _) = releasegate_lab::audit::intake::build(
                 std::slice::from_ref(contract),
                 all,
                 &[candidate],
@@ -609,7 +615,7 @@ fn gate(
                 settings.seed,
             )
             .map_err(|error| format!("gate {}: {error}", contract.name))?;
-            let report = crate::audit::run(&input, settings)
+            let report = releasegate_lab::audit::run(&input, settings)
                 .map_err(|error| format!("gate {}: {error}", contract.name))?;
             recovery_gain = report.releases.first().map(|r| r.pooled.gain);
         }
@@ -626,8 +632,8 @@ fn gate(
 }
 
 /// `releasegate audit`.
-pub fn audit_command(args: &AuditArgs) -> ExitCode {
-    let config = match Config::load_offline(Some(&args.config)) {
+pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
+    let config = match releasegate_proxy::load::load_offline(Some(&args.config)) {
         Ok(config) => config,
         Err(error) => return super::usage_error(&error),
     };
@@ -658,7 +664,7 @@ pub fn audit_command(args: &AuditArgs) -> ExitCode {
     if args.budgets.iter().any(|b| !(b.is_finite() && *b >= 0.0)) {
         return super::usage_error(&"--budgets must be finite numbers >= 0");
     }
-    let reader = match worlds::open(&args.worlds) {
+    let reader = match open_worlds(&args.worlds) {
         Ok(reader) => reader,
         Err(error) => return super::usage_error(&error),
     };
@@ -692,11 +698,12 @@ pub fn audit_command(args: &AuditArgs) -> ExitCode {
     }
     bar.set_message("releasing");
     let reading = if args.read_fills {
-        crate::audit::intake::Reading::WithFills
+        releasegate_lab::audit::intake::Reading::WithFills
     } else {
-        crate::audit::intake::Reading::Released
+        releasegate_lab::audit::intake::Reading::Released
     };
-    let intake = crate::audit::intake::build(&contracts, &all, &candidates, reading, args.seed);
+    let intake =
+        releasegate_lab::audit::intake::build(&contracts, &all, &candidates, reading, args.seed);
     let (input, intake) = match intake {
         Ok(built) => built,
         Err(error) => {
@@ -705,12 +712,12 @@ pub fn audit_command(args: &AuditArgs) -> ExitCode {
         }
     };
     bar.set_message("fitting attackers");
-    let settings = crate::audit::Config {
+    let settings = releasegate_lab::audit::Config {
         seed: args.seed,
         n_bootstrap: args.bootstrap,
-        ..crate::audit::Config::default()
+        ..releasegate_lab::audit::Config::default()
     };
-    let report = crate::audit::run(&input, &settings);
+    let report = releasegate_lab::audit::run(&input, &settings);
     bar.finish_and_clear();
     let report = match report {
         Ok(report) => report,
@@ -802,7 +809,7 @@ pub fn audit_command(args: &AuditArgs) -> ExitCode {
         }
     }
     if let Some(path) = &args.svg
-        && let Err(error) = std::fs::write(path, crate::audit::svg::render(&report))
+        && let Err(error) = std::fs::write(path, releasegate_lab::audit::svg::render(&report))
     {
         return super::usage_error(&format!("cannot write {}: {error}", path.display()));
     }
@@ -815,10 +822,10 @@ pub fn audit_command(args: &AuditArgs) -> ExitCode {
 fn audit_candidates(
     args: &AuditArgs,
     contracts: &[Arc<Contract>],
-) -> Result<Vec<crate::audit::intake::Candidate>, String> {
-    use crate::audit::intake::Candidate;
-    use crate::contract::View;
-    use crate::mechanism::{Mechanism, Raw};
+) -> Result<Vec<releasegate_lab::audit::intake::Candidate>, String> {
+    use releasegate_core::contract::View;
+    use releasegate_core::mechanism::{Mechanism, Raw};
+    use releasegate_lab::audit::intake::Candidate;
     let views: Vec<View> = match &args.views {
         None => View::ALL.to_vec(),
         Some(names) => names
@@ -845,36 +852,7 @@ fn audit_candidates(
         });
     }
     for spec in &args.mechanisms {
-        let (kind, value) = match spec.split_once('=') {
-            Some((kind, value)) => {
-                let value: f64 = value
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("`{spec}`: the parameter must be a number"))?;
-                (kind.trim(), Some(value))
-            }
-            None => (spec.trim(), None),
-        };
-        let raw = match kind {
-            "quantize" => Raw::Quantize {
-                step: value.unwrap_or(0.1),
-            },
-            "top_k" => Raw::TopK {
-                k: value.unwrap_or(2.0) as usize,
-            },
-            "temperature" => Raw::Temperature {
-                tau: value.unwrap_or(2.0),
-            },
-            "gaussian" => Raw::Gaussian {
-                sigma: value.unwrap_or(0.05),
-                seed: Some(args.seed),
-            },
-            other => {
-                return Err(format!(
-                    "unknown mechanism `{other}` (quantize, top_k, temperature, gaussian)"
-                ));
-            }
-        };
+        let raw = Raw::from_spec(spec, args.seed)?;
         let mechanism = Mechanism::from_raw(raw, &[], None, Path::new("."), &|p| std::fs::read(p))
             .map_err(|reason| format!("`{spec}`: {reason}"))?;
         candidates.push(Candidate {
@@ -884,4 +862,28 @@ fn audit_candidates(
         });
     }
     Ok(candidates)
+}
+
+/// Opens a worlds file for streaming reads.
+fn open_worlds(path: &Path) -> std::io::Result<worlds::Reader<std::io::BufReader<std::fs::File>>> {
+    let file = std::fs::File::open(path).map_err(|error| {
+        std::io::Error::new(
+            error.kind(),
+            format!("cannot open {}: {error}", path.display()),
+        )
+    })?;
+    Ok(worlds::Reader::new(std::io::BufReader::new(file)))
+}
+
+/// Creates (or truncates) a worlds file for streaming writes.
+fn create_worlds(
+    path: &Path,
+) -> std::io::Result<worlds::Writer<std::io::BufWriter<std::fs::File>>> {
+    let file = std::fs::File::create(path).map_err(|error| {
+        std::io::Error::new(
+            error.kind(),
+            format!("cannot create {}: {error}", path.display()),
+        )
+    })?;
+    Ok(worlds::Writer::new(std::io::BufWriter::new(file)))
 }

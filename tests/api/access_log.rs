@@ -3,8 +3,7 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use releasegate::config::Config;
-use releasegate::server::Application;
+use releasegate_proxy::server::Application;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
@@ -36,12 +35,12 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
 async fn logged(server_extra: &str) -> Vec<Value> {
     let logs = Logs::default();
     let filter = tracing_subscriber::EnvFilter::new("releasegate=info");
-    let _guard = tracing::subscriber::set_default(releasegate::telemetry::subscriber(
+    let _guard = tracing::subscriber::set_default(releasegate_proxy::telemetry::subscriber(
         true,
         filter,
         logs.clone(),
     ));
-    let config = Config::from_toml(&config_text(server_extra, None)).unwrap();
+    let config = releasegate_proxy::load::from_toml(&config_text(server_extra, None)).unwrap();
     let app = Application::build(config).await.unwrap();
     let url = format!("http://127.0.0.1:{}/v1/systemone", app.port());
     let (stop, stopped) = oneshot::channel::<()>();
@@ -71,7 +70,7 @@ async fn logged(server_extra: &str) -> Vec<Value> {
 fn access_lines(lines: &[Value]) -> Vec<&Value> {
     lines
         .iter()
-        .filter(|line| line["target"] == releasegate::telemetry::ACCESS_TARGET)
+        .filter(|line| line["target"] == releasegate_proxy::telemetry::ACCESS_TARGET)
         .collect()
 }
 

@@ -1,5 +1,6 @@
 //! The binary's subcommands.
 
+use super::helpers::scratch;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
@@ -31,13 +32,6 @@ fn simulate(pairs_per_domain: u32, seed: u64, out: &std::path::Path) -> Vec<u8> 
     std::fs::read(out).unwrap()
 }
 
-/// A fresh scratch directory for one test.
-fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("releasegate-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 #[test]
 fn hash_key_prints_the_sha256_of_stdin() {
     let mut child = Command::new(BIN)
@@ -62,8 +56,7 @@ fn hash_key_prints_the_sha256_of_stdin() {
 
 #[test]
 fn check_config_accepts_the_default_and_names_the_broken_key() {
-    let dir = std::env::temp_dir().join(format!("releasegate-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("cli");
     let ok = succeed(Command::new(BIN).args([
         "check-config",
         "--config",
@@ -96,7 +89,6 @@ fn check_config_accepts_the_default_and_names_the_broken_key() {
         .output()
         .unwrap();
     assert_eq!(missing.status.code(), Some(64));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -139,7 +131,6 @@ fn simulate_then_replay_through_the_binary() {
         assert_eq!(p.as_f64(), Some(if label == choice { 1.0 } else { 0.0 }));
     }
     assert_eq!(answer["confidence"], 1.0);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -185,7 +176,6 @@ fn the_shipped_codebooks_rebuild_byte_for_byte_with_the_documented_commands() {
             "{file} differs from the shipped codebook"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -263,7 +253,6 @@ fn audit_reports_recovery_and_costs_for_every_release() {
         .unwrap();
     assert_eq!(bad_shape.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&bad_shape.stderr).contains("unknown shape `partial`"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -333,7 +322,6 @@ fn build_codebook_learns_a_compact_codebook_reproducibly() {
         .output()
         .unwrap();
     assert!(!lone.status.success());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -413,7 +401,6 @@ fn audit_gate_fails_a_contract_over_its_leakage_budget_or_missing_a_keep_field()
     assert!(upper > 0.0, "{stdout}");
     assert_eq!(code, Some(3), "{stdout}");
     assert_eq!(tight["passed"], false);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -490,5 +477,4 @@ fn audit_sweeps_wcpq_budgets_into_a_frontier() {
         .output()
         .unwrap();
     assert_eq!(plain.status.code(), Some(64));
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::post;
-use releasegate::config::Config;
-use releasegate::server::Application;
+use releasegate_proxy::server::Application;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -18,17 +17,17 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use super::helpers::{CLIENT_KEY, native_answer, questions, request};
 
 /// Bound on every wait that must end.
-pub const PATIENCE: Duration = Duration::from_secs(10);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(10);
 
 /// A System One upstream that answers only when the test opens its gate.
-pub struct GatedUpstream {
+pub(crate) struct GatedUpstream {
     pub base_url: String,
     gate: Arc<Semaphore>,
     arrived: mpsc::UnboundedReceiver<()>,
 }
 
 impl GatedUpstream {
-    pub async fn start() -> GatedUpstream {
+    pub(crate) async fn start() -> GatedUpstream {
         let gate = Arc::new(Semaphore::new(0));
         let (tell, arrived) = mpsc::unbounded_channel();
         let app = Router::new().route(
@@ -55,17 +54,17 @@ impl GatedUpstream {
     }
 
     /// Lets every request through from now on.
-    pub fn open(&self) {
+    pub(crate) fn open(&self) {
         self.gate.add_permits(Semaphore::MAX_PERMITS / 2);
     }
 
     /// Lets one waiting (or the next) request through.
-    pub fn release_one(&self) {
+    pub(crate) fn release_one(&self) {
         self.gate.add_permits(1);
     }
 
     /// Waits until a request has reached the upstream.
-    pub async fn arrived(&mut self) {
+    pub(crate) async fn arrived(&mut self) {
         tokio::time::timeout(PATIENCE, self.arrived.recv())
             .await
             .expect("the request never reached the upstream")
@@ -76,7 +75,7 @@ impl GatedUpstream {
 /// A configuration with `server_extra` in `[server]` and one recipient
 /// (`CLIENT_KEY`) on a `full_native` contract; the provider is the upstream
 /// at `base_url`, or the simulator.
-pub fn config_text(server_extra: &str, base_url: Option<&str>) -> String {
+pub(crate) fn config_text(server_extra: &str, base_url: Option<&str>) -> String {
     let provider = match base_url {
         Some(url) => format!("kind = \"systemone\"\nbase_url = \"{url}\"\ntimeout_ms = 30000"),
         None => "kind = \"simulated\"".to_string(),
@@ -86,7 +85,7 @@ pub fn config_text(server_extra: &str, base_url: Option<&str>) -> String {
          [providers.up]\n{provider}\n\
          [[recipients]]\nname = \"one\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n\
          [contracts.main]\nprovider = \"up\"\n{}",
-        releasegate::auth::hash_key(CLIENT_KEY),
+        releasegate_proxy::auth::hash_key(CLIENT_KEY),
         questions("main", "full_native", ""),
     )
 }
@@ -101,7 +100,8 @@ struct Proxy {
 
 impl Proxy {
     async fn start(server_extra: &str, base_url: Option<&str>) -> Proxy {
-        let config = Config::from_toml(&config_text(server_extra, base_url)).unwrap();
+        let config =
+            releasegate_proxy::load::from_toml(&config_text(server_extra, base_url)).unwrap();
         let app = Application::build(config).await.unwrap();
         let public = SocketAddr::from(([127, 0, 0, 1], app.port()));
         let admin = format!("http://127.0.0.1:{}", app.admin_port());
@@ -147,7 +147,7 @@ impl Proxy {
 }
 
 /// A request head for `path`, authenticated, with `extra` header lines.
-pub fn head(method: &str, path: &str, extra: &str) -> String {
+pub(crate) fn head(method: &str, path: &str, extra: &str) -> String {
     format!(
         "{method} {path} HTTP/1.1\r\nhost: proxy\r\nauthorization: Bearer {CLIENT_KEY}\r\n{extra}\r\n"
     )
@@ -155,7 +155,7 @@ pub fn head(method: &str, path: &str, extra: &str) -> String {
 
 /// Reads one response: its status and body. `None` when the connection ends
 /// (or is reset) before a complete response.
-pub async fn read_response<R: AsyncRead + Unpin>(stream: &mut R) -> Option<(u16, Vec<u8>)> {
+pub(crate) async fn read_response<R: AsyncRead + Unpin>(stream: &mut R) -> Option<(u16, Vec<u8>)> {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 4096];
     let header_end = loop {
@@ -184,7 +184,7 @@ pub async fn read_response<R: AsyncRead + Unpin>(stream: &mut R) -> Option<(u16,
 }
 
 /// Sends a complete `GET /nope` and requires the 404 the public router gives it.
-pub async fn served(stream: &mut TcpStream) -> bool {
+pub(crate) async fn served(stream: &mut TcpStream) -> bool {
     if stream
         .write_all(head("GET", "/nope", "").as_bytes())
         .await
@@ -197,7 +197,7 @@ pub async fn served(stream: &mut TcpStream) -> bool {
 
 /// Waits until the server closes `stream` (end of stream or reset); false if
 /// it is still open after `PATIENCE`. Bytes the server sends are skipped.
-pub async fn closed_by_server(stream: &mut TcpStream) -> bool {
+pub(crate) async fn closed_by_server(stream: &mut TcpStream) -> bool {
     let mut chunk = [0u8; 1024];
     tokio::time::timeout(PATIENCE, async {
         loop {

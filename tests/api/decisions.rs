@@ -56,7 +56,7 @@ fn request(state: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_decision_log_has_one_line_per_request_and_no_content() {
-    let dir = super::reload::scratch("decisions");
+    let dir = super::helpers::scratch("decisions");
     let path = dir.join("decisions.jsonl");
     // The [decision_log] table, placed after the contract's keys (TOML tables may come in
     // any order).
@@ -183,12 +183,11 @@ async fn the_decision_log_has_one_line_per_request_and_no_content() {
     let text = String::from_utf8(text.stdout).unwrap();
     assert!(text.starts_with("6 requests\n"), "{text}");
     assert!(text.contains("main"), "{text}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn check_config_shows_the_new_keys_and_refuses_a_log_in_a_missing_directory() {
-    let dir = super::reload::scratch("check-decisions");
+    let dir = super::helpers::scratch("check-decisions");
     let config = |log_path: &str| {
         format!(
             "[server]\nwatch_config = true\n\
@@ -198,7 +197,7 @@ fn check_config_shows_the_new_keys_and_refuses_a_log_in_a_missing_directory() {
              rate_limit = {{ requests_per_second = 5, burst = 10 }}\n\
              [contracts.c]\nprovider = \"sim\"\n\
              [contracts.c.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice\"\n",
-            releasegate::auth::hash_key(CLIENT_KEY)
+            releasegate_proxy::auth::hash_key(CLIENT_KEY)
         )
     };
     let path = dir.join("ok.toml");
@@ -210,7 +209,7 @@ fn check_config_shows_the_new_keys_and_refuses_a_log_in_a_missing_directory() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}");
-    let sha = releasegate::config::sha256_hex(&std::fs::read(&path).unwrap());
+    let sha = releasegate_core::config::sha256_hex(&std::fs::read(&path).unwrap());
     for needle in [
         format!("reload: SIGHUP, and file changes (checked every 1000 ms) · sha256 {sha}"),
         "(rotated at 104857600 bytes, 2 files kept) · queue 4096".to_string(),
@@ -231,5 +230,4 @@ fn check_config_shows_the_new_keys_and_refuses_a_log_in_a_missing_directory() {
     assert_eq!(output.status.code(), Some(64));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("decision_log.path"), "{stderr}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,6 +1,7 @@
 //! Configuration as deployments meet it: `check-config` and `serve` agree, the environment of
 //! a Kubernetes pod, the shipped manifests.
 
+use super::helpers::scratch;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
@@ -73,13 +74,6 @@ fn serve(path: &std::path::Path, env: &[(&str, &str)]) -> Option<i32> {
 
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn scratch(name: &str) -> std::path::PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("releasegate-deploy-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// A one-contract configuration around a remote provider table.
@@ -162,7 +156,6 @@ fn check_config_refuses_what_serve_cannot_run_and_both_agree() {
     let checked = check_config(&path, &key);
     assert!(checked.status.success(), "{}", stderr(&checked));
     assert_eq!(serve(&path, &key), None);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -254,7 +247,6 @@ fn the_kubernetes_manifests_turn_off_service_links_and_ship_a_valid_configuratio
     }
     let checked = check_config(&path, &env);
     assert!(checked.status.success(), "{}", stderr(&checked));
-    let _ = std::fs::remove_dir_all(&scratch);
 }
 
 /// Every `releasegate_*` series the shipped alerts, dashboard and operator's page query is one
@@ -263,10 +255,13 @@ fn the_kubernetes_manifests_turn_off_service_links_and_ship_a_valid_configuratio
 #[test]
 fn the_alerts_dashboard_and_operations_page_query_real_metrics() {
     let root = std::path::Path::new(ROOT);
-    let source: String = ["src/metrics.rs", "src/server/listener.rs"]
-        .iter()
-        .map(|path| std::fs::read_to_string(root.join(path)).unwrap())
-        .collect();
+    let source: String = [
+        "crates/proxy/src/metrics.rs",
+        "crates/proxy/src/server/listener.rs",
+    ]
+    .iter()
+    .map(|path| std::fs::read_to_string(root.join(path)).unwrap())
+    .collect();
     for file in [
         "deploy/prometheus/alerts.yaml",
         "deploy/grafana/releasegate-dashboard.json",

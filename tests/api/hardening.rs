@@ -34,7 +34,7 @@ impl Logs {
     fn capture(json: bool) -> (Logs, tracing::subscriber::DefaultGuard) {
         let logs = Logs::default();
         let filter = tracing_subscriber::EnvFilter::new("releasegate=info");
-        let subscriber = releasegate::telemetry::subscriber(json, filter, logs.clone());
+        let subscriber = releasegate_proxy::telemetry::subscriber(json, filter, logs.clone());
         (logs, tracing::subscriber::set_default(subscriber))
     }
 

@@ -9,19 +9,19 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use releasegate::config::Config;
-use releasegate::server::Application;
+use releasegate_core::config::Config;
+use releasegate_proxy::server::Application;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-pub const CLIENT_KEY: &str = "client-key-one";
-pub const MULTI_KEY: &str = "client-key-two";
-pub const PROVIDER_KEY: &str = "provider-secret-key";
-pub const PROVIDER_KEY_ENV: &str = "RELEASEGATE_TEST_PROVIDER_KEY";
+pub(crate) const CLIENT_KEY: &str = "client-key-one";
+pub(crate) const MULTI_KEY: &str = "client-key-two";
+pub(crate) const PROVIDER_KEY: &str = "provider-secret-key";
+pub(crate) const PROVIDER_KEY_ENV: &str = "RELEASEGATE_TEST_PROVIDER_KEY";
 
 /// What the upstream answers next.
 #[derive(Clone, Debug)]
-pub struct Script {
+pub(crate) struct Script {
     pub status: u16,
     pub body: Vec<u8>,
     pub headers: Vec<(String, String)>,
@@ -30,13 +30,13 @@ pub struct Script {
 
 /// A request the upstream received.
 #[derive(Clone, Debug)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub headers: HeaderMap,
     pub body: Bytes,
 }
 
 #[derive(Clone, Default)]
-pub struct Upstream {
+pub(crate) struct Upstream {
     script: Arc<Mutex<Option<Script>>>,
     /// One-shot answers served (in order) before `script`.
     queued: Arc<Mutex<std::collections::VecDeque<Script>>>,
@@ -44,11 +44,17 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    pub fn answer(&self, body: Value) {
+    pub(crate) fn answer(&self, body: Value) {
         self.script(200, serde_json::to_vec(&body).unwrap(), &[], Duration::ZERO);
     }
 
-    pub fn script(&self, status: u16, body: Vec<u8>, headers: &[(&str, &str)], delay: Duration) {
+    pub(crate) fn script(
+        &self,
+        status: u16,
+        body: Vec<u8>,
+        headers: &[(&str, &str)],
+        delay: Duration,
+    ) {
         *self.script.lock().unwrap() = Some(Script {
             status,
             body,
@@ -60,7 +66,7 @@ impl Upstream {
         });
     }
 
-    pub fn last(&self) -> Seen {
+    pub(crate) fn last(&self) -> Seen {
         self.seen
             .lock()
             .unwrap()
@@ -97,7 +103,7 @@ async fn upstream_handler(
 }
 
 /// A native answer to `request()` with a secret marker in fields no view releases.
-pub fn native_answer() -> Value {
+pub(crate) fn native_answer() -> Value {
     json!({
         "model": "jev-1.13.0",
         "id": "UPSTREAM-SECRET-ID",
@@ -114,7 +120,7 @@ pub fn native_answer() -> Value {
 }
 
 /// A request with one question of each type.
-pub fn request() -> Value {
+pub(crate) fn request() -> Value {
     json!({
         "model": "jev-latest",
         "state": {"ticket": "late parcel"},
@@ -126,7 +132,7 @@ pub fn request() -> Value {
     })
 }
 
-pub struct TestApp {
+pub(crate) struct TestApp {
     pub address: String,
     pub admin: String,
     pub client: reqwest::Client,
@@ -136,7 +142,7 @@ pub struct TestApp {
 }
 
 /// Contract questions for the three question types under one view.
-pub fn questions(contract: &str, view: &str, extra: &str) -> String {
+pub(crate) fn questions(contract: &str, view: &str, extra: &str) -> String {
     format!(
         "[contracts.{contract}.questions.cause]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"{view}\"\n{extra}\n\
          [contracts.{contract}.questions.level]\nclasses = [\"0\", \"1\", \"2\"]\nview = \"{view}\"\n\
@@ -145,11 +151,11 @@ pub fn questions(contract: &str, view: &str, extra: &str) -> String {
 }
 
 /// Spawns an upstream and a proxy whose contract `main` uses `view` (+ `extra` on `cause`).
-pub async fn spawn(view: &str, extra: &str) -> TestApp {
+pub(crate) async fn spawn(view: &str, extra: &str) -> TestApp {
     spawn_with(view, extra, "timeout_ms = 2000", "").await
 }
 
-pub async fn spawn_with(
+pub(crate) async fn spawn_with(
     view: &str,
     extra: &str,
     provider_extra: &str,
@@ -159,7 +165,7 @@ pub async fn spawn_with(
 }
 
 /// Like `spawn_with`, optionally pointing the provider at `base_url` instead of the local upstream.
-pub async fn spawn_full(
+pub(crate) async fn spawn_full(
     view: &str,
     extra: &str,
     provider_extra: &str,
@@ -184,7 +190,7 @@ pub async fn spawn_full(
         let _ = axum::serve(upstream_listener, upstream_app).await;
     });
     let base_url = base_url.unwrap_or_else(|| format!("http://127.0.0.1:{upstream_port}"));
-    let digest = |key: &str| releasegate::auth::hash_key(key);
+    let digest = |key: &str| releasegate_proxy::auth::hash_key(key);
     let text = format!(
         // One event loop: tests that capture logs do so on their own thread.
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nmax_body_bytes = 65536\nshutdown_grace_ms = 500\nworker_threads = 1\n\
@@ -199,12 +205,12 @@ pub async fn spawn_full(
         questions("other", "choice", ""),
     );
     let env = |name: &str| (name == PROVIDER_KEY_ENV).then(|| PROVIDER_KEY.to_string());
-    let config = Config::from_toml_with_env(&text, &env).unwrap();
+    let config = releasegate_proxy::load::from_toml_with_env(&text, &env).unwrap();
     start(config, upstream).await
 }
 
 impl TestApp {
-    pub async fn post(&self, body: &Value) -> reqwest::Response {
+    pub(crate) async fn post(&self, body: &Value) -> reqwest::Response {
         self.post_raw(
             serde_json::to_vec(body).unwrap(),
             &[("authorization", &format!("Bearer {CLIENT_KEY}"))],
@@ -212,7 +218,11 @@ impl TestApp {
         .await
     }
 
-    pub async fn post_raw(&self, body: Vec<u8>, headers: &[(&str, &str)]) -> reqwest::Response {
+    pub(crate) async fn post_raw(
+        &self,
+        body: Vec<u8>,
+        headers: &[(&str, &str)],
+    ) -> reqwest::Response {
         let mut request = self
             .client
             .post(format!("{}/v1/systemone", self.address))
@@ -223,7 +233,7 @@ impl TestApp {
         request.send().await.unwrap()
     }
 
-    pub async fn metrics(&self) -> String {
+    pub(crate) async fn metrics(&self) -> String {
         self.client
             .get(format!("{}/metrics", self.admin))
             .send()
@@ -234,7 +244,7 @@ impl TestApp {
             .unwrap()
     }
 
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -245,7 +255,7 @@ impl TestApp {
 }
 
 /// Reads an error response: status, error_type, message.
-pub async fn error_of(response: reqwest::Response) -> (u16, String, String) {
+pub(crate) async fn error_of(response: reqwest::Response) -> (u16, String, String) {
     let status = response.status().as_u16();
     let body: Value = response.json().await.unwrap();
     let detail = &body["detail"];
@@ -260,11 +270,11 @@ pub async fn error_of(response: reqwest::Response) -> (u16, String, String) {
 }
 
 /// Request headers as name/value pairs.
-pub type Headers<'a> = Vec<(&'a str, &'a str)>;
+pub(crate) type Headers<'a> = Vec<(&'a str, &'a str)>;
 
 impl Upstream {
     /// Answers the next request (only) with `status`, `body` and `headers`.
-    pub fn once(&self, status: u16, body: Vec<u8>, headers: &[(&str, &str)]) {
+    pub(crate) fn once(&self, status: u16, body: Vec<u8>, headers: &[(&str, &str)]) {
         self.queued.lock().unwrap().push_back(Script {
             status,
             body,
@@ -278,7 +288,7 @@ impl Upstream {
 }
 
 /// Spawns the scriptable upstream alone; returns it and its base URL.
-pub async fn spawn_upstream() -> (Upstream, String) {
+pub(crate) async fn spawn_upstream() -> (Upstream, String) {
     let upstream = Upstream::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -292,7 +302,7 @@ pub async fn spawn_upstream() -> (Upstream, String) {
 }
 
 /// Starts the proxy on a validated configuration (listeners should be `127.0.0.1:0`).
-pub async fn start(config: Config, upstream: Upstream) -> TestApp {
+pub(crate) async fn start(config: Config, upstream: Upstream) -> TestApp {
     let app = Application::build(config).await.unwrap();
     let address = format!("http://127.0.0.1:{}", app.port());
     let admin = format!("http://127.0.0.1:{}", app.admin_port());
@@ -312,4 +322,32 @@ pub async fn start(config: Config, upstream: Upstream) -> TestApp {
         stop: Some(stop),
         handle: Some(handle),
     }
+}
+
+/// A scratch directory for one test, removed when dropped; derefs to its path.
+pub(crate) struct Scratch(tempfile::TempDir);
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+
+    fn deref(&self) -> &std::path::Path {
+        self.0.path()
+    }
+}
+
+impl AsRef<std::path::Path> for Scratch {
+    fn as_ref(&self) -> &std::path::Path {
+        self.0.path()
+    }
+}
+
+/// A fresh, uniquely named scratch directory (`releasegate-{name}-...` under the system's
+/// temporary directory).
+pub(crate) fn scratch(name: &str) -> Scratch {
+    Scratch(
+        tempfile::Builder::new()
+            .prefix(&format!("releasegate-{name}-"))
+            .tempdir()
+            .expect("a scratch directory"),
+    )
 }

@@ -15,9 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use releasegate::config::Config;
-use releasegate::workflow::{RawCosts, RawWorkflows, Spec};
-use releasegate::{baseline, codebook};
+use releasegate_core::workflow::{RawCosts, RawWorkflows, Spec};
+use releasegate_core::{baseline, codebook};
 use serde_json::{Value, json};
 use typesafe_jev::{Choice, Client, Content, Error, Noul, Questions, Response, Score};
 
@@ -123,16 +122,17 @@ fn codebook_path(classes: &[&str], matrix: Option<&str>) -> PathBuf {
                         }),
                         ..RawWorkflows::default()
                     };
-                    Spec::from_raw(&raw, &classes, Path::new(".")).unwrap()
+                    Spec::from_raw(&raw, &classes, Path::new("."), &|path| std::fs::read(path))
+                        .unwrap()
                 }
             };
             let built = codebook::build(&classes, 20, &spec, &[], "jev".into()).unwrap();
-            let path = std::env::temp_dir().join(format!(
-                "releasegate-jev-{}-{}.json",
-                std::process::id(),
-                key.replace(',', "_")
-            ));
-            built.codebook.write(&path).unwrap();
+            static DIR: std::sync::LazyLock<tempfile::TempDir> =
+                std::sync::LazyLock::new(|| tempfile::tempdir().expect("a scratch directory"));
+            let path = DIR
+                .path()
+                .join(format!("jev-{}.json", key.replace(',', "_")));
+            std::fs::write(&path, built.codebook.to_json_bytes()).unwrap();
             path
         })
         .clone()
@@ -161,7 +161,7 @@ fn mechanism(mech: Mech, released: &[&str], matrix: Option<&str>) -> String {
 }
 
 fn config_text(case: &Case, base_url: &str, provider_extra: &str) -> String {
-    let digest = releasegate::auth::hash_key;
+    let digest = releasegate_proxy::auth::hash_key;
     let (cause_released, cause_matrix): (&[&str], Option<&str>) = if case.coarsen {
         (&["AB", "C", "D"], Some(MATRIX_3))
     } else {
@@ -201,7 +201,7 @@ async fn spawn_case(case: &Case, provider_extra: &str) -> TestApp {
     let (upstream, base_url) = spawn_upstream().await;
     upstream.answer(native_answer());
     let text = config_text(case, &base_url, provider_extra);
-    let config = Config::from_toml_with_env(&text, &|_: &str| None)
+    let config = releasegate_proxy::load::from_toml_with_env(&text, &|_: &str| None)
         .unwrap_or_else(|error| panic!("{case:?}: {error}"));
     start(config, upstream).await
 }
@@ -754,7 +754,7 @@ async fn a_saturated_provider_is_503_and_the_client_honours_retry_after() {
         &base_url,
         "max_concurrency = 1\nqueue_timeout_ms = 100",
     );
-    let config = Config::from_toml_with_env(&text, &|_: &str| None).unwrap();
+    let config = releasegate_proxy::load::from_toml_with_env(&text, &|_: &str| None).unwrap();
     let app = start(config, crate::helpers::Upstream::default()).await;
     let url = case_url(&app, "case");
     // A first request takes the provider's only slot and is held there.
@@ -808,7 +808,8 @@ async fn a_saturated_provider_is_503_and_the_client_honours_retry_after() {
 // the simulated provider, through the client.
 
 async fn spawn_shipped() -> TestApp {
-    let mut config = Config::load(Some(Path::new("config/releasegate.toml"))).unwrap();
+    let mut config =
+        releasegate_proxy::load::load(Some(Path::new("config/releasegate.toml"))).unwrap();
     config.server.listen = "127.0.0.1:0".parse().unwrap();
     config.server.admin_listen = "127.0.0.1:0".parse().unwrap();
     start(config, crate::helpers::Upstream::default()).await

@@ -25,16 +25,14 @@ struct Serving {
     public: SocketAddr,
     admin: String,
     logs: Arc<Mutex<Vec<String>>>,
-    dir: std::path::PathBuf,
+    dir: super::helpers::Scratch,
 }
 
 impl Serving {
     /// Starts the binary (through `sh` with `ulimit -n` when `open_files` is
     /// set) and waits for its "serving" line with the bound addresses.
     fn start(name: &str, config: &str, open_files: Option<u32>) -> Serving {
-        let dir =
-            std::env::temp_dir().join(format!("releasegate-process-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = super::helpers::scratch(&format!("process-{name}"));
         let path = dir.join("releasegate.toml");
         std::fs::write(&path, config).unwrap();
         let mut command = match open_files {
@@ -190,7 +188,6 @@ impl Drop for Serving {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -207,7 +204,7 @@ async fn sighup_reloads_the_configuration_and_refuses_a_broken_one() {
     // A recipient added to the file works once SIGHUP reloaded it.
     let added = format!(
         "{config}\n[[recipients]]\nname = \"added\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n",
-        releasegate::auth::hash_key(ADDED_KEY)
+        releasegate_proxy::auth::hash_key(ADDED_KEY)
     );
     std::fs::write(proxy.dir.join("releasegate.toml"), &added).unwrap();
     proxy.signal("HUP");

@@ -2,12 +2,11 @@
 //! the body is read; other recipients are unaffected.
 
 use super::helpers::{CLIENT_KEY, MULTI_KEY, error_of, questions, request, spawn_upstream, start};
-use releasegate::config::Config;
 
 #[tokio::test]
 async fn a_recipient_gets_its_burst_then_429_with_retry_after_and_others_are_unaffected() {
     let (upstream, base_url) = spawn_upstream().await;
-    let digest = releasegate::auth::hash_key;
+    let digest = releasegate_proxy::auth::hash_key;
     // One token per 100 s after a burst of 3: no token comes back during the test.
     let text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nmax_body_bytes = 4096\nshutdown_grace_ms = 500\n\
@@ -20,7 +19,11 @@ async fn a_recipient_gets_its_burst_then_429_with_retry_after_and_others_are_una
         digest(MULTI_KEY),
         questions("main", "choice", ""),
     );
-    let app = start(Config::from_toml(&text).unwrap(), upstream.clone()).await;
+    let app = start(
+        releasegate_proxy::load::from_toml(&text).unwrap(),
+        upstream.clone(),
+    )
+    .await;
     let body = serde_json::to_vec(&request()).unwrap();
     let limited = format!("Bearer {CLIENT_KEY}");
     let free = format!("Bearer {MULTI_KEY}");

@@ -7,12 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use releasegate::config::Config;
-use releasegate::server::{AppState, Application};
+use releasegate_proxy::server::{AppState, Application};
 use tokio::sync::oneshot;
 
 use super::connections::{GatedUpstream, PATIENCE};
-use super::helpers::{CLIENT_KEY, questions, request, spawn_upstream};
+use super::helpers::{CLIENT_KEY, questions, request, scratch, spawn_upstream};
 
 /// A key that only some configurations bind.
 const ADDED_KEY: &str = "client-key-added";
@@ -29,7 +28,7 @@ enum Version {
 }
 
 fn config_text(version: Version, base_url: &str, server_extra: &str) -> String {
-    let digest = releasegate::auth::hash_key;
+    let digest = releasegate_proxy::auth::hash_key;
     let mut text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace_ms = 500\n{server_extra}\n\
          [providers.up]\nkind = \"systemone\"\nbase_url = \"{base_url}\"\ntimeout_ms = 30000\n\
@@ -52,14 +51,6 @@ fn config_text(version: Version, base_url: &str, server_extra: &str) -> String {
     text
 }
 
-pub fn scratch(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("releasegate-reload-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 /// The proxy running in this process on a configuration file, with its state at hand.
 struct Running {
     address: String,
@@ -72,7 +63,7 @@ struct Running {
 
 impl Running {
     async fn start(path: &Path) -> Running {
-        let config = Config::load(Some(path)).unwrap();
+        let config = releasegate_proxy::load::load(Some(path)).unwrap();
         let app = Application::build(config).await.unwrap();
         let address = format!("http://127.0.0.1:{}", app.port());
         let admin = format!("http://127.0.0.1:{}", app.admin_port());
@@ -262,10 +253,9 @@ async fn twenty_reloads_under_load_fail_no_request_and_keys_follow_their_reload(
     let last_valid = &files[if added_is_bound { 0 } else { 1 }].1;
     assert_eq!(
         live_sha,
-        releasegate::config::sha256_hex(&std::fs::read(last_valid).unwrap())
+        releasegate_core::config::sha256_hex(&std::fs::read(last_valid).unwrap())
     );
     proxy.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -296,7 +286,6 @@ async fn requests_in_flight_finish_on_the_configuration_they_started_with() {
     upstream.open();
     assert_eq!(proxy.status(CLIENT_KEY).await, 200);
     proxy.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -335,7 +324,6 @@ async fn a_reload_that_changes_a_start_up_setting_is_refused_whole() {
         Some("1")
     );
     proxy.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[cfg(unix)]
@@ -398,5 +386,4 @@ async fn watch_config_follows_a_configmap_symlink_swap() {
     assert_eq!(proxy.status(ADDED_KEY).await, 200);
     assert_eq!(proxy.status(CLIENT_KEY).await, 200);
     proxy.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }

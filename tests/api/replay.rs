@@ -2,7 +2,7 @@
 
 use std::io::Cursor;
 
-use releasegate::worlds::{Reader, Writer};
+use releasegate_sim::worlds::{Reader, Writer};
 use serde_json::{Value, json};
 
 use crate::helpers::{native_answer, request, spawn};
@@ -43,14 +43,14 @@ async fn replay_equals_the_proxys_release_for_the_same_answers() {
         let contract = {
             // The same contract the proxy runs, read back from its configuration.
             let text = crate::helpers::questions("main", view, extra);
-            let config = releasegate::config::Config::from_toml(&format!(
+            let config = releasegate_proxy::load::from_toml(&format!(
                 "[providers.p]\nkind = \"simulated\"\n[contracts.main]\nprovider = \"p\"\n{text}"
             ))
             .unwrap();
             config.contracts["main"].clone()
         };
         let mut writer = Writer::new(Vec::new());
-        releasegate::replay::replay(
+        releasegate_lab::replay::replay(
             &contract,
             Reader::new(Cursor::new(lines.join("\n").into_bytes())),
             &mut writer,

@@ -2,9 +2,8 @@
 
 use std::path::PathBuf;
 
-use releasegate::config::Config;
-use releasegate::workflow::Spec;
-use releasegate::{codebook, wcpq};
+use releasegate_core::workflow::Spec;
+use releasegate_core::{codebook, wcpq};
 use serde_json::{Value, json};
 
 use crate::helpers::{native_answer, request, spawn_with};
@@ -18,7 +17,7 @@ fn codebook_file(name: &str, denominator: u32) -> PathBuf {
     let spec = Spec::standard(classes()).unwrap();
     let built = codebook::build(&classes(), denominator, &spec, &[], "test".into()).unwrap();
     let path = std::env::temp_dir().join(format!("releasegate-{}-{name}.json", std::process::id()));
-    built.codebook.write(&path).unwrap();
+    std::fs::write(&path, built.codebook.to_json_bytes()).unwrap();
     path
 }
 
@@ -79,7 +78,7 @@ async fn a_covered_answer_keeps_every_frozen_plan_and_hides_the_native_vector() 
             .iter()
             .map(|c| answer["probabilities"][c].as_f64().unwrap())
             .collect();
-        releasegate::workflow::Release {
+        releasegate_core::workflow::Release {
             choice: 1,
             probabilities: Some(p),
             confidence: answer["confidence"].as_f64(),
@@ -181,7 +180,9 @@ fn the_proxy_refuses_a_codebook_built_for_other_workflows() {
          mechanism = {{ kind = \"wcpq\", codebook = \"{}\" }}\nworkflows = {{ profiles = [\"authored\"] }}\n",
         path.display()
     );
-    let error = Config::from_toml(&text).unwrap_err().to_string();
+    let error = releasegate_proxy::load::from_toml(&text)
+        .unwrap_err()
+        .to_string();
     assert!(
         error.contains("contracts.c.questions.q.mechanism") && error.contains("does not match"),
         "{error}"
@@ -190,10 +191,10 @@ fn the_proxy_refuses_a_codebook_built_for_other_workflows() {
         "[\"A\", \"B\", \"C\", \"D\"]",
         "[\"B\", \"A\", \"C\", \"D\"]",
     );
-    assert!(Config::from_toml(&other_classes).is_err());
+    assert!(releasegate_proxy::load::from_toml(&other_classes).is_err());
     let without_workflows = text.replace("workflows = { profiles = [\"authored\"] }\n", "");
     assert!(
-        Config::from_toml(&without_workflows)
+        releasegate_proxy::load::from_toml(&without_workflows)
             .unwrap_err()
             .to_string()
             .contains("workflows")
@@ -255,7 +256,7 @@ fn learned_codebook_file(name: &str, alpha: f64) -> PathBuf {
         .enumerate()
         .map(|(i, p)| codebook::Response {
             pair_id: format!("p{i}"),
-            native: releasegate::workflow::Release {
+            native: releasegate_core::workflow::Release {
                 choice: i,
                 probabilities: Some(p.to_vec()),
                 confidence: Some(0.9),
@@ -265,7 +266,7 @@ fn learned_codebook_file(name: &str, alpha: f64) -> PathBuf {
         .collect();
     let (learned, _) = codebook::learn(&strict, &spec, &responses, alpha, 8, 4).unwrap();
     let path = std::env::temp_dir().join(format!("releasegate-{}-{name}.json", std::process::id()));
-    learned.write(&path).unwrap();
+    std::fs::write(&path, learned.to_json_bytes()).unwrap();
     path
 }
 
@@ -282,9 +283,9 @@ fn a_contract_chooses_strict_or_a_budget_matching_its_codebook() {
         )
     };
     let admissibility = |path: &std::path::Path, admissibility: &str| {
-        let config = Config::from_toml(&text(path, admissibility)).unwrap();
+        let config = releasegate_proxy::load::from_toml(&text(path, admissibility)).unwrap();
         match &config.contract("c").unwrap().questions["q"].mechanism {
-            releasegate::mechanism::Mechanism::Wcpq(w) => w.mapper.admissibility(),
+            releasegate_core::mechanism::Mechanism::Wcpq(w) => w.mapper.admissibility(),
             other => panic!("{other:?}"),
         }
     };
@@ -313,7 +314,9 @@ fn a_contract_chooses_strict_or_a_budget_matching_its_codebook() {
             "learned for budget 0.04",
         ),
     ] {
-        let error = Config::from_toml(&text(path, bad)).unwrap_err().to_string();
+        let error = releasegate_proxy::load::from_toml(&text(path, bad))
+            .unwrap_err()
+            .to_string();
         assert!(
             error.contains("contracts.c.questions.q.mechanism") && error.contains(expected),
             "{bad}: {error}"

@@ -1,0 +1,658 @@
+//! The WCPQ codebook: offline construction from the simplex grid and training answers, the
+//! deterministic JSON artifact, loading with validation, and the start-up match check against a
+//! contract's workflows (`docs/wcpq-rules.md` section 5).
+//!
+//! Building is pure, and so is the artifact: [`Codebook::from_json`] and
+//! [`Codebook::to_json_bytes`] go from and to bytes; files are the caller's.
+
+mod grid;
+mod learn;
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::workflow::{self, Spec};
+
+pub use grid::{codeword_order, distance_to_uniform, grid_size, largest_denominator_within};
+use grid::{order_and_dedup, simplex_grid};
+pub use learn::{DEFAULT_MAX_CODEWORDS, DEFAULT_PAIR_WEIGHT, LearnStats, Response, learn};
+
+/// Format tag of the codebook artifact.
+pub const FORMAT: &str = "releasegate.wcpq.codebook.v1";
+/// Default simplex grid denominator.
+pub const DEFAULT_DENOMINATOR: u32 = 20;
+/// Confidence levels paired with every grid vector.
+pub const CONFIDENCE_LEVELS: [f64; 3] = [0.0, 0.5, 1.0];
+/// Default limit on the number of grid vectors C(d+n-1, n-1).
+pub const DEFAULT_GRID_LIMIT: u128 = 2_000_000;
+/// A codeword's probabilities must sum to 1 within this tolerance.
+pub const DISTRIBUTION_TOLERANCE: f64 = 1e-9;
+
+/// Errors of building, loading and checking a codebook.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The class list is unusable.
+    #[error("classes: {0}")]
+    Classes(String),
+    /// The denominator is zero.
+    #[error("denominator must be at least 1")]
+    Denominator,
+    /// The grid would be too large; rebuild with `largest_fitting_denominator` or a higher limit.
+    #[error(
+        "grid of denominator {denominator} over {classes} classes has {grid_size} vectors, above the limit of {limit} (largest denominator that fits: {})",
+        largest_fitting_denominator.map_or_else(|| "none".to_string(), |d| d.to_string())
+    )]
+    GridTooLarge {
+        /// Class count n.
+        classes: usize,
+        /// Requested denominator d.
+        denominator: u32,
+        /// C(d+n-1, n-1), saturating at `u128::MAX`.
+        grid_size: u128,
+        /// The limit in force.
+        limit: u128,
+        /// The largest denominator whose grid fits the limit (None if even 1 does not).
+        largest_fitting_denominator: Option<u32>,
+    },
+    /// A training answer is invalid.
+    #[error("training answer {index}: {message}")]
+    Training {
+        /// Position in the training slice.
+        index: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// The spec is for other classes than the codebook.
+    #[error("classes differ: codebook has {codebook:?}, contract has {contract:?}")]
+    ClassesMismatch {
+        /// The codebook's classes.
+        codebook: Vec<String>,
+        /// The contract's classes.
+        contract: Vec<String>,
+    },
+    /// The contract's frozen workflows differ from the ones the codebook was built for.
+    #[error("workflows differ: codebook was built for sha256 {codebook}, contract has {contract}")]
+    WorkflowsMismatch {
+        /// The recorded workflow sha256.
+        codebook: String,
+        /// The contract's workflow sha256.
+        contract: String,
+    },
+    /// The artifact is not valid codebook JSON.
+    #[error("codebook json is malformed")]
+    Json(#[source] serde_json::Error),
+    /// The artifact parses but a field is invalid.
+    #[error("codebook {field}: {message}")]
+    Invalid {
+        /// The offending field, e.g. `codewords[12].p`.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// One training answer of the question, in canonical class order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainingAnswer {
+    /// Pair identifier: the two worlds of a counterfactual pair share it.
+    pub pair_id: String,
+    /// Native probabilities (n values, canonical order).
+    pub probabilities: Vec<f64>,
+    /// Native confidence, if the answer carries one.
+    pub confidence: Option<f64>,
+}
+
+/// One codeword: a probability vector (canonical order) and a confidence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Codeword {
+    /// Probabilities in canonical class order (sum 1 within 1e-9).
+    pub p: Vec<f64>,
+    /// Confidence released with it.
+    pub c: f64,
+}
+
+/// A built or loaded codebook.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Codebook {
+    classes: Vec<String>,
+    /// Further label sets served positionally (a codebook pooled over domains
+    /// whose questions share the class count and the frozen workflows).
+    other_class_sets: Vec<Vec<String>>,
+    denominator: u32,
+    workflows: Value,
+    workflows_sha256: String,
+    source_sha256: String,
+    /// Set for a learned compact codebook (`build-codebook --budget`); None for a strict full one.
+    learned: Option<Learned>,
+    codewords: Vec<Codeword>,
+}
+
+/// How a learned compact codebook was selected: it serves only contracts with the same budget.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Learned {
+    /// The admissibility budget α it was learned under.
+    pub budget: f64,
+    /// The largest number of codewords the greedy selection could keep.
+    pub max_codewords: usize,
+    /// Weight of a jointly covered training pair in the greedy gain.
+    pub pair_weight: u32,
+}
+
+/// Counts describing one build.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct BuildStats {
+    /// Grid vectors C(d+n-1, n-1).
+    pub grid_vectors: usize,
+    /// Codewords contributed by the grid (vectors x confidence levels).
+    pub grid_codewords: usize,
+    /// Codewords contributed by training natives (three per answer without confidence).
+    pub training_codewords: usize,
+    /// Codewords contributed by pair midpoints.
+    pub midpoint_codewords: usize,
+    /// Pairs (groups of exactly two) used for midpoints.
+    pub pairs: usize,
+    /// Pair groups ignored because they do not have exactly two answers.
+    pub ignored_groups: usize,
+    /// Training vectors renormalized because they did not sum to 1 within 1e-9.
+    pub renormalized: usize,
+    /// Exact duplicates removed.
+    pub duplicates_removed: usize,
+    /// Final codeword count.
+    pub codewords: usize,
+}
+
+/// The result of [`build`].
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// The ordered codebook.
+    pub codebook: Codebook,
+    /// What went into it.
+    pub stats: BuildStats,
+}
+
+/// The artifact as serialized (field order is the file order).
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CodebookFile {
+    format: String,
+    classes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    other_class_sets: Vec<Vec<String>>,
+    denominator: u32,
+    confidence_levels: Vec<f64>,
+    workflows: Value,
+    workflows_sha256: String,
+    source_sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    budget: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_codewords: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pair_weight: Option<u32>,
+    codeword_count: usize,
+    codewords: Vec<Codeword>,
+}
+
+/// Builds the ordered codebook of one question with the default grid limit.
+///
+/// `classes` are the question's classes in canonical order and must equal `spec.classes()`;
+/// `training` holds the training answers of that question (canonical order); `source_sha256`
+/// identifies the training data (recorded, not checked).
+///
+/// Rules beyond the spec: a training vector that does not sum to 1 within 1e-9 is divided by its
+/// sum; an answer without confidence enters once per confidence level {0, 0.5, 1}, and so does a
+/// pair midpoint when either answer lacks confidence. Pair groups of size other than two are
+/// ignored (counted in [`BuildStats::ignored_groups`]); within a pair, input order is kept.
+pub fn build(
+    classes: &[String],
+    denominator: u32,
+    spec: &Spec,
+    training: &[TrainingAnswer],
+    source_sha256: String,
+) -> Result<Built, Error> {
+    build_with_limit(
+        classes,
+        denominator,
+        spec,
+        training,
+        source_sha256,
+        DEFAULT_GRID_LIMIT,
+    )
+}
+
+/// As [`build`], with an explicit limit on the number of grid vectors.
+pub fn build_with_limit(
+    classes: &[String],
+    denominator: u32,
+    spec: &Spec,
+    training: &[TrainingAnswer],
+    source_sha256: String,
+    grid_limit: u128,
+) -> Result<Built, Error> {
+    validate_classes(classes)?;
+    if spec.classes() != classes {
+        return Err(Error::ClassesMismatch {
+            codebook: classes.to_vec(),
+            contract: spec.classes().to_vec(),
+        });
+    }
+    if denominator == 0 {
+        return Err(Error::Denominator);
+    }
+    let n = classes.len();
+    let size = grid_size(n, denominator);
+    if size > grid_limit {
+        return Err(Error::GridTooLarge {
+            classes: n,
+            denominator,
+            grid_size: size,
+            limit: grid_limit,
+            largest_fitting_denominator: largest_denominator_within(n, grid_limit),
+        });
+    }
+    let mut stats = BuildStats::default();
+    let mut items: Vec<Codeword> = Vec::new();
+    let grid = simplex_grid(n, denominator);
+    stats.grid_vectors = grid.len();
+    for p in grid {
+        for c in CONFIDENCE_LEVELS {
+            items.push(Codeword { p: p.clone(), c });
+        }
+    }
+    stats.grid_codewords = items.len();
+
+    let mut natives: Vec<(Vec<f64>, Option<f64>)> = Vec::with_capacity(training.len());
+    for (index, answer) in training.iter().enumerate() {
+        let (p, renormalized) = clean_training(n, index, answer)?;
+        stats.renormalized += usize::from(renormalized);
+        natives.push((p, answer.confidence.map(|c| c + 0.0)));
+    }
+    let before = items.len();
+    for (p, c) in &natives {
+        push_with_confidence(&mut items, p.clone(), *c);
+    }
+    stats.training_codewords = items.len() - before;
+
+    let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, answer) in training.iter().enumerate() {
+        groups.entry(answer.pair_id.as_str()).or_default().push(i);
+    }
+    let before = items.len();
+    for members in groups.values() {
+        let [a, b] = members.as_slice() else {
+            stats.ignored_groups += 1;
+            continue;
+        };
+        stats.pairs += 1;
+        let (p0, c0) = &natives[*a];
+        let (p1, c1) = &natives[*b];
+        let p: Vec<f64> = p0.iter().zip(p1).map(|(x, y)| (x + y) / 2.0).collect();
+        let c = match (c0, c1) {
+            (Some(x), Some(y)) => Some((x + y) / 2.0),
+            _ => None,
+        };
+        push_with_confidence(&mut items, p, c);
+    }
+    stats.midpoint_codewords = items.len() - before;
+
+    let total = items.len();
+    let codewords = order_and_dedup(n, items);
+    stats.duplicates_removed = total - codewords.len();
+    stats.codewords = codewords.len();
+    let workflows = spec.canonical_json();
+    Ok(Built {
+        codebook: Codebook {
+            other_class_sets: Vec::new(),
+            classes: classes.to_vec(),
+            denominator,
+            workflows_sha256: workflow::sha256_hex(&workflow::canonical_bytes(&workflows)),
+            workflows,
+            source_sha256,
+            learned: None,
+            codewords,
+        },
+        stats,
+    })
+}
+
+fn push_with_confidence(items: &mut Vec<Codeword>, p: Vec<f64>, c: Option<f64>) {
+    match c {
+        Some(c) => items.push(Codeword { p, c }),
+        None => {
+            for c in CONFIDENCE_LEVELS {
+                items.push(Codeword { p: p.clone(), c });
+            }
+        }
+    }
+}
+
+/// Validates a training answer; returns its vector (renormalized if needed, -0.0 turned into 0.0).
+fn clean_training(
+    n: usize,
+    index: usize,
+    answer: &TrainingAnswer,
+) -> Result<(Vec<f64>, bool), Error> {
+    let err = |message: String| Error::Training { index, message };
+    if answer.probabilities.len() != n {
+        return Err(err(format!(
+            "expected {n} probabilities, got {}",
+            answer.probabilities.len()
+        )));
+    }
+    if let Some(i) = answer
+        .probabilities
+        .iter()
+        .position(|v| !(v.is_finite() && *v >= 0.0))
+    {
+        return Err(err(format!(
+            "probability {i} is not a finite non-negative number"
+        )));
+    }
+    if answer.confidence.is_some_and(|c| !c.is_finite()) {
+        return Err(err("confidence is not finite".to_string()));
+    }
+    let sum: f64 = answer.probabilities.iter().sum();
+    if sum <= 0.0 {
+        return Err(err("probabilities sum to zero".to_string()));
+    }
+    let renormalize = (sum - 1.0).abs() > DISTRIBUTION_TOLERANCE;
+    let p = answer
+        .probabilities
+        .iter()
+        .map(|v| if renormalize { v / sum } else { v + 0.0 })
+        .collect();
+    Ok((p, renormalize))
+}
+
+fn validate_classes(classes: &[String]) -> Result<(), Error> {
+    let n = classes.len();
+    if !(workflow::MIN_CLASSES..=workflow::MAX_CLASSES).contains(&n) {
+        return Err(Error::Classes(format!(
+            "expected {} to {} classes, got {n}",
+            workflow::MIN_CLASSES,
+            workflow::MAX_CLASSES
+        )));
+    }
+    for (i, c) in classes.iter().enumerate() {
+        if classes[..i].contains(c) {
+            return Err(Error::Classes(format!("duplicate class {c:?}")));
+        }
+    }
+    Ok(())
+}
+
+// === impl Codebook ===
+
+impl Codebook {
+    /// Class labels in canonical order.
+    pub fn classes(&self) -> &[String] {
+        &self.classes
+    }
+
+    /// The grid denominator.
+    pub fn denominator(&self) -> u32 {
+        self.denominator
+    }
+
+    /// The recorded canonical workflow definition.
+    pub fn workflows(&self) -> &Value {
+        &self.workflows
+    }
+
+    /// SHA-256 of the recorded workflow definition's canonical bytes.
+    pub fn workflows_sha256(&self) -> &str {
+        &self.workflows_sha256
+    }
+
+    /// The recorded training-data SHA-256.
+    pub fn source_sha256(&self) -> &str {
+        &self.source_sha256
+    }
+
+    /// The budget, K and pair weight of a learned codebook; None for a strict full codebook.
+    pub fn learned(&self) -> Option<Learned> {
+        self.learned
+    }
+
+    /// The ordered codewords.
+    pub fn codewords(&self) -> &[Codeword] {
+        &self.codewords
+    }
+
+    /// The number of codewords.
+    pub fn len(&self) -> usize {
+        self.codewords.len()
+    }
+
+    /// True when there are no codewords (never the case for a built or loaded codebook).
+    pub fn is_empty(&self) -> bool {
+        self.codewords.is_empty()
+    }
+
+    /// The artifact bytes: compact JSON in fixed field order plus a final newline. Byte-for-byte
+    /// deterministic for equal codebooks.
+    pub fn to_json_bytes(&self) -> Vec<u8> {
+        let file = CodebookFile {
+            format: FORMAT.to_string(),
+            classes: self.classes.clone(),
+            other_class_sets: self.other_class_sets.clone(),
+            denominator: self.denominator,
+            confidence_levels: CONFIDENCE_LEVELS.to_vec(),
+            workflows: self.workflows.clone(),
+            workflows_sha256: self.workflows_sha256.clone(),
+            source_sha256: self.source_sha256.clone(),
+            budget: self.learned.map(|l| l.budget),
+            max_codewords: self.learned.map(|l| l.max_codewords),
+            pair_weight: self.learned.map(|l| l.pair_weight),
+            codeword_count: self.codewords.len(),
+            codewords: self.codewords.clone(),
+        };
+        // Serializing plain structs of strings, numbers and Values to a Vec cannot fail.
+        let mut bytes = serde_json::to_vec(&file).unwrap_or_default();
+        bytes.push(b'\n');
+        bytes
+    }
+
+    /// Parses and validates an artifact.
+    pub fn from_json(bytes: &[u8]) -> Result<Codebook, Error> {
+        let file: CodebookFile = serde_json::from_slice(bytes).map_err(Error::Json)?;
+        let invalid = |field: &str, message: String| Error::Invalid {
+            field: field.to_string(),
+            message,
+        };
+        if file.format != FORMAT {
+            return Err(invalid(
+                "format",
+                format!("expected {FORMAT:?}, got {:?}", file.format),
+            ));
+        }
+        validate_classes(&file.classes)?;
+        if file.denominator == 0 {
+            return Err(Error::Denominator);
+        }
+        if file.confidence_levels != CONFIDENCE_LEVELS {
+            return Err(invalid(
+                "confidence_levels",
+                "expected [0.0, 0.5, 1.0]".to_string(),
+            ));
+        }
+        let sha = workflow::sha256_hex(&workflow::canonical_bytes(&file.workflows));
+        if sha != file.workflows_sha256 {
+            return Err(invalid(
+                "workflows_sha256",
+                format!("recorded {}, computed {sha}", file.workflows_sha256),
+            ));
+        }
+        if file.workflows.get("classes") != Some(&serde_json::json!(file.classes)) {
+            return Err(invalid(
+                "workflows.classes",
+                "differ from classes".to_string(),
+            ));
+        }
+        if file.codeword_count != file.codewords.len() {
+            return Err(invalid(
+                "codeword_count",
+                format!(
+                    "recorded {}, found {}",
+                    file.codeword_count,
+                    file.codewords.len()
+                ),
+            ));
+        }
+        if file.codewords.is_empty() {
+            return Err(invalid("codewords", "empty".to_string()));
+        }
+        let n = file.classes.len();
+        for (i, cw) in file.codewords.iter().enumerate() {
+            let field = format!("codewords[{i}]");
+            if cw.p.len() != n {
+                return Err(invalid(
+                    &field,
+                    format!("expected {n} probabilities, got {}", cw.p.len()),
+                ));
+            }
+            if !cw.p.iter().all(|v| v.is_finite() && *v >= 0.0) {
+                return Err(invalid(
+                    &field,
+                    "probabilities must be finite and non-negative".to_string(),
+                ));
+            }
+            let sum: f64 = cw.p.iter().sum();
+            if (sum - 1.0).abs() > DISTRIBUTION_TOLERANCE {
+                return Err(invalid(&field, format!("probabilities sum to {sum}")));
+            }
+            if !cw.c.is_finite() {
+                return Err(invalid(&field, "confidence is not finite".to_string()));
+            }
+            if i > 0 && codeword_order(&file.codewords[i - 1], cw) != Ordering::Less {
+                return Err(invalid(&field, "out of order or duplicate".to_string()));
+            }
+        }
+        for set in &file.other_class_sets {
+            validate_classes(set)?;
+            if set.len() != file.classes.len() {
+                return Err(invalid(
+                    "other_class_sets",
+                    format!("every class set needs {} classes", file.classes.len()),
+                ));
+            }
+        }
+        let learned = match (file.budget, file.max_codewords, file.pair_weight) {
+            (None, None, None) => None,
+            (Some(budget), Some(max_codewords), Some(pair_weight)) => {
+                if !(budget.is_finite() && budget >= 0.0) {
+                    return Err(invalid(
+                        "budget",
+                        format!("must be finite and >= 0, got {budget}"),
+                    ));
+                }
+                if max_codewords == 0 || file.codewords.len() > max_codewords {
+                    return Err(invalid(
+                        "max_codewords",
+                        format!(
+                            "{max_codewords} does not admit {} codewords",
+                            file.codewords.len()
+                        ),
+                    ));
+                }
+                Some(Learned {
+                    budget,
+                    max_codewords,
+                    pair_weight,
+                })
+            }
+            _ => {
+                return Err(invalid(
+                    "budget",
+                    "a learned codebook records budget, max_codewords and pair_weight together"
+                        .to_string(),
+                ));
+            }
+        };
+        Ok(Codebook {
+            learned,
+            other_class_sets: file.other_class_sets,
+            classes: file.classes,
+            denominator: file.denominator,
+            workflows: file.workflows,
+            workflows_sha256: file.workflows_sha256,
+            source_sha256: file.source_sha256,
+            codewords: file.codewords,
+        })
+    }
+
+    /// Checks that a contract question's classes and frozen workflows are exactly the ones this
+    /// codebook was built for; a proxy refuses to start otherwise.
+    pub fn check_matches(&self, spec: &Spec, classes: &[String]) -> Result<(), Error> {
+        let served = classes == self.classes.as_slice()
+            || self
+                .other_class_sets
+                .iter()
+                .any(|set| set.as_slice() == classes);
+        if !served || spec.classes() != classes {
+            return Err(Error::ClassesMismatch {
+                codebook: self.classes.clone(),
+                contract: classes.to_vec(),
+            });
+        }
+        // Workflows are compared positionally: the definition with the contract's
+        // labels replaced by the codebook's first label set must be the recorded one.
+        let positional = positional_workflows(spec, &self.classes);
+        let sha = workflow::sha256_hex(&workflow::canonical_bytes(&positional));
+        if sha != self.workflows_sha256 || positional != self.workflows {
+            return Err(Error::WorkflowsMismatch {
+                codebook: self.workflows_sha256.clone(),
+                contract: sha,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether questions with workflows `a` and `b` can share one pooled codebook: the same
+    /// class count and the same frozen workflows up to labels (what [`Codebook::check_matches`]
+    /// asks of every question a pooled codebook serves).
+    pub fn can_pool(a: &Spec, b: &Spec) -> bool {
+        a.classes().len() == b.classes().len()
+            && positional_workflows(a, a.classes()) == positional_workflows(b, a.classes())
+    }
+
+    /// Serves further label sets positionally: a codebook pooled over
+    /// questions with the same class count and the same frozen workflows
+    /// (each in its own canonical order). The first set stays `classes`.
+    pub fn with_other_class_sets(mut self, sets: Vec<Vec<String>>) -> Result<Codebook, Error> {
+        for set in &sets {
+            validate_classes(set)?;
+            if set.len() != self.classes.len() {
+                return Err(Error::ClassesMismatch {
+                    codebook: self.classes.clone(),
+                    contract: set.clone(),
+                });
+            }
+        }
+        self.other_class_sets = sets
+            .into_iter()
+            .filter(|set| *set != self.classes)
+            .collect();
+        Ok(self)
+    }
+
+    /// Every label set the codebook serves (the first is `classes`).
+    pub fn class_sets(&self) -> impl Iterator<Item = &[String]> {
+        std::iter::once(self.classes.as_slice())
+            .chain(self.other_class_sets.iter().map(Vec::as_slice))
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+/// `spec`'s canonical definition with its labels replaced by `labels` (positionally).
+fn positional_workflows(spec: &Spec, labels: &[String]) -> serde_json::Value {
+    let mut value = spec.canonical_json();
+    value["classes"] = serde_json::json!(labels);
+    value
+}

@@ -1,0 +1,436 @@
+use super::*;
+use crate::workflow::{CostBase, Family, Posterior, Profile};
+use learn::Response;
+
+fn labels(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("C{i}")).collect()
+}
+
+fn spec4() -> Spec {
+    Spec::standard(labels(4)).unwrap()
+}
+
+fn answer(pair: &str, p: &[f64], c: Option<f64>) -> TrainingAnswer {
+    TrainingAnswer {
+        pair_id: pair.to_string(),
+        probabilities: p.to_vec(),
+        confidence: c,
+    }
+}
+
+#[test]
+fn grid_size_is_exact_and_saturates() {
+    assert_eq!(grid_size(4, 20), 1771);
+    assert_eq!(grid_size(2, 5), 6);
+    assert_eq!(grid_size(8, 6), 1716);
+    assert_eq!(grid_size(255, 1), 255);
+    assert_eq!(grid_size(255, 1_000_000), u128::MAX);
+    assert_eq!(grid_size(30, 30), 59_132_290_782_430_712);
+    let d = largest_denominator_within(4, 2_000_000).unwrap();
+    assert!(grid_size(4, d) <= 2_000_000 && grid_size(4, d + 1) > 2_000_000);
+    assert_eq!(largest_denominator_within(255, 10), None);
+}
+
+#[test]
+fn too_large_grid_is_refused_with_a_suggestion() {
+    let n = 12;
+    let matrix = vec![vec![1.0; n]; n + 1];
+    let base = CostBase {
+        matrix,
+        ..CostBase::authored_4()
+    };
+    let spec = Spec::new(
+        labels(n),
+        base,
+        &Family::ALL,
+        &Profile::ALL,
+        Posterior::Native,
+    )
+    .unwrap();
+    match build(&labels(n), 20, &spec, &[], String::new()) {
+        Err(Error::GridTooLarge {
+            grid_size: g,
+            largest_fitting_denominator: Some(d),
+            ..
+        }) => {
+            assert_eq!(g, grid_size(12, 20));
+            assert!(grid_size(12, d) <= DEFAULT_GRID_LIMIT);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn grid_only_codebook_is_ordered_from_uniform() {
+    let built = build(&labels(4), 20, &spec4(), &[], "src".into()).unwrap();
+    let cb = &built.codebook;
+    assert_eq!(cb.len(), 1771 * 3);
+    assert_eq!(built.stats.grid_vectors, 1771);
+    assert_eq!(
+        cb.codewords()[0],
+        Codeword {
+            p: vec![0.25; 4],
+            c: 0.0
+        }
+    );
+    assert_eq!(
+        cb.codewords()[1],
+        Codeword {
+            p: vec![0.25; 4],
+            c: 0.5
+        }
+    );
+    assert_eq!(cb.codewords()[3].c, 0.0);
+    // Next ring: distance 2 * 0.05^2; lexicographically smallest p first.
+    assert_eq!(cb.codewords()[3].p, vec![0.2, 0.25, 0.25, 0.3]);
+    for w in cb.codewords().windows(2) {
+        assert_eq!(codeword_order(&w[0], &w[1]), Ordering::Less);
+    }
+    assert_eq!(
+        cb.codewords().last().unwrap(),
+        &Codeword {
+            p: vec![1.0, 0.0, 0.0, 0.0],
+            c: 1.0
+        }
+    );
+}
+
+#[test]
+fn training_natives_midpoints_and_duplicates() {
+    let training = vec![
+        answer("a", &[0.7, 0.1, 0.1, 0.1], Some(0.6)),
+        answer("a", &[0.5, 0.3, 0.1, 0.1], Some(0.2)),
+        answer("b", &[0.25, 0.25, 0.25, 0.25], Some(0.5)), // duplicate of a grid codeword
+        answer("c", &[0.4, 0.4, 0.1, 0.1], None),
+        answer("c", &[0.1, 0.1, 0.4, 0.4], None),
+        answer("c", &[0.2, 0.2, 0.3, 0.3], Some(0.1)), // group of three: no midpoint
+        answer("d", &[2.0, 1.0, 1.0, 0.0], Some(0.3)), // renormalized
+    ];
+    let built = build(&labels(4), 20, &spec4(), &training, "src".into()).unwrap();
+    let s = &built.stats;
+    assert_eq!(s.training_codewords, 1 + 1 + 1 + 3 + 3 + 1 + 1);
+    assert_eq!((s.pairs, s.ignored_groups, s.midpoint_codewords), (1, 3, 1));
+    assert_eq!(s.renormalized, 1);
+    let cws = built.codebook.codewords();
+    let has = |p: &[f64], c: f64| cws.iter().any(|cw| cw.p == p && cw.c == c);
+    assert!(has(&[0.7, 0.1, 0.1, 0.1], 0.6));
+    assert!(has(&[0.6, 0.2, 0.1, 0.1], 0.4));
+    assert!(has(&[0.4, 0.4, 0.1, 0.1], 1.0));
+    assert!(has(&[0.5, 0.25, 0.25, 0.0], 0.3));
+    assert_eq!(
+        s.codewords + s.duplicates_removed,
+        s.grid_codewords + s.training_codewords + s.midpoint_codewords
+    );
+    assert!(s.duplicates_removed >= 1);
+    for w in cws.windows(2) {
+        assert_eq!(codeword_order(&w[0], &w[1]), Ordering::Less);
+    }
+}
+
+#[test]
+fn invalid_training_answers_are_rejected_by_index() {
+    for bad in [
+        answer("x", &[0.5, 0.5], None),
+        answer("x", &[f64::NAN, 0.5, 0.5, 0.0], None),
+        answer("x", &[-0.1, 0.6, 0.5, 0.0], None),
+        answer("x", &[0.0; 4], None),
+        answer("x", &[0.25; 4], Some(f64::INFINITY)),
+    ] {
+        let training = vec![answer("y", &[0.25; 4], None), bad];
+        match build(&labels(4), 4, &spec4(), &training, String::new()) {
+            Err(Error::Training { index: 1, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(matches!(
+        build(&labels(4), 0, &spec4(), &[], String::new()),
+        Err(Error::Denominator)
+    ));
+    assert!(matches!(
+        build(&labels(3), 4, &spec4(), &[], String::new()),
+        Err(Error::ClassesMismatch { .. })
+    ));
+}
+
+#[test]
+fn artifact_is_deterministic_roundtrips_and_is_validated() {
+    let training = vec![
+        answer("a", &[0.7, 0.1, 0.1, 0.1], Some(0.6)),
+        answer("a", &[0.1, 0.2, 0.3, 0.4], None),
+    ];
+    let a = build(&labels(4), 6, &spec4(), &training, "abc".into())
+        .unwrap()
+        .codebook;
+    let b = build(&labels(4), 6, &spec4(), &training, "abc".into())
+        .unwrap()
+        .codebook;
+    let bytes = a.to_json_bytes();
+    assert_eq!(bytes, b.to_json_bytes());
+    let back = Codebook::from_json(&bytes).unwrap();
+    assert_eq!(back, a);
+    assert_eq!(back.to_json_bytes(), bytes);
+    back.check_matches(&spec4(), &labels(4)).unwrap();
+
+    let mut v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(v["format"], FORMAT);
+    assert_eq!(v["codeword_count"], serde_json::json!(a.len()));
+    let tamper = |f: &dyn Fn(&mut Value)| {
+        let mut t = v.clone();
+        f(&mut t);
+        Codebook::from_json(&serde_json::to_vec(&t).unwrap())
+    };
+    assert!(tamper(&|t| t["codewords"][3]["p"][0] = serde_json::json!(0.9)).is_err());
+    assert!(tamper(&|t| t["codeword_count"] = serde_json::json!(1)).is_err());
+    assert!(
+        tamper(&|t| t["workflows"]["policies"][0]["c_wrong"] = serde_json::json!(11.0)).is_err()
+    );
+    assert!(tamper(&|t| t["format"] = serde_json::json!("other")).is_err());
+    assert!(tamper(&|t| t["extra"] = serde_json::json!(1)).is_err());
+    assert!(
+        tamper(&|t| {
+            let cws = t["codewords"].as_array_mut().unwrap();
+            cws.swap(0, 5);
+        })
+        .is_err()
+    );
+    assert!(
+        tamper(&|t| {
+            let first = t["codewords"][0].clone();
+            t["codewords"].as_array_mut().unwrap().insert(0, first);
+            t["codeword_count"] = serde_json::json!(a.len() + 1);
+        })
+        .is_err()
+    );
+    v["source_sha256"] = serde_json::json!("other");
+    assert!(Codebook::from_json(&serde_json::to_vec(&v).unwrap()).is_ok());
+    assert!(Codebook::from_json(b"{").is_err());
+}
+
+#[test]
+fn check_matches_refuses_other_workflows_or_classes() {
+    let cb = build(&labels(4), 4, &spec4(), &[], String::new())
+        .unwrap()
+        .codebook;
+    let other = Spec::new(
+        labels(4),
+        CostBase::authored_4(),
+        &[Family::Selective],
+        &Profile::ALL,
+        Posterior::Native,
+    )
+    .unwrap();
+    assert!(matches!(
+        cb.check_matches(&other, &labels(4)),
+        Err(Error::WorkflowsMismatch { .. })
+    ));
+    let renamed: Vec<String> = ["A", "B", "C", "D"].iter().map(|s| s.to_string()).collect();
+    let spec_renamed = Spec::standard(renamed.clone()).unwrap();
+    assert!(matches!(
+        cb.check_matches(&spec_renamed, &renamed),
+        Err(Error::ClassesMismatch { .. })
+    ));
+    assert_eq!(Codebook::from_json(&cb.to_json_bytes()).unwrap(), cb);
+}
+
+#[test]
+fn a_pooled_codebook_serves_every_label_set_positionally() {
+    let first: Vec<String> = ["A", "B", "C", "D"].iter().map(|s| s.to_string()).collect();
+    let second: Vec<String> = ["W", "X", "Y", "Z"].iter().map(|s| s.to_string()).collect();
+    let spec = Spec::standard(first.clone()).unwrap();
+    let built = build(&first, 4, &spec, &[], "pooled".into()).unwrap();
+    let pooled = built
+        .codebook
+        .with_other_class_sets(vec![second.clone()])
+        .unwrap();
+    let back = Codebook::from_json(&pooled.to_json_bytes()).unwrap();
+    assert_eq!(back.class_sets().count(), 2);
+    back.check_matches(&Spec::standard(second.clone()).unwrap(), &second)
+        .unwrap();
+    back.check_matches(&spec, &first).unwrap();
+    // Other labels, or the same labels with other workflows, are refused.
+    let third: Vec<String> = ["P", "Q", "R", "S"].iter().map(|s| s.to_string()).collect();
+    assert!(
+        back.check_matches(&Spec::standard(third.clone()).unwrap(), &third)
+            .is_err()
+    );
+    let other = Spec::new(
+        second.clone(),
+        crate::workflow::CostBase::authored_4(),
+        &crate::workflow::Family::ALL,
+        &[crate::workflow::Profile::Authored],
+        crate::workflow::Posterior::Native,
+    )
+    .unwrap();
+    assert!(back.check_matches(&other, &second).is_err());
+    // A single-set codebook's artifact has no extra key.
+    assert!(
+        !String::from_utf8(built_plain().to_json_bytes())
+            .unwrap()
+            .contains("other_class_sets")
+    );
+}
+
+fn built_plain() -> Codebook {
+    let classes: Vec<String> = ["A", "B", "C", "D"].iter().map(|s| s.to_string()).collect();
+    let spec = Spec::standard(classes.clone()).unwrap();
+    build(&classes, 2, &spec, &[], "plain".into())
+        .unwrap()
+        .codebook
+}
+
+fn responses(n: usize, count: usize, seed: u64) -> Vec<Response> {
+    let mut rng = crate::rng::Rng::new(seed);
+    (0..count)
+        .map(|i| {
+            let raw: Vec<f64> = (0..n).map(|_| rng.uniform().powi(2)).collect();
+            let sum: f64 = raw.iter().sum();
+            let p: Vec<f64> = raw.iter().map(|v| v / sum).collect();
+            let choice = crate::wcpq::argmax_set(&p)[0];
+            Response {
+                pair_id: format!("pair{}", i / 2),
+                native: crate::workflow::Release {
+                    choice,
+                    probabilities: Some(p),
+                    confidence: Some(0.5),
+                },
+                public: Vec::new(),
+            }
+        })
+        .collect()
+}
+
+fn strict4(d: u32) -> Codebook {
+    build(&labels(4), d, &spec4(), &[], "grid".into())
+        .unwrap()
+        .codebook
+}
+
+#[test]
+fn learning_is_deterministic_bounded_and_recorded() {
+    let strict = strict4(10);
+    let train = responses(4, 80, 3);
+    let (a, stats) = learn(&strict, &spec4(), &train, 0.2, 12, 4).unwrap();
+    let (b, _) = learn(&strict, &spec4(), &train, 0.2, 12, 4).unwrap();
+    assert_eq!(a.to_json_bytes(), b.to_json_bytes());
+    assert!(a.len() <= 12 && a.len() == stats.codewords);
+    assert_eq!(
+        a.learned(),
+        Some(Learned {
+            budget: 0.2,
+            max_codewords: 12,
+            pair_weight: 4
+        })
+    );
+    // Kept codewords stay in strict order and come from the pool.
+    let pool = strict.codewords();
+    let mut last = None;
+    for cw in a.codewords() {
+        let at = pool.iter().position(|x| x == cw).unwrap();
+        assert!(last.is_none_or(|l| at > l));
+        last = Some(at);
+    }
+    // The artifact records α, K and the pair weight, and reads back equal.
+    let text = String::from_utf8(a.to_json_bytes()).unwrap();
+    assert!(text.contains("\"budget\":0.2,\"max_codewords\":12,\"pair_weight\":4"));
+    assert_eq!(Codebook::from_json(text.as_bytes()).unwrap(), a);
+    // A strict codebook's bytes do not mention them (backward compatible).
+    let plain = String::from_utf8(strict.to_json_bytes()).unwrap();
+    assert!(!plain.contains("budget") && !plain.contains("max_codewords"));
+    assert_eq!(
+        Codebook::from_json(plain.as_bytes()).unwrap().learned(),
+        None
+    );
+    // Partial or inconsistent records are refused.
+    for bad in [
+        text.replace(",\"max_codewords\":12", ""),
+        text.replace("\"budget\":0.2", "\"budget\":-1.0"),
+        text.replace("\"max_codewords\":12", "\"max_codewords\":1"),
+    ] {
+        assert!(Codebook::from_json(bad.as_bytes()).is_err(), "{bad:.200}");
+    }
+}
+
+#[test]
+fn greedy_coverage_covers_what_the_bounded_mapper_releases() {
+    let strict = strict4(10);
+    let spec = spec4();
+    let train = responses(4, 60, 9);
+    let (learned, stats) = learn(&strict, &spec, &train, 0.04, 40, 4).unwrap();
+    assert!(stats.covered_responses > 0);
+    let mapper = crate::wcpq::Mapper::with_admissibility(
+        learned,
+        spec.clone(),
+        crate::wcpq::Admissibility::Budget(0.04),
+    )
+    .unwrap();
+    let identity = |r: &crate::workflow::Release| Some(r.clone());
+    let covered = train
+        .iter()
+        .filter(|r| {
+            matches!(
+                mapper.map(&r.native, &serde_json::Value::Null, &identity),
+                crate::wcpq::Outcome::Covered { .. }
+            )
+        })
+        .count();
+    assert_eq!(covered, stats.covered_responses);
+    // More codewords never cover fewer responses; K = 1 keeps one codeword.
+    let (one, one_stats) = learn(&strict, &spec, &train, 0.04, 1, 4).unwrap();
+    assert_eq!(one.len(), 1);
+    assert!(one_stats.covered_responses <= stats.covered_responses);
+    // A larger budget covers at least as many with the same K.
+    let (_, wide) = learn(&strict, &spec, &train, 0.2, 40, 4).unwrap();
+    assert!(wide.covered_responses >= stats.covered_responses);
+}
+
+#[test]
+fn the_first_pick_maximizes_responses_plus_weighted_pairs() {
+    // Two pairs; a pair weight large enough makes the first pick a codeword covering a pair.
+    let strict = strict4(4);
+    let spec = spec4();
+    let train = responses(4, 8, 21);
+    for weight in [0, 4] {
+        let (one, _) = learn(&strict, &spec, &train, 0.2, 1, weight).unwrap();
+        // Recompute every candidate's gain independently and check the pick is the first best.
+        let gain = |cw: &Codeword| {
+            let admits = |r: &Response| {
+                crate::wcpq::argmax_set(&cw.p).contains(&r.native.choice) && {
+                    let z = crate::workflow::Release {
+                        choice: r.native.choice,
+                        probabilities: Some(cw.p.clone()),
+                        confidence: Some(cw.c),
+                    };
+                    spec.within_budget(
+                        &spec.plans_with_public(&r.native, &[]),
+                        &spec.plans_with_public(&z, &[]),
+                        0.2,
+                    )
+                }
+            };
+            let covered = train.iter().filter(|r| admits(r)).count() as u64;
+            let pairs = train
+                .chunks(2)
+                .filter(|p| {
+                    p[0].native.choice == p[1].native.choice && admits(&p[0]) && admits(&p[1])
+                })
+                .count() as u64;
+            covered + u64::from(weight) * pairs
+        };
+        let best = strict.codewords().iter().map(gain).max().unwrap();
+        let first = strict
+            .codewords()
+            .iter()
+            .find(|cw| gain(cw) == best)
+            .unwrap();
+        assert_eq!(&one.codewords()[0], first, "pair weight {weight}");
+    }
+}
+
+#[test]
+fn learning_refuses_a_bad_budget_or_k() {
+    let strict = strict4(4);
+    let train = responses(4, 4, 1);
+    assert!(learn(&strict, &spec4(), &train, -0.5, 4, 4).is_err());
+    assert!(learn(&strict, &spec4(), &train, 0.1, 0, 4).is_err());
+    assert!(learn(&strict, &spec4(), &[], 0.1, 4, 4).is_err());
+}

@@ -1,0 +1,565 @@
+//! Configuration: TOML text (plus whatever overrides the caller merges into
+//! the figment), extracted into raw structs and validated into typed config.
+//!
+//! Validation never touches the file system or the process environment: the
+//! caller hands it [`Inputs`], a reader of the files the configuration names
+//! (codebooks, model files) and a lookup of provider keys. The proxy crate's
+//! loader supplies the real ones. Every error names the key and the reason.
+
+mod raw;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Format, Toml};
+use secrecy::SecretString;
+
+use crate::contract::{Coarsening, Contract, QuestionRule};
+use crate::mechanism::Mechanism;
+use crate::workflow::Spec;
+
+pub use raw::{RawConfig, limits};
+
+/// Prefix of environment overrides (`RELEASEGATE_SERVER__LISTEN=...`).
+pub const ENV_PREFIX: &str = "RELEASEGATE_";
+
+/// Largest workflow cost (`c_wrong`, `c_review`, `c_check`, matrix entries) a contract may set.
+pub const MAX_COST: f64 = 1e12;
+
+/// Reads an environment variable (injected so tests never mutate the process environment).
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// Reads a file the configuration names (a path already resolved against the
+/// configuration's directory).
+pub type ReadFile<'a> = &'a dyn Fn(&Path) -> std::io::Result<Vec<u8>>;
+
+/// What validation may read of the outside world, supplied by the caller.
+#[derive(Clone, Copy)]
+pub struct Inputs<'a> {
+    /// Reads provider keys; `None` for offline tools (keys are not read, and an
+    /// unset key variable is no error).
+    pub env: Option<EnvLookup<'a>>,
+    /// Reads codebooks and model files.
+    pub files: ReadFile<'a>,
+    /// Loads and checks WCPQ codebooks. Without them WCPQ questions come back
+    /// with the mechanism `none`: for building the codebook a contract will
+    /// name, never for serving.
+    pub codebooks: bool,
+}
+
+/// Configuration errors.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The file or an override could not be read or has the wrong shape.
+    #[error("{0}")]
+    Load(String),
+    /// The configuration has the right shape but breaks a rule.
+    #[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
+    Invalid(Vec<String>),
+}
+
+/// The validated configuration.
+#[derive(Debug)]
+pub struct Config {
+    /// Listener and limit settings.
+    pub server: Server,
+    /// Providers by name.
+    pub providers: BTreeMap<String, Provider>,
+    /// Recipients, each with its key digest and bound contracts.
+    pub recipients: Vec<Recipient>,
+    /// Contracts by name.
+    pub contracts: BTreeMap<String, Arc<Contract>>,
+    /// Where the configuration came from (for messages).
+    pub source: String,
+    /// The file and the files it names: what a reload re-reads and `watch_config` watches.
+    pub origin: Origin,
+    /// `[decision_log]`: where one JSON line per request goes (`None`: off). Fixed at start.
+    pub decision_log: Option<DecisionLog>,
+}
+
+/// The release decision log's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecisionLog {
+    /// Where the lines go.
+    pub sink: DecisionSink,
+    /// A file is rotated before it would grow beyond this many bytes.
+    pub max_bytes: u64,
+    /// Rotated files kept (`PATH.1` newest .. `PATH.N` oldest).
+    pub max_files: usize,
+    /// Lines waiting for the writer; beyond it lines are dropped and counted.
+    pub queue_capacity: usize,
+}
+
+/// The release decision log's destination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecisionSink {
+    /// Standard output (the operational log is on standard error).
+    Stdout,
+    /// A file, rotated by size (resolved against the configuration's directory).
+    File(PathBuf),
+}
+
+/// Where a configuration came from.
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    /// The configuration file (`None`: the embedded default or a string).
+    pub path: Option<PathBuf>,
+    /// SHA-256 (hex) of the configuration text as read, before environment overrides:
+    /// `sha256sum` of the file (the `releasegate_config_info` label).
+    pub sha256: String,
+    /// The files the configuration names (WCPQ codebooks, logistic posterior models),
+    /// resolved against the configuration's directory.
+    pub files: Vec<PathBuf>,
+}
+
+/// Listener and limit settings. They are fixed at start: a reload that changes them is refused.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Server {
+    /// Public listener (System One endpoints).
+    pub listen: SocketAddr,
+    /// Admin listener (metrics and health).
+    pub admin_listen: SocketAddr,
+    /// Largest accepted request body, before and after decompression.
+    pub max_body_bytes: usize,
+    /// Largest accepted upstream response body.
+    pub max_upstream_body_bytes: usize,
+    /// How long shutdown waits for in-flight requests.
+    pub shutdown_grace: Duration,
+    /// A request head must arrive within this time of its first byte (of
+    /// accepting the connection, for the first request).
+    pub header_read_timeout: Duration,
+    /// A request body must arrive completely within this time (a total
+    /// deadline from the start of reading, not per chunk); 408 beyond.
+    pub body_read_timeout: Duration,
+    /// A keep-alive connection with no request in progress is closed after this long.
+    pub idle_timeout: Duration,
+    /// Most open connections on the public listener; more are closed at once.
+    pub max_connections: usize,
+    /// Most open connections on the admin listener (its own budget).
+    pub admin_max_connections: usize,
+    /// On shutdown, `/readyz` answers 503 for this long before the public
+    /// listener stops accepting.
+    pub drain_delay: Duration,
+    /// Reload when the configuration file or a file it names changes (besides SIGHUP).
+    pub watch_config: bool,
+    /// How often `watch_config` looks at the files.
+    pub watch_interval: Duration,
+    /// Event-loop threads serving the public listener, each a single-threaded
+    /// runtime with its own accept loop and upstream connections; 0 is one
+    /// per available core (see [`Server::event_loops`]).
+    pub worker_threads: usize,
+    /// One log line per request (target `releasegate::access`, written in batches).
+    pub access_log: bool,
+}
+
+impl Server {
+    /// How many event loops serve the public listener: `worker_threads`, or
+    /// with 0 one per core available to the process (cgroup limits included).
+    pub fn event_loops(&self) -> usize {
+        match self.worker_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
+}
+
+/// A provider that answers System One requests.
+#[derive(Debug)]
+pub enum Provider {
+    /// A remote System One endpoint.
+    SystemOne(RemoteProvider),
+    /// The in-process deterministic simulator (no network, no key).
+    Simulated,
+}
+
+/// A remote System One provider.
+#[derive(Debug)]
+pub struct RemoteProvider {
+    /// Root URL; `/v1/systemone` and `/v1/models` are appended.
+    pub base_url: String,
+    /// The provider key, read from the environment at load time.
+    pub api_key: Option<SecretString>,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// Most requests in flight to this provider at once.
+    pub max_concurrency: usize,
+    /// How long a request waits for a free slot before it is shed with 503
+    /// (at most `timeout`).
+    pub queue_timeout: Duration,
+}
+
+/// A caller identified by its key.
+#[derive(Debug, Clone)]
+pub struct Recipient {
+    /// The recipient's name (for logs).
+    pub name: String,
+    /// SHA-256 of its key.
+    pub key_sha256: [u8; 32],
+    /// The contracts the key is bound to.
+    pub contracts: Vec<String>,
+    /// Its request rate limit on this replica, if any.
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// A token bucket: `burst` requests at once, refilled at `requests_per_second`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimit {
+    /// Sustained rate (0.001 to 1,000,000).
+    pub requests_per_second: f64,
+    /// Bucket size (1 to 1,000,000).
+    pub burst: u32,
+}
+
+// === impl Config ===
+
+impl Config {
+    /// Parses and validates TOML text; `base_dir` resolves the relative paths it names.
+    pub fn from_toml_with(
+        text: &str,
+        source: &str,
+        base_dir: &Path,
+        inputs: Inputs<'_>,
+    ) -> Result<Config, Error> {
+        let mut config = Config::from_figment(
+            Figment::from(Toml::string(text)),
+            source.to_string(),
+            base_dir,
+            inputs,
+        )?;
+        config.origin.sha256 = sha256_hex(text.as_bytes());
+        Ok(config)
+    }
+
+    /// Extracts and validates a figment (TOML plus whatever overrides the caller merged).
+    pub fn from_figment(
+        figment: Figment,
+        source: String,
+        base_dir: &Path,
+        inputs: Inputs<'_>,
+    ) -> Result<Config, Error> {
+        let raw: RawConfig = figment.extract().map_err(|error| {
+            let reasons: Vec<String> = error.into_iter().map(describe_figment_error).collect();
+            Error::Load(format!(
+                "cannot read configuration ({source}): {}",
+                reasons.join("; ")
+            ))
+        })?;
+        raw.validate(source, base_dir, &inputs)
+    }
+
+    /// The contract named `name`.
+    pub fn contract(&self, name: &str) -> Option<&Arc<Contract>> {
+        self.contracts.get(name)
+    }
+
+    /// A short human summary (printed by `check-config`).
+    pub fn summary(&self) -> String {
+        let mut out = format!(
+            "configuration OK ({})\nlisten {} · admin {} · max body {} bytes\n",
+            self.source, self.server.listen, self.server.admin_listen, self.server.max_body_bytes
+        );
+        out.push_str(&format!(
+            "connections: public {} · admin {} · header {} ms · body {} ms · idle {} ms · drain delay {} ms · grace {} ms · worker threads {} · access log {}\n",
+            self.server.max_connections,
+            self.server.admin_max_connections,
+            self.server.header_read_timeout.as_millis(),
+            self.server.body_read_timeout.as_millis(),
+            self.server.idle_timeout.as_millis(),
+            self.server.drain_delay.as_millis(),
+            self.server.shutdown_grace.as_millis(),
+            match self.server.worker_threads {
+                0 => "one per core".to_string(),
+                n => n.to_string(),
+            },
+            if self.server.access_log { "on" } else { "off" },
+        ));
+        out.push_str(&format!(
+            "reload: SIGHUP{} · sha256 {}\n",
+            if self.server.watch_config {
+                format!(
+                    ", and file changes (checked every {} ms)",
+                    self.server.watch_interval.as_millis()
+                )
+            } else {
+                String::new()
+            },
+            self.origin.sha256,
+        ));
+        match &self.decision_log {
+            None => out.push_str("decision log: off\n"),
+            Some(log) => out.push_str(&format!(
+                "decision log: {} · queue {}\n",
+                match &log.sink {
+                    DecisionSink::Stdout => "stdout".to_string(),
+                    DecisionSink::File(path) => format!(
+                        "{} (rotated at {} bytes, {} files kept)",
+                        path.display(),
+                        log.max_bytes,
+                        log.max_files
+                    ),
+                },
+                log.queue_capacity
+            )),
+        }
+        for (name, provider) in &self.providers {
+            match provider {
+                Provider::Simulated => out.push_str(&format!("provider {name}: simulated\n")),
+                Provider::SystemOne(remote) => out.push_str(&format!(
+                    "provider {name}: systemone {} (timeout {} ms, concurrency {}, key {})\n",
+                    remote.base_url,
+                    remote.timeout.as_millis(),
+                    remote.max_concurrency,
+                    if remote.api_key.is_some() {
+                        "set"
+                    } else {
+                        "none"
+                    }
+                )),
+            }
+        }
+        for recipient in &self.recipients {
+            out.push_str(&format!(
+                "recipient {}: contracts {}{}\n",
+                recipient.name,
+                recipient.contracts.join(", "),
+                match recipient.rate_limit {
+                    Some(limit) => format!(
+                        " · rate limit {}/s, burst {} (per replica)",
+                        limit.requests_per_second, limit.burst
+                    ),
+                    None => String::new(),
+                }
+            ));
+        }
+        for (name, contract) in &self.contracts {
+            out.push_str(&format!(
+                "contract {name}: provider {}, usage {:?}, shape {}\n",
+                contract.provider, contract.usage, contract.shape
+            ));
+            for (question, rule) in &contract.questions {
+                out.push_str(&format!(
+                    "  question {question}: {} classes, view {}, mechanism {}{}{}\n",
+                    rule.classes.len(),
+                    rule.view,
+                    rule.mechanism.kind(),
+                    if rule.coarsen.is_some() {
+                        ", coarsened"
+                    } else {
+                        ""
+                    },
+                    if rule.withhold.iter().any(|w| *w) {
+                        ", withholding"
+                    } else {
+                        ""
+                    },
+                ));
+                if let crate::mechanism::Mechanism::Wcpq(wcpq) = &rule.mechanism {
+                    out.push_str(&format!(
+                        "    wcpq fallback {}: {}\n",
+                        wcpq.fallback.as_str(),
+                        wcpq.fallback.disclosure(contract.shape)
+                    ));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Whether an environment key (prefix stripped, levels joined by `.`) targets a top-level key of
+/// the configuration. `RELEASEGATE_SECTION__KEY=value` overrides are read only for such keys:
+/// others with the prefix (Kubernetes injects `RELEASEGATE_PORT`, `RELEASEGATE_SERVICE_HOST`, ...
+/// for a Service named `releasegate`) are not configuration. Within a section, unknown keys are
+/// still errors naming the key.
+pub fn is_config_env_key(key: &str) -> bool {
+    let top = key.split('.').next().unwrap_or_default();
+    raw::sections()
+        .iter()
+        .any(|section| section.eq_ignore_ascii_case(top))
+}
+
+fn describe_figment_error(error: figment::Error) -> String {
+    let key = error.path.join(".");
+    let kind = error.kind.to_string();
+    let origin = error
+        .metadata
+        .as_ref()
+        .map(|metadata| format!(" (from {})", metadata.name))
+        .unwrap_or_default();
+    if key.is_empty() {
+        format!("{kind}{origin}")
+    } else {
+        format!("key `{key}`{origin}: {kind}")
+    }
+}
+
+pub(crate) fn build_question(
+    key: &str,
+    raw: raw::RawQuestion,
+    base_dir: &Path,
+    inputs: &Inputs<'_>,
+    problems: &mut Vec<String>,
+) -> Option<QuestionRule> {
+    let n_problems = problems.len();
+    let classes = raw.classes;
+    if classes.len() < 2 || classes.len() > 255 {
+        problems.push(format!(
+            "{key}.classes: needs 2 to 255 classes, got {}",
+            classes.len()
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for class in &classes {
+        if class.trim().is_empty() {
+            problems.push(format!("{key}.classes: a class label is blank"));
+        }
+        if !seen.insert(class.as_str()) {
+            problems.push(format!("{key}.classes: `{class}` is listed twice"));
+        }
+    }
+    let coarsen = if raw.coarsen.is_empty() {
+        None
+    } else {
+        for fine in raw.coarsen.keys() {
+            if !classes.contains(fine) {
+                problems.push(format!("{key}.coarsen: `{fine}` is not one of the classes"));
+            }
+        }
+        let mut labels: Vec<String> = Vec::new();
+        let mut map = Vec::with_capacity(classes.len());
+        for class in &classes {
+            let coarse = raw.coarsen.get(class).unwrap_or(class);
+            let index = match labels.iter().position(|label| label == coarse) {
+                Some(index) => index,
+                None => {
+                    labels.push(coarse.clone());
+                    labels.len() - 1
+                }
+            };
+            map.push(index);
+        }
+        if labels.len() < 2 {
+            problems.push(format!(
+                "{key}.coarsen: leaves fewer than two released labels"
+            ));
+        }
+        Some(Coarsening { labels, map })
+    };
+    let released: &[String] = coarsen.as_ref().map_or(&classes, |c| &c.labels);
+    let mut withhold = vec![false; released.len()];
+    for label in &raw.withhold_labels {
+        match released.iter().position(|l| l == label) {
+            Some(index) => withhold[index] = true,
+            None => problems.push(format!(
+                "{key}.withhold_labels: `{label}` is not a released label"
+            )),
+        }
+    }
+    if let Some(costs) = raw.workflows.as_ref().and_then(|w| w.costs.as_ref()) {
+        // Profiles double costs and plans sum them: keep every sum finite.
+        let values = [costs.c_wrong, costs.c_review, costs.c_check];
+        let matrix = costs.matrix.iter().flatten().flatten().copied();
+        if values
+            .into_iter()
+            .flatten()
+            .chain(matrix)
+            .any(|v| v.abs() > MAX_COST)
+        {
+            problems.push(format!(
+                "{key}.workflows.costs: every cost must be at most {MAX_COST:e}"
+            ));
+        }
+    }
+    if problems.len() > n_problems {
+        return None;
+    }
+    let workflows = match &raw.workflows {
+        None => None,
+        Some(table) => match Spec::from_raw(table, released, base_dir, inputs.files) {
+            Ok(spec) => Some(spec),
+            Err(error) => {
+                problems.push(format!("{key}.workflows.{error}"));
+                None
+            }
+        },
+    };
+    let raw_mechanism = match raw.mechanism {
+        crate::mechanism::Raw::Wcpq { .. } if !inputs.codebooks => crate::mechanism::Raw::None,
+        other => other,
+    };
+    let mechanism = match Mechanism::from_raw(
+        raw_mechanism,
+        released,
+        workflows.as_ref(),
+        base_dir,
+        inputs.files,
+    ) {
+        Ok(mechanism) => mechanism,
+        Err(reason) => {
+            problems.push(format!("{key}.mechanism: {reason}"));
+            Mechanism::None
+        }
+    };
+    (problems.len() == n_problems).then_some(QuestionRule {
+        classes,
+        view: raw.view,
+        coarsen,
+        withhold,
+        mechanism,
+        workflows,
+    })
+}
+
+/// Lower-case hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// Parses a 64-digit hex SHA-256.
+pub fn parse_sha256_hex(text: &str) -> Option<[u8; 32]> {
+    let text = text.trim();
+    if text.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Test-only shortcuts: the process environment and the file system stand in for the
+/// inputs the proxy's loader supplies.
+#[cfg(test)]
+impl Config {
+    pub(crate) fn from_toml(text: &str) -> Result<Config, Error> {
+        Config::from_toml_with_env(text, &|name| std::env::var(name).ok())
+    }
+
+    pub(crate) fn from_toml_with_env(
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, Error> {
+        Config::from_toml_with(
+            text,
+            "inline",
+            Path::new("."),
+            Inputs {
+                env: Some(env),
+                files: &|path| std::fs::read(path),
+                codebooks: true,
+            },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,488 @@
+use super::*;
+
+const MINIMAL: &str = r#"
+[providers.sim]
+kind = "simulated"
+
+[[recipients]]
+name = "r"
+key_sha256 = "d2aacb68b85bbdced6e4c3f176f8c2c9f0e8faa9e41842a3c426d1111a37022b"
+contracts = ["c"]
+
+[contracts.c]
+provider = "sim"
+
+[contracts.c.questions.q]
+classes = ["A", "B", "C"]
+view = "full_native"
+"#;
+
+fn problems(text: &str) -> Vec<String> {
+    match Config::from_toml(text) {
+        Err(Error::Invalid(problems)) => problems,
+        Err(Error::Load(message)) => vec![message],
+        Ok(_) => Vec::new(),
+    }
+}
+
+#[test]
+fn the_decision_log_is_off_unless_configured_and_summarized() {
+    let config = Config::from_toml(MINIMAL).unwrap();
+    assert_eq!(config.decision_log, None);
+    assert!(config.summary().contains("decision log: off\n"));
+    let config = Config::from_toml(&format!(
+        "{MINIMAL}[decision_log]\npath = \"/var/log/d.jsonl\"\nmax_files = 3\n"
+    ))
+    .unwrap();
+    let log = config.decision_log.clone().unwrap();
+    assert_eq!(
+        log.sink,
+        DecisionSink::File(PathBuf::from("/var/log/d.jsonl"))
+    );
+    assert_eq!(
+        (log.max_bytes, log.max_files, log.queue_capacity),
+        (100 * 1024 * 1024, 3, 4096)
+    );
+    assert!(config.summary().contains(
+        "decision log: /var/log/d.jsonl (rotated at 104857600 bytes, 3 files kept) · queue 4096"
+    ));
+    let config =
+        Config::from_toml(&format!("{MINIMAL}[decision_log]\npath = \"stdout\"\n")).unwrap();
+    assert_eq!(config.decision_log.unwrap().sink, DecisionSink::Stdout);
+}
+
+#[test]
+fn a_rate_limit_defaults_its_burst_to_the_rate_rounded_up() {
+    let limited = |table: &str| {
+        let text = MINIMAL.replace(
+            "contracts = [\"c\"]",
+            &format!("contracts = [\"c\"]\nrate_limit = {table}"),
+        );
+        let config = Config::from_toml(&text).unwrap();
+        assert!(config.summary().contains("rate limit"));
+        config.recipients[0].rate_limit.unwrap()
+    };
+    assert_eq!(limited("{ requests_per_second = 2.5 }").burst, 3);
+    assert_eq!(limited("{ requests_per_second = 0.001 }").burst, 1);
+    let limit = limited("{ requests_per_second = 10, burst = 50 }");
+    assert_eq!((limit.requests_per_second, limit.burst), (10.0, 50));
+    assert_eq!(
+        Config::from_toml(MINIMAL).unwrap().recipients[0].rate_limit,
+        None
+    );
+}
+
+#[test]
+fn minimal_config_gets_server_defaults() {
+    let config = Config::from_toml(MINIMAL).unwrap();
+    assert_eq!(config.server.listen.port(), 8080);
+    assert_eq!(config.server.max_body_bytes, 1024 * 1024);
+    assert_eq!(config.server.header_read_timeout, Duration::from_secs(10));
+    assert_eq!(config.server.body_read_timeout, Duration::from_secs(30));
+    assert_eq!(config.server.idle_timeout, Duration::from_secs(60));
+    assert_eq!(config.server.max_connections, 10_000);
+    assert_eq!(config.server.admin_max_connections, 64);
+    assert_eq!(config.server.drain_delay, Duration::ZERO);
+    assert_eq!(config.server.worker_threads, 0);
+    let single = Config::from_toml(&format!("[server]\nworker_threads = 1\n{MINIMAL}")).unwrap();
+    assert_eq!(single.server.worker_threads, 1);
+    assert_eq!(single.server.event_loops(), 1);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(config.server.event_loops(), cores);
+    assert!(single.summary().contains("worker threads 1"));
+    assert!(config.summary().contains("worker threads one per core"));
+    assert!(config.server.access_log);
+    assert!(config.summary().contains("access log on"));
+    let quiet = Config::from_toml(&format!("[server]\naccess_log = false\n{MINIMAL}")).unwrap();
+    assert!(!quiet.server.access_log);
+    assert_eq!(
+        config.contract("c").unwrap().questions["q"].classes.len(),
+        3
+    );
+}
+
+#[test]
+fn errors_name_the_key_and_reason() {
+    let cases = [
+        (MINIMAL.replace("provider = \"sim\"", "provider = \"nope\""), "contracts.c.provider"),
+        (MINIMAL.replace("[\"A\", \"B\", \"C\"]", "[\"A\"]"), "contracts.c.questions.q.classes"),
+        (MINIMAL.replace("[\"A\", \"B\", \"C\"]", "[\"A\", \"A\"]"), "listed twice"),
+        (MINIMAL.replace("contracts = [\"c\"]", "contracts = [\"x\"]"), "recipients[0].contracts"),
+        (MINIMAL.replace("key_sha256 = \"d2", "key_sha256 = \"zz"), "recipients[0].key_sha256"),
+        (MINIMAL.replace("full_native", "everything"), "view"),
+        (
+            format!("{MINIMAL}withhold_labels = [\"Z\"]\n"),
+            "contracts.c.questions.q.withhold_labels",
+        ),
+        (format!("{MINIMAL}coarsen = {{ Z = \"Y\" }}\n"), "contracts.c.questions.q.coarsen"),
+        (format!("{MINIMAL}surprise = 1\n"), "surprise"),
+        (
+            MINIMAL.replace("kind = \"simulated\"", "kind = \"systemone\"\nbase_url = \"ftp://x\""),
+            "providers.sim.base_url",
+        ),
+        (
+            MINIMAL.replace(
+                "kind = \"simulated\"",
+                "kind = \"systemone\"\nbase_url = \"http://x\"\napi_key_env = \"RELEASEGATE_TEST_UNSET_KEY_VAR\"",
+            ),
+            "RELEASEGATE_TEST_UNSET_KEY_VAR",
+        ),
+        (format!("[server]\nlisten = \"nowhere\"\n{MINIMAL}"), "server.listen"),
+        (format!("[server]\nheader_read_timeout_ms = 0\n{MINIMAL}"), "server.header_read_timeout_ms"),
+        (format!("[server]\nbody_read_timeout_ms = 0\n{MINIMAL}"), "server.body_read_timeout_ms"),
+        (format!("[server]\nidle_timeout_ms = 0\n{MINIMAL}"), "server.idle_timeout_ms"),
+        (format!("[server]\nmax_connections = 0\n{MINIMAL}"), "server.max_connections"),
+        (format!("[server]\nadmin_max_connections = 2000000\n{MINIMAL}"), "server.admin_max_connections"),
+        (
+            MINIMAL.replace("kind = \"simulated\"", "kind = \"simulated\"\ntimeout_ms = 5"),
+            "timeout_ms",
+        ),
+        (format!("[server]\nworker_threads = 5000\n{MINIMAL}"), "server.worker_threads"),
+    ];
+    for (text, needle) in cases {
+        let found = problems(&text);
+        assert!(
+            found.iter().any(|p| p.contains(needle)),
+            "expected a problem naming {needle}, got {found:?}"
+        );
+    }
+}
+
+#[test]
+fn coarsening_orders_labels_by_first_appearance() {
+    let text =
+        format!("{MINIMAL}coarsen = {{ A = \"X\", C = \"X\" }}\nwithhold_labels = [\"B\"]\n");
+    let config = Config::from_toml(&text).unwrap();
+    let rule = &config.contract("c").unwrap().questions["q"];
+    let coarsening = rule.coarsen.as_ref().unwrap();
+    assert_eq!(coarsening.labels, vec!["X".to_string(), "B".to_string()]);
+    assert_eq!(coarsening.map, vec![0, 1, 0]);
+    assert_eq!(rule.withhold, vec![false, true]);
+}
+
+#[test]
+fn sha256_hex_parses_only_64_hex_digits() {
+    assert!(parse_sha256_hex(&"ab".repeat(32)).is_some());
+    assert!(parse_sha256_hex(&"ab".repeat(31)).is_none());
+    assert!(parse_sha256_hex(&"zz".repeat(32)).is_none());
+    assert!(parse_sha256_hex(&"é".repeat(32)).is_none());
+}
+
+/// `MINIMAL` with a remote provider `up` (key in `UP_KEY`) and `extra` lines in its table.
+fn remote(base_url: &str, extra: &str) -> String {
+    MINIMAL.replace(
+        "kind = \"simulated\"",
+        &format!("kind = \"systemone\"\nbase_url = \"{base_url}\"\n{extra}"),
+    )
+}
+
+fn remote_config(text: &str) -> Result<Config, Error> {
+    Config::from_toml_with_env(text, &|name| (name == "UP_KEY").then(|| "k".to_string()))
+}
+
+fn remote_problems(text: &str) -> Vec<String> {
+    match remote_config(text) {
+        Err(Error::Invalid(problems)) => problems,
+        Err(Error::Load(message)) => vec![message],
+        Ok(_) => Vec::new(),
+    }
+}
+
+#[test]
+fn base_url_must_be_a_plain_http_base() {
+    let rejected = [
+        // The provider key would go to evil.example (user name `127.0.0.1`, password `18410`).
+        "http://127.0.0.1:18410@evil.example",
+        "https://user@api.example",
+        "https://:secret@api.example",
+        "https://api.example/?region=eu",
+        "https://api.example/#v1",
+        "https://api.example?",
+        "ftp://api.example",
+        "file:///etc/passwd",
+        "unix:/run/provider.sock",
+        "api.example",
+        "https://",
+        "https://api.example:0",
+        "https://api.example:99999",
+        // Not in the form the HTTP client sends, so not what the operator reads:
+        "https://API.example",
+        "https://api.example/a/../b",
+        "https://api.example\\\\@127.0.0.1",
+        " https://api.example",
+        "https://api .example",
+        "https:/api.example",
+        "",
+    ];
+    for url in rejected {
+        let found = remote_problems(&remote(url, ""));
+        assert!(
+            found.iter().any(|p| p.contains("providers.sim.base_url")),
+            "{url:?} must be rejected naming the key, got {found:?}"
+        );
+    }
+    let accepted = [
+        ("http://127.0.0.1:18410", "http://127.0.0.1:18410"),
+        ("https://api.typesafe.ai/", "https://api.typesafe.ai"),
+        (
+            "https://gw.example/typesafe/",
+            "https://gw.example/typesafe",
+        ),
+        ("http://[::1]:8080", "http://[::1]:8080"),
+    ];
+    for (url, expected) in accepted {
+        let config = remote_config(&remote(url, ""))
+            .unwrap_or_else(|error| panic!("{url:?} must be accepted: {error}"));
+        match &config.providers["sim"] {
+            Provider::SystemOne(provider) => assert_eq!(provider.base_url, expected),
+            Provider::Simulated => panic!("a remote provider"),
+        }
+    }
+}
+
+#[test]
+fn numeric_keys_outside_their_range_are_errors_naming_the_key() {
+    let huge = i64::MAX.to_string();
+    let server = |key: &str, value: &str| format!("[server]\n{key} = {value}\n{MINIMAL}");
+    let provider =
+        |key: &str, value: &str| remote("http://127.0.0.1:1", &format!("{key} = {value}"));
+    let cases = [
+        (
+            provider("max_concurrency", "4611686018427387904"),
+            "providers.sim.max_concurrency",
+        ),
+        (
+            provider("max_concurrency", &huge),
+            "providers.sim.max_concurrency",
+        ),
+        (
+            provider("max_concurrency", "100001"),
+            "providers.sim.max_concurrency",
+        ),
+        (
+            provider("max_concurrency", "0"),
+            "providers.sim.max_concurrency",
+        ),
+        // Inside the internally tagged provider table serde names the table, not the key.
+        (provider("max_concurrency", "-1"), "providers.sim"),
+        (provider("timeout_ms", "0"), "providers.sim.timeout_ms"),
+        (
+            provider("timeout_ms", "3600001"),
+            "providers.sim.timeout_ms",
+        ),
+        (provider("timeout_ms", &huge), "providers.sim.timeout_ms"),
+        (
+            provider("queue_timeout_ms", "3600001"),
+            "providers.sim.queue_timeout_ms",
+        ),
+        (
+            provider("queue_timeout_ms", &huge),
+            "providers.sim.queue_timeout_ms",
+        ),
+        (provider("timeout_ms", "1.5"), "providers.sim"),
+        (server("max_body_bytes", "0"), "server.max_body_bytes"),
+        (
+            server("max_body_bytes", "1073741825"),
+            "server.max_body_bytes",
+        ),
+        (server("max_body_bytes", &huge), "server.max_body_bytes"),
+        (
+            server("max_upstream_body_bytes", "0"),
+            "server.max_upstream_body_bytes",
+        ),
+        (
+            server("max_upstream_body_bytes", &huge),
+            "server.max_upstream_body_bytes",
+        ),
+        (
+            server("shutdown_grace_ms", "3600001"),
+            "server.shutdown_grace_ms",
+        ),
+        (
+            server("shutdown_grace_ms", &huge),
+            "server.shutdown_grace_ms",
+        ),
+        (server("shutdown_grace_ms", "-5"), "shutdown_grace_ms"),
+        (
+            format!("{MINIMAL}[decision_log]\npath = \"d.jsonl\"\nmax_bytes = 4095\n"),
+            "decision_log.max_bytes",
+        ),
+        (
+            format!("{MINIMAL}[decision_log]\npath = \"d.jsonl\"\nmax_files = 0\n"),
+            "decision_log.max_files",
+        ),
+        (
+            format!("{MINIMAL}[decision_log]\npath = \"d.jsonl\"\nqueue_capacity = 0\n"),
+            "decision_log.queue_capacity",
+        ),
+        (
+            format!("{MINIMAL}[decision_log]\npath = \"\"\n"),
+            "decision_log.path",
+        ),
+        (
+            MINIMAL.replace(
+                "contracts = [\"c\"]",
+                "contracts = [\"c\"]\nrate_limit = { requests_per_second = 0 }",
+            ),
+            "recipients[0].rate_limit.requests_per_second",
+        ),
+        (
+            MINIMAL.replace(
+                "contracts = [\"c\"]",
+                "contracts = [\"c\"]\nrate_limit = { requests_per_second = 1e7 }",
+            ),
+            "recipients[0].rate_limit.requests_per_second",
+        ),
+        (
+            MINIMAL.replace(
+                "contracts = [\"c\"]",
+                "contracts = [\"c\"]\nrate_limit = { requests_per_second = 5, burst = 0 }",
+            ),
+            "recipients[0].rate_limit.burst",
+        ),
+        (
+            MINIMAL.replace(
+                "contracts = [\"c\"]",
+                "contracts = [\"c\"]\nrate_limit = { requests_per_second = 5, burst = 1000001 }",
+            ),
+            "recipients[0].rate_limit.burst",
+        ),
+        (
+            server("watch_interval_ms", "49"),
+            "server.watch_interval_ms",
+        ),
+        (
+            server("watch_interval_ms", "3600001"),
+            "server.watch_interval_ms",
+        ),
+        (
+            format!(
+                "{MINIMAL}[contracts.c.questions.q.workflows]\ncosts = {{ c_wrong = 1e300 }}\n"
+            ),
+            "contracts.c.questions.q.workflows.costs",
+        ),
+    ];
+    for (text, needle) in cases {
+        let found = remote_problems(&text);
+        assert!(
+            found.iter().any(|p| p.contains(needle)),
+            "expected a problem naming {needle}, got {found:?}"
+        );
+    }
+    // The bounds themselves are accepted.
+    let edges = format!(
+        "[server]\nmax_body_bytes = 1073741824\nmax_upstream_body_bytes = 1\nshutdown_grace_ms = 3600000\nwatch_interval_ms = 50\n{}",
+        remote(
+            "http://127.0.0.1:1",
+            "timeout_ms = 3600000\nqueue_timeout_ms = 3600000\nmax_concurrency = 100000"
+        )
+    );
+    assert_eq!(remote_problems(&edges), Vec::<String>::new());
+}
+
+#[test]
+fn a_provider_key_that_cannot_be_a_header_is_an_error() {
+    let text = remote("http://127.0.0.1:1", "api_key_env = \"BAD_KEY\"");
+    for bad in ["line\nbreak", "tab\tinside", "naïve"] {
+        let env = |name: &str| (name == "BAD_KEY").then(|| bad.to_string());
+        let found = match Config::from_toml_with_env(&text, &env) {
+            Err(Error::Invalid(problems)) => problems,
+            other => panic!("{bad:?} must be rejected, got {other:?}"),
+        };
+        assert!(found.iter().any(|p| p.contains("BAD_KEY")), "{found:?}");
+    }
+    let env = |name: &str| (name == "BAD_KEY").then(|| " sk-live_0123/+= \n".to_string());
+    assert!(Config::from_toml_with_env(&text, &env).is_ok());
+}
+
+#[test]
+fn only_the_configuration_own_sections_come_from_the_environment() {
+    let sections = raw::sections();
+    for section in ["server", "providers", "recipients", "contracts"] {
+        assert!(
+            sections.contains(&section),
+            "{section} missing from {sections:?}"
+        );
+    }
+    // Every listed name is a real top-level key: an empty table of it parses.
+    for section in sections {
+        let text = format!("{MINIMAL}\n[{section}]\n");
+        let found = problems(&text);
+        assert!(
+            !found.iter().any(|p| p.contains("unknown field")),
+            "{section}: {found:?}"
+        );
+    }
+    for key in [
+        "server.listen",
+        "SERVER.LISTEN",
+        "server.listn",
+        "providers.typesafe.timeout_ms",
+        "contracts.dispatcher.usage",
+        "server",
+    ] {
+        assert!(is_config_env_key(key), "{key} targets the configuration");
+    }
+    // What Kubernetes injects for Services named `releasegate` and `releasegate-server`.
+    for key in [
+        "port",
+        "service_host",
+        "service_port",
+        "service_port_http",
+        "port_80_tcp",
+        "port_80_tcp_addr",
+        "port_80_tcp_port",
+        "port_80_tcp_proto",
+        "server_service_host",
+        "server_port_80_tcp_addr",
+        "",
+    ] {
+        assert!(!is_config_env_key(key), "{key} is not configuration");
+    }
+}
+
+#[test]
+fn a_contract_policy_is_validated() {
+    let with = |policy: &str| {
+        MINIMAL.replace(
+            "provider = \"sim\"\n",
+            &format!("provider = \"sim\"\npolicy = {policy}\n"),
+        )
+    };
+    let config = Config::from_toml(&with(
+        "{ keep = [\"choice\", \"q.probabilities\"], hide = [\"secret\"], max_recovery_gain = 0.05 }",
+    ))
+    .unwrap();
+    let policy = config.contract("c").unwrap().policy.clone().unwrap();
+    assert_eq!(policy.max_recovery_gain, 0.05);
+    assert_eq!(policy.keep.len(), 2);
+    assert!(policy.dropped(config.contract("c").unwrap()).is_empty());
+    let narrow = Config::from_toml(
+        &with("{ keep = [\"confidence\"] }").replace("full_native", "full_probabilities"),
+    )
+    .unwrap();
+    let contract = narrow.contract("c").unwrap();
+    assert_eq!(
+        contract.policy.as_ref().unwrap().dropped(contract),
+        ["q.confidence"]
+    );
+    assert!(
+        Config::from_toml(MINIMAL)
+            .unwrap()
+            .contract("c")
+            .unwrap()
+            .policy
+            .is_none()
+    );
+    for (policy, expected) in [
+        ("{ keep = [\"score\"] }", "contracts.c.policy.keep"),
+        ("{ keep = [\"other.choice\"] }", "does not cover"),
+        ("{ hide = [\"T\"] }", "contracts.c.policy.hide"),
+        ("{ max_recovery_gain = 0.1 }", "bounds what `hide` names"),
+        ("{ hide = [\"secret\"], max_recovery_gain = 1.5 }", "[0, 1]"),
+        ("{ hide = [\"secret\"], surprise = 1 }", "surprise"),
+    ] {
+        let problems = problems(&with(policy)).join("\n");
+        assert!(problems.contains(expected), "{policy}: {problems}");
+    }
+}

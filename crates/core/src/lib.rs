@@ -1,0 +1,11 @@
+pub mod baseline;
+pub mod codebook;
+pub mod config;
+pub mod contract;
+pub mod features;
+pub mod mechanism;
+pub mod release;
+pub mod rng;
+pub mod wcpq;
+pub mod wire;
+pub mod workflow;

@@ -1,0 +1,363 @@
+use serde_json::{Value, json};
+
+use super::*;
+use crate::config::Config;
+use crate::wire::check_request;
+
+mod complete;
+mod withhold_wcpq;
+
+/// The test contract in the minimal shape (today's field table).
+fn contract(view: &str, extra: &str, usage: &str) -> std::sync::Arc<Contract> {
+    shaped("minimal", view, extra, usage)
+}
+
+/// A contract with questions q (choice over A..D; `extra` applies to it), s
+/// (score over 0..2) and n (noul), all under `view`.
+fn shaped(shape: &str, view: &str, extra: &str, usage: &str) -> std::sync::Arc<Contract> {
+    let text = format!(
+        "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\nusage = \"{usage}\"\nshape = \"{shape}\"\n\
+         [contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"{view}\"\n{extra}\
+         [contracts.c.questions.s]\nclasses = [\"0\", \"1\", \"2\"]\nview = \"{view}\"\n\
+         [contracts.c.questions.n]\nclasses = [\"false\", \"true\"]\nview = \"{view}\"\n"
+    );
+    Config::from_toml(&text).unwrap().contracts["c"].clone()
+}
+
+fn request() -> Value {
+    json!({"model": "m", "state": "s", "questions": {
+        "q": {"type": "choice", "criteria": {"D": null, "C": null, "B": null, "A": null}},
+        "s": {"type": "score", "criteria": ["low", "mid", "high"]},
+        "n": {"type": "noul", "instructions": "?"}}})
+}
+
+fn native() -> Value {
+    json!({"model": "m-1", "id": "upstream-id", "provider": "x",
+        "answers": {
+            "n": {"type": "noul", "noul": 0.8, "extra": 1},
+            "q": {"type": "choice", "choice": "B", "confidence": 0.6, "rationale": "leak",
+                  "probabilities": {"D": 0.1, "C": 0.05, "B": 0.7, "A": 0.15}},
+            "s": {"type": "score", "score": 1.05, "confidence": 0.92, "legend": {"0": "upstream text"},
+                  "probabilities": {"2": 0.05, "1": 0.95, "0": 0.0}},
+            "unasked": {"type": "choice", "choice": "x", "probabilities": {"x": 1.0}, "confidence": 1.0},
+            "b": {"type": "box", "box": {}}},
+        "usage": {"input_tokens": 392, "output_tokens": 1, "cost": 0.1}})
+}
+
+fn run(c: &Contract, asked: &crate::wire::Asked, native: &Value) -> Result<Release, Invalid> {
+    let mut rng = crate::rng::Rng::new(1);
+    let mut options = Options {
+        rng: &mut rng,
+        evaluate: true,
+    };
+    release(c, asked, &request(), native, &mut options)
+}
+
+fn released(view: &str, extra: &str, usage: &str) -> Value {
+    let c = contract(view, extra, usage);
+    let asked = check_request(&request(), &c).unwrap();
+    run(&c, &asked, &native()).unwrap().body
+}
+
+#[test]
+fn every_view_keeps_exactly_its_fields() {
+    let legend = json!({"0": "low", "1": "mid", "2": "high"});
+    let expected = [
+        (
+            "no_output",
+            json!({"q": {"type": "choice"}, "s": {"type": "score"}, "n": {"type": "noul"}}),
+        ),
+        (
+            "choice",
+            json!({"q": {"type": "choice", "choice": "B"},
+            "s": {"type": "score", "score": 1.0, "legend": legend},
+            "n": {"type": "noul", "noul": 1.0}}),
+        ),
+        (
+            "choice_confidence",
+            json!({"q": {"type": "choice", "choice": "B", "confidence": 0.6},
+            "s": {"type": "score", "score": 1.0, "legend": legend, "confidence": 0.92},
+            "n": {"type": "noul", "noul": 1.0}}),
+        ),
+        (
+            "full_probabilities",
+            json!({"q": {"type": "choice", "choice": "B",
+                "probabilities": {"A": 0.15, "B": 0.7, "C": 0.05, "D": 0.1}},
+            "s": {"type": "score", "score": 1.05, "legend": legend,
+                "probabilities": {"0": 0.0, "1": 0.95, "2": 0.05}},
+            "n": {"type": "noul", "noul": 0.8}}),
+        ),
+        (
+            "full_native",
+            json!({"q": {"type": "choice", "choice": "B",
+                "probabilities": {"A": 0.15, "B": 0.7, "C": 0.05, "D": 0.1}, "confidence": 0.6},
+            "s": {"type": "score", "score": 1.05, "legend": legend,
+                "probabilities": {"0": 0.0, "1": 0.95, "2": 0.05}, "confidence": 0.92},
+            "n": {"type": "noul", "noul": 0.8}}),
+        ),
+    ];
+    for (view, answers) in expected {
+        let body = released(view, "", "keep");
+        assert_eq!(body["answers"], answers, "view {view}");
+        assert_eq!(body["model"], json!("m-1"));
+        // Deny by default: unknown top-level fields, unasked and unknown answers are gone.
+        assert_eq!(body.as_object().unwrap().len(), 3, "view {view}");
+    }
+}
+
+#[test]
+fn probabilities_go_out_in_canonical_order() {
+    let body = released("full_native", "", "keep");
+    let keys: Vec<&String> = body["answers"]["q"]["probabilities"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(keys, ["A", "B", "C", "D"]);
+    let text = serde_json::to_string(&body).unwrap();
+    assert!(!text.contains("leak") && !text.contains("upstream") && !text.contains("cost"));
+}
+
+#[test]
+fn usage_is_kept_or_dropped() {
+    assert_eq!(
+        released("choice", "", "keep")["usage"],
+        json!({"input_tokens": 392, "output_tokens": 1})
+    );
+    assert_eq!(released("choice", "", "drop")["usage"], json!({}));
+}
+
+#[test]
+fn coarsening_sums_fine_probabilities() {
+    let body = released(
+        "full_native",
+        "coarsen = { A = \"AB\", B = \"AB\" }\n",
+        "keep",
+    );
+    let q = &body["answers"]["q"];
+    assert_eq!(q["choice"], json!("AB"));
+    let probabilities = q["probabilities"].as_object().unwrap();
+    assert_eq!(probabilities.keys().collect::<Vec<_>>(), ["AB", "C", "D"]);
+    assert!((probabilities["AB"].as_f64().unwrap() - 0.85).abs() < 1e-12);
+}
+
+#[test]
+fn a_withheld_selection_drops_residual_scores_and_confidence() {
+    let body = released("full_native", "withhold_labels = [\"B\"]\n", "keep");
+    assert_eq!(
+        body["answers"]["q"],
+        json!({"type": "choice", "choice": "B", "probabilities": {"B": 0.7}})
+    );
+    // A withheld label that is not selected changes nothing.
+    let body = released("full_native", "withhold_labels = [\"A\"]\n", "keep");
+    assert_eq!(
+        body["answers"]["q"]["probabilities"]
+            .as_object()
+            .unwrap()
+            .len(),
+        4
+    );
+    // Withholding a coarse label applies after coarsening.
+    let body = released(
+        "full_native",
+        "coarsen = { A = \"AB\", B = \"AB\" }\nwithhold_labels = [\"AB\"]\n",
+        "keep",
+    );
+    assert_eq!(
+        body["answers"]["q"]["probabilities"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        ["AB"]
+    );
+    assert!(body["answers"]["q"].get("confidence").is_none());
+}
+
+#[test]
+fn invalid_or_missing_answers_reject_the_whole_response() {
+    let c = contract("full_native", "", "keep");
+    let asked = check_request(&request(), &c).unwrap();
+    let mut missing = native();
+    missing["answers"].as_object_mut().unwrap().remove("s");
+    assert_eq!(
+        run(&c, &asked, &missing).unwrap_err(),
+        Invalid::MissingAnswer
+    );
+    let mut nan = native();
+    nan["answers"]["n"]["noul"] = json!(1.5);
+    assert_eq!(run(&c, &asked, &nan).unwrap_err(), Invalid::BadProbability);
+    let mut usage = native();
+    usage["usage"]["input_tokens"] = json!(1.5);
+    assert_eq!(run(&c, &asked, &usage).unwrap_err(), Invalid::MissingField);
+    assert_eq!(
+        run(&c, &asked, &json!({"answers": {}})).unwrap_err(),
+        Invalid::MissingField
+    );
+}
+
+mod wcpq_through_the_release_path {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::super::*;
+    use crate::codebook;
+    use crate::config::Config;
+    use crate::wire::check_request;
+    use crate::workflow::Spec;
+
+    /// The two contracts, built once (codebook precomputation is the slow part).
+    fn contract(view: &str) -> std::sync::Arc<Contract> {
+        static CONTRACTS: std::sync::OnceLock<[std::sync::Arc<Contract>; 2]> =
+            std::sync::OnceLock::new();
+        let built = CONTRACTS.get_or_init(|| [build("full_native"), build("full_probabilities")]);
+        built[usize::from(view != "full_native")].clone()
+    }
+
+    /// A contract whose 4-class question releases WCPQ codewords (grid-only codebook).
+    fn build(view: &str) -> std::sync::Arc<Contract> {
+        let classes: Vec<String> = ["A", "B", "C", "D"].iter().map(|s| s.to_string()).collect();
+        let spec = Spec::standard(classes.clone()).unwrap();
+        let built = codebook::build(&classes, 12, &spec, &[], "property".into()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("{view}.json"));
+        std::fs::write(&path, built.codebook.to_json_bytes()).unwrap();
+        let text = format!(
+            "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n\
+             [contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"{view}\"\n\
+             mechanism = {{ kind = \"wcpq\", codebook = \"{}\" }}\nworkflows = {{}}\n",
+            path.display()
+        );
+        Config::from_toml(&text).unwrap().contracts["c"].clone()
+    }
+
+    fn vector() -> impl Strategy<Value = Vec<f64>> {
+        prop::collection::vec(0.0f64..1.0, 4).prop_map(|raw| {
+            let cubed: Vec<f64> = raw.iter().map(|x| x * x * x + 1e-3).collect();
+            let sum: f64 = cubed.iter().sum();
+            cubed.iter().map(|x| x / sum).collect()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+        /// Through the proxy's own encoder and parser, a covered answer leaves
+        /// every frozen policy's plan and realized cost unchanged.
+        #[test]
+        fn covered_answers_keep_every_plan_and_cost(p in vector(), confidence in 0.0f64..1.0) {
+            let labels = ["A", "B", "C", "D"];
+            let choice = crate::wire::argmax(&p);
+            for view in ["full_native", "full_probabilities"] {
+                let contract = contract(view);
+                let request = json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"A": null, "B": null, "C": null, "D": null}}}});
+                let probabilities: serde_json::Map<String, Value> = labels.iter().zip(&p).map(|(l, v)| (l.to_string(), json!(v))).collect();
+                let native = json!({"model": "m", "answers": {"q": {"type": "choice", "choice": labels[choice], "probabilities": probabilities, "confidence": confidence}}, "usage": {}});
+                let asked = check_request(&request, &contract).unwrap();
+                let mut rng = crate::rng::Rng::new(0);
+                let mut options = Options { rng: &mut rng, evaluate: true };
+                let released = release(&contract, &asked, &request, &native, &mut options).unwrap();
+                let record = &released.answers[0];
+                let evaluation = record.evaluation.as_ref().unwrap();
+                let spec = contract.questions["q"].workflows.as_ref().unwrap();
+                let before = spec.plans(&evaluation.native, &Value::Null);
+                let after = spec.plans(&evaluation.released, &Value::Null);
+                match record.mechanism {
+                    crate::mechanism::Outcome::Covered { .. } => {
+                        prop_assert_eq!(&before, &after);
+                        for t in 0..4 {
+                            prop_assert_eq!(spec.realized_costs(&before, t), spec.realized_costs(&after, t));
+                        }
+                        prop_assert_eq!(evaluation.released.choice, choice);
+                    }
+                    // The native fallback releases the native answer unchanged.
+                    _ => prop_assert_eq!(&evaluation.native, &evaluation.released),
+                }
+            }
+        }
+    }
+}
+
+mod never_panics {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::super::*;
+    use crate::wire::check_request;
+
+    /// Arbitrary JSON values, biased toward the shapes the release path reads.
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<f64>()
+                .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+            (-2.0f64..2.0).prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            prop::sample::select(vec![
+                "A", "B", "C", "D", "0", "1", "true", "false", "choice", "score", "noul", ""
+            ])
+            .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop::sample::select(vec![
+                        "type",
+                        "choice",
+                        "probabilities",
+                        "confidence",
+                        "score",
+                        "noul",
+                        "legend",
+                        "answers",
+                        "model",
+                        "usage",
+                        "q",
+                        "s",
+                        "n",
+                        "A",
+                        "B",
+                        "C",
+                        "D",
+                        "0",
+                        "1",
+                        "2",
+                        "input_tokens",
+                    ]),
+                    inner,
+                    0..6
+                )
+                .prop_map(|map| Value::Object(
+                    map.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+                )),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// Whatever a provider sends, releasing it returns a body or a reason; it never panics.
+        #[test]
+        fn arbitrary_native_answers_never_panic(native in value(), answers in value(), view in 0usize..5, complete: bool) {
+            let view = crate::contract::View::ALL[view].as_str();
+            let c = super::shaped(if complete { "complete" } else { "minimal" }, view, "", "keep");
+            let asked = check_request(&super::request(), &c).unwrap();
+            let mut rng = crate::rng::Rng::new(3);
+            let mut options = Options { rng: &mut rng, evaluate: true };
+            let _ = release(&c, &asked, &super::request(), &native, &mut options);
+            let wrapped = json!({"model": "m", "answers": answers, "usage": {}});
+            let _ = release(&c, &asked, &super::request(), &wrapped, &mut options);
+        }
+
+        /// Whatever a caller sends, checking it against a contract never panics.
+        #[test]
+        fn arbitrary_requests_never_panic(request in value(), questions in value()) {
+            let c = super::contract("full_native", "", "keep");
+            let _ = check_request(&request, &c);
+            let _ = check_request(&json!({"model": "m", "state": "s", "questions": questions}), &c);
+        }
+    }
+}

@@ -1,0 +1,510 @@
+//! Saved worlds to the audit's input, through the contract's release path.
+//!
+//! Every candidate release is the contract itself with the view (and, for
+//! mechanism releases, the mechanism) replaced; each world is released by
+//! `release::release`, exactly as the proxy would, and the attacker's
+//! features are read from the released answer. Public request features are
+//! fitted on the train split from the contract's `public` declarations.
+//! Workflow costs are realized costs of the recipient's frozen workflows on
+//! the released answers (Appendix C recipient policies for views without
+//! probabilities: an empirical prior or a logistic posterior, picked per
+//! policy on validation cost).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ndarray::{Array1, Array2};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::logistic;
+use super::{CostObservation, Example, Input, Release, ReleasedFeatures, WorkflowCosts};
+use releasegate_core::contract::{Contract, PublicKind, View};
+use releasegate_core::features::{self, PublicFeature, PublicFeatureSpec};
+use releasegate_core::mechanism::{self, Mechanism};
+use releasegate_core::release::{self, Options};
+use releasegate_core::rng::Rng;
+use releasegate_core::wire;
+use releasegate_core::workflow::{self, Spec};
+use releasegate_sim::worlds::{self, World};
+
+/// One candidate release.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// Unique name in the report.
+    pub name: String,
+    /// The view every question is released under.
+    pub view: View,
+    /// The mechanism, or `None` for "as the contract says".
+    pub mechanism: Option<Mechanism>,
+}
+
+/// Which fields of a released answer the attacker reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reading {
+    /// The fields the contract releases, as sent (`Form::observe`): the
+    /// paper's view representations, the same for complete and minimal releases.
+    #[default]
+    Released,
+    /// Also the complete shape's fills, computed from the released fields
+    /// (`Form::observe_with_fills`): the same for complete and minimal releases.
+    WithFills,
+}
+
+/// Errors turning worlds into audit input.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No world could be used.
+    #[error("no labelled world fits the contract(s); nothing to audit")]
+    Empty,
+    /// A world's release failed in an unexpected way.
+    #[error("world {world_id}: {reason}")]
+    World {
+        /// The world.
+        world_id: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Worlds left out, and what mechanisms did, per release.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Intake {
+    /// Worlds used.
+    pub worlds_used: u64,
+    /// Worlds left out, by reason.
+    pub skipped: BTreeMap<String, u64>,
+    /// Per release: mechanism outcomes on every used world (covered, fallback reasons).
+    pub mechanisms: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Per release and workflow: the posterior the recipient policy uses.
+    pub recipient_posteriors: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// A world that fits one of the contracts.
+struct Usable<'w> {
+    world: &'w World,
+    contract: usize,
+    question: String,
+    labels: Vec<String>,
+    t_index: usize,
+    s_index: usize,
+    public: Vec<f64>,
+}
+
+/// Builds the audit input of `candidates` over `worlds` (each released under the
+/// first contract whose request it fits).
+pub fn build(
+    contracts: &[Arc<Contract>],
+    worlds: &[World],
+    candidates: &[Candidate],
+    reading: Reading,
+    seed: u64,
+) -> Result<(Input, Intake), Error> {
+    let mut intake = Intake::default();
+    let mut usable = Vec::new();
+    for world in worlds {
+        match usable_world(contracts, world) {
+            Ok(found) => usable.push(found),
+            Err(reason) => *intake.skipped.entry(reason.to_string()).or_default() += 1,
+        }
+    }
+    if usable.is_empty() {
+        return Err(Error::Empty);
+    }
+    // Public features: fitted per contract on its train worlds.
+    let specs: Vec<PublicFeatureSpec> = (0..contracts.len())
+        .map(|c| {
+            fit_public(
+                &contracts[c],
+                usable.iter().filter(|u| u.contract == c).map(|u| u.world),
+            )
+        })
+        .collect();
+    for u in &mut usable {
+        let state = u.world.request.get("state").unwrap_or(&Value::Null);
+        u.public = specs[u.contract].extract(state);
+    }
+    intake.worlds_used = usable.len() as u64;
+
+    let mut input = Input::default();
+    for candidate in candidates {
+        let variants: Vec<Contract> = contracts
+            .iter()
+            .map(|c| c.with_release(candidate.view, candidate.mechanism.as_ref()))
+            .collect();
+        let mut examples = Vec::with_capacity(usable.len());
+        let mut consumer: Vec<Option<workflow::Release>> = Vec::with_capacity(usable.len());
+        let outcomes = intake.mechanisms.entry(candidate.name.clone()).or_default();
+        for u in &usable {
+            let contract = &variants[u.contract];
+            let asked = wire::check_request(&u.world.request, contract)
+                .map_err(|e| world_error(u.world, &e.to_string()))?;
+            let mut rng = Rng::from_bytes(
+                format!("{seed}/{}/{}", candidate.name, u.world.world_id).as_bytes(),
+            );
+            let mut options = Options {
+                rng: &mut rng,
+                evaluate: false,
+            };
+            let released = release::release(
+                contract,
+                &asked,
+                &u.world.request,
+                &u.world.response,
+                &mut options,
+            )
+            .map_err(|e| {
+                world_error(
+                    u.world,
+                    &format!("the saved answer failed validation ({e})"),
+                )
+            })?;
+            if let Some(record) = released.answers.iter().find(|r| r.question == u.question) {
+                let outcome = match record.mechanism {
+                    mechanism::Outcome::Applied => "applied".to_string(),
+                    mechanism::Outcome::Covered { .. } => "covered".to_string(),
+                    mechanism::Outcome::Fallback(reason) => format!("fallback:{}", reason.label()),
+                };
+                *outcomes.entry(outcome).or_default() += 1;
+            }
+            // An answer left out of `answers` (no prediction, complete shape) reads as `null`.
+            let answer = &released.body["answers"][u.question.as_str()];
+            let question = asked
+                .questions
+                .iter()
+                .find(|q| q.id == u.question)
+                .ok_or_else(|| world_error(u.world, "the question is not asked"))?;
+            let rule = contract
+                .questions
+                .get(&u.question)
+                .ok_or_else(|| world_error(u.world, "the question is not in the contract"))?;
+            let form = release::Form::new(question, rule, contract.shape);
+            examples.push(Example {
+                pair_id: u.world.pair_id.clone(),
+                split: u.world.split,
+                domain: u.world.domain.clone(),
+                t: u.labels[u.t_index].clone(),
+                t_index: u.t_index,
+                hypotheses: labels_of(u.world)
+                    .map(|l| l.hypotheses.clone())
+                    .unwrap_or_default(),
+                s_index: Some(u.s_index),
+                release: features_of(&form, reading, answer),
+                public: u.public.clone(),
+                class_count: u.labels.len(),
+            });
+            consumer.push(release::read_released(&form, answer));
+        }
+        costs(
+            &mut input,
+            &mut intake,
+            candidate,
+            contracts,
+            &usable,
+            &consumer,
+        );
+        input.releases.push(Release {
+            name: candidate.name.clone(),
+            examples,
+        });
+    }
+    Ok((input, intake))
+}
+
+fn world_error(world: &World, reason: &str) -> Error {
+    Error::World {
+        world_id: world.world_id.clone(),
+        reason: reason.to_string(),
+    }
+}
+
+fn labels_of(world: &World) -> Option<&worlds::Labels> {
+    world.labels.as_ref()
+}
+
+fn usable_world<'w>(
+    contracts: &[Arc<Contract>],
+    world: &'w World,
+) -> Result<Usable<'w>, &'static str> {
+    let labels = world.labels.as_ref().ok_or("no_labels")?;
+    let (index, contract, asked) = contracts
+        .iter()
+        .enumerate()
+        .find_map(|(i, c)| {
+            wire::check_request(&world.request, c)
+                .ok()
+                .map(|asked| (i, c, asked))
+        })
+        .ok_or("request_does_not_fit")?;
+    let rule = contract
+        .questions
+        .get(&labels.question)
+        .ok_or("question_not_in_contract")?;
+    if !asked.questions.iter().any(|q| q.id == labels.question) {
+        return Err("question_not_asked");
+    }
+    let released_labels = rule.released_labels().to_vec();
+    let t_index = released_labels
+        .iter()
+        .position(|l| *l == labels.t)
+        .ok_or("authorized_class_not_released")?;
+    let s_index = labels
+        .hypotheses
+        .iter()
+        .position(|h| *h == labels.s)
+        .ok_or("secret_not_a_hypothesis")?;
+    Ok(Usable {
+        world,
+        contract: index,
+        question: labels.question.clone(),
+        labels: released_labels,
+        t_index,
+        s_index,
+        public: Vec::new(),
+    })
+}
+
+/// The attacker's view of a released answer. By default exactly the fields
+/// the contract releases for it, as they appear in the body (`Form::observe`):
+/// the complete shape's fills are not features, since each is a known function
+/// of the released fields (the attacker knows the contract) and adds no
+/// information. `Reading::WithFills` adds them as features in both shapes
+/// (computed from a minimal answer, read from a complete one): no new
+/// information, but new feature transforms for the decoder library.
+fn features_of(form: &release::Form<'_>, reading: Reading, answer: &Value) -> ReleasedFeatures {
+    let observed = match reading {
+        Reading::Released => form.observe(answer),
+        Reading::WithFills => form.observe_with_fills(answer),
+    };
+    ReleasedFeatures {
+        choice: observed.choice,
+        probabilities: observed.probabilities,
+        confidence: observed.confidence,
+    }
+}
+
+/// Fits a contract's public features on its train worlds.
+fn fit_public<'w>(
+    contract: &Contract,
+    worlds: impl Iterator<Item = &'w World>,
+) -> PublicFeatureSpec {
+    let train: Vec<&World> = worlds.filter(|w| w.split == worlds::Split::Train).collect();
+    let mut features = Vec::new();
+    for field in &contract.public {
+        let values = train.iter().filter_map(|w| {
+            w.request
+                .get("state")
+                .and_then(|s| s.pointer(&field.pointer))
+        });
+        match field.kind {
+            PublicKind::Categorical => {
+                let mut counts: BTreeMap<String, (u64, Value)> = BTreeMap::new();
+                for value in values {
+                    counts
+                        .entry(value.to_string())
+                        .or_insert((0, value.clone()))
+                        .0 += 1;
+                }
+                let mut ranked: Vec<(String, (u64, Value))> = counts.into_iter().collect();
+                ranked.sort_by(|a, b| b.1.0.cmp(&a.1.0).then_with(|| a.0.cmp(&b.0)));
+                ranked.truncate(field.max_features.unwrap_or(32));
+                features.push(PublicFeature::Categorical {
+                    pointer: field.pointer.clone(),
+                    values: ranked.into_iter().map(|(_, (_, v))| v).collect(),
+                });
+            }
+            PublicKind::Tokens => {
+                let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+                for value in values {
+                    features::visit_text(value, &mut |text| {
+                        for token in features::tokens(text) {
+                            *counts.entry(token).or_default() += 1;
+                        }
+                    });
+                }
+                let mut ranked: Vec<(String, u64)> = counts.into_iter().collect();
+                ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                ranked.truncate(field.max_features.unwrap_or(64));
+                features.push(PublicFeature::Tokens {
+                    pointer: field.pointer.clone(),
+                    vocabulary: ranked.into_iter().map(|(t, _)| t).collect(),
+                });
+            }
+        }
+    }
+    // Pointers are validated with the configuration and vocabularies come from the tokenizer.
+    PublicFeatureSpec::new(features).unwrap_or_else(|_| PublicFeatureSpec::empty())
+}
+
+/// Realized costs of every frozen workflow on the test worlds of one release.
+fn costs(
+    input: &mut Input,
+    intake: &mut Intake,
+    candidate: &Candidate,
+    contracts: &[Arc<Contract>],
+    usable: &[Usable<'_>],
+    consumer: &[Option<workflow::Release>],
+) {
+    // One workflow set per (contract, question) with declared workflows; named family/profile.
+    let mut observations: BTreeMap<String, Vec<CostObservation>> = BTreeMap::new();
+    let chosen = intake
+        .recipient_posteriors
+        .entry(candidate.name.clone())
+        .or_default();
+    for (c, contract) in contracts.iter().enumerate() {
+        for (question, rule) in &contract.questions {
+            let Some(spec) = &rule.workflows else {
+                continue;
+            };
+            let members: Vec<usize> = (0..usable.len())
+                .filter(|&i| usable[i].contract == c && usable[i].question == *question)
+                .collect();
+            if members.is_empty() {
+                continue;
+            }
+            let posteriors = recipient_posteriors(spec, candidate.view, usable, consumer, &members);
+            for (p, policy) in spec.policies().iter().enumerate() {
+                let name = format!("{}/{}", policy.family.name(), policy.profile.name());
+                // Pick the posterior with the lowest mean validation cost (ties: the first).
+                let validation_cost = |estimates: &Vec<Option<Vec<f64>>>| {
+                    let costs: Vec<f64> = members
+                        .iter()
+                        .filter(|&&i| usable[i].world.split == worlds::Split::Validation)
+                        .filter_map(|&i| {
+                            estimates[i]
+                                .as_ref()
+                                .map(|q| policy.realized_cost(&policy.decide(q), usable[i].t_index))
+                        })
+                        .collect();
+                    costs.iter().sum::<f64>() / costs.len().max(1) as f64
+                };
+                let best = posteriors
+                    .iter()
+                    .enumerate()
+                    .min_by(|a, b| {
+                        validation_cost(&a.1.1)
+                            .total_cmp(&validation_cost(&b.1.1))
+                            .then(a.0.cmp(&b.0))
+                    })
+                    .map(|(index, _)| index)
+                    .unwrap_or(0);
+                let (posterior_name, estimates) = &posteriors[best];
+                chosen.insert(
+                    format!("{}/{question}/{name}", contract.name),
+                    posterior_name.clone(),
+                );
+                let entry = observations.entry(name).or_default();
+                for &i in &members {
+                    let u = &usable[i];
+                    if u.world.split != worlds::Split::Test {
+                        continue;
+                    }
+                    if let Some(q) = &estimates[i] {
+                        entry.push(CostObservation {
+                            pair_id: u.world.pair_id.clone(),
+                            domain: u.world.domain.clone(),
+                            cost: spec.policies()[p].realized_cost(&policy.decide(q), u.t_index),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    for (workflow, observations) in observations {
+        input.costs.push(WorkflowCosts {
+            release: candidate.name.clone(),
+            workflow,
+            observations,
+        });
+    }
+}
+
+/// The recipient's candidate posteriors per world: the frozen one (native)
+/// for views with probabilities; for other views an empirical prior and a
+/// one-vs-rest L2 logistic posterior over the released fields, both fitted on train.
+fn recipient_posteriors(
+    spec: &Spec,
+    view: View,
+    usable: &[Usable<'_>],
+    consumer: &[Option<workflow::Release>],
+    members: &[usize],
+) -> Vec<(String, Vec<Option<Vec<f64>>>)> {
+    let n = spec.class_count();
+    if view.has_probabilities() {
+        let estimates = (0..usable.len())
+            .map(|i| {
+                consumer[i].as_ref().map(|r| {
+                    spec.posterior(
+                        r,
+                        usable[i].world.request.get("state").unwrap_or(&Value::Null),
+                    )
+                })
+            })
+            .collect();
+        return vec![("frozen".to_string(), estimates)];
+    }
+    let train: Vec<usize> = members
+        .iter()
+        .copied()
+        .filter(|&i| usable[i].world.split == worlds::Split::Train)
+        .collect();
+    let mut prior = vec![1.0; n];
+    for &i in &train {
+        prior[usable[i].t_index] += 1.0;
+    }
+    let total: f64 = prior.iter().sum();
+    prior.iter_mut().for_each(|p| *p /= total);
+    let prior_estimates = (0..usable.len()).map(|_| Some(prior.clone())).collect();
+    // Features: one-hot choice and the confidence when released.
+    let featurize = |release: &Option<workflow::Release>| -> Vec<f64> {
+        let mut x = vec![0.0; n + 1];
+        if let Some(r) = release {
+            if r.choice < n {
+                x[r.choice] = 1.0;
+            }
+            x[n] = r.confidence.unwrap_or(0.0);
+        }
+        x
+    };
+    let rows: Vec<Vec<f64>> = train.iter().map(|&i| featurize(&consumer[i])).collect();
+    let x = Array2::from_shape_fn((rows.len(), n + 1), |(r, c)| rows[r][c]);
+    let models: Vec<logistic::Model> = (0..n)
+        .map(|class| {
+            let y = Array1::from_iter(
+                train
+                    .iter()
+                    .map(|&i| f64::from(u8::from(usable[i].t_index == class))),
+            );
+            logistic::fit(
+                x.view(),
+                y.view(),
+                logistic::Options {
+                    c: 1.0,
+                    intercept: true,
+                    max_iter: 50,
+                    tol: 1e-8,
+                },
+                None,
+            )
+        })
+        .collect();
+    let logistic_estimates = (0..usable.len())
+        .map(|i| {
+            let row = featurize(&consumer[i]);
+            let x = Array2::from_shape_fn((1, n + 1), |(_, c)| row[c]);
+            let raw: Vec<f64> = models
+                .iter()
+                .map(|m| m.predict(x.view())[0].max(1e-9))
+                .collect();
+            let sum: f64 = raw.iter().sum();
+            Some(raw.iter().map(|p| p / sum).collect())
+        })
+        .collect();
+    vec![
+        ("empirical_prior".to_string(), prior_estimates),
+        ("logistic".to_string(), logistic_estimates),
+    ]
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,167 @@
+//! The audit reads complete and minimal releases identically.
+
+use std::sync::Arc;
+
+use super::*;
+use releasegate_core::config::Config as AppConfig;
+use releasegate_core::contract::Shape;
+use releasegate_sim::simulate;
+
+/// The shipped offline contracts (WCPQ over the pooled codebook), in `shape`.
+fn contracts(shape: Shape) -> Vec<Arc<Contract>> {
+    let config_dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../config"));
+    let text = std::fs::read_to_string(config_dir.join("tuple-bench.toml")).unwrap();
+    let config = AppConfig::from_toml_with(
+        &text,
+        "tuple-bench.toml",
+        config_dir,
+        releasegate_core::config::Inputs {
+            env: None,
+            files: &|path| std::fs::read(path),
+            codebooks: true,
+        },
+    )
+    .unwrap();
+    ["delivery", "equipment", "it_ops"]
+        .iter()
+        .map(|name| {
+            Arc::new(Contract {
+                shape,
+                ..(**config.contract(name).unwrap()).clone()
+            })
+        })
+        .collect()
+}
+
+fn candidates() -> Vec<Candidate> {
+    let mut out: Vec<Candidate> = View::ALL
+        .iter()
+        .map(|&view| Candidate {
+            name: view.as_str().to_string(),
+            view,
+            mechanism: Some(Mechanism::None),
+        })
+        .collect();
+    out.push(Candidate {
+        name: "wcpq (contract)".into(),
+        view: View::FullNative,
+        mechanism: None,
+    });
+    for (name, mechanism) in [
+        ("top_k", Mechanism::TopK { k: 2 }),
+        ("quantize", Mechanism::Quantize { step: 0.1 }),
+    ] {
+        for view in [View::FullProbabilities, View::FullNative] {
+            out.push(Candidate {
+                name: format!("{name} {view}"),
+                view,
+                mechanism: Some(mechanism.clone()),
+            });
+        }
+    }
+    out
+}
+
+#[test]
+fn complete_and_minimal_releases_give_the_same_audit_input_and_recovery() {
+    let worlds = simulate::generate(&simulate::Options {
+        pairs_per_domain: 30,
+        seed: 4,
+    })
+    .unwrap();
+    let (complete, complete_intake) = build(
+        &contracts(Shape::Complete),
+        &worlds,
+        &candidates(),
+        Reading::Released,
+        9,
+    )
+    .unwrap();
+    let (minimal, minimal_intake) = build(
+        &contracts(Shape::Minimal),
+        &worlds,
+        &candidates(),
+        Reading::Released,
+        9,
+    )
+    .unwrap();
+    // The bodies differ (fills, left-out answers) ...
+    let delivery = &contracts(Shape::Complete)[0];
+    let world = &worlds[0];
+    let asked = wire::check_request(&world.request, delivery).unwrap();
+    let body = |shape: Shape, view: View| {
+        let contract = Contract {
+            shape,
+            ..delivery.with_release(view, Some(&Mechanism::None))
+        };
+        let mut rng = Rng::new(0);
+        let mut options = Options {
+            rng: &mut rng,
+            evaluate: false,
+        };
+        release::release(
+            &contract,
+            &asked,
+            &world.request,
+            &world.response,
+            &mut options,
+        )
+        .unwrap()
+        .body
+    };
+    for view in [
+        View::NoOutput,
+        View::Choice,
+        View::ChoiceConfidence,
+        View::FullProbabilities,
+    ] {
+        assert_ne!(
+            body(Shape::Complete, view),
+            body(Shape::Minimal, view),
+            "{view}"
+        );
+    }
+    // ... but the attacker's features, the recipients' readings and so the costs are equal.
+    assert_eq!(complete, minimal);
+    assert_eq!(complete_intake.mechanisms, minimal_intake.mechanisms);
+    assert_eq!(
+        complete_intake.recipient_posteriors,
+        minimal_intake.recipient_posteriors
+    );
+    // Equal inputs give equal recovery: the audit is a deterministic function of its
+    // input (`audit::tests`), so running it here would only repeat that check.
+}
+
+#[test]
+fn an_attacker_reading_the_fills_sees_the_same_in_both_shapes() {
+    let worlds = simulate::generate(&simulate::Options {
+        pairs_per_domain: 30,
+        seed: 4,
+    })
+    .unwrap();
+    let read = |shape: Shape, reading: Reading| {
+        build(&contracts(shape), &worlds, &candidates(), reading, 9)
+            .unwrap()
+            .0
+    };
+    let complete = read(Shape::Complete, Reading::WithFills);
+    assert_eq!(complete, read(Shape::Minimal, Reading::WithFills));
+    // The fills are features now: the choice view carries the one-hot vector and confidence 1.
+    let released = read(Shape::Complete, Reading::Released);
+    assert_ne!(complete, released);
+    let choice = complete
+        .releases
+        .iter()
+        .find(|r| r.name == "choice")
+        .unwrap();
+    for example in &choice.examples {
+        let hot = example.release.choice.unwrap();
+        let p = example.release.probabilities.as_ref().unwrap();
+        assert!(
+            p.iter()
+                .enumerate()
+                .all(|(i, v)| *v == Some(if i == hot { 1.0 } else { 0.0 }))
+        );
+        assert_eq!(example.release.confidence, Some(1.0));
+    }
+}

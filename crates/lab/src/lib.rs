@@ -1,0 +1,2 @@
+pub mod audit;
+pub mod replay;

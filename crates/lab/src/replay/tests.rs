@@ -1,0 +1,280 @@
+use std::io::Cursor;
+
+use serde_json::{Value, json};
+
+use super::*;
+use releasegate_core::config::Config;
+
+fn contract() -> std::sync::Arc<Contract> {
+    let text = "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\nusage = \"drop\"\n\
+        [contracts.c.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice\"\n";
+    from_toml(text).unwrap().contracts["c"].clone()
+}
+
+fn world(id: &str, question: &str, answer: Value) -> String {
+    json!({
+        "world_id": id, "pair_id": "p1", "split": "train", "domain": "d",
+        "request": {"model": "m", "state": "s", "questions": {question: {"type": "choice", "criteria": {"A": null, "B": null}}}},
+        "response": {"model": "m", "answers": {question: answer}, "usage": {"input_tokens": 3, "output_tokens": 1}},
+        "labels": {"question": question, "T": "A", "S": "x", "hypotheses": ["x", "y"]},
+        "custom_key": {"kept": true}
+    })
+    .to_string()
+}
+
+fn run(input: &str) -> Result<(Summary, Vec<Value>), Error> {
+    let reader = Reader::new(Cursor::new(input.as_bytes().to_vec()));
+    let mut writer = Writer::new(Vec::new());
+    let summary = replay(&contract(), reader, &mut writer, &mut |_| {})?;
+    let bytes = writer.into_inner()?;
+    let lines = String::from_utf8(bytes).unwrap();
+    Ok((
+        summary,
+        lines
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect(),
+    ))
+}
+
+#[test]
+fn replay_releases_rejects_and_keeps_unknown_keys() {
+    let good = json!({"type": "choice", "choice": "B", "confidence": 0.4, "probabilities": {"A": 0.3, "B": 0.7}});
+    let bad = json!({"type": "choice", "choice": "B", "confidence": 0.4, "probabilities": {"A": 0.9, "B": 0.7}});
+    let input = [
+        world("w0", "q", good.clone()),
+        String::new(),
+        world("w1", "q", bad),
+        world("w2", "other", good),
+    ]
+    .join("\n");
+    let (summary, out) = run(&input).unwrap();
+    assert_eq!(summary.worlds_read, 3);
+    assert_eq!(summary.worlds_written, 3);
+    assert_eq!(summary.answers_released["q"]["choice"], 1);
+    assert_eq!(summary.rejected_answers.total, 1);
+    assert_eq!(summary.rejected_answers.worlds[0].line, 3);
+    assert_eq!(summary.rejected_answers.by_reason["probability_sum"], 1);
+    assert_eq!(summary.rejected_requests.worlds[0].line, 4);
+    assert_eq!(summary.mechanisms["q"].kind, "none");
+    assert_eq!(
+        out[0]["response"],
+        json!({"model": "m", "answers": {"q": {"type": "choice", "choice": "B",
+            "probabilities": {"A": 0.0, "B": 1.0}, "confidence": 1.0}}, "usage": {}})
+    );
+    assert_eq!(out[0]["custom_key"], json!({"kept": true}));
+    assert_eq!(out[0]["labels"]["S"], json!("x"));
+    assert_eq!(
+        out[1]["response"]["detail"]["error_type"],
+        json!("invalid_upstream_answer")
+    );
+    assert_eq!(
+        out[2]["response"]["detail"]["error_type"],
+        json!("invalid_request")
+    );
+}
+
+#[test]
+fn a_malformed_line_is_an_error_with_its_line_number() {
+    let good = json!({"type": "choice", "choice": "B", "probabilities": {"A": 0.3, "B": 0.7}});
+    let input = format!("{}\n{{broken\n", world("w0", "q", good));
+    let error = run(&input).unwrap_err();
+    assert!(error.to_string().contains("line 2"), "{error}");
+}
+
+#[test]
+fn batches_keep_input_order_and_line_numbers() {
+    let good = json!({"type": "choice", "choice": "B", "probabilities": {"A": 0.3, "B": 0.7}});
+    let bad = json!({"type": "choice", "choice": "B", "probabilities": {"A": 0.9, "B": 0.7}});
+    let n = BATCH + 300;
+    let lines: Vec<String> = (0..n)
+        .map(|i| {
+            world(
+                &format!("w{i}"),
+                "q",
+                if i % 500 == 7 {
+                    bad.clone()
+                } else {
+                    good.clone()
+                },
+            )
+        })
+        .collect();
+    let (summary, out) = run(&lines.join("\n")).unwrap();
+    assert_eq!(summary.worlds_read as usize, n);
+    let ids: Vec<&str> = out
+        .iter()
+        .map(|w| w["world_id"].as_str().unwrap())
+        .collect();
+    let expected: Vec<String> = (0..n).map(|i| format!("w{i}")).collect();
+    assert_eq!(ids, expected.iter().map(String::as_str).collect::<Vec<_>>());
+    let rejected: Vec<usize> = summary
+        .rejected_answers
+        .worlds
+        .iter()
+        .map(|r| r.line)
+        .collect();
+    let expected_lines: Vec<usize> = (0..n).filter(|i| i % 500 == 7).map(|i| i + 1).collect();
+    assert_eq!(rejected, expected_lines);
+}
+
+/// The delivery contract of `config/tuple-bench.toml` with `DAMAGE` withheld,
+/// replayed over the simulator's default worlds. WCPQ used to verify the
+/// unwithheld form and send the withheld one (plan agreement 0.848, a largest
+/// realized-cost difference of 19.6); it now verifies the bytes that go out.
+#[test]
+fn withholding_under_wcpq_keeps_every_plan_on_the_simulators_worlds() {
+    let worlds =
+        releasegate_sim::simulate::generate(&releasegate_sim::simulate::Options::default())
+            .unwrap();
+    let lines: Vec<String> = worlds.iter().map(|w| w.to_line().unwrap()).collect();
+    let input = lines.join("\n");
+    let shipped = std::fs::read_to_string(concat!(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../.."),
+        "/config/tuple-bench.toml"
+    ))
+    .unwrap()
+    .replace(
+        "codebooks/",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/codebooks/"),
+    )
+    .replace(
+        "[contracts.delivery.questions.coarse_cause]\n",
+        "[contracts.delivery.questions.coarse_cause]\nwithhold_labels = [\"DAMAGE\"]\n",
+    );
+    for (fallback, evaluated) in [("native", 480), ("deny", 479)] {
+        let text = shipped.replace(
+            "codebook = \"",
+            &format!("fallback = \"{fallback}\", codebook = \""),
+        );
+        let config = from_toml(&text).unwrap();
+        let contract = &config.contracts["delivery"];
+        let mut writer = Writer::new(Vec::new());
+        let summary = replay(
+            contract,
+            Reader::new(Cursor::new(input.clone().into_bytes())),
+            &mut writer,
+            &mut |_| {},
+        )
+        .unwrap();
+        let released = String::from_utf8(writer.into_inner().unwrap()).unwrap();
+        let withheld = released
+            .lines()
+            .filter(|l| l.contains("\"choice\":\"DAMAGE\""))
+            .count();
+        assert!(withheld > 50, "{withheld} withheld selections");
+        let mechanism = &summary.mechanisms["coarse_cause"];
+        assert_eq!(mechanism.answers, 480);
+        let covered = mechanism.covered.unwrap();
+        assert!(covered >= 470, "{fallback}: {covered} covered");
+        let workflows = mechanism.workflows.as_ref().unwrap();
+        // Every covered answer (and the native fallback) is evaluated; a denied one is not.
+        assert_eq!(workflows.answers, evaluated, "{fallback}");
+        assert_eq!(workflows.plan_agreement, 1.0, "{fallback}");
+        assert_eq!(workflows.max_realized_cost_difference, 0.0, "{fallback}");
+    }
+}
+
+/// The delivery contract of `config/tuple-bench.toml` under a WCPQ budget: the
+/// summary reports the worst per-output increase next to plan agreement, and it
+/// stays within α·κ_j (strict: 0).
+#[test]
+fn a_wcpq_budget_reports_the_worst_cost_increase() {
+    let worlds =
+        releasegate_sim::simulate::generate(&releasegate_sim::simulate::Options::default())
+            .unwrap();
+    let lines: Vec<String> = worlds.iter().map(|w| w.to_line().unwrap()).collect();
+    let input = lines.join("\n");
+    let shipped = std::fs::read_to_string(concat!(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../.."),
+        "/config/tuple-bench.toml"
+    ))
+    .unwrap()
+    .replace(
+        "codebooks/",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/codebooks/"),
+    );
+    let run_with = |shipped: &str, admissibility: &str| {
+        let text = shipped.replace(
+            "codebook = \"",
+            &format!("admissibility = {admissibility}, codebook = \""),
+        );
+        let config = from_toml(&text).unwrap();
+        let mut writer = Writer::new(Vec::new());
+        let summary = replay(
+            &config.contracts["delivery"],
+            Reader::new(Cursor::new(input.clone().into_bytes())),
+            &mut writer,
+            &mut |_| {},
+        )
+        .unwrap();
+        summary.mechanisms["coarse_cause"]
+            .workflows
+            .clone()
+            .unwrap()
+    };
+    let run = |admissibility: &str| run_with(&shipped, admissibility);
+    // A codebook learned for α = 0.2 from the train split, as `build-codebook --budget 0.2` does.
+    let config = from_toml(&shipped).unwrap();
+    let contract = &config.contracts["delivery"];
+    let rule = &contract.questions["coarse_cause"];
+    let releasegate_core::mechanism::Mechanism::Wcpq(wcpq) = &rule.mechanism else {
+        panic!("not wcpq")
+    };
+    let spec = rule.workflows.clone().unwrap();
+    let responses: Vec<releasegate_core::codebook::Response> = worlds
+        .iter()
+        .filter(|w| w.split == releasegate_sim::worlds::Split::Train)
+        .filter_map(|w| releasegate_sim::dataset::native_answer(contract, "coarse_cause", w).ok())
+        .enumerate()
+        .map(|(i, a)| releasegate_core::codebook::Response {
+            pair_id: format!("{i}"),
+            native: releasegate_core::workflow::Release {
+                choice: a.vector.choice,
+                probabilities: Some(a.vector.probabilities),
+                confidence: a.vector.confidence,
+            },
+            public: Vec::new(),
+        })
+        .collect();
+    assert!(responses.len() > 50);
+    let (learned, _) =
+        releasegate_core::codebook::learn(wcpq.mapper.codebook(), &spec, &responses, 0.2, 64, 4)
+            .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("learned.json");
+    std::fs::write(&path, learned.to_json_bytes()).unwrap();
+    let strict = run("\"strict\"");
+    assert_eq!(strict.plan_agreement, 1.0);
+    assert_eq!(strict.max_realized_cost_increase, 0.0);
+    assert_eq!(strict.max_relative_cost_increase, 0.0);
+    let shipped = shipped.replace(
+        concat!(
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../.."),
+            "/config/codebooks/tuple-bench-coarse_cause.json"
+        ),
+        &path.display().to_string(),
+    );
+    let bounded = run_with(&shipped, "{ budget = 0.2 }");
+    let _ = std::fs::remove_file(&path);
+    assert!(bounded.plan_agreement < 1.0, "{bounded:?}");
+    assert!(bounded.max_realized_cost_increase > 0.0, "{bounded:?}");
+    assert!(bounded.max_relative_cost_increase <= 0.2, "{bounded:?}");
+    let summary = serde_json::to_value(&bounded).unwrap();
+    assert!(summary["max_relative_cost_increase"].is_number());
+}
+
+/// Validates TOML text, reading the files it names relative to the repository root.
+fn from_toml(text: &str) -> Result<Config, releasegate_core::config::Error> {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    Config::from_toml_with(
+        text,
+        "inline",
+        root,
+        releasegate_core::config::Inputs {
+            env: None,
+            files: &|path| std::fs::read(path),
+            codebooks: true,
+        },
+    )
+}

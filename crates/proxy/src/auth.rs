@@ -1,0 +1,230 @@
+//! Recipient authentication: keys are compared by SHA-256 digest in constant time.
+
+use axum::http::HeaderMap;
+use axum::http::header::AUTHORIZATION;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use releasegate_core::config::Recipient;
+
+/// Header that selects a contract when a key is bound to several. The path
+/// prefix `/contracts/{name}/` selects one too (for clients that cannot send
+/// custom headers); both follow the same rules.
+pub const CONTRACT_HEADER: &str = "x-release-contract";
+/// Alternative to `Authorization: Bearer`.
+pub const API_KEY_HEADER: &str = "x-api-key";
+
+/// Why a caller is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// No key, or a key that matches no recipient (401).
+    #[error("missing or unknown API key")]
+    Unauthenticated,
+    /// The key is not bound to the requested contract (403).
+    #[error("this key is not bound to the requested release contract")]
+    Forbidden,
+    /// The key is bound to several contracts and none was chosen (400).
+    #[error(
+        "this key is bound to several release contracts; choose one with X-Release-Contract or the /contracts/{{name}}/ path prefix ({0})"
+    )]
+    Ambiguous(String),
+    /// The path and the header name different contracts (400).
+    #[error("the /contracts/{{name}}/ path prefix and X-Release-Contract name different contracts")]
+    Conflict,
+}
+
+/// The recipients' key digests.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    recipients: Vec<Recipient>,
+}
+
+/// An authenticated caller and the contract its request runs under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The recipient's configured name.
+    pub recipient: String,
+    /// The selected contract.
+    pub contract: String,
+}
+
+// === impl Keys ===
+
+impl Keys {
+    /// Builds the lookup from the configured recipients.
+    pub fn new(recipients: &[Recipient]) -> Keys {
+        Keys {
+            recipients: recipients.to_vec(),
+        }
+    }
+
+    /// Authenticates the request's key and selects its contract: the one named
+    /// by the path prefix (`path_contract`) or the header, else the key's only one.
+    pub fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        path_contract: Option<&str>,
+    ) -> Result<Caller, Error> {
+        let key = presented_key(headers).ok_or(Error::Unauthenticated)?;
+        let digest = Sha256::digest(key.as_bytes());
+        // Compare against every recipient so timing does not depend on which one matches.
+        let mut found: Option<&Recipient> = None;
+        for recipient in &self.recipients {
+            if bool::from(recipient.key_sha256.as_slice().ct_eq(digest.as_slice())) {
+                found = Some(recipient);
+            }
+        }
+        let recipient = found.ok_or(Error::Unauthenticated)?;
+        let header = headers
+            .get(CONTRACT_HEADER)
+            .map(|value| value.to_str().map(str::trim).unwrap_or(""));
+        let requested = match (path_contract, header) {
+            (Some(path), Some(header)) if path != header => return Err(Error::Conflict),
+            (path, header) => path.or(header),
+        };
+        let contract = match requested {
+            Some(name) => recipient
+                .contracts
+                .iter()
+                .find(|c| c.as_str() == name)
+                .ok_or(Error::Forbidden)?,
+            None => match recipient.contracts.as_slice() {
+                [only] => only,
+                several => return Err(Error::Ambiguous(several.join(", "))),
+            },
+        };
+        Ok(Caller {
+            recipient: recipient.name.clone(),
+            contract: contract.clone(),
+        })
+    }
+}
+
+/// The key from `Authorization: Bearer KEY` or `X-Api-Key: KEY`.
+fn presented_key(headers: &HeaderMap) -> Option<String> {
+    if let Some(value) = headers.get(AUTHORIZATION) {
+        let text = value.to_str().ok()?.trim();
+        let (scheme, key) = text.split_once(' ')?;
+        let key = key.trim();
+        return (scheme.eq_ignore_ascii_case("bearer") && !key.is_empty()).then(|| key.to_string());
+    }
+    let key = headers.get(API_KEY_HEADER)?.to_str().ok()?.trim();
+    (!key.is_empty()).then(|| key.to_string())
+}
+
+/// Hex SHA-256 of a key (for `releasegate hash-key`).
+pub fn hash_key(key: &str) -> String {
+    Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    fn keys() -> Keys {
+        let digest = |k: &str| releasegate_core::config::parse_sha256_hex(&hash_key(k)).unwrap();
+        Keys::new(&[
+            Recipient {
+                name: "one".into(),
+                key_sha256: digest("k1"),
+                contracts: vec!["a".into()],
+                rate_limit: None,
+            },
+            Recipient {
+                name: "two".into(),
+                key_sha256: digest("k2"),
+                contracts: vec!["a".into(), "b".into()],
+                rate_limit: None,
+            },
+        ])
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn keys_select_contracts() {
+        let keys = keys();
+        let caller = |h: &[(&'static str, &str)]| keys.authenticate(&headers(h), None);
+        assert_eq!(
+            caller(&[("authorization", "Bearer k1")]).unwrap().contract,
+            "a"
+        );
+        assert_eq!(
+            caller(&[("authorization", "bearer  k1 ")])
+                .unwrap()
+                .recipient,
+            "one"
+        );
+        assert_eq!(caller(&[("x-api-key", "k1")]).unwrap().contract, "a");
+        assert_eq!(
+            caller(&[("x-api-key", "k2"), ("x-release-contract", "b")])
+                .unwrap()
+                .contract,
+            "b"
+        );
+        assert_eq!(caller(&[]), Err(Error::Unauthenticated));
+        assert_eq!(
+            caller(&[("authorization", "Bearer nope")]),
+            Err(Error::Unauthenticated)
+        );
+        assert_eq!(
+            caller(&[("authorization", "Basic k1")]),
+            Err(Error::Unauthenticated)
+        );
+        assert_eq!(
+            caller(&[("authorization", "Bearer k1"), ("x-release-contract", "b")]),
+            Err(Error::Forbidden)
+        );
+        assert!(matches!(
+            caller(&[("authorization", "Bearer k2")]),
+            Err(Error::Ambiguous(_))
+        ));
+    }
+
+    #[test]
+    fn the_path_selects_a_contract_like_the_header() {
+        let keys = keys();
+        let caller = |h: &[(&'static str, &str)], path| keys.authenticate(&headers(h), path);
+        let k2 = ("authorization", "Bearer k2");
+        assert_eq!(caller(&[k2], Some("b")).unwrap().contract, "b");
+        assert_eq!(
+            caller(&[k2, ("x-release-contract", "b")], Some("b"))
+                .unwrap()
+                .contract,
+            "b"
+        );
+        assert_eq!(
+            caller(&[k2, ("x-release-contract", "a")], Some("b")),
+            Err(Error::Conflict)
+        );
+        assert_eq!(
+            caller(&[("authorization", "Bearer k1")], Some("b")),
+            Err(Error::Forbidden)
+        );
+        assert_eq!(caller(&[k2], Some("nope")), Err(Error::Forbidden));
+        // The key is checked first: a stranger learns nothing about contracts.
+        assert_eq!(
+            caller(&[("x-release-contract", "a")], Some("b")),
+            Err(Error::Unauthenticated)
+        );
+    }
+
+    #[test]
+    fn hash_key_is_hex_sha256() {
+        assert_eq!(
+            hash_key("demo-dispatcher-key"),
+            "d2aacb68b85bbdced6e4c3f176f8c2c9f0e8faa9e41842a3c426d1111a37022b"
+        );
+    }
+}

@@ -1,0 +1,200 @@
+//! Loading the configuration: the edge where the file system and the process
+//! environment meet the core's validation.
+//!
+//! The core validates TOML text with [`Inputs`] it is handed; this module
+//! reads the configuration file (or takes the embedded default), merges the
+//! `RELEASEGATE_*` environment overrides, reads provider keys from the
+//! environment and the files a configuration names from disk (or from the
+//! binary, for the embedded default), and checks what only the file system
+//! can tell (a decision log path that is a directory).
+
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use releasegate_core::config::{
+    Config, DecisionSink, ENV_PREFIX, Error, Inputs, is_config_env_key, sha256_hex,
+};
+
+/// The default configuration file, also embedded in the binary.
+pub const DEFAULT_PATH: &str = "config/releasegate.toml";
+/// The embedded default configuration (simulated provider, demo recipients).
+pub const EMBEDDED_DEFAULT: &str = include_str!("../../../config/releasegate.toml");
+/// Files the embedded default refers to, by their path relative to `config/`.
+const EMBEDDED_FILES: [(&str, &[u8]); 1] = [(
+    "codebooks/delivery-coarse_cause.json",
+    include_bytes!("../../../config/codebooks/delivery-coarse_cause.json"),
+)];
+/// The source name of the embedded default.
+const EMBEDDED_SOURCE: &str = "embedded default";
+
+/// Loads `path` (or the embedded default when `path` is `None` and the
+/// default file does not exist) with environment overrides, and validates it.
+pub fn load(path: Option<&Path>) -> Result<Config, Error> {
+    load_with(path, true)
+}
+
+/// Like [`load`], for the offline tools: provider keys are not read (the
+/// tools never contact a provider), so unset key variables are no error.
+pub fn load_offline(path: Option<&Path>) -> Result<Config, Error> {
+    load_with(path, false)
+}
+
+/// Like [`load_offline`], without loading WCPQ codebooks: for building the
+/// codebook a contract will name. WCPQ questions come back with the
+/// mechanism `none`; never serve such a configuration.
+pub fn load_without_codebooks(path: &Path) -> Result<Config, Error> {
+    if !path.exists() {
+        return Err(Error::Load(format!(
+            "configuration file {} does not exist",
+            path.display()
+        )));
+    }
+    let figment = Figment::from(Toml::file(path)).merge(env_overrides());
+    let source = format!("{} (codebooks not loaded)", path.display());
+    let config = Config::from_figment(
+        figment,
+        source,
+        &base_dir(Some(path)),
+        Inputs {
+            env: None,
+            files: &read_file,
+            codebooks: false,
+        },
+    )?;
+    check_paths(config)
+}
+
+/// The embedded default configuration (with its embedded codebooks).
+pub fn embedded_default() -> Result<Config, Error> {
+    let config = Config::from_toml_with(
+        EMBEDDED_DEFAULT,
+        EMBEDDED_SOURCE,
+        Path::new("."),
+        Inputs {
+            env: Some(&process_env),
+            files: &read_embedded,
+            codebooks: true,
+        },
+    )?;
+    check_paths(config)
+}
+
+/// Parses TOML text (no environment overrides; provider keys and the files it
+/// names, relative to the working directory, are read): for tests and tools.
+pub fn from_toml(text: &str) -> Result<Config, Error> {
+    from_toml_with_env(text, &process_env)
+}
+
+/// Like [`from_toml`], reading provider keys through `env` instead of the
+/// process environment (tests inject keys without mutating global state).
+pub fn from_toml_with_env(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, Error> {
+    let config = Config::from_toml_with(
+        text,
+        "inline",
+        Path::new("."),
+        Inputs {
+            env: Some(env),
+            files: &read_file,
+            codebooks: true,
+        },
+    )?;
+    check_paths(config)
+}
+
+fn load_with(path: Option<&Path>, read_keys: bool) -> Result<Config, Error> {
+    let file = match path {
+        Some(path) => {
+            if !path.exists() {
+                return Err(Error::Load(format!(
+                    "configuration file {} does not exist",
+                    path.display()
+                )));
+            }
+            Some(path)
+        }
+        None => Path::new(DEFAULT_PATH)
+            .exists()
+            .then_some(Path::new(DEFAULT_PATH)),
+    };
+    // Read once: the text parsed is the text hashed (`Origin::sha256`).
+    let (text, source) = match file {
+        Some(path) => (
+            std::fs::read_to_string(path).map_err(|error| {
+                Error::Load(format!(
+                    "cannot read configuration file {}: {error}",
+                    path.display()
+                ))
+            })?,
+            path.display().to_string(),
+        ),
+        None => (EMBEDDED_DEFAULT.to_string(), EMBEDDED_SOURCE.to_string()),
+    };
+    let figment = Figment::from(Toml::string(&text)).merge(env_overrides());
+    let embedded = file.is_none();
+    let mut config = Config::from_figment(
+        figment,
+        source,
+        &base_dir(file),
+        Inputs {
+            env: if read_keys { Some(&process_env) } else { None },
+            files: if embedded { &read_embedded } else { &read_file },
+            codebooks: true,
+        },
+    )?;
+    config.origin.path = file.map(Path::to_path_buf);
+    config.origin.sha256 = sha256_hex(text.as_bytes());
+    check_paths(config)
+}
+
+/// The directory relative paths in the configuration file are resolved against.
+fn base_dir(file: Option<&Path>) -> PathBuf {
+    file.and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// `RELEASEGATE_SECTION__KEY=value` overrides, only for the configuration's own
+/// top-level keys (see [`is_config_env_key`]).
+fn env_overrides() -> Env {
+    Env::prefixed(ENV_PREFIX)
+        .split("__")
+        .filter(|key| is_config_env_key(key.as_str()))
+}
+
+fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+fn read_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    std::fs::read(path)
+}
+
+/// Files of the embedded default come from the binary.
+fn read_embedded(path: &Path) -> std::io::Result<Vec<u8>> {
+    EMBEDDED_FILES
+        .iter()
+        .find(|(name, _)| path.ends_with(name))
+        .map(|(_, bytes)| bytes.to_vec())
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "not embedded"))
+}
+
+/// What only the file system can tell about a validated configuration.
+fn check_paths(config: Config) -> Result<Config, Error> {
+    if let Some(log) = &config.decision_log
+        && let DecisionSink::File(path) = &log.sink
+        && path.is_dir()
+    {
+        return Err(Error::Invalid(vec![format!(
+            "decision_log.path: {} is a directory; name a file",
+            path.display()
+        )]));
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,306 @@
+//! Prometheus metrics on an owned registry. Labels come only from
+//! configuration (contract, provider, question ids) and enums.
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+use releasegate_core::config::Config;
+use releasegate_core::mechanism::Mechanism;
+
+/// Histogram buckets of request and upstream latencies, in seconds.
+const LATENCY_BUCKETS: [f64; 15] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Typed metric handles.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Requests by contract and status class.
+    pub requests: IntCounterVec,
+    /// The proxy's own request latency by contract, route and status class.
+    pub request_duration: HistogramVec,
+    /// Upstream latency by provider.
+    pub upstream_latency: HistogramVec,
+    /// Upstream failures by provider and kind.
+    pub upstream_errors: IntCounterVec,
+    /// Released answers by contract, question and view.
+    pub released_answers: IntCounterVec,
+    /// Rejected upstream answers by contract and reason.
+    pub rejected_answers: IntCounterVec,
+    /// WCPQ-mapped answers by contract, question and outcome (covered or fallback).
+    pub wcpq_answers: IntCounterVec,
+    /// WCPQ fallbacks by contract, question and reason.
+    pub wcpq_fallbacks: IntCounterVec,
+    /// Time spent in the WCPQ mapper by contract and question.
+    pub wcpq_mapping: HistogramVec,
+    /// One series per WCPQ question: the codebook's SHA-256 as a label, its codeword count as value.
+    pub codebook_info: IntGaugeVec,
+    /// Configuration reloads by result (`ok`, `error`).
+    pub config_reloads: IntCounterVec,
+    /// One series, value 1: the SHA-256 of the configuration text in force.
+    pub config_info: IntGaugeVec,
+    /// Decision log lines dropped, by reason (`queue_full`, `write_error`).
+    pub decision_log_dropped: IntCounterVec,
+    /// Requests refused by a recipient's rate limit, by recipient.
+    pub rate_limited: IntCounterVec,
+}
+
+/// Errors building metrics (only on programming mistakes such as duplicate names).
+pub(crate) type Error = prometheus::Error;
+
+// === impl Metrics ===
+
+impl Metrics {
+    /// Registers every metric on a fresh registry.
+    pub fn new() -> Result<Metrics, Error> {
+        let registry = Registry::new();
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "releasegate_requests_total",
+                "Requests by release contract and status class",
+            ),
+            &["contract", "status_class"],
+        )?;
+        let request_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "releasegate_request_duration_seconds",
+                "Time from request arrival to response, by release contract, route and status class",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["contract", "route", "status_class"],
+        )?;
+        let upstream_latency = HistogramVec::new(
+            HistogramOpts::new(
+                "releasegate_upstream_latency_seconds",
+                "Upstream request latency by provider",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["provider"],
+        )?;
+        let upstream_errors = IntCounterVec::new(
+            Opts::new(
+                "releasegate_upstream_errors_total",
+                "Upstream failures by provider and kind",
+            ),
+            &["provider", "kind"],
+        )?;
+        let released_answers = IntCounterVec::new(
+            Opts::new(
+                "releasegate_released_answers_total",
+                "Released answers by contract, question and view",
+            ),
+            &["contract", "question", "view"],
+        )?;
+        let rejected_answers = IntCounterVec::new(
+            Opts::new(
+                "releasegate_rejected_upstream_answers_total",
+                "Upstream answers rejected as invalid, by contract and reason",
+            ),
+            &["contract", "reason"],
+        )?;
+        let wcpq_answers = IntCounterVec::new(
+            Opts::new(
+                "releasegate_wcpq_answers_total",
+                "Answers mapped by WCPQ, by contract, question and outcome (covered or fallback)",
+            ),
+            &["contract", "question", "outcome"],
+        )?;
+        let wcpq_fallbacks = IntCounterVec::new(
+            Opts::new(
+                "releasegate_wcpq_fallbacks_total",
+                "WCPQ fallbacks by contract, question and reason",
+            ),
+            &["contract", "question", "reason"],
+        )?;
+        let wcpq_mapping = HistogramVec::new(
+            HistogramOpts::new(
+                "releasegate_wcpq_mapping_seconds",
+                "Time to map one answer with the WCPQ strict mapper",
+            )
+            .buckets(vec![
+                1e-6, 2.5e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2, 0.1,
+            ]),
+            &["contract", "question"],
+        )?;
+        let codebook_info = IntGaugeVec::new(
+            Opts::new(
+                "releasegate_codebook_info",
+                "WCPQ codebook in use per contract question (value: codeword count)",
+            ),
+            &["contract", "question", "sha256"],
+        )?;
+        let config_reloads = IntCounterVec::new(
+            Opts::new(
+                "releasegate_config_reloads_total",
+                "Configuration reloads (SIGHUP or file change) by result: ok or error",
+            ),
+            &["result"],
+        )?;
+        for result in ["ok", "error"] {
+            config_reloads.with_label_values(&[result]);
+        }
+        let config_info = IntGaugeVec::new(
+            Opts::new(
+                "releasegate_config_info",
+                "The configuration in force (value 1): SHA-256 of its text",
+            ),
+            &["sha256"],
+        )?;
+        let decision_log_dropped = IntCounterVec::new(
+            Opts::new(
+                "releasegate_decision_log_dropped_total",
+                "Decision log lines dropped, by reason: queue_full (the writer fell behind) or write_error",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(decision_log_dropped.clone()))?;
+        let rate_limited = IntCounterVec::new(
+            Opts::new(
+                "releasegate_rate_limited_total",
+                "Requests refused (429) by a recipient's rate limit on this replica, by recipient",
+            ),
+            &["recipient"],
+        )?;
+        registry.register(Box::new(rate_limited.clone()))?;
+        registry.register(Box::new(config_reloads.clone()))?;
+        registry.register(Box::new(config_info.clone()))?;
+        registry.register(Box::new(wcpq_answers.clone()))?;
+        registry.register(Box::new(wcpq_fallbacks.clone()))?;
+        registry.register(Box::new(wcpq_mapping.clone()))?;
+        registry.register(Box::new(codebook_info.clone()))?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(request_duration.clone()))?;
+        registry.register(Box::new(upstream_latency.clone()))?;
+        registry.register(Box::new(upstream_errors.clone()))?;
+        registry.register(Box::new(released_answers.clone()))?;
+        registry.register(Box::new(rejected_answers.clone()))?;
+        Ok(Metrics {
+            registry,
+            requests,
+            request_duration,
+            upstream_latency,
+            upstream_errors,
+            released_answers,
+            rejected_answers,
+            wcpq_answers,
+            wcpq_fallbacks,
+            wcpq_mapping,
+            codebook_info,
+            config_reloads,
+            config_info,
+            decision_log_dropped,
+            rate_limited,
+        })
+    }
+
+    /// Publishes the codebook of every WCPQ question and starts its series at zero;
+    /// starts every provider's upstream error series and every contract's rejected-answer
+    /// series (one per reason) at zero.
+    pub fn describe(&self, config: &Config) {
+        self.config_info
+            .with_label_values(&[config.origin.sha256.as_str()])
+            .set(1);
+        for recipient in &config.recipients {
+            if recipient.rate_limit.is_some() {
+                self.rate_limited
+                    .with_label_values(&[recipient.name.as_str()]);
+            }
+        }
+        for provider in config.providers.keys() {
+            for kind in crate::upstream::ERROR_KINDS {
+                self.upstream_errors
+                    .with_label_values(&[provider.as_str(), kind]);
+            }
+        }
+        for (name, contract) in &config.contracts {
+            for reason in releasegate_core::wire::Invalid::ALL {
+                self.rejected_answers
+                    .with_label_values(&[name.as_str(), &reason.to_string()]);
+            }
+            for (question, rule) in &contract.questions {
+                if let Mechanism::Wcpq(wcpq) = &rule.mechanism {
+                    let count = i64::try_from(wcpq.mapper.codebook().len()).unwrap_or(i64::MAX);
+                    self.codebook_info
+                        .with_label_values(&[
+                            name.as_str(),
+                            question.as_str(),
+                            wcpq.codebook_sha256.as_str(),
+                        ])
+                        .set(count);
+                    for outcome in ["covered", "fallback"] {
+                        self.wcpq_answers.with_label_values(&[
+                            name.as_str(),
+                            question.as_str(),
+                            outcome,
+                        ]);
+                    }
+                    for reason in releasegate_core::wcpq::Reason::LABELS {
+                        self.wcpq_fallbacks.with_label_values(&[
+                            name.as_str(),
+                            question.as_str(),
+                            reason,
+                        ]);
+                    }
+                }
+            }
+        }
+    }
+
+    /// After a reload from `old` to `new`: describes `new` and removes the series that
+    /// described only `old` (its configuration hash, codebooks no longer in use). Counters
+    /// keep their values: a question or provider that disappears keeps its history.
+    pub fn redescribe(&self, old: &Config, new: &Config) {
+        self.describe(new);
+        if old.origin.sha256 != new.origin.sha256 {
+            let _ = self
+                .config_info
+                .remove_label_values(&[old.origin.sha256.as_str()]);
+        }
+        let codebooks = |config: &Config| {
+            let mut series = std::collections::BTreeSet::new();
+            for (name, contract) in &config.contracts {
+                for (question, rule) in &contract.questions {
+                    if let Mechanism::Wcpq(wcpq) = &rule.mechanism {
+                        series.insert([
+                            name.clone(),
+                            question.clone(),
+                            wcpq.codebook_sha256.clone(),
+                        ]);
+                    }
+                }
+            }
+            series
+        };
+        let current = codebooks(new);
+        for stale in codebooks(old).difference(&current) {
+            let labels = [stale[0].as_str(), stale[1].as_str(), stale[2].as_str()];
+            let _ = self.codebook_info.remove_label_values(&labels);
+        }
+    }
+
+    /// The registry (for registering further collectors).
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Renders the text exposition format.
+    pub fn render(&self) -> Vec<u8> {
+        let mut buffer = Vec::new();
+        // Encoding into a Vec cannot fail for well-formed families.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buffer);
+        buffer
+    }
+}
+
+/// The status class label of an HTTP status.
+pub(crate) fn status_class(status: u16) -> &'static str {
+    match status {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}

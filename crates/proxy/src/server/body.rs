@@ -1,0 +1,91 @@
+//! Reading request bodies: a declared `Content-Length` above the limit is
+//! refused before any byte is read, the body must arrive within a total
+//! deadline, size limits hold before and after decompression,
+//! `Content-Encoding: zstd | gzip | identity`, JSON only.
+
+use std::io::Read;
+
+use axum::body::Body;
+use axum::http::HeaderMap;
+use axum::http::header::{CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE};
+use bytes::Bytes;
+
+use super::error::Error;
+use releasegate_core::config::Server;
+
+/// Reads the body, enforcing `max_body_bytes` on the declared length, the
+/// wire bytes and the decoded bytes, and `body_read_timeout` on the whole transfer.
+pub(super) async fn read(headers: &HeaderMap, body: Body, server: &Server) -> Result<Bytes, Error> {
+    let limit = server.max_body_bytes;
+    if declared_length(headers).is_some_and(|length| length > limit as u64) {
+        return Err(Error::TooLarge(limit));
+    }
+    if let Some(content_type) = headers.get(CONTENT_TYPE) {
+        let text = content_type.to_str().unwrap_or("").to_ascii_lowercase();
+        let json_like = text.is_empty()
+            || text.starts_with("application/json")
+            || text.starts_with("text/plain")
+            || text.starts_with("application/x-www-form-urlencoded");
+        if !json_like {
+            return Err(Error::Unsupported(format!(
+                "content type `{}` is not supported; send application/json",
+                text.split(';').next().unwrap_or("")
+            )));
+        }
+    }
+    let deadline = server.body_read_timeout;
+    let wire = tokio::time::timeout(deadline, axum::body::to_bytes(body, limit))
+        .await
+        .map_err(|_| Error::BodyTimeout(deadline))?
+        .map_err(|error| {
+            let too_large = std::error::Error::source(&error)
+                .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+            if too_large {
+                Error::TooLarge(limit)
+            } else {
+                Error::BadBody("the request body could not be read".into())
+            }
+        })?;
+    let encoding = headers
+        .get(CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    match encoding.as_str() {
+        "" | "identity" => Ok(wire),
+        "zstd" => {
+            let decoder = zstd::stream::read::Decoder::new(wire.as_ref())
+                .map_err(|_| Error::BadBody("the zstd body could not be decoded".into()))?;
+            decode(decoder, limit, "zstd")
+        }
+        "gzip" | "x-gzip" => decode(flate2::read::GzDecoder::new(wire.as_ref()), limit, "gzip"),
+        other => Err(Error::Unsupported(format!(
+            "content encoding `{other}` is not supported (zstd, gzip or none)"
+        ))),
+    }
+}
+
+/// The `Content-Length` the client declared, if any (hyper has already
+/// refused a malformed one).
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn decode(reader: impl Read, limit: usize, name: &str) -> Result<Bytes, Error> {
+    let mut out = Vec::new();
+    // Read one byte past the limit to detect oversize output without decoding it all.
+    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
+    reader
+        .take(cap)
+        .read_to_end(&mut out)
+        .map_err(|_| Error::BadBody(format!("the {name} body could not be decoded")))?;
+    if out.len() > limit {
+        return Err(Error::TooLarge(limit));
+    }
+    Ok(Bytes::from(out))
+}

@@ -1,0 +1,223 @@
+//! The one place a client-facing status is chosen. Bodies are
+//! `{"detail": {"error_type": ..., "message": ...}}`, except request schema
+//! errors, which are 422 with FastAPI's `{"detail": [{"loc", "msg", "type"}]}`
+//! as the real API sends them. No body carries upstream bodies, keys, or
+//! whether a release mechanism covered an answer.
+
+use axum::http::header::RETRY_AFTER;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use crate::auth;
+use crate::upstream;
+use releasegate_core::wire;
+
+/// Errors a handler returns.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Authentication or contract selection failed.
+    #[error(transparent)]
+    Auth(#[from] auth::Error),
+    /// The body exceeds the limit, before or after decompression.
+    #[error("the request body exceeds {0} bytes")]
+    TooLarge(usize),
+    /// The body did not arrive within its deadline.
+    #[error("the request body did not arrive within {} ms", .0.as_millis())]
+    BodyTimeout(std::time::Duration),
+    /// The body's encoding or media type is not supported.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The body is not valid JSON or cannot be decompressed.
+    #[error("{0}")]
+    BadBody(String),
+    /// The request breaks the System One schema (422) or does not fit its contract (400).
+    #[error(transparent)]
+    Request(#[from] wire::RequestError),
+    /// No public route has this path.
+    #[error("no such endpoint")]
+    NotFound,
+    /// The route exists but not for this method.
+    #[error("method not allowed on this endpoint")]
+    MethodNotAllowed,
+    /// The request's header fields exceed the proxy's limit.
+    #[error("the request header fields exceed {0} bytes")]
+    HeadersTooLarge(usize),
+    /// The recipient's own rate limit on this proxy (429): retry after this many seconds.
+    #[error("this key's request rate limit on the proxy is exhausted; retry after {0} s")]
+    RateLimited(u64),
+    /// The provider's concurrency slots stayed busy (503): retry after this many seconds.
+    #[error("the provider is saturated; retry after {0} s")]
+    Saturated(u64),
+    /// The provider answered with a non-success status.
+    #[error("the provider answered with status {status}")]
+    UpstreamStatus {
+        /// The upstream status, kept for the client.
+        status: u16,
+        /// Retry hints forwarded on 429/529.
+        retry_after: Option<HeaderValue>,
+        /// Retry hints forwarded on 429/529.
+        retry_after_ms: Option<HeaderValue>,
+    },
+    /// The provider refused the proxy's own credentials (401 or 403): the proxy's
+    /// provider key is wrong, not the caller's (502, so SDKs do not blame the caller's key).
+    #[error("the proxy could not authenticate with the provider")]
+    UpstreamAuth {
+        /// The upstream status (401 or 403), for logs only.
+        status: u16,
+    },
+    /// The provider could not be used.
+    #[error(transparent)]
+    Upstream(#[from] upstream::Error),
+    /// The provider's answer failed validation and was not released.
+    #[error("{}", releasegate_core::release::invalid_answer_message(*.0))]
+    InvalidAnswer(wire::Invalid),
+    /// A bug or unexpected state.
+    #[error("internal error")]
+    Internal,
+}
+
+// === impl Error ===
+
+impl Error {
+    /// The client status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Error::Auth(auth::Error::Unauthenticated) => StatusCode::UNAUTHORIZED,
+            Error::Auth(auth::Error::Forbidden) => StatusCode::FORBIDDEN,
+            Error::Auth(auth::Error::Ambiguous(_) | auth::Error::Conflict) => {
+                StatusCode::BAD_REQUEST
+            }
+            Error::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            Error::Unsupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Error::Request(wire::RequestError::Schema(_)) => StatusCode::UNPROCESSABLE_ENTITY,
+            Error::BadBody(_) | Error::Request(_) => StatusCode::BAD_REQUEST,
+            Error::NotFound => StatusCode::NOT_FOUND,
+            Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Error::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Error::Saturated(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Error::UpstreamStatus { status, .. } => match *status {
+                400..=499 | 529 => StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY),
+                _ => StatusCode::BAD_GATEWAY,
+            },
+            Error::Upstream(upstream::Error::Timeout) => StatusCode::GATEWAY_TIMEOUT,
+            Error::Upstream(upstream::Error::Saturated) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Upstream(upstream::Error::Rejected(_)) => StatusCode::BAD_REQUEST,
+            Error::UpstreamAuth { .. } | Error::Upstream(_) | Error::InvalidAnswer(_) => {
+                StatusCode::BAD_GATEWAY
+            }
+            Error::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The `error_type` slug.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            Error::Auth(auth::Error::Unauthenticated) => "authentication_error",
+            Error::Auth(auth::Error::Forbidden) => "permission_denied",
+            Error::Auth(auth::Error::Ambiguous(_)) => "contract_required",
+            Error::Auth(auth::Error::Conflict) => "contract_conflict",
+            Error::Request(wire::RequestError::Schema(_)) => "validation_error",
+            Error::NotFound => "not_found",
+            Error::MethodNotAllowed => "method_not_allowed",
+            Error::HeadersTooLarge(_) => "request_header_fields_too_large",
+            Error::Saturated(_) => "upstream_saturated",
+            Error::RateLimited(_) => "rate_limited",
+            Error::TooLarge(_) => "request_too_large",
+            Error::BodyTimeout(_) => "request_timeout",
+            Error::Unsupported(_) => "unsupported_media_type",
+            Error::BadBody(_) => "invalid_json",
+            Error::Request(_) | Error::Upstream(upstream::Error::Rejected(_)) => "invalid_request",
+            Error::UpstreamStatus { status: 429, .. } => "rate_limited",
+            Error::UpstreamStatus { status: 529, .. } => "overloaded",
+            Error::UpstreamStatus { .. } => "upstream_error",
+            Error::UpstreamAuth { .. } => "upstream_auth_error",
+            Error::Upstream(upstream::Error::Timeout) => "upstream_timeout",
+            Error::Upstream(upstream::Error::Saturated) => "upstream_saturated",
+            Error::Upstream(_) => "upstream_unavailable",
+            Error::InvalidAnswer(_) => "invalid_upstream_answer",
+            Error::Internal => "internal_error",
+        }
+    }
+}
+
+impl Error {
+    /// The error and its whole source chain, `: `-separated (operators' logs only: a
+    /// refused connection, a TLS failure and a DNS failure all read "upstream unreachable"
+    /// to the client).
+    pub fn chain(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(error) = source {
+            let next = error.to_string();
+            // `transparent` variants repeat their inner error's text: say it once.
+            if !text.ends_with(&next) {
+                text.push_str(": ");
+                text.push_str(&next);
+            }
+            source = error.source();
+        }
+        text
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let body = match &self {
+            Error::Request(error) => error.body(),
+            _ => releasegate_core::release::error_body(self.error_type(), &self.to_string()),
+        };
+        let mut response = (status, axum::Json(body)).into_response();
+        match self {
+            Error::UpstreamStatus {
+                retry_after,
+                retry_after_ms,
+                ..
+            } => {
+                if let Some(value) = retry_after {
+                    response.headers_mut().insert(RETRY_AFTER, value);
+                }
+                if let Some(value) = retry_after_ms {
+                    response.headers_mut().insert("retry-after-ms", value);
+                }
+            }
+            Error::Saturated(seconds) | Error::RateLimited(seconds) => {
+                response
+                    .headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from(seconds));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn logs_get_the_whole_cause_chain_and_clients_a_generic_message() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1/systemone", closed.local_addr().unwrap());
+        drop(closed);
+        let refused = reqwest::Client::new().get(&url).send().await.unwrap_err();
+        assert!(refused.is_connect());
+        let error = Error::Upstream(upstream::Error::Connect(refused));
+        assert_eq!(error.to_string(), "upstream unreachable");
+        let chain = error.chain();
+        assert!(chain.starts_with("upstream unreachable: "), "{chain}");
+        // Below reqwest's own text: hyper's connect error and the OS error.
+        assert!(chain.matches(": ").count() >= 3, "{chain}");
+        assert!(chain.to_lowercase().contains("refused"), "{chain}");
+        // Errors without a source are their own text.
+        assert_eq!(Error::Internal.chain(), "internal error");
+        assert_eq!(
+            Error::UpstreamAuth { status: 401 }.chain(),
+            "the proxy could not authenticate with the provider"
+        );
+    }
+}

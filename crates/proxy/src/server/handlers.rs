@@ -1,0 +1,482 @@
+//! Request handlers.
+
+use std::time::Instant;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use super::error::Error;
+use super::middleware::RequestId;
+use super::{AppState, Live, body};
+use std::sync::Arc;
+
+use crate::metrics::status_class;
+use crate::upstream::{self, Reply};
+use releasegate_core::config::Provider;
+use releasegate_core::contract::Contract;
+use releasegate_core::mechanism;
+use releasegate_core::release;
+use releasegate_core::rng::Rng;
+use releasegate_core::wire;
+
+// The handlers take the whole request and split it: axum's `HeaderMap`
+// extractor would clone every header.
+
+/// `POST /v1/systemone`.
+pub(super) async fn systemone(State(state): State<AppState>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let id = request_id(&state, &parts);
+    serve_systemone(state, id, None, parts.headers, body).await
+}
+
+/// `POST /contracts/{contract}/v1/systemone`: the contract chosen by the path.
+pub(super) async fn systemone_for(
+    State(state): State<AppState>,
+    contract: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let id = request_id(&state, &parts);
+    match contract {
+        Ok(Path(contract)) => serve_systemone(state, id, Some(contract), parts.headers, body).await,
+        Err(_) => Error::NotFound.into_response(),
+    }
+}
+
+/// `GET /v1/models`.
+pub(super) async fn models(State(state): State<AppState>, request: Request) -> Response {
+    let (parts, _body) = request.into_parts();
+    let id = request_id(&state, &parts);
+    serve_models(state, id, None, parts.headers).await
+}
+
+/// `GET /contracts/{contract}/v1/models`: the contract chosen by the path.
+pub(super) async fn models_for(
+    State(state): State<AppState>,
+    contract: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Response {
+    let (parts, _body) = request.into_parts();
+    let id = request_id(&state, &parts);
+    match contract {
+        Ok(Path(contract)) => serve_models(state, id, Some(contract), parts.headers).await,
+        Err(_) => Error::NotFound.into_response(),
+    }
+}
+
+/// The id the router's middleware gave the request.
+fn request_id(state: &AppState, parts: &axum::http::request::Parts) -> RequestId {
+    parts
+        .extensions
+        .get::<RequestId>()
+        .cloned()
+        .unwrap_or_else(|| state.next_request_id())
+}
+
+async fn serve_systemone(
+    state: AppState,
+    id: RequestId,
+    path_contract: Option<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let mut trail = Trail::default();
+    let selection = Selection {
+        headers: &headers,
+        path_contract: path_contract.as_deref(),
+    };
+    let result = answer(&state, selection, body, &mut trail).await;
+    finish(&state, "systemone", id, trail, started, result)
+}
+
+async fn serve_models(
+    state: AppState,
+    id: RequestId,
+    path_contract: Option<String>,
+    headers: HeaderMap,
+) -> Response {
+    let started = Instant::now();
+    let mut trail = Trail::default();
+    let selection = Selection {
+        headers: &headers,
+        path_contract: path_contract.as_deref(),
+    };
+    let result = list_models(&state, selection, &mut trail).await;
+    finish(&state, "models", id, trail, started, result)
+}
+
+/// Unknown public routes.
+pub(super) async fn not_found() -> Response {
+    Error::NotFound.into_response()
+}
+
+/// Known public routes called with another method (axum adds `Allow`).
+pub(super) async fn method_not_allowed() -> Response {
+    Error::MethodNotAllowed.into_response()
+}
+
+/// `GET /metrics` on the admin listener.
+pub(super) async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
+        state.metrics().render(),
+    )
+        .into_response()
+}
+
+/// `GET /healthz`: the process is alive.
+pub(super) async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// `GET /readyz`: serving and not shutting down.
+pub(super) async fn readyz(State(state): State<AppState>) -> Response {
+    if state.inner.ready.load(std::sync::atomic::Ordering::SeqCst) {
+        (StatusCode::OK, "ready").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready").into_response()
+    }
+}
+
+/// What selects a request's contract: its headers and the optional path prefix.
+#[derive(Clone, Copy)]
+struct Selection<'r> {
+    headers: &'r HeaderMap,
+    path_contract: Option<&'r str>,
+}
+
+/// What a request learned on its way (for metrics, logs and the decision log).
+#[derive(Default)]
+struct Trail {
+    /// The authenticated recipient's name.
+    recipient: Option<String>,
+    /// The selected contract.
+    contract: Option<Arc<Contract>>,
+    /// What happened to each released answer.
+    answers: Vec<release::AnswerRecord>,
+}
+
+fn finish(
+    state: &AppState,
+    route: &'static str,
+    request_id: RequestId,
+    trail: Trail,
+    started: Instant,
+    result: Result<Value, Error>,
+) -> Response {
+    let contract_label = trail.contract.as_ref().map_or("none", |c| c.name.as_str());
+    if let (Err(Error::RateLimited(_)), Some(recipient)) = (&result, &trail.recipient) {
+        state
+            .metrics()
+            .rate_limited
+            .with_label_values(&[recipient.as_str()])
+            .inc();
+    }
+    let response = match result {
+        Ok(body) => Json(body).into_response(),
+        Err(error) => {
+            tracing::warn!(
+                %request_id, route, contract = contract_label,
+                error_type = error.error_type(), error = %error.chain(), "request failed"
+            );
+            error.into_response()
+        }
+    };
+    let status = response.status().as_u16();
+    state
+        .metrics()
+        .requests
+        .with_label_values(&[contract_label, status_class(status)])
+        .inc();
+    state
+        .metrics()
+        .request_duration
+        .with_label_values(&[contract_label, route, status_class(status)])
+        .observe(started.elapsed().as_secs_f64());
+    let latency = started.elapsed();
+    if state.inner.server.access_log {
+        tracing::info!(
+            target: crate::telemetry::ACCESS_TARGET,
+            %request_id, route, contract = contract_label, status,
+            latency_ms = latency.as_secs_f64() * 1e3, "request"
+        );
+    }
+    if let Some(log) = state.inner.decisions.get() {
+        log.record(crate::decisions::Record {
+            time: std::time::SystemTime::now(),
+            request_id: request_id.to_string(),
+            route,
+            recipient: trail.recipient,
+            contract: trail.contract,
+            status,
+            latency,
+            answers: trail.answers,
+        });
+    }
+    // The request id headers are stamped by the router's middleware.
+    response
+}
+
+fn select_contract<'l>(
+    live: &'l Live,
+    selection: Selection<'_>,
+    trail: &mut Trail,
+) -> Result<&'l std::sync::Arc<Contract>, Error> {
+    let caller = live
+        .keys
+        .authenticate(selection.headers, selection.path_contract)?;
+    let contract = live
+        .config
+        .contract(&caller.contract)
+        .ok_or(Error::Internal)?;
+    let span = tracing::Span::current();
+    span.record("recipient", caller.recipient.as_str());
+    span.record("contract", contract.name.as_str());
+    let limited = live.limits.check(&caller.recipient);
+    trail.recipient = Some(caller.recipient);
+    trail.contract = Some(contract.clone());
+    // After authentication, before the body is read.
+    limited.map_err(Error::RateLimited)?;
+    Ok(contract)
+}
+
+async fn answer(
+    state: &AppState,
+    selection: Selection<'_>,
+    body: Body,
+    trail: &mut Trail,
+) -> Result<Value, Error> {
+    let headers = selection.headers;
+    let live = state.live();
+    let contract = select_contract(&live, selection, trail)?;
+    let bytes = body::read(headers, body, &state.inner.server).await?;
+    // Like the real API (FastAPI), a body that is not JSON is a 422 `json_invalid`.
+    let mut request: Value = serde_json::from_slice(&bytes).map_err(|error| {
+        let reason = error.to_string();
+        // serde_json appends " at line L column C"; the location goes into `loc`.
+        let reason = reason.split(" at line ").next().unwrap_or("invalid JSON");
+        wire::RequestError::Schema(vec![wire::json_invalid(
+            &bytes,
+            error.line(),
+            error.column(),
+            reason,
+        )])
+    })?;
+    let asked = wire::check_request(&request, contract)?;
+    let forward = match &contract.model {
+        Some(model) => {
+            request["model"] = Value::String(model.clone());
+            Bytes::from(serde_json::to_vec(&request).map_err(|_| Error::Internal)?)
+        }
+        None => bytes,
+    };
+    let reply = live
+        .upstreams
+        .systemone(&contract.provider, forward, headers)
+        .await
+        .map_err(|error| upstream_error(&live, contract, error))?;
+    let native = success_json(state, contract, reply)?;
+    let released = release_off_thread(contract, asked, request, native)
+        .await?
+        .map_err(|reason| reject(state, contract, reason))?;
+    record_released(state, contract, &released);
+    trail.answers = released.answers;
+    Ok(released.body)
+}
+
+/// Runs the pure release path; contracts whose mechanisms scan codebooks per
+/// request run on the blocking pool so they never stall the async workers.
+async fn release_off_thread(
+    contract: &Arc<Contract>,
+    asked: wire::Asked,
+    request: Value,
+    native: Value,
+) -> Result<Result<release::Release, wire::Invalid>, Error> {
+    let seed = if contract.needs_fresh_randomness() {
+        releasegate_core::rng::os_seed().map_err(|_| Error::Internal)?
+    } else {
+        0
+    };
+    let run = {
+        let contract = contract.clone();
+        move || {
+            let mut rng = Rng::new(seed);
+            let mut options = release::Options {
+                rng: &mut rng,
+                evaluate: false,
+            };
+            release::release(&contract, &asked, &request, &native, &mut options)
+        }
+    };
+    if contract.is_heavy() {
+        tokio::task::spawn_blocking(run)
+            .await
+            .map_err(|_| Error::Internal)
+    } else {
+        Ok(run())
+    }
+}
+
+fn record_released(state: &AppState, contract: &Contract, released: &release::Release) {
+    let metrics = state.metrics();
+    for record in &released.answers {
+        let labels = [contract.name.as_str(), record.question.as_str()];
+        metrics
+            .released_answers
+            .with_label_values(&[labels[0], labels[1], record.view.as_str()])
+            .inc();
+        match record.mechanism {
+            mechanism::Outcome::Applied => {}
+            mechanism::Outcome::Covered { .. } => {
+                metrics
+                    .wcpq_answers
+                    .with_label_values(&[labels[0], labels[1], "covered"])
+                    .inc();
+            }
+            mechanism::Outcome::Fallback(reason) => {
+                metrics
+                    .wcpq_answers
+                    .with_label_values(&[labels[0], labels[1], "fallback"])
+                    .inc();
+                metrics
+                    .wcpq_fallbacks
+                    .with_label_values(&[labels[0], labels[1], reason.label()])
+                    .inc();
+            }
+        }
+        if let Some(seconds) = record.mapping_seconds {
+            metrics
+                .wcpq_mapping
+                .with_label_values(&labels)
+                .observe(seconds);
+        }
+    }
+}
+
+async fn list_models(
+    state: &AppState,
+    selection: Selection<'_>,
+    trail: &mut Trail,
+) -> Result<Value, Error> {
+    let live = state.live();
+    let contract = select_contract(&live, selection, trail)?;
+    let reply = live
+        .upstreams
+        .models(&contract.provider)
+        .await
+        .map_err(|error| upstream_error(&live, contract, error))?;
+    let native = success_json(state, contract, reply)?;
+    let entries = native
+        .get("models")
+        .and_then(Value::as_array)
+        .ok_or_else(|| reject(state, contract, wire::Invalid::MissingField))?;
+    // Re-emit only what the proxy can vouch for: a plain model id, a real calendar date
+    // and the proxy's own description (the provider's free text never goes out). An entry
+    // failing either check is dropped and counted; with a pinned model only its entry shows.
+    let mut names = std::collections::BTreeSet::new();
+    let mut models = Vec::new();
+    for entry in entries {
+        let field = |key: &str| entry.get(key).and_then(Value::as_str);
+        let (Some(name), Some(release_date), Some(_)) =
+            (field("name"), field("release_date"), field("description"))
+        else {
+            count_rejected(state, contract, wire::Invalid::BadModelEntry);
+            continue;
+        };
+        if !wire::is_model_id(name) || !wire::is_calendar_date(release_date) {
+            count_rejected(state, contract, wire::Invalid::BadModelEntry);
+            continue;
+        }
+        let shown = contract
+            .model
+            .as_deref()
+            .is_none_or(|pinned| pinned == name);
+        if shown && names.insert(name) {
+            models.push(json!({"name": name, "description": MODEL_DESCRIPTION, "release_date": release_date}));
+        }
+    }
+    Ok(json!({"models": models}))
+}
+
+/// A shed request (the provider's slots stayed busy) tells the client when to
+/// come back: the provider's queue timeout rounded up to whole seconds, at
+/// least 1, the time in which a slot would have had to free up.
+fn upstream_error(live: &Live, contract: &Contract, error: upstream::Error) -> Error {
+    match error {
+        upstream::Error::Saturated => {
+            let queue_timeout = match live.config.providers.get(&contract.provider) {
+                Some(Provider::SystemOne(remote)) => remote.queue_timeout,
+                _ => std::time::Duration::ZERO,
+            };
+            Error::Saturated(retry_after_seconds(queue_timeout))
+        }
+        other => Error::Upstream(other),
+    }
+}
+
+/// `retry-after` of a shed request: the queue timeout in whole seconds, rounded up, at least 1.
+fn retry_after_seconds(queue_timeout: std::time::Duration) -> u64 {
+    let millis = u64::try_from(queue_timeout.as_millis()).unwrap_or(u64::MAX);
+    millis.div_ceil(1000).max(1)
+}
+
+/// The description every listed model gets: the provider's own is free text, a channel
+/// from the provider to recipients, and is never released.
+pub(super) const MODEL_DESCRIPTION: &str =
+    "A System One decision model, served through releasegate.";
+
+fn success_json(state: &AppState, contract: &Contract, reply: Reply) -> Result<Value, Error> {
+    match reply {
+        // The provider refused the proxy's own key (counted and logged in `upstream`).
+        Reply::Status {
+            status: status @ (401 | 403),
+            ..
+        } => Err(Error::UpstreamAuth { status }),
+        Reply::Status {
+            status,
+            retry_after,
+            retry_after_ms,
+        } => Err(Error::UpstreamStatus {
+            status,
+            retry_after,
+            retry_after_ms,
+        }),
+        Reply::Success(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|_| reject(state, contract, wire::Invalid::NotJson)),
+    }
+}
+
+fn reject(state: &AppState, contract: &Contract, reason: wire::Invalid) -> Error {
+    count_rejected(state, contract, reason);
+    Error::InvalidAnswer(reason)
+}
+
+fn count_rejected(state: &AppState, contract: &Contract, reason: wire::Invalid) {
+    state
+        .metrics()
+        .rejected_answers
+        .with_label_values(&[contract.name.as_str(), &reason.to_string()])
+        .inc();
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::retry_after_seconds;
+
+    #[test]
+    fn shed_requests_retry_after_the_queue_timeout_in_whole_seconds() {
+        let cases = [(0, 1), (1, 1), (100, 1), (1000, 1), (1001, 2), (2500, 3)];
+        for (millis, seconds) in cases {
+            assert_eq!(retry_after_seconds(Duration::from_millis(millis)), seconds);
+        }
+    }
+}

@@ -1,0 +1,3 @@
+pub mod dataset;
+pub mod simulate;
+pub mod worlds;

@@ -1,0 +1,598 @@
+//! The in-process `simulated` System One provider.
+//!
+//! It answers any valid System One request (choice, score and noul questions,
+//! any labels, any number of questions) deterministically from the request
+//! content. Each question is answered independently from the resolved model
+//! name, the canonical state and the canonical question (sorted keys, so key
+//! order and whitespace do not matter; the question id is not used, as on the
+//! real service).
+//!
+//! When the state carries a diagnostic report with mechanism cues (see
+//! [`evidence`](super::evidence)), the inferred mechanism shapes the answer:
+//! coarse class labels get most of the mass, the mechanism's signature leans
+//! the rest toward one other class and its sharpness moves the confidence.
+//! Otherwise a hidden latent drawn from the request hash does.
+
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::simulate::Error;
+use crate::simulate::evidence;
+use crate::simulate::ontology::Located;
+use releasegate_core::rng::Rng;
+
+/// The versioned name the `latest` aliases resolve to.
+pub const LATEST_MODEL: &str = "sim-jev-1.0";
+/// The versioned name the `preview` aliases resolve to.
+pub const PREVIEW_MODEL: &str = "sim-jev-1.1-preview";
+/// Most choice candidates a question may have.
+pub const MAX_CHOICES: usize = 255;
+/// Most score levels a question may have.
+pub const MAX_LEVELS: usize = 255;
+/// Deepest JSON nesting the provider accepts.
+pub(super) const MAX_DEPTH: usize = 256;
+
+/// Probabilities are rounded to multiples of 1 / `UNITS` (4 decimals).
+const UNITS: u64 = 10_000;
+
+// Calibration of the evidence-driven ("TUPLE") mode; see docs/simulator.md.
+/// Mean logit advantage of the inferred coarse class.
+const CLASS_ADVANTAGE: f64 = 3.0;
+/// Pair-level (public context) spread of that advantage.
+const CLASS_ADVANTAGE_SD: f64 = 0.5;
+/// Global scale of the mechanism leans.
+const LEAN_SCALE: f64 = 0.2;
+/// Per-label noise that depends on the whole state (private report included).
+const WORLD_NOISE_SD: f64 = 0.65;
+/// Per-label noise that depends only on the public part of the state.
+const PAIR_NOISE_SD: f64 = 0.5;
+/// Exponent applied to the mechanism sharpness (how strongly S moves confidence).
+const SHARPNESS_POWER: f64 = 1.5;
+/// Log-scale spread of the pair-level sharpness factor.
+const PAIR_SHARPNESS_SD: f64 = 0.15;
+
+enum Kind<'a> {
+    Choice(Vec<&'a str>),
+    Score(&'a [Value]),
+    Noul,
+}
+
+struct Question<'a> {
+    id: &'a str,
+    body: &'a Value,
+    kind: Kind<'a>,
+}
+
+/// What the provider inferred from a diagnostic report.
+struct Inferred {
+    /// Detected mechanisms with weights summing to 1.
+    weights: Vec<(Located, f64)>,
+}
+
+/// The two random streams of a question: one keyed by everything the model
+/// sees, one keyed only by the public part (shared by counterfactual worlds).
+struct Seeds {
+    world: u64,
+    pair: u64,
+}
+
+/// Answers a System One request body.
+pub(super) fn respond(request: &Value) -> Result<Value, Error> {
+    let input_len = serde_json::to_vec(request)
+        .map(|bytes| bytes.len())
+        .unwrap_or(0);
+    answer(request, input_len)
+}
+
+/// Answers a raw System One request body.
+pub(super) fn respond_bytes(body: &[u8]) -> Result<Value, Error> {
+    let request: Value = serde_json::from_slice(body).map_err(Error::Json)?;
+    answer(&request, body.len())
+}
+
+/// Resolves model aliases to the simulator's versioned names; other names echo.
+pub(super) fn resolve_model(name: &str) -> &str {
+    match name {
+        "jev-latest" | "sim-jev-latest" | "latest" => LATEST_MODEL,
+        "jev-preview" | "sim-jev-preview" | "preview" => PREVIEW_MODEL,
+        other => other,
+    }
+}
+
+fn answer(request: &Value, input_len: usize) -> Result<Value, Error> {
+    let (model, state, questions) = validate(request)?;
+    let model = resolve_model(model);
+    let state_digest = digest(&[model.as_bytes(), &canonical(state)?]);
+    let inferred = infer(state);
+    let public_digest = match &inferred {
+        Some(_) => digest(&[model.as_bytes(), &canonical(&public_part(state))?]),
+        None => state_digest,
+    };
+    let mut answers = Map::new();
+    for question in &questions {
+        let question_bytes = canonical(question.body)?;
+        let seeds = Seeds {
+            world: seed_of(&[&state_digest, &question_bytes]),
+            pair: seed_of(&[&public_digest, &question_bytes]),
+        };
+        let answer = match &question.kind {
+            Kind::Choice(labels) => choice(labels, inferred.as_ref(), &seeds),
+            Kind::Score(levels) => score(levels, inferred.as_ref(), &seeds),
+            Kind::Noul => noul(inferred.as_ref(), &seeds),
+        };
+        answers.insert(question.id.to_string(), answer);
+    }
+    let input_tokens = (input_len / 4).max(1) as u64;
+    Ok(json!({
+        "model": model,
+        "answers": answers,
+        "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+    }))
+}
+
+// --- validation ---
+
+fn invalid(loc: &[&str], reason: impl Into<String>) -> Error {
+    let mut path = vec!["body".to_string()];
+    path.extend(loc.iter().map(|s| s.to_string()));
+    Error::Invalid {
+        loc: path,
+        reason: reason.into(),
+    }
+}
+
+fn is_content(value: &Value) -> bool {
+    matches!(value, Value::String(_) | Value::Object(_) | Value::Array(_))
+}
+
+fn validate(request: &Value) -> Result<(&str, &Value, Vec<Question<'_>>), Error> {
+    let Value::Object(body) = request else {
+        return Err(invalid(&[], "request body must be a json object"));
+    };
+    let model = match body.get("model") {
+        None => return Err(invalid(&["model"], "field required")),
+        Some(Value::String(s)) if !s.trim().is_empty() => s.as_str(),
+        Some(_) => return Err(invalid(&["model"], "must be a non-empty string")),
+    };
+    let state = match body.get("state") {
+        None => return Err(invalid(&["state"], "field required")),
+        Some(v) if is_content(v) => v,
+        Some(_) => {
+            return Err(invalid(&["state"], "must be a string, object or array"));
+        }
+    };
+    let questions = match body.get("questions") {
+        None => return Err(invalid(&["questions"], "field required")),
+        Some(Value::Object(q)) if !q.is_empty() => q,
+        Some(Value::Object(_)) => {
+            return Err(invalid(&["questions"], "must hold at least one question"));
+        }
+        Some(_) => return Err(invalid(&["questions"], "must be an object")),
+    };
+    let parsed = questions
+        .iter()
+        .map(|(id, body)| validate_question(id, body))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((model, state, parsed))
+}
+
+fn validate_question<'a>(id: &'a str, body: &'a Value) -> Result<Question<'a>, Error> {
+    let Value::Object(fields) = body else {
+        return Err(invalid(&["questions", id], "must be an object"));
+    };
+    if let Some(instructions) = fields.get("instructions")
+        && !(instructions.is_null() || is_content(instructions))
+    {
+        return Err(invalid(
+            &["questions", id, "instructions"],
+            "must be a string, object, array or null",
+        ));
+    }
+    let kind = match fields.get("type").and_then(Value::as_str) {
+        None => return Err(invalid(&["questions", id, "type"], "field required")),
+        Some("choice") => {
+            let Some(Value::Object(criteria)) = fields.get("criteria") else {
+                return Err(invalid(
+                    &["questions", id, "criteria"],
+                    "choice criteria must be an object of label to description",
+                ));
+            };
+            if criteria.len() < 2 || criteria.len() > MAX_CHOICES {
+                return Err(invalid(
+                    &["questions", id, "criteria"],
+                    format!("choice needs 2 to {MAX_CHOICES} candidates"),
+                ));
+            }
+            if let Some((label, _)) = criteria
+                .iter()
+                .find(|(_, v)| !(v.is_null() || is_content(v)))
+            {
+                return Err(invalid(
+                    &["questions", id, "criteria", label],
+                    "must be a string, object, array or null",
+                ));
+            }
+            Kind::Choice(criteria.keys().map(String::as_str).collect())
+        }
+        Some("score") => {
+            let Some(Value::Array(levels)) = fields.get("criteria") else {
+                return Err(invalid(
+                    &["questions", id, "criteria"],
+                    "score criteria must be an array of level descriptions",
+                ));
+            };
+            if levels.is_empty() || levels.len() > MAX_LEVELS {
+                return Err(invalid(
+                    &["questions", id, "criteria"],
+                    format!("score needs 1 to {MAX_LEVELS} levels"),
+                ));
+            }
+            if let Some(i) = levels.iter().position(|v| !(v.is_null() || is_content(v))) {
+                return Err(invalid(
+                    &["questions", id, "criteria", &i.to_string()],
+                    "must be a string, object, array or null",
+                ));
+            }
+            Kind::Score(levels)
+        }
+        Some("noul") => {
+            if let Some(criteria) = fields.get("criteria")
+                && !(criteria.is_null() || criteria.is_object())
+            {
+                return Err(invalid(
+                    &["questions", id, "criteria"],
+                    "noul criteria must be an object or null",
+                ));
+            }
+            Kind::Noul
+        }
+        Some(other) => {
+            return Err(invalid(
+                &["questions", id, "type"],
+                format!("unsupported question type `{other}` (expected choice, score or noul)"),
+            ));
+        }
+    };
+    Ok(Question { id, body, kind })
+}
+
+// --- hashing ---
+
+/// Canonical compact JSON: object keys sorted, no whitespace.
+fn canonical(value: &Value) -> Result<Vec<u8>, Error> {
+    let mut out = Vec::new();
+    write_canonical(value, &mut out, 0)?;
+    Ok(out)
+}
+
+fn write_canonical(value: &Value, out: &mut Vec<u8>, depth: usize) -> Result<(), Error> {
+    if depth > MAX_DEPTH {
+        return Err(invalid(&[], "request nests too deeply"));
+    }
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort_unstable();
+            out.push(b'{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_leaf(&Value::String(key.clone()), out);
+                out.push(b':');
+                if let Some(child) = map.get(key) {
+                    write_canonical(child, out, depth + 1)?;
+                }
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(item, out, depth + 1)?;
+            }
+            out.push(b']');
+        }
+        leaf => write_leaf(leaf, out),
+    }
+    Ok(())
+}
+
+fn write_leaf(leaf: &Value, out: &mut Vec<u8>) {
+    // Serializing a leaf into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, leaf);
+}
+
+fn digest(parts: &[&[u8]]) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update((part.len() as u64).to_le_bytes());
+        hasher.update(part);
+    }
+    hasher.finalize().into()
+}
+
+fn seed_of(parts: &[&[u8]]) -> u64 {
+    let d = digest(parts);
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&d[..8]);
+    u64::from_le_bytes(first)
+}
+
+/// An independent stream per label, so answers do not depend on label order.
+fn label_rng(seed: u64, label: &str) -> Rng {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in label.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    Rng::new(seed ^ h.rotate_left(17))
+}
+
+// --- evidence ---
+
+fn infer(state: &Value) -> Option<Inferred> {
+    let note = state
+        .get("internal_report")
+        .and_then(|r| r.get("diagnostic_note"))
+        .and_then(Value::as_str)
+        .or_else(|| state.as_str())?;
+    let hits = evidence::detect(note);
+    let total: u32 = hits.iter().map(|(_, n)| n).sum();
+    if total == 0 {
+        return None;
+    }
+    let weights = hits
+        .into_iter()
+        .map(|(l, n)| (l, f64::from(n) / f64::from(total)))
+        .collect();
+    Some(Inferred { weights })
+}
+
+/// The state without its private report: what both worlds of a pair share.
+fn public_part(state: &Value) -> Value {
+    match state {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| k.as_str() != "internal_report")
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        // A bare-string state is all private report.
+        Value::String(_) => Value::Null,
+        other => other.clone(),
+    }
+}
+
+impl Inferred {
+    fn class_weight(&self, label: &str) -> f64 {
+        self.weights
+            .iter()
+            .filter(|(l, _)| l.class.label.eq_ignore_ascii_case(label))
+            .map(|(_, w)| w)
+            .sum()
+    }
+
+    fn mechanism_weight(&self, label: &str) -> f64 {
+        self.weights
+            .iter()
+            .filter(|(l, _)| l.mechanism.id.eq_ignore_ascii_case(label))
+            .map(|(_, w)| w)
+            .sum()
+    }
+
+    fn lean(&self, label: &str) -> f64 {
+        self.weights
+            .iter()
+            .filter(|(l, _)| l.mechanism.lean.eq_ignore_ascii_case(label))
+            .map(|(l, w)| w * l.mechanism.lean_strength)
+            .sum()
+    }
+
+    fn sharpness(&self) -> f64 {
+        self.weights
+            .iter()
+            .map(|(l, w)| w * l.mechanism.sharpness)
+            .sum()
+    }
+
+    fn severity(&self) -> f64 {
+        self.weights
+            .iter()
+            .map(|(l, w)| w * l.mechanism.severity)
+            .sum()
+    }
+}
+
+// --- answers ---
+
+fn choice(labels: &[&str], inferred: Option<&Inferred>, seeds: &Seeds) -> Value {
+    let relevant = inferred.filter(|inf| {
+        labels
+            .iter()
+            .any(|l| inf.class_weight(l) > 0.0 || inf.mechanism_weight(l) > 0.0)
+    });
+    let logits: Vec<f64> = match relevant {
+        Some(inf) => {
+            let mut pair = Rng::new(seeds.pair);
+            let advantage = CLASS_ADVANTAGE + CLASS_ADVANTAGE_SD * pair.normal();
+            let kappa =
+                inf.sharpness().powf(SHARPNESS_POWER) * (PAIR_SHARPNESS_SD * pair.normal()).exp();
+            labels
+                .iter()
+                .map(|label| {
+                    let base = advantage * (inf.class_weight(label) + inf.mechanism_weight(label))
+                        + LEAN_SCALE * inf.lean(label);
+                    let noise = WORLD_NOISE_SD * label_rng(seeds.world, label).normal()
+                        + PAIR_NOISE_SD * label_rng(seeds.pair, label).normal();
+                    kappa * (base + noise)
+                })
+                .collect()
+        }
+        None => {
+            let mut latent = Rng::new(seeds.world);
+            // The favourite is the label with the highest keyed draw, so it
+            // does not depend on candidate order.
+            let preference = |label: &str| label_rng(!seeds.world, label).uniform();
+            let favourite = labels
+                .iter()
+                .copied()
+                .max_by(|a, b| preference(a).total_cmp(&preference(b)))
+                .unwrap_or_default();
+            let strength = 0.8 + 2.8 * latent.uniform();
+            let kappa = 0.7 + 0.8 * latent.uniform();
+            labels
+                .iter()
+                .map(|label| {
+                    let bump = if *label == favourite { strength } else { 0.0 };
+                    kappa * (bump + 0.8 * label_rng(seeds.world, label).normal())
+                })
+                .collect()
+        }
+    };
+    let units = round_units(&softmax(&logits));
+    let best = argmax(&units);
+    let k = labels.len() as f64;
+    let p_max = units[best] as f64 / UNITS as f64;
+    let confidence = round4(((p_max - 1.0 / k) / (1.0 - 1.0 / k)).clamp(0.0, 1.0));
+    let probabilities: Map<String, Value> = labels
+        .iter()
+        .zip(&units)
+        .map(|(label, u)| (label.to_string(), json!(*u as f64 / UNITS as f64)))
+        .collect();
+    json!({
+        "type": "choice",
+        "choice": labels[best],
+        "confidence": confidence,
+        "probabilities": probabilities,
+    })
+}
+
+fn score(levels: &[Value], inferred: Option<&Inferred>, seeds: &Seeds) -> Value {
+    let n = levels.len();
+    let top = (n - 1) as f64;
+    let mut world = Rng::new(seeds.world);
+    let (centre, kappa) = match inferred {
+        Some(inf) => {
+            let mut pair = Rng::new(seeds.pair);
+            let centre =
+                inf.severity() * top + top * (0.12 * pair.normal() + 0.08 * world.normal());
+            (centre, inf.sharpness())
+        }
+        None => (world.uniform() * top, 0.7 + 0.6 * world.uniform()),
+    };
+    let spread = (0.35 + 0.4 * world.uniform()) * (1.0 + top / 8.0) / kappa;
+    let logits: Vec<f64> = (0..n)
+        .map(|i| {
+            let d = (i as f64 - centre) / spread;
+            -0.5 * d * d + 0.3 * world.normal()
+        })
+        .collect();
+    let units = round_units(&softmax(&logits));
+    let best = argmax(&units);
+    let weighted: u64 = units.iter().enumerate().map(|(i, u)| i as u64 * u).sum();
+    let spread_here: u64 = units
+        .iter()
+        .enumerate()
+        .map(|(i, u)| i.abs_diff(best) as u64 * u)
+        .sum();
+    let uniform_mad = (0..n).map(|i| i.abs_diff(best)).sum::<usize>() as f64 / n as f64;
+    let confidence = if uniform_mad > 0.0 {
+        let mad = spread_here as f64 / UNITS as f64;
+        round4((1.0 - mad / uniform_mad).clamp(0.0, 1.0))
+    } else {
+        1.0
+    };
+    let legend: Map<String, Value> = levels
+        .iter()
+        .enumerate()
+        .map(|(i, level)| (i.to_string(), level.clone()))
+        .collect();
+    let probabilities: Map<String, Value> = units
+        .iter()
+        .enumerate()
+        .map(|(i, u)| (i.to_string(), json!(*u as f64 / UNITS as f64)))
+        .collect();
+    json!({
+        "type": "score",
+        "score": weighted as f64 / UNITS as f64,
+        "confidence": confidence,
+        "legend": legend,
+        "probabilities": probabilities,
+    })
+}
+
+fn noul(inferred: Option<&Inferred>, seeds: &Seeds) -> Value {
+    let mut world = Rng::new(seeds.world);
+    let logit = match inferred {
+        Some(inf) => {
+            let mut pair = Rng::new(seeds.pair);
+            3.0 * (inf.severity() - 0.5) * inf.sharpness()
+                + 0.6 * pair.normal()
+                + 0.6 * world.normal()
+        }
+        None => 1.8 * world.normal(),
+    };
+    let p = 1.0 / (1.0 + (-logit).exp());
+    let p = if p.is_finite() { p } else { 0.5 };
+    json!({"type": "noul", "noul": round4(p.clamp(0.0, 1.0))})
+}
+
+// --- numerics ---
+
+fn softmax(logits: &[f64]) -> Vec<f64> {
+    let max = logits
+        .iter()
+        .copied()
+        .filter(|x| x.is_finite())
+        .fold(f64::NEG_INFINITY, f64::max);
+    let exps: Vec<f64> = logits
+        .iter()
+        .map(|x| if x.is_finite() { (x - max).exp() } else { 0.0 })
+        .collect();
+    let total: f64 = exps.iter().sum();
+    if !(total.is_finite() && total > 0.0) {
+        let n = logits.len().max(1) as f64;
+        return vec![1.0 / n; logits.len()];
+    }
+    exps.iter().map(|e| e / total).collect()
+}
+
+/// Rounds a distribution to integer units summing exactly to `UNITS`
+/// (largest remainder; ties go to the earlier entry).
+fn round_units(p: &[f64]) -> Vec<u64> {
+    let scaled: Vec<f64> = p.iter().map(|x| x.max(0.0) * UNITS as f64).collect();
+    let mut units: Vec<u64> = scaled.iter().map(|x| x.floor() as u64).collect();
+    let assigned: u64 = units.iter().sum();
+    let missing = UNITS.saturating_sub(assigned) as usize;
+    let mut order: Vec<usize> = (0..p.len()).collect();
+    order.sort_by(|&a, &b| {
+        let fa = scaled[a] - scaled[a].floor();
+        let fb = scaled[b] - scaled[b].floor();
+        fb.total_cmp(&fa).then(a.cmp(&b))
+    });
+    for &i in order.iter().cycle().take(missing) {
+        units[i] += 1;
+    }
+    units
+}
+
+fn argmax(units: &[u64]) -> usize {
+    let mut best = 0;
+    for (i, u) in units.iter().enumerate() {
+        if *u > units[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+fn round4(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+#[cfg(test)]
+mod tests;
