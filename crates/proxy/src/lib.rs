@@ -1,3 +1,11 @@
+//! releasegate's HTTP proxy: every socket, file and environment variable on the serving side.
+//!
+//! - [`server`]: the public and admin listeners, handlers, errors, reload.
+//! - [`load`]: reading the configuration file, the environment and the files it names.
+//! - [`auth`]: recipient keys; rate limits and providers are internal to the server.
+//! - [`decisions`]: the release decision log and its summary.
+//! - [`telemetry`]: logging set-up.
+
 pub mod auth;
 pub mod decisions;
 pub mod load;
