@@ -337,16 +337,6 @@ impl Upstreams {
                 .with_label_values(&[provider, kind])
                 .inc();
         }
-        if let Ok(Reply::Status { status, .. }) = &result
-            && status_kind(*status) == "auth"
-        {
-            // The provider refused the proxy's own key: an operator must act, callers cannot.
-            tracing::error!(
-                provider,
-                status,
-                "the provider refused the proxy's credentials; check the key named by api_key_env"
-            );
-        }
         result
     }
 }

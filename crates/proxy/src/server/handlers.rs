@@ -12,7 +12,8 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use super::error::Error;
-use super::middleware::RequestId;
+use super::middleware::{RequestId, request_span};
+use super::trace::TraceId;
 use super::{AppState, Live, body};
 use std::sync::Arc;
 
@@ -70,24 +71,31 @@ pub(super) async fn models_for(
     }
 }
 
-/// The id the router's middleware gave the request.
-fn request_id(state: &AppState, parts: &axum::http::request::Parts) -> RequestId {
-    parts
+/// The request id and trace id the router's middleware gave the request.
+fn request_id(
+    state: &AppState,
+    parts: &axum::http::request::Parts,
+) -> (RequestId, Option<TraceId>) {
+    let id = parts
         .extensions
         .get::<RequestId>()
         .cloned()
-        .unwrap_or_else(|| state.next_request_id())
+        .unwrap_or_else(|| state.next_request_id());
+    (id, parts.extensions.get::<TraceId>().copied())
 }
 
 async fn serve_systemone(
     state: AppState,
-    id: RequestId,
+    (id, trace_id): (RequestId, Option<TraceId>),
     path_contract: Option<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let started = Instant::now();
-    let mut trail = Trail::default();
+    let mut trail = Trail {
+        trace_id,
+        ..Trail::default()
+    };
     let selection = Selection {
         headers: &headers,
         path_contract: path_contract.as_deref(),
@@ -98,12 +106,15 @@ async fn serve_systemone(
 
 async fn serve_models(
     state: AppState,
-    id: RequestId,
+    (id, trace_id): (RequestId, Option<TraceId>),
     path_contract: Option<String>,
     headers: HeaderMap,
 ) -> Response {
     let started = Instant::now();
-    let mut trail = Trail::default();
+    let mut trail = Trail {
+        trace_id,
+        ..Trail::default()
+    };
     let selection = Selection {
         headers: &headers,
         path_contract: path_contract.as_deref(),
@@ -161,6 +172,8 @@ struct Trail {
     contract: Option<Arc<Contract>>,
     /// What happened to each released answer.
     answers: Vec<release::AnswerRecord>,
+    /// The request's W3C trace id (for its log lines).
+    trace_id: Option<TraceId>,
 }
 
 fn finish(
@@ -179,9 +192,33 @@ fn finish(
             .with_label_values(&[recipient.as_str()])
             .inc();
     }
+    let access_log = state.inner.server.access_log;
+    // A failure's lines go out in the request's span (see `request_span`); the access line
+    // carries the same ids as its own fields, without the cost of a span per request.
+    let span = result.is_err().then(|| {
+        request_span(
+            &request_id,
+            trail.trace_id,
+            trail.recipient.as_deref(),
+            trail.contract.as_ref().map(|c| c.name.as_str()),
+        )
+    });
+    let _entered = span.as_ref().map(tracing::Span::enter);
     let response = match result {
         Ok(body) => Json(body).into_response(),
         Err(error) => {
+            if let Error::UpstreamAuth { status } = &error {
+                // The provider refused the proxy's own key: an operator must act, callers cannot.
+                let provider = trail
+                    .contract
+                    .as_ref()
+                    .map_or("none", |c| c.provider.as_str());
+                tracing::error!(
+                    provider,
+                    status,
+                    "the provider refused the proxy's credentials; check the key named by api_key_env"
+                );
+            }
             tracing::warn!(
                 %request_id, route, contract = contract_label,
                 error_type = error.error_type(), error = %error.chain(), "request failed"
@@ -195,17 +232,24 @@ fn finish(
         .requests
         .with_label_values(&[contract_label, status_class(status)])
         .inc();
+    let latency = started.elapsed();
     state
         .metrics()
         .request_duration
         .with_label_values(&[contract_label, route, status_class(status)])
-        .observe(started.elapsed().as_secs_f64());
-    let latency = started.elapsed();
-    if state.inner.server.access_log {
+        .observe(latency.as_secs_f64());
+    if access_log {
         tracing::info!(
             target: crate::telemetry::ACCESS_TARGET,
-            %request_id, route, contract = contract_label, status,
-            latency_ms = latency.as_secs_f64() * 1e3, "request"
+            parent: None,
+            %request_id,
+            trace_id = trail.trace_id.map(tracing::field::display),
+            recipient = trail.recipient.as_deref(),
+            route,
+            contract = contract_label,
+            status,
+            latency_ms = latency.as_secs_f64() * 1e3,
+            "request"
         );
     }
     if let Some(log) = state.inner.decisions.get() {
@@ -236,9 +280,6 @@ fn select_contract<'l>(
         .config
         .contract(&caller.contract)
         .ok_or(Error::Internal)?;
-    let span = tracing::Span::current();
-    span.record("recipient", caller.recipient.as_str());
-    span.record("contract", contract.name.as_str());
     let limited = live.limits.check(&caller.recipient);
     trail.recipient = Some(caller.recipient);
     trail.contract = Some(contract.clone());
@@ -434,7 +475,7 @@ pub(super) const MODEL_DESCRIPTION: &str =
 
 fn success_json(state: &AppState, contract: &Contract, reply: Reply) -> Result<Value, Error> {
     match reply {
-        // The provider refused the proxy's own key (counted and logged in `upstream`).
+        // The provider refused the proxy's own key (counted in `upstream`, logged in `finish`).
         Reply::Status {
             status: status @ (401 | 403),
             ..

@@ -3,10 +3,11 @@
 //! request id in `x-request-id` and `x-typesafe-request-id` (the header the
 //! official SDKs read), and oversized header sections get a JSON 431.
 //!
-//! It also opens the request's span (`request`, with the request id and the W3C trace id;
-//! handlers add the recipient and contract once known), so every log line of the request
-//! carries them, and replaces the caller's `traceparent`/`tracestate` with what the
-//! provider may receive (`trace`).
+//! It also reads the request's W3C trace context, replaces the caller's
+//! `traceparent`/`tracestate` with what the provider may receive (`trace`), and leaves the
+//! request id and trace id in the request's extensions: every log line of the request
+//! carries them (the access line as fields, the others in a `request` span,
+//! [`request_span`]).
 //!
 //! Written as a plain tower layer (no boxed future, no per-request clone of
 //! the inner service, the id built without formatting machinery).
@@ -19,7 +20,6 @@ use std::task::{Context, Poll, ready};
 use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use tracing::Instrument;
 
 use super::{AppState, Error, REQUEST_ID_HEADER};
 
@@ -102,7 +102,7 @@ where
 {
     type Response = Response;
     type Error = Infallible;
-    type Future = Stamped<tracing::instrument::Instrumented<S::Future>>;
+    type Future = Stamped<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
@@ -111,20 +111,13 @@ where
     fn call(&mut self, mut request: Request) -> Self::Future {
         let id = self.state.next_request_id();
         let trace = super::trace::TraceContext::from_headers(request.headers());
-        let span = tracing::info_span!(
-            "request",
-            request_id = %id,
-            trace_id = %trace.trace_id(),
-            recipient = tracing::field::Empty,
-            contract = tracing::field::Empty,
-        );
         let header_bytes: usize = request
             .headers()
             .iter()
             .map(|(name, value)| name.as_str().len() + value.len() + 4)
             .sum();
         if header_bytes > MAX_HEADER_BYTES {
-            span.in_scope(|| {
+            request_span(&id, Some(trace.trace_id()), None, None).in_scope(|| {
                 tracing::warn!(request_id = %id, header_bytes, "request header fields too large");
             });
             return Stamped {
@@ -134,17 +127,36 @@ where
                 id,
             };
         }
+        let trace_id = trace.trace_id();
         trace.apply(request.headers_mut());
-        request.extensions_mut().insert(id.clone());
-        let inner = {
-            let _entered = span.enter();
-            self.inner.call(request)
-        };
+        let extensions = request.extensions_mut();
+        extensions.insert(id.clone());
+        extensions.insert(trace_id);
         Stamped {
-            inner: Ok(inner.instrument(span)),
+            inner: Ok(self.inner.call(request)),
             id,
         }
     }
+}
+
+/// The `request` span of a failed request's log lines: its request id, its W3C trace id
+/// and, once known, its recipient and contract. Built only when such a line is about to be
+/// written, with everything known by then; the access line carries the same ids as its own
+/// fields. (A span per request, open for its whole life, cost more than the rest of its
+/// logging: `docs/benchmarks.md`.)
+pub(super) fn request_span(
+    id: &RequestId,
+    trace_id: Option<super::trace::TraceId>,
+    recipient: Option<&str>,
+    contract: Option<&str>,
+) -> tracing::Span {
+    tracing::info_span!(
+        "request",
+        request_id = %id,
+        trace_id = trace_id.map(tracing::field::display),
+        recipient,
+        contract,
+    )
 }
 
 /// The inner response (or this layer's own), with the request id stamped on it.
