@@ -1,20 +1,36 @@
-//! Providers: a remote System One endpoint over reqwest, or the in-process
-//! simulator. Upstream bodies never reach clients; this module only hands back
-//! parsed JSON or a status.
+//! Providers: a remote System One endpoint over HTTP/1.1 or HTTP/2 (hyper-util's
+//! pooled client, TLS by rustls with the platform's certificate verifier), or the
+//! in-process simulator. Upstream bodies never reach clients; this module only
+//! hands back parsed JSON or a status.
 //!
-//! Each event loop of the server has its own `reqwest::Client` (same settings),
-//! so a request goes out over connections driven by its own thread: a pooled
-//! connection's task runs on the runtime that opened it, and a client shared
-//! by several loops would hand requests across threads.
+//! Each event loop of the server has its own client (same settings), so a
+//! request goes out over connections driven by its own thread: a pooled
+//! connection's task runs on the runtime that opened it, and a client shared by
+//! several loops would hand requests across threads.
+//!
+//! The client is hyper-util's, not reqwest (which wraps the same client): under
+//! load reqwest's layers (a URL parse of every response, per-request clones of
+//! its client and connector, its request and response wrappers) cost 3 to 4 µs
+//! per request, the largest block of the proxy's own CPU left
+//! (`docs/benchmarks.md`). What reqwest did for the proxy is done here: no
+//! redirects followed, connect timeout, idle pool, `TCP_NODELAY`, a default
+//! `user-agent`, the body cap. Proxy environment variables (`HTTPS_PROXY`, ...)
+//! are not read: providers are reached directly.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use axum::http::header::{
+    ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT,
+};
+use axum::http::{Method, Request, Uri};
 use bytes::Bytes;
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
-use reqwest::{Method, Url};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use secrecy::ExposeSecret;
 use serde_json::Value;
 use tokio::sync::Semaphore;
@@ -53,6 +69,13 @@ const MODELS_PATH: &str = "/v1/models";
 /// Longest retry delay passed on to clients, in seconds (one day); longer hints are capped.
 pub(crate) const MAX_RETRY_AFTER_SECONDS: u64 = 86_400;
 
+/// A transport error with its cause chain (for logs only).
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The `user-agent` sent when the caller's is not forwarded.
+const USER_AGENT_VALUE: HeaderValue =
+    HeaderValue::from_static(concat!("releasegate/", env!("CARGO_PKG_VERSION")));
+
 /// Upstream failures (each maps to one client status).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -61,10 +84,10 @@ pub enum Error {
     Timeout,
     /// The provider could not be reached (502).
     #[error("upstream unreachable")]
-    Connect(#[source] reqwest::Error),
+    Connect(#[source] BoxError),
     /// The connection failed mid-exchange (502).
     #[error("upstream transport failure")]
-    Transport(#[source] reqwest::Error),
+    Transport(#[source] BoxError),
     /// The provider's body exceeded the configured cap (502).
     #[error("upstream body too large")]
     TooLarge,
@@ -140,9 +163,9 @@ pub(crate) enum Reply {
 /// Why the providers could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
-    /// The shared HTTP client could not be built.
-    #[error("cannot build the HTTP client")]
-    Client(#[from] reqwest::Error),
+    /// The TLS set-up (the platform's certificate verifier) failed.
+    #[error("cannot set up TLS for the providers")]
+    Tls(#[source] std::io::Error),
     /// A provider's `base_url` is not a valid URL.
     #[error("providers.{provider}.base_url: `{url}` is not a valid URL ({reason})")]
     BaseUrl {
@@ -187,13 +210,16 @@ pub(crate) struct Upstreams {
 /// The HTTP clients, one per event loop (at least one).
 #[derive(Debug)]
 struct Clients {
-    first: reqwest::Client,
-    others: Vec<reqwest::Client>,
+    first: Client,
+    others: Vec<Client>,
 }
+
+/// One event loop's HTTP client.
+type Client = HttpClient<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 impl Clients {
     /// The client of event loop `index` (the first for an unknown index).
-    fn get(&self, index: usize) -> &reqwest::Client {
+    fn get(&self, index: usize) -> &Client {
         index
             .checked_sub(1)
             .and_then(|other| self.others.get(other))
@@ -210,9 +236,9 @@ enum Upstream {
 #[derive(Debug)]
 struct Remote {
     /// `{base_url}/v1/systemone`, parsed once: a URL is not re-parsed per call.
-    systemone_url: Url,
+    systemone_url: Uri,
     /// `{base_url}/v1/models`.
-    models_url: Url,
+    models_url: Uri,
     /// `Bearer {key}`, marked sensitive (never printed by `Debug`).
     authorization: Option<HeaderValue>,
     timeout: Duration,
@@ -227,15 +253,33 @@ impl Upstreams {
     pub(crate) fn new(config: &Config, metrics: Metrics) -> Result<Upstreams, SetupError> {
         // A second install (tests build many apps per process) is harmless.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = || {
-            reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .connect_timeout(Duration::from_secs(5))
+        let tls = {
+            use hyper_rustls::ConfigBuilderExt;
+            rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .and_then(|builder| builder.try_with_platform_verifier())
+            .map_err(|error| SetupError::Tls(std::io::Error::other(error)))?
+            .with_no_client_auth()
+        };
+        let client = || -> Result<Client, SetupError> {
+            let mut http = HttpConnector::new();
+            http.enforce_http(false);
+            http.set_nodelay(true);
+            http.set_connect_timeout(Some(Duration::from_secs(5)));
+            let https = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(tls.clone())
+                .https_or_http()
+                .enable_http1()
+                .enable_http2()
+                .wrap_connector(http);
+            Ok(HttpClient::builder(TokioExecutor::new())
                 .pool_idle_timeout(Duration::from_secs(30))
                 .pool_max_idle_per_host(64)
-                .tcp_nodelay(true)
-                .user_agent(concat!("releasegate/", env!("CARGO_PKG_VERSION")))
-                .build()
+                .pool_timer(TokioTimer::new())
+                .timer(TokioTimer::new())
+                .build(https))
         };
         let clients = Clients {
             first: client()?,
@@ -250,7 +294,7 @@ impl Upstreams {
                 Provider::SystemOne(remote) => {
                     let url = |path: &str| {
                         let url = format!("{}{path}", remote.base_url);
-                        Url::parse(&url).map_err(|error| SetupError::BaseUrl {
+                        url.parse::<Uri>().map_err(|error| SetupError::BaseUrl {
                             provider: name.clone(),
                             url: remote.base_url.clone(),
                             reason: error.to_string(),
@@ -346,7 +390,7 @@ impl Upstreams {
 impl Remote {
     async fn call(
         &self,
-        client: &reqwest::Client,
+        client: &Client,
         post: Option<(Bytes, &HeaderMap)>,
         max_body: usize,
     ) -> Result<Reply, Error> {
@@ -358,29 +402,33 @@ impl Remote {
             .map_err(|_| Error::Saturated)?
             .map_err(|_| Error::Saturated)?;
         let json = HeaderValue::from_static("application/json");
-        let mut upstream_headers = HeaderMap::with_capacity(8);
-        let mut request = match post {
-            Some((body, headers)) => {
-                let mut request = reqwest::Request::new(Method::POST, self.systemone_url.clone());
-                upstream_headers.insert(CONTENT_TYPE, json.clone());
-                for name in FORWARDED {
-                    if let Some(value) = headers.get(&name) {
-                        upstream_headers.insert(name, value.clone());
-                    }
-                }
-                *request.body_mut() = Some(body.into());
-                request
-            }
-            None => reqwest::Request::new(Method::GET, self.models_url.clone()),
+        let (method, uri, body) = match &post {
+            Some((body, _)) => (Method::POST, self.systemone_url.clone(), body.clone()),
+            None => (Method::GET, self.models_url.clone(), Bytes::new()),
         };
+        let mut request = Request::new(Full::new(body));
+        *request.method_mut() = method;
+        *request.uri_mut() = uri;
+        let upstream_headers = request.headers_mut();
+        upstream_headers.reserve(8);
+        if let Some((_, headers)) = post {
+            upstream_headers.insert(CONTENT_TYPE, json.clone());
+            for name in FORWARDED {
+                if let Some(value) = headers.get(&name) {
+                    upstream_headers.insert(name, value.clone());
+                }
+            }
+        }
         upstream_headers.insert(ACCEPT, json);
+        if !upstream_headers.contains_key(USER_AGENT) {
+            upstream_headers.insert(USER_AGENT, USER_AGENT_VALUE);
+        }
         if let Some(authorization) = &self.authorization {
             upstream_headers.insert(AUTHORIZATION, authorization.clone());
         }
-        *request.headers_mut() = upstream_headers;
         let remaining = deadline.saturating_duration_since(Instant::now());
         let exchange = async {
-            let mut response = client.execute(request).await.map_err(classify)?;
+            let response = client.request(request).await.map_err(classify)?;
             let status = response.status().as_u16();
             if !(200..300).contains(&status) {
                 let (retry_after, retry_after_ms) = if status == 429 || status == 529 {
@@ -397,20 +445,25 @@ impl Remote {
                     retry_after_ms,
                 });
             }
-            if response
-                .content_length()
-                .is_some_and(|n| n > max_body as u64)
-            {
+            let declared = response
+                .headers()
+                .get(axum::http::header::CONTENT_LENGTH)
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| value.parse::<u64>().ok());
+            if declared.is_some_and(|n| n > max_body as u64) {
                 return Err(Error::TooLarge);
             }
-            let mut body = Vec::new();
-            while let Some(chunk) = response.chunk().await.map_err(classify)? {
-                if body.len() + chunk.len() > max_body {
-                    return Err(Error::TooLarge);
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(Reply::Success(Bytes::from(body)))
+            let body = Limited::new(response.into_body(), max_body)
+                .collect()
+                .await
+                .map_err(|error| {
+                    if error.is::<http_body_util::LengthLimitError>() {
+                        Error::TooLarge
+                    } else {
+                        Error::Transport(error)
+                    }
+                })?;
+            Ok(Reply::Success(body.to_bytes()))
         };
         tokio::time::timeout(remaining, exchange)
             .await
@@ -418,13 +471,30 @@ impl Remote {
     }
 }
 
-fn classify(error: reqwest::Error) -> Error {
-    if error.is_timeout() {
+/// A client error as the failure it is: a connection that could not be made (or not in
+/// time: a connect timeout is a timeout), or an exchange that broke off.
+fn classify(error: hyper_util::client::legacy::Error) -> Error {
+    let timed_out = {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+        let mut found = false;
+        while let Some(cause) = source {
+            if cause
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+            {
+                found = true;
+                break;
+            }
+            source = cause.source();
+        }
+        found
+    };
+    if timed_out {
         Error::Timeout
     } else if error.is_connect() {
-        Error::Connect(error)
+        Error::Connect(Box::new(error))
     } else {
-        Error::Transport(error)
+        Error::Transport(Box::new(error))
     }
 }
 
@@ -500,6 +570,32 @@ mod tests {
         crate::load::from_toml_with_env(&text, &move |_| Some(key.clone())).unwrap()
     }
 
+    /// An `https://` provider goes through TLS: a server that answers in plain HTTP fails
+    /// the handshake, which is a connection failure (502), never a plain-text exchange.
+    #[tokio::test]
+    async fn https_providers_are_reached_over_tls() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let _ = socket
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+                    .await;
+            }
+        });
+        let upstreams = Upstreams::new(
+            &provider_config(&format!("https://127.0.0.1:{port}"), "sk-1"),
+            Metrics::new().unwrap(),
+        )
+        .unwrap();
+        let reply = upstreams
+            .systemone("up", Bytes::from_static(b"{}"), &HeaderMap::new())
+            .await;
+        assert!(matches!(reply, Err(Error::Connect(_))), "{reply:?}");
+        server.abort();
+    }
+
     #[test]
     fn provider_urls_and_keys_are_checked_once_at_start_up() {
         let metrics = || Metrics::new().unwrap();
@@ -509,10 +605,13 @@ mod tests {
             panic!("not remote");
         };
         assert_eq!(
-            remote.systemone_url.as_str(),
+            remote.systemone_url.to_string(),
             "http://127.0.0.1:9/v1/systemone"
         );
-        assert_eq!(remote.models_url.as_str(), "http://127.0.0.1:9/v1/models");
+        assert_eq!(
+            remote.models_url.to_string(),
+            "http://127.0.0.1:9/v1/models"
+        );
         // The key is held as a sensitive header value: never printed.
         assert!(remote.authorization.as_ref().unwrap().is_sensitive());
         assert!(!format!("{upstreams:?}").contains("sk-1"));

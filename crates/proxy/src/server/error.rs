@@ -206,7 +206,7 @@ mod tests {
         drop(closed);
         let refused = reqwest::Client::new().get(&url).send().await.unwrap_err();
         assert!(refused.is_connect());
-        let error = Error::Upstream(upstream::Error::Connect(refused));
+        let error = Error::Upstream(upstream::Error::Connect(Box::new(refused)));
         assert_eq!(error.to_string(), "upstream unreachable");
         let chain = error.chain();
         assert!(chain.starts_with("upstream unreachable: "), "{chain}");
