@@ -86,11 +86,19 @@ pub struct Mapper {
     /// For request-independent posteriors: per class, [without probabilities, with probabilities],
     /// plans -> ascending admissible codeword indices.
     table: Option<Vec<AdmissibleLists>>,
+    /// Alongside `table`: per class, which codewords' plans do not depend on their confidence
+    /// being released. For those, a candidate read back bit for bit as it was sent has the
+    /// target signature by construction of the table, and its plans are not recomputed.
+    invariant: Vec<ConfidenceInvariant>,
 }
 
 /// For one selected class: `[without probabilities, with probabilities]`, each mapping plans to
 /// the ascending indices of the codewords with exactly those plans.
 type AdmissibleLists = [BTreeMap<Vec<Plan>, Vec<u32>>; 2];
+
+/// For one selected class: `[without probabilities, with probabilities]`, the codewords whose
+/// plans stay the same when their confidence is released too (one bit per codeword index).
+type ConfidenceInvariant = [Vec<u64>; 2];
 
 // === impl Reason ===
 
@@ -148,6 +156,8 @@ impl Mapper {
                 }
             }
         }
+        let words = codebook.codewords().len().div_ceil(64);
+        let mut invariant: Vec<ConfidenceInvariant> = Vec::new();
         let table = spec
             .posterior_estimator()
             .is_request_independent()
@@ -157,18 +167,24 @@ impl Mapper {
                     .enumerate()
                     .map(|(class, list)| {
                         let mut slots: AdmissibleLists = Default::default();
+                        let mut same: ConfidenceInvariant = [vec![0; words], vec![0; words]];
                         for (slot, with_probabilities) in [(0, false), (1, true)] {
                             for &index in list {
                                 let cw = &codebook.codewords()[index as usize];
-                                let release = Release {
+                                let mut release = Release {
                                     choice: class,
                                     probabilities: with_probabilities.then(|| cw.p.clone()),
                                     confidence: None,
                                 };
                                 let plans = spec.plans_with_public(&release, &[]);
+                                release.confidence = Some(cw.c);
+                                if spec.plans_with_public(&release, &[]) == plans {
+                                    same[slot][index as usize / 64] |= 1 << (index % 64);
+                                }
                                 slots[slot].entry(plans).or_default().push(index);
                             }
                         }
+                        invariant.push(same);
                         slots
                     })
                     .collect()
@@ -179,6 +195,7 @@ impl Mapper {
             admissibility,
             candidates,
             table,
+            invariant,
         })
     }
 
@@ -243,13 +260,18 @@ impl Mapper {
                 let admissible = table
                     .get(native.choice)
                     .and_then(|slots| slots[slot].get(target.plans.as_slice()));
+                let same = self
+                    .invariant
+                    .get(native.choice)
+                    .map(|slots| slots[slot].as_slice());
                 match admissible {
-                    Some(list) => self.verify(
+                    Some(list) => self.verify_with(
                         list.iter().map(|&i| i as usize),
                         native,
                         &target,
                         &public,
                         roundtrip,
+                        same,
                     ),
                     None => Outcome::Fallback(Reason::NoAdmissibleCodeword),
                 }
@@ -446,13 +468,37 @@ impl Mapper {
         public: &[f64],
         roundtrip: &dyn Fn(&Release) -> Option<Release>,
     ) -> Outcome {
+        self.verify_with(admissible, native, target, public, roundtrip, None)
+    }
+
+    /// [`Mapper::verify`]; with `same` (the table path: the candidates are the table's list
+    /// for the target's plans), a candidate whose confidence does not change its plans and
+    /// that reads back bit for bit as sent has the target signature without recomputing it:
+    /// its choice and availability are D's, and its plans are the list's, which are the
+    /// target's.
+    fn verify_with(
+        &self,
+        admissible: impl Iterator<Item = usize>,
+        native: &Release,
+        target: &Signature,
+        public: &[f64],
+        roundtrip: &dyn Fn(&Release) -> Option<Release>,
+        same: Option<&[u64]>,
+    ) -> Outcome {
         let mut mismatches = 0u32;
         for index in admissible {
             let Some(release) = self.candidate(native, index) else {
                 continue;
             };
+            let known = same.is_some_and(|bits| {
+                bits.get(index / 64)
+                    .is_some_and(|word| word & (1 << (index % 64)) != 0)
+            });
             match roundtrip(&release) {
-                Some(back) if self.spec.signature_with_public(&back, public) == *target => {
+                Some(back)
+                    if (known && same_bits(&back, &release))
+                        || self.spec.signature_with_public(&back, public) == *target =>
+                {
                     return Outcome::Covered {
                         release,
                         codeword_index: index,
@@ -472,6 +518,20 @@ impl Mapper {
             Outcome::Fallback(Reason::RoundtripMismatch { mismatches })
         }
     }
+}
+
+/// Whether two releases are the same bit for bit (`-0.0` and `0.0` differ).
+fn same_bits(a: &Release, b: &Release) -> bool {
+    let bits = |p: Option<f64>| p.map(f64::to_bits);
+    a.choice == b.choice
+        && bits(a.confidence) == bits(b.confidence)
+        && match (&a.probabilities, &b.probabilities) {
+            (None, None) => true,
+            (Some(x), Some(y)) => {
+                x.len() == y.len() && x.iter().zip(y).all(|(u, v)| u.to_bits() == v.to_bits())
+            }
+            _ => false,
+        }
 }
 
 /// Indices whose value equals the maximum exactly (empty if all values are NaN).
