@@ -251,6 +251,7 @@ impl Application {
         let mut public = Vec::with_capacity(loops);
         let first = if loops > 1 {
             let shared = self.public.tcp.into_std()?;
+            let balance = listener::Balance::new(loops);
             for index in 1..loops {
                 let serving = serve_shared(
                     self.public.name,
@@ -260,6 +261,10 @@ impl Application {
                     public_router.clone(),
                     self.connections.clone(),
                     public_rx.clone(),
+                    listener::Turn {
+                        balance: balance.clone(),
+                        index,
+                    },
                 );
                 public.push(event_loops.spawn(index, watched("public", ended.clone(), serving))?);
             }
@@ -274,6 +279,7 @@ impl Application {
                     public_router,
                     self.connections.clone(),
                     public_rx,
+                    listener::Turn { balance, index: 0 },
                 ),
             ))
         } else {
@@ -286,6 +292,7 @@ impl Application {
                     public_router,
                     self.connections.clone(),
                     public_rx,
+                    None,
                 ),
             ))
         };
@@ -300,6 +307,7 @@ impl Application {
                 admin_router(self.state.clone()),
                 self.connections,
                 admin_rx,
+                None,
             ),
         ))];
         let state = self.state;
@@ -359,7 +367,8 @@ fn sink_name(sink: &releasegate_core::config::DecisionSink) -> String {
 }
 
 /// Serves a listener from a socket shared with other event loops, registered
-/// with the runtime this runs on.
+/// with the runtime this runs on, taking its `turn` among them.
+#[allow(clippy::too_many_arguments)]
 async fn serve_shared(
     name: &'static str,
     limits: listener::Limits,
@@ -368,11 +377,12 @@ async fn serve_shared(
     router: Router,
     metrics: listener::ConnectionMetrics,
     stage: watch::Receiver<listener::Stage>,
+    turn: listener::Turn,
 ) {
     match TcpListener::from_std(socket) {
         Ok(tcp) => {
             let listener = listener::Listener { name, tcp, limits };
-            listener::serve(listener, permits, router, metrics, stage).await;
+            listener::serve(listener, permits, router, metrics, stage, Some(turn)).await;
         }
         Err(error) => tracing::error!(%error, "an event loop cannot register the listener"),
     }

@@ -20,6 +20,7 @@
 use std::convert::Infallible;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -31,7 +32,7 @@ use hyper_util::rt::TokioIo;
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
@@ -209,11 +210,15 @@ pub(super) async fn serve(
     router: Router,
     metrics: ConnectionMetrics,
     mut stage: watch::Receiver<Stage>,
+    turn: Option<Turn>,
 ) {
     let Listener { name, tcp, limits } = listener;
     let mut last_warning: Option<Instant> = None;
     let mut last_full: Option<Instant> = None;
     loop {
+        if let Some(turn) = &turn {
+            turn.wait().await;
+        }
         let accepted = tokio::select! {
             accepted = tcp.accept() => accepted,
             _ = stage.wait_for(|stage| *stage != Stage::Serving) => break,
@@ -244,6 +249,7 @@ pub(super) async fn serve(
             metrics: metrics.clone(),
             stage: stage.clone(),
             _permit: permit,
+            _seat: turn.as_ref().map(Turn::seat),
         };
         tokio::spawn(connection.run(stream, router.clone()));
     }
@@ -287,6 +293,97 @@ struct Connection {
     metrics: ConnectionMetrics,
     stage: watch::Receiver<Stage>,
     _permit: OwnedSemaphorePermit,
+    /// Its place in its event loop's count (several loops share the listener).
+    _seat: Option<Seat>,
+}
+
+/// The open connections of the event loops sharing one listening socket. Every loop
+/// waits on the socket, so whichever wakes first takes a new connection: a burst of
+/// connections (a client opening its pool) could land on one loop while another
+/// idles, and the connections stay where they landed. So a loop accepts only while
+/// it has no more open connections than the least loaded loop; a loop that waits
+/// past `TURN_WAIT` accepts anyway (a busy loop must not hold up new connections).
+#[derive(Debug)]
+pub(super) struct Balance {
+    open: Vec<AtomicUsize>,
+    changed: Notify,
+}
+
+/// How long a loop with more than its share of connections lets the others accept.
+const TURN_WAIT: Duration = Duration::from_millis(10);
+
+impl Balance {
+    /// A balance for `loops` event loops.
+    pub(super) fn new(loops: usize) -> Arc<Balance> {
+        Arc::new(Balance {
+            open: (0..loops).map(|_| AtomicUsize::new(0)).collect(),
+            changed: Notify::new(),
+        })
+    }
+
+    fn is_least(&self, index: usize) -> bool {
+        let mine = self
+            .open
+            .get(index)
+            .map_or(0, |n| n.load(Ordering::Relaxed));
+        self.open.iter().all(|n| mine <= n.load(Ordering::Relaxed))
+    }
+}
+
+/// One event loop's place in a [`Balance`].
+#[derive(Debug)]
+pub(super) struct Turn {
+    /// The shared counts.
+    pub(super) balance: Arc<Balance>,
+    /// This loop's index in them.
+    pub(super) index: usize,
+}
+
+impl Turn {
+    /// Returns once this loop is among the least loaded, or after `TURN_WAIT`.
+    async fn wait(&self) {
+        let deadline = tokio::time::Instant::now() + TURN_WAIT;
+        loop {
+            let changed = self.balance.changed.notified();
+            tokio::pin!(changed);
+            // Registered before the check, so a change in between is not missed.
+            changed.as_mut().enable();
+            if self.balance.is_least(self.index) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Counts a new connection on this loop until the seat is dropped.
+    fn seat(&self) -> Seat {
+        if let Some(open) = self.balance.open.get(self.index) {
+            open.fetch_add(1, Ordering::Relaxed);
+        }
+        self.balance.changed.notify_waiters();
+        Seat {
+            balance: self.balance.clone(),
+            index: self.index,
+        }
+    }
+}
+
+/// A connection's place in its loop's count.
+#[derive(Debug)]
+struct Seat {
+    balance: Arc<Balance>,
+    index: usize,
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        if let Some(open) = self.balance.open.get(self.index) {
+            open.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.balance.changed.notify_waiters();
+    }
 }
 
 impl Connection {
@@ -560,6 +657,39 @@ impl AsyncWrite for Tracked {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_loop_with_more_connections_lets_the_others_accept_first() {
+        let balance = Balance::new(2);
+        let first = Turn {
+            balance: balance.clone(),
+            index: 0,
+        };
+        let second = Turn {
+            balance: balance.clone(),
+            index: 1,
+        };
+        // Equal: both may accept.
+        first.wait().await;
+        second.wait().await;
+        let seat = first.seat();
+        assert!(!balance.is_least(0) && balance.is_least(1));
+        // The busier loop waits until the other takes a connection...
+        let waiting = tokio::spawn(async move {
+            first.wait().await;
+            first
+        });
+        tokio::task::yield_now().await;
+        let other = second.seat();
+        let first = waiting.await.unwrap();
+        assert!(balance.is_least(0) && balance.is_least(1));
+        // ...or, if none comes, accepts anyway once `TURN_WAIT` has passed (returns).
+        drop(other);
+        assert!(!balance.is_least(0));
+        first.wait().await;
+        drop(seat);
+        assert_eq!(balance.open[0].load(Ordering::Relaxed), 0);
+    }
 
     fn limits(header: u64, idle: u64) -> Limits {
         Limits {
