@@ -40,6 +40,9 @@ async fn logged(server_extra: &str) -> Vec<Value> {
         filter,
         logs.clone(),
     ));
+    // Other tests reach the same call sites on threads without a subscriber meanwhile: recompute
+    // their cached interest with this one installed (see `hardening::settle_interest`).
+    tracing::callsite::rebuild_interest_cache();
     let config = releasegate_proxy::load::from_toml(&config_text(server_extra, None)).unwrap();
     let app = Application::build(config).await.unwrap();
     let url = format!("http://127.0.0.1:{}/v1/systemone", app.port());

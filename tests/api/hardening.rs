@@ -30,12 +30,23 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
     }
 }
 
+/// Recomputes every log call site's interest with this thread's subscriber in place. Other
+/// tests run the same call sites at the same time on threads without one; a call site first
+/// reached there, while this test's subscriber was being installed, could keep "never" and
+/// drop this test's lines (tracing's per-call-site cache; a process with one global
+/// subscriber, as the binary has, is not affected).
+fn settle_interest() {
+    tracing::callsite::rebuild_interest_cache();
+}
+
 impl Logs {
     fn capture(json: bool) -> (Logs, tracing::subscriber::DefaultGuard) {
         let logs = Logs::default();
         let filter = tracing_subscriber::EnvFilter::new("releasegate=info");
         let subscriber = releasegate_proxy::telemetry::subscriber(json, filter, logs.clone());
-        (logs, tracing::subscriber::set_default(subscriber))
+        let guard = tracing::subscriber::set_default(subscriber);
+        settle_interest();
+        (logs, guard)
     }
 
     fn text(&self) -> String {
@@ -179,6 +190,7 @@ async fn provider_key_failures_are_logged_at_error_level_and_causes_in_full() {
     let app = spawn("choice", "").await;
     app.upstream
         .script(401, b"{}".to_vec(), &[], Duration::ZERO);
+    settle_interest();
     assert_eq!(app.post(&request()).await.status(), 502);
     app.stop().await;
     let lines: Vec<serde_json::Value> = logs
