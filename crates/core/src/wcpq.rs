@@ -265,7 +265,7 @@ impl Mapper {
                     .get(native.choice)
                     .map(|slots| slots[slot].as_slice());
                 match admissible {
-                    Some(list) => self.verify_with(
+                    Some(list) => self.verify(
                         list.iter().map(|&i| i as usize),
                         native,
                         &target,
@@ -309,7 +309,7 @@ impl Mapper {
         });
         // Lazy: the scan stops at the first admissible codeword that survives the round trip.
         // `verify` rebuilds each admissible candidate itself, so `z` is only the scan's buffer.
-        self.verify(admissible, native, target, public, roundtrip)
+        self.verify(admissible, native, target, public, roundtrip, None)
     }
 
     /// The bounded path: the admissible codewords are those whose plans stay within the budget
@@ -370,39 +370,15 @@ impl Mapper {
         public: &[f64],
         roundtrip: &dyn Fn(&Release) -> Option<Release>,
     ) -> Outcome {
-        let mut mismatches = 0u32;
-        for index in admissible {
-            let Some(release) = self.candidate(native, index) else {
-                continue;
-            };
-            match roundtrip(&release) {
-                Some(back)
-                    if back.choice == native.choice
-                        && back.availability() == native.availability()
-                        && self.spec.within_budget(
-                            native_plans,
-                            &self.spec.plans_with_public(&back, public),
-                            alpha,
-                        ) =>
-                {
-                    return Outcome::Covered {
-                        release,
-                        codeword_index: index,
-                    };
-                }
-                _ => {
-                    mismatches += 1;
-                    if mismatches >= MAX_ROUNDTRIP_MISMATCHES {
-                        break;
-                    }
-                }
-            }
-        }
-        if mismatches == 0 {
-            Outcome::Fallback(Reason::NoAdmissibleCodeword)
-        } else {
-            Outcome::Fallback(Reason::RoundtripMismatch { mismatches })
-        }
+        self.first_read_back(admissible, native, roundtrip, |_, _, back| {
+            back.choice == native.choice
+                && back.availability() == native.availability()
+                && self.spec.within_budget(
+                    native_plans,
+                    &self.spec.plans_with_public(back, public),
+                    alpha,
+                )
+        })
     }
 
     /// Reference implementation for tests: scans every codeword in order with no precomputation.
@@ -444,9 +420,14 @@ impl Mapper {
             return Outcome::Fallback(Reason::NoCandidate);
         }
         match self.admissibility {
-            Admissibility::Strict => {
-                self.verify(admissible.into_iter(), native, &target, &public, roundtrip)
-            }
+            Admissibility::Strict => self.verify(
+                admissible.into_iter(),
+                native,
+                &target,
+                &public,
+                roundtrip,
+                None,
+            ),
             Admissibility::Budget(alpha) => self.verify_budget(
                 admissible.into_iter(),
                 native,
@@ -458,25 +439,12 @@ impl Mapper {
         }
     }
 
-    /// Round-trips admissible codewords in order; the first whose re-parsed signature equals the
-    /// target is released.
+    /// Round-trips admissible codewords in order; the first whose re-read signature equals the
+    /// target is released. With `same` (the table path: the candidates are the table's list for
+    /// the target's plans), a candidate whose confidence does not change its plans and that
+    /// reads back bit for bit as sent has the target signature without recomputing it: its
+    /// choice and availability are D's, and its plans are the list's, which are the target's.
     fn verify(
-        &self,
-        admissible: impl Iterator<Item = usize>,
-        native: &Release,
-        target: &Signature,
-        public: &[f64],
-        roundtrip: &dyn Fn(&Release) -> Option<Release>,
-    ) -> Outcome {
-        self.verify_with(admissible, native, target, public, roundtrip, None)
-    }
-
-    /// [`Mapper::verify`]; with `same` (the table path: the candidates are the table's list
-    /// for the target's plans), a candidate whose confidence does not change its plans and
-    /// that reads back bit for bit as sent has the target signature without recomputing it:
-    /// its choice and availability are D's, and its plans are the list's, which are the
-    /// target's.
-    fn verify_with(
         &self,
         admissible: impl Iterator<Item = usize>,
         native: &Release,
@@ -485,20 +453,33 @@ impl Mapper {
         roundtrip: &dyn Fn(&Release) -> Option<Release>,
         same: Option<&[u64]>,
     ) -> Outcome {
+        self.first_read_back(admissible, native, roundtrip, |index, release, back| {
+            let known = same.is_some_and(|bits| {
+                bits.get(index / 64)
+                    .is_some_and(|word| word & (1 << (index % 64)) != 0)
+            });
+            (known && same_bits(back, release))
+                || self.spec.signature_with_public(back, public) == *target
+        })
+    }
+
+    /// Round-trips the candidates of `admissible` in order and releases the first whose
+    /// read-back `accepts(index, candidate, read_back)`; gives up after
+    /// `MAX_ROUNDTRIP_MISMATCHES` refusals.
+    fn first_read_back(
+        &self,
+        admissible: impl Iterator<Item = usize>,
+        native: &Release,
+        roundtrip: &dyn Fn(&Release) -> Option<Release>,
+        accepts: impl Fn(usize, &Release, &Release) -> bool,
+    ) -> Outcome {
         let mut mismatches = 0u32;
         for index in admissible {
             let Some(release) = self.candidate(native, index) else {
                 continue;
             };
-            let known = same.is_some_and(|bits| {
-                bits.get(index / 64)
-                    .is_some_and(|word| word & (1 << (index % 64)) != 0)
-            });
             match roundtrip(&release) {
-                Some(back)
-                    if (known && same_bits(&back, &release))
-                        || self.spec.signature_with_public(&back, public) == *target =>
-                {
+                Some(back) if accepts(index, &release, &back) => {
                     return Outcome::Covered {
                         release,
                         codeword_index: index,

@@ -474,21 +474,12 @@ impl Remote {
 /// A client error as the failure it is: a connection that could not be made (or not in
 /// time: a connect timeout is a timeout), or an exchange that broke off.
 fn classify(error: hyper_util::client::legacy::Error) -> Error {
-    let timed_out = {
-        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
-        let mut found = false;
-        while let Some(cause) = source {
-            if cause
-                .downcast_ref::<std::io::Error>()
-                .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
-            {
-                found = true;
-                break;
-            }
-            source = cause.source();
-        }
-        found
-    };
+    let source: &(dyn std::error::Error + 'static) = &error;
+    let timed_out = std::iter::successors(Some(source), |cause| cause.source()).any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+    });
     if timed_out {
         Error::Timeout
     } else if error.is_connect() {

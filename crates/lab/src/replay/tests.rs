@@ -124,21 +124,8 @@ fn batches_keep_input_order_and_line_numbers() {
 /// realized-cost difference of 19.6); it now verifies the bytes that go out.
 #[test]
 fn withholding_under_wcpq_keeps_every_plan_on_the_simulators_worlds() {
-    let worlds =
-        releasegate_sim::simulate::generate(&releasegate_sim::simulate::Options::default())
-            .unwrap();
-    let lines: Vec<String> = worlds.iter().map(|w| w.to_line().unwrap()).collect();
-    let input = lines.join("\n");
-    let shipped = std::fs::read_to_string(concat!(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../.."),
-        "/config/tuple-bench.toml"
-    ))
-    .unwrap()
-    .replace(
-        "codebooks/",
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/codebooks/"),
-    )
-    .replace(
+    let (_, input, shipped) = tuple_bench();
+    let shipped = shipped.replace(
         "[contracts.delivery.questions.coarse_cause]\n",
         "[contracts.delivery.questions.coarse_cause]\nwithhold_labels = [\"DAMAGE\"]\n",
     );
@@ -180,20 +167,7 @@ fn withholding_under_wcpq_keeps_every_plan_on_the_simulators_worlds() {
 /// stays within α·κ_j (strict: 0).
 #[test]
 fn a_wcpq_budget_reports_the_worst_cost_increase() {
-    let worlds =
-        releasegate_sim::simulate::generate(&releasegate_sim::simulate::Options::default())
-            .unwrap();
-    let lines: Vec<String> = worlds.iter().map(|w| w.to_line().unwrap()).collect();
-    let input = lines.join("\n");
-    let shipped = std::fs::read_to_string(concat!(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../.."),
-        "/config/tuple-bench.toml"
-    ))
-    .unwrap()
-    .replace(
-        "codebooks/",
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/codebooks/"),
-    );
+    let (worlds, input, shipped) = tuple_bench();
     let run_with = |shipped: &str, admissibility: &str| {
         let text = shipped.replace(
             "codebook = \"",
@@ -250,13 +224,12 @@ fn a_wcpq_budget_reports_the_worst_cost_increase() {
     assert_eq!(strict.max_relative_cost_increase, 0.0);
     let shipped = shipped.replace(
         concat!(
-            concat!(env!("CARGO_MANIFEST_DIR"), "/../.."),
-            "/config/codebooks/tuple-bench-coarse_cause.json"
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../config/codebooks/tuple-bench-coarse_cause.json"
         ),
         &path.display().to_string(),
     );
     let bounded = run_with(&shipped, "{ budget = 0.2 }");
-    let _ = std::fs::remove_file(&path);
     assert!(bounded.plan_agreement < 1.0, "{bounded:?}");
     assert!(bounded.max_realized_cost_increase > 0.0, "{bounded:?}");
     assert!(bounded.max_relative_cost_increase <= 0.2, "{bounded:?}");
@@ -277,4 +250,24 @@ fn from_toml(text: &str) -> Result<Config, releasegate_core::config::Error> {
             codebooks: true,
         },
     )
+}
+
+/// The simulator's default worlds, the same as JSON Lines, and `config/tuple-bench.toml` with
+/// its codebook paths made absolute.
+fn tuple_bench() -> (Vec<releasegate_sim::worlds::World>, String, String) {
+    let worlds =
+        releasegate_sim::simulate::generate(&releasegate_sim::simulate::Options::default())
+            .unwrap();
+    let lines: Vec<String> = worlds.iter().map(|w| w.to_line().unwrap()).collect();
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../config/tuple-bench.toml"
+    ))
+    .unwrap()
+    .replace(
+        "codebooks/",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../config/codebooks/"),
+    );
+    let input = lines.join("\n");
+    (worlds, input, shipped)
 }

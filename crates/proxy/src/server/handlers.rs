@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use super::error::Error;
-use super::middleware::{RequestId, request_span};
+use super::middleware::{Ids, RequestId, request_span};
 use super::trace::TraceId;
 use super::{AppState, Live, body};
 use std::sync::Arc;
@@ -76,12 +76,10 @@ fn request_id(
     state: &AppState,
     parts: &axum::http::request::Parts,
 ) -> (RequestId, Option<TraceId>) {
-    let id = parts
-        .extensions
-        .get::<RequestId>()
-        .cloned()
-        .unwrap_or_else(|| state.next_request_id());
-    (id, parts.extensions.get::<TraceId>().copied())
+    match parts.extensions.get::<Ids>() {
+        Some(ids) => (ids.request_id.clone(), Some(ids.trace_id)),
+        None => (state.next_request_id(), None),
+    }
 }
 
 async fn serve_systemone(
@@ -92,14 +90,8 @@ async fn serve_systemone(
     body: Body,
 ) -> Response {
     let started = Instant::now();
-    let mut trail = Trail {
-        trace_id,
-        ..Trail::default()
-    };
-    let selection = Selection {
-        headers: &headers,
-        path_contract: path_contract.as_deref(),
-    };
+    let mut trail = Trail::new(trace_id);
+    let selection = Selection::new(&headers, path_contract.as_deref());
     let result = answer(&state, selection, body, &mut trail).await;
     finish(&state, "systemone", id, trail, started, result)
 }
@@ -111,14 +103,8 @@ async fn serve_models(
     headers: HeaderMap,
 ) -> Response {
     let started = Instant::now();
-    let mut trail = Trail {
-        trace_id,
-        ..Trail::default()
-    };
-    let selection = Selection {
-        headers: &headers,
-        path_contract: path_contract.as_deref(),
-    };
+    let mut trail = Trail::new(trace_id);
+    let selection = Selection::new(&headers, path_contract.as_deref());
     let result = list_models(&state, selection, &mut trail).await;
     finish(&state, "models", id, trail, started, result)
 }
@@ -163,6 +149,15 @@ struct Selection<'r> {
     path_contract: Option<&'r str>,
 }
 
+impl<'r> Selection<'r> {
+    fn new(headers: &'r HeaderMap, path_contract: Option<&'r str>) -> Selection<'r> {
+        Selection {
+            headers,
+            path_contract,
+        }
+    }
+}
+
 /// What a request learned on its way (for metrics, logs and the decision log).
 #[derive(Default)]
 struct Trail {
@@ -174,6 +169,16 @@ struct Trail {
     answers: Vec<release::AnswerRecord>,
     /// The request's W3C trace id (for its log lines).
     trace_id: Option<TraceId>,
+}
+
+impl Trail {
+    /// A request's trail before anything is known but its trace id.
+    fn new(trace_id: Option<TraceId>) -> Trail {
+        Trail {
+            trace_id,
+            ..Trail::default()
+        }
+    }
 }
 
 fn finish(

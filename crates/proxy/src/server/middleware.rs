@@ -32,6 +32,16 @@ pub const SDK_REQUEST_ID_HEADER: &str = "x-typesafe-request-id";
 /// before any routing, with a bare 431 (see README, Errors).
 pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 
+/// What the middleware leaves in a request's extensions for handlers and logs (one
+/// extension: each insertion is a map operation per request).
+#[derive(Debug, Clone)]
+pub(super) struct Ids {
+    /// The proxy's request id.
+    pub(super) request_id: RequestId,
+    /// The request's W3C trace id.
+    pub(super) trace_id: super::trace::TraceId,
+}
+
 /// The proxy's request id, in the request's extensions for handlers and logs.
 /// Held as the header value it is sent as (cloning it is a reference count).
 #[derive(Debug, Clone)]
@@ -129,9 +139,10 @@ where
         }
         let trace_id = trace.trace_id();
         trace.apply(request.headers_mut());
-        let extensions = request.extensions_mut();
-        extensions.insert(id.clone());
-        extensions.insert(trace_id);
+        request.extensions_mut().insert(Ids {
+            request_id: id.clone(),
+            trace_id,
+        });
         Stamped {
             inner: Ok(self.inner.call(request)),
             id,

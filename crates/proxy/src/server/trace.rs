@@ -43,11 +43,17 @@ impl fmt::Display for TraceId {
         // One write of the 32 digits (a formatted write per byte cost a noticeable share of
         // the access line).
         let mut out = [0u8; 32];
-        for (pair, byte) in out.chunks_exact_mut(2).zip(self.0) {
-            pair[0] = b"0123456789abcdef"[usize::from(byte >> 4)];
-            pair[1] = b"0123456789abcdef"[usize::from(byte & 0xf)];
-        }
+        hex(&self.0, &mut out);
         f.write_str(std::str::from_utf8(&out).unwrap_or_default())
+    }
+}
+
+/// Writes `bytes` as lower-case hex into `out` (two digits per byte).
+fn hex(bytes: &[u8], out: &mut [u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (b, pair) in bytes.iter().zip(out.chunks_exact_mut(2)) {
+        pair[0] = HEX[usize::from(b >> 4)];
+        pair[1] = HEX[usize::from(b & 0xf)];
     }
 }
 
@@ -123,13 +129,6 @@ impl TraceContext {
 
     /// The `traceparent` the provider receives: `00-<trace id>-<our span id>-<flags>`.
     pub(super) fn traceparent(&self) -> HeaderValue {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        fn hex(bytes: &[u8], out: &mut [u8]) {
-            for (b, pair) in bytes.iter().zip(out.chunks_exact_mut(2)) {
-                pair[0] = HEX[usize::from(b >> 4)];
-                pair[1] = HEX[usize::from(b & 0xf)];
-            }
-        }
         let mut out = *b"00-________________________________-________________-__";
         hex(&self.trace_id, &mut out[3..35]);
         hex(&self.span_id, &mut out[36..52]);
