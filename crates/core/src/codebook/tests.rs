@@ -434,3 +434,36 @@ fn learning_refuses_a_bad_budget_or_k() {
     assert!(learn(&strict, &spec4(), &train, 0.1, 0, 4).is_err());
     assert!(learn(&strict, &spec4(), &[], 0.1, 4, 4).is_err());
 }
+
+#[test]
+fn questions_pool_only_with_the_same_class_count_and_workflows_up_to_labels() {
+    let renamed: Vec<String> = ["W", "X", "Y", "Z"].iter().map(|s| s.to_string()).collect();
+    let renamed = Spec::standard(renamed).unwrap();
+    assert!(Codebook::can_pool(&spec4(), &renamed));
+    assert!(Codebook::can_pool(&renamed, &spec4()));
+    let selective_only = Spec::new(
+        labels(4),
+        CostBase::authored_4(),
+        &[Family::Selective],
+        &Profile::ALL,
+        Posterior::Native,
+    )
+    .unwrap();
+    assert!(!Codebook::can_pool(&spec4(), &selective_only));
+    let raw: crate::workflow::RawWorkflows = serde_json::from_value(serde_json::json!({
+        "costs": {"matrix": [[0, 1, 1], [1, 0, 1], [1, 1, 0], [0.5, 0.5, 0.5]]}
+    }))
+    .unwrap();
+    let three = Spec::from_raw(&raw, &labels(3), std::path::Path::new("."), &|_| {
+        Err(std::io::ErrorKind::NotFound.into())
+    })
+    .unwrap();
+    assert!(!Codebook::can_pool(&spec4(), &three));
+    // What can pool is what one pooled codebook serves.
+    let cb = build(&labels(4), 4, &spec4(), &[], String::new())
+        .unwrap()
+        .codebook
+        .with_other_class_sets(vec![renamed.classes().to_vec()])
+        .unwrap();
+    assert!(cb.check_matches(&renamed, renamed.classes()).is_ok());
+}
