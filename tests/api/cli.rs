@@ -329,8 +329,11 @@ fn audit_gate_fails_a_contract_over_its_leakage_budget_or_missing_a_keep_field()
     let dir = scratch("gate");
     let worlds = dir.join("worlds.jsonl");
     simulate(30, 4, &worlds);
+    let delivery = releasegate_sim::simulate::ontology::domain("delivery").unwrap();
     let question = "[contracts.NAME.questions.coarse_cause]\n\
-        classes = [\"DELAY\", \"ADDRESS\", \"DAMAGE\", \"DELIVERY_RECORD\"]\nview = \"VIEW\"\n";
+        classes = [\"DELAY\", \"ADDRESS\", \"DAMAGE\", \"DELIVERY_RECORD\"]\nview = \"VIEW\"\n"
+        .to_string()
+        + &releasegate_sim::simulate::pinned_text_toml(delivery);
     let contract = |name: &str, view: &str, policy: &str| {
         format!("[contracts.{name}]\nprovider = \"sim\"\npolicy = {policy}\n")
             + &question.replace("NAME", name).replace("VIEW", view)

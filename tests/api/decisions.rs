@@ -61,7 +61,14 @@ async fn the_decision_log_has_one_line_per_request_and_no_content() {
     // The [decision_log] table, placed after the contract's keys (TOML tables may come in
     // any order).
     let table = format!("[decision_log]\npath = \"{}\"\n", path.display());
-    let app = spawn_with("full_native", "", "timeout_ms = 2000", &table).await;
+    // The caller's own text goes upstream (`caller_text`): the log must leave it out too.
+    let app = spawn_with(
+        "full_native",
+        "caller_text = true",
+        "timeout_ms = 2000",
+        &table,
+    )
+    .await;
     app.upstream.answer(native());
     let auth = format!("Bearer {CLIENT_KEY}");
     let headers = [("authorization", auth.as_str())];

@@ -423,37 +423,46 @@ async fn seeded_noise_cannot_be_redrawn_by_re_encoding_the_request() {
 }
 
 #[tokio::test]
-async fn quantization_ties_follow_the_requests_option_order() {
+async fn quantization_ties_follow_the_contracts_class_order() {
     // Four equal probabilities, sent by the provider in yet another order.
     let mut native = native_answer();
     native["answers"]["cause"]["probabilities"] =
         json!({"B": 0.25, "A": 0.25, "D": 0.25, "C": 0.25});
-    let mut body = request();
-    body["questions"]["cause"]["criteria"] = json!({"D": null, "C": null, "A": null, "B": null});
     let quantize = "mechanism = { kind = \"quantize\", step = 0.1 }";
-    let app = spawn("full_probabilities", quantize).await;
-    app.upstream.answer(native.clone());
-    let response = app.post(&body).await;
-    assert_eq!(response.status(), 200);
-    let text = response.text().await.unwrap();
-    // Canonical order in the output; the two spare units went to D and C (transmitted first).
-    assert!(
-        text.contains(r#""probabilities":{"A":0.2,"B":0.2,"C":0.3,"D":0.3}"#),
-        "{text}"
-    );
-    app.stop().await;
-
-    // Coarsened: AB holds 0.5 exactly; C and D tie and D was transmitted first.
-    let app = spawn(
-        "full_probabilities",
-        &format!("{quantize}\ncoarsen = {{ A = \"AB\", B = \"AB\" }}"),
-    )
-    .await;
-    app.upstream.answer(native);
-    let text = app.post(&body).await.text().await.unwrap();
-    assert!(
-        text.contains(r#""probabilities":{"AB":0.5,"C":0.2,"D":0.3}"#),
-        "{text}"
-    );
-    app.stop().await;
+    for (extra, expected) in [
+        // The two spare units go to A and B, first in the contract's order.
+        ("", r#""probabilities":{"A":0.3,"B":0.3,"C":0.2,"D":0.2}"#),
+        // Coarsened: AB holds 0.5 exactly; C and D tie and C comes first.
+        (
+            "coarsen = { A = \"AB\", B = \"AB\" }",
+            r#""probabilities":{"AB":0.5,"C":0.3,"D":0.2}"#,
+        ),
+    ] {
+        let app = spawn("full_probabilities", &format!("{quantize}\n{extra}")).await;
+        app.upstream.answer(native.clone());
+        // Permuting the request's options changes nothing: what a caller sends cannot
+        // reveal where the remainders tie.
+        for order in [
+            ["D", "C", "A", "B"],
+            ["A", "B", "C", "D"],
+            ["C", "A", "D", "B"],
+        ] {
+            let mut body = request();
+            let criteria: serde_json::Map<String, Value> = order
+                .iter()
+                .map(|label| (label.to_string(), Value::Null))
+                .collect();
+            body["questions"]["cause"]["criteria"] = Value::Object(criteria);
+            let response = app.post(&body).await;
+            assert_eq!(response.status(), 200);
+            let text = response.text().await.unwrap();
+            assert!(text.contains(expected), "{order:?}: {text}");
+            let upstream = String::from_utf8(app.upstream.last().body.to_vec()).unwrap();
+            assert!(
+                upstream.contains(r#""criteria":{"A":null,"B":"b","C":null,"D":null}"#),
+                "{upstream}"
+            );
+        }
+        app.stop().await;
+    }
 }

@@ -141,12 +141,19 @@ pub(crate) struct TestApp {
     handle: Option<tokio::task::JoinHandle<()>>,
 }
 
-/// Contract questions for the three question types under one view.
+/// The text `request()` sends, pinned on each question of `questions()`.
+pub(crate) const CAUSE_TEXT: &str = "instructions = \"Why?\"\ndescriptions = { B = \"b\" }\n";
+pub(crate) const LEVEL_TEXT: &str =
+    "descriptions = { \"0\" = \"low\", \"1\" = \"mid\", \"2\" = \"high\" }\n";
+pub(crate) const URGENT_TEXT: &str = "instructions = \"Urgent?\"\n";
+
+/// Contract questions for the three question types under one view, each pinning the text
+/// `request()` sends.
 pub(crate) fn questions(contract: &str, view: &str, extra: &str) -> String {
     format!(
-        "[contracts.{contract}.questions.cause]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"{view}\"\n{extra}\n\
-         [contracts.{contract}.questions.level]\nclasses = [\"0\", \"1\", \"2\"]\nview = \"{view}\"\n\
-         [contracts.{contract}.questions.urgent]\nclasses = [\"false\", \"true\"]\nview = \"{view}\"\n"
+        "[contracts.{contract}.questions.cause]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"{view}\"\n{CAUSE_TEXT}{extra}\n\
+         [contracts.{contract}.questions.level]\nclasses = [\"0\", \"1\", \"2\"]\nview = \"{view}\"\n{LEVEL_TEXT}\
+         [contracts.{contract}.questions.urgent]\nclasses = [\"false\", \"true\"]\nview = \"{view}\"\n{URGENT_TEXT}"
     )
 }
 

@@ -160,6 +160,10 @@ fn mechanism(mech: Mech, released: &[&str], matrix: Option<&str>) -> String {
     }
 }
 
+/// The text `questions()` sends for the level and urgent questions, pinned by the contracts.
+const LEVEL: &str = "instructions = \"How bad?\"\ndescriptions = { \"0\" = \"low\", \"1\" = \"mid\", \"2\" = \"high\" }\n";
+const URGENT: &str = "instructions = \"Urgent?\"\n";
+
 fn config_text(case: &Case, base_url: &str, provider_extra: &str) -> String {
     let digest = releasegate_proxy::auth::hash_key;
     let (cause_released, cause_matrix): (&[&str], Option<&str>) = if case.coarsen {
@@ -168,7 +172,7 @@ fn config_text(case: &Case, base_url: &str, provider_extra: &str) -> String {
         (&["A", "B", "C", "D"], None)
     };
     let mut cause = format!(
-        "[contracts.case.questions.cause]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"{}\"\n",
+        "[contracts.case.questions.cause]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"{}\"\ninstructions = \"Why?\"\n",
         case.view
     );
     if case.coarsen {
@@ -185,10 +189,10 @@ fn config_text(case: &Case, base_url: &str, provider_extra: &str) -> String {
          [[recipients]]\nname = \"caller\"\nkey_sha256 = \"{}\"\ncontracts = [\"case\", \"spare\"]\n\
          [[recipients]]\nname = \"narrow\"\nkey_sha256 = \"{}\"\ncontracts = [\"case\"]\n\
          [contracts.case]\nprovider = \"up\"\nusage = \"keep\"\n{cause}\
-         [contracts.case.questions.level]\nclasses = [\"0\", \"1\", \"2\"]\nview = \"{view}\"\n{}\
-         [contracts.case.questions.urgent]\nclasses = [\"false\", \"true\"]\nview = \"{view}\"\n{}\
+         [contracts.case.questions.level]\nclasses = [\"0\", \"1\", \"2\"]\nview = \"{view}\"\n{LEVEL}{}\
+         [contracts.case.questions.urgent]\nclasses = [\"false\", \"true\"]\nview = \"{view}\"\n{URGENT}{}\
          [contracts.spare]\nprovider = \"up\"\n\
-         [contracts.spare.questions.urgent]\nclasses = [\"false\", \"true\"]\nview = \"full_native\"\n",
+         [contracts.spare.questions.urgent]\nclasses = [\"false\", \"true\"]\nview = \"full_native\"\n{URGENT}",
         digest(KEY),
         digest(NARROW_KEY),
         mechanism(case.mech, &["0", "1", "2"], Some(MATRIX_3)),
@@ -338,11 +342,34 @@ fn check_cause(case: &Case, response: &Response) {
     }
     let native_confidence = 0.61;
     if has_confidence(case.view) && !case.withhold {
-        if case.mech != Mech::Wcpq {
-            assert!(
+        match case.mech {
+            Mech::Wcpq => {}
+            // Native values, native confidence.
+            Mech::None if !case.coarsen => assert!(
                 close(answer.confidence, native_confidence),
                 "{what}: {answer:?}"
-            );
+            ),
+            // A rewritten vector (a baseline's, or the coarse sums) brings its own
+            // confidence: the definition on what was released, never the native one.
+            _ => {
+                assert!(
+                    !close(answer.confidence, native_confidence),
+                    "{what}: a rewritten answer carries the native confidence"
+                );
+                if has_probabilities(case.view) {
+                    let labels: Vec<String> = released.iter().map(|l| l.to_string()).collect();
+                    let entries: Vec<Option<f64>> = released
+                        .iter()
+                        .map(|l| answer.probabilities.get(*l).copied())
+                        .collect();
+                    let derived = releasegate_core::release::shape::confidence_of(
+                        releasegate_core::wire::Kind::Choice,
+                        &labels,
+                        &entries,
+                    );
+                    assert!(close(answer.confidence, derived), "{what}: {answer:?}");
+                }
+            }
         }
     } else {
         assert!(
@@ -403,8 +430,23 @@ fn check_level(case: &Case, response: &Response) {
     } else {
         assert_eq!(answer.score, 1.0, "{what}: the selected level");
     }
-    if has_confidence(case.view) && case.mech != Mech::Wcpq {
+    if has_confidence(case.view) && case.mech == Mech::None {
         assert!(close(answer.confidence, 0.92), "{what}: {answer:?}");
+    } else if has_confidence(case.view) && case.mech != Mech::Wcpq {
+        // A baseline's confidence is the score definition on the released vector.
+        assert!(!close(answer.confidence, 0.92), "{what}: {answer:?}");
+        if has_probabilities(case.view) {
+            let labels: Vec<String> = (0..3).map(|l| l.to_string()).collect();
+            let entries: Vec<Option<f64>> = (0..3)
+                .map(|l| answer.probabilities.get(&l).copied())
+                .collect();
+            let derived = releasegate_core::release::shape::confidence_of(
+                releasegate_core::wire::Kind::Score,
+                &labels,
+                &entries,
+            );
+            assert!(close(answer.confidence, derived), "{what}: {answer:?}");
+        }
     } else if !has_confidence(case.view) {
         assert!(
             !close(answer.confidence, 0.92),

@@ -196,14 +196,19 @@ async fn usage_drop_and_model_override_and_forwarded_request() {
 }
 
 #[tokio::test]
-async fn the_callers_request_is_forwarded_unchanged_without_override() {
+async fn the_upstream_body_is_rebuilt_from_the_contract_and_the_callers_content() {
     let app = spawn("choice", "").await;
-    let raw = br#"{"model":"jev-latest","state":"s","questions":{"cause":{"type":"choice","criteria":{"D":null,"C":null,"B":null,"A":null}}},"extra":1.50}"#;
+    let raw = br#"{"model":"jev-latest","state":"s","questions":{"cause":{"type":"choice","criteria":{"D":null,"C":null,"B":null,"A":null},"note":"x"}},"extra":1.50}"#;
     let response = app
         .post_raw(raw.to_vec(), &[("x-api-key", CLIENT_KEY)])
         .await;
     assert_eq!(response.status(), 200);
-    assert_eq!(app.upstream.last().body.as_ref(), raw);
+    // The contract's text in the contract's order; unknown members of the body and the
+    // question never go upstream.
+    assert_eq!(
+        std::str::from_utf8(&app.upstream.last().body).unwrap(),
+        r#"{"model":"jev-latest","state":"s","questions":{"cause":{"type":"choice","instructions":"Why?","criteria":{"A":null,"B":"b","C":null,"D":null}}}}"#
+    );
     app.stop().await;
 }
 

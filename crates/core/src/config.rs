@@ -18,8 +18,9 @@ use figment::Figment;
 use figment::providers::{Format, Toml};
 use secrecy::SecretString;
 
-use crate::contract::{Coarsening, Contract, QuestionRule};
+use crate::contract::{Coarsening, Contract, Pinned, QuestionRule};
 use crate::mechanism::Mechanism;
+use crate::wire::Kind;
 use crate::workflow::Spec;
 
 pub use raw::{RawConfig, limits};
@@ -399,13 +400,13 @@ fn describe_figment_error(error: figment::Error) -> String {
 
 pub(crate) fn build_question(
     key: &str,
-    raw: raw::RawQuestion,
+    mut raw: raw::RawQuestion,
     base_dir: &Path,
     inputs: &Inputs<'_>,
     problems: &mut Vec<String>,
 ) -> Option<QuestionRule> {
     let n_problems = problems.len();
-    let classes = raw.classes;
+    let classes = std::mem::take(&mut raw.classes);
     if classes.len() < 2 || classes.len() > 255 {
         problems.push(format!(
             "{key}.classes: needs 2 to 255 classes, got {}",
@@ -421,9 +422,16 @@ pub(crate) fn build_question(
             problems.push(format!("{key}.classes: `{class}` is listed twice"));
         }
     }
+    let question = pin_question(key, &raw, &classes, problems);
     let coarsen = if raw.coarsen.is_empty() {
         None
     } else {
+        if question.kind != Kind::Choice {
+            problems.push(format!(
+                "{key}.coarsen: applies to choice questions only (this one is {})",
+                question.kind.as_str()
+            ));
+        }
         for fine in raw.coarsen.keys() {
             if !classes.contains(fine) {
                 problems.push(format!("{key}.coarsen: `{fine}` is not one of the classes"));
@@ -506,12 +514,83 @@ pub(crate) fn build_question(
     };
     (problems.len() == n_problems).then_some(QuestionRule {
         classes,
+        question,
         view: raw.view,
         coarsen,
         withhold,
         mechanism,
         workflows,
     })
+}
+
+/// The question a contract asks: its type (declared, or implied by the classes: `"false"`
+/// and `"true"` make a noul question, the levels `"0".."N-1"` a score question, anything
+/// else a choice question) and its text.
+fn pin_question(
+    key: &str,
+    raw: &raw::RawQuestion,
+    classes: &[String],
+    problems: &mut Vec<String>,
+) -> Pinned {
+    let is_noul = {
+        let mut sorted: Vec<&str> = classes.iter().map(String::as_str).collect();
+        sorted.sort_unstable();
+        sorted == ["false", "true"]
+    };
+    let is_score = crate::wire::is_level_permutation(classes);
+    let kind = match raw.kind {
+        Some(Kind::Noul) if !is_noul => {
+            problems.push(format!(
+                "{key}.type: a noul question's classes must be \"false\" and \"true\""
+            ));
+            Kind::Noul
+        }
+        Some(Kind::Score) if !is_score => {
+            problems.push(format!(
+                "{key}.type: a score question's classes must be its levels \"0\"..\"{}\"",
+                classes.len().saturating_sub(1)
+            ));
+            Kind::Score
+        }
+        Some(kind) => kind,
+        None if is_noul => Kind::Noul,
+        None if is_score => Kind::Score,
+        None => Kind::Choice,
+    };
+    let content = |field: String, value: &serde_json::Value, problems: &mut Vec<String>| match value
+    {
+        serde_json::Value::String(text) if text.trim().is_empty() => {
+            problems.push(format!("{field}: must not be blank"));
+        }
+        serde_json::Value::String(_)
+        | serde_json::Value::Object(_)
+        | serde_json::Value::Array(_) => {}
+        _ => problems.push(format!(
+            "{field}: must be System One content: a string, a table or an array"
+        )),
+    };
+    if let Some(instructions) = &raw.instructions {
+        content(format!("{key}.instructions"), instructions, problems);
+    }
+    for (class, description) in &raw.descriptions {
+        if classes.contains(class) {
+            content(format!("{key}.descriptions.{class}"), description, problems);
+        } else {
+            problems.push(format!(
+                "{key}.descriptions: `{class}` is not one of the classes ({})",
+                classes.join(", ")
+            ));
+        }
+    }
+    Pinned {
+        kind,
+        instructions: raw.instructions.clone(),
+        descriptions: classes
+            .iter()
+            .map(|class| raw.descriptions.get(class).cloned())
+            .collect(),
+        caller_text: raw.caller_text,
+    }
 }
 
 /// Lower-case hex SHA-256 of `bytes`.

@@ -9,8 +9,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::Deserialize;
+use serde_json::Value;
 
 use crate::mechanism::Mechanism;
+use crate::wire::Kind;
 use crate::workflow::Spec;
 
 /// A validated release contract.
@@ -149,6 +151,8 @@ pub enum PublicKind {
 pub struct QuestionRule {
     /// The canonical class order: probabilities are aligned to it by class id.
     pub classes: Vec<String>,
+    /// The question as the contract asks it upstream.
+    pub question: Pinned,
     /// Which prediction fields go out.
     pub view: View,
     /// Optional fine-to-coarse relabelling, applied before anything else.
@@ -159,6 +163,23 @@ pub struct QuestionRule {
     pub mechanism: Mechanism,
     /// The recipient's frozen downstream workflows over the released labels, when declared.
     pub workflows: Option<Spec>,
+}
+
+/// The question a contract asks: its type and its text. The proxy sends exactly this
+/// upstream, whatever the caller wrote (`wire::check_request`): the model reads the text,
+/// so whoever writes it decides what each label means. A request may leave the text out
+/// or send the same text; any other text is refused, unless `caller_text` lets the
+/// caller's through (an explicit risk: such a question is not certifiable).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pinned {
+    /// The question type (`type`, or what the classes imply).
+    pub kind: Kind,
+    /// `instructions` (System One content: a string, an object or an array).
+    pub instructions: Option<Value>,
+    /// One description per class in `classes` order; `None`: interpreted by its name alone.
+    pub descriptions: Vec<Option<Value>>,
+    /// The caller's instructions and descriptions go upstream instead of the contract's.
+    pub caller_text: bool,
 }
 
 /// A fine-to-coarse relabelling of a question's classes.

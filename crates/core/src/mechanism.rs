@@ -24,8 +24,10 @@ use serde_json::Value;
 use crate::baseline;
 use crate::codebook::Codebook;
 use crate::contract::Shape;
+use crate::release::shape;
 use crate::rng::Rng;
 use crate::wcpq::{self, Mapper};
+use crate::wire::Kind;
 use crate::workflow::{self, Spec};
 
 /// A native or released answer as a class vector in canonical (or coarse) label order.
@@ -91,9 +93,37 @@ pub struct Context<'a> {
     /// Stable bytes identifying the request and question (seeded noise only,
     /// so computed on demand).
     pub identity: &'a dyn Fn() -> Vec<u8>,
-    /// The released label positions in transmitted order (`wire::transmitted_order`):
-    /// quantization ties go to the earlier one.
+    /// The released label positions in the contract's class order (the order the
+    /// options went upstream in): quantization ties go to the earlier one.
     pub tie_order: &'a [usize],
+    /// The question type (which confidence definition applies).
+    pub kind: Kind,
+    /// The released labels (score levels for the score confidence).
+    pub labels: &'a [String],
+}
+
+/// Where a baseline mechanism's released `confidence` comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConfidenceSource {
+    /// Computed from the released vector with the definition the complete shape's fills
+    /// use (`release::shape::confidence_of`): the mechanism releases only what it computed.
+    #[default]
+    Derived,
+    /// The provider's confidence at full precision, as the TUPLE-Bench baselines release
+    /// it (under Jev's definition it gives the native top probability back exactly): for
+    /// audits that replicate the paper, never for serving; `check-config` names it.
+    Native,
+}
+
+impl ConfidenceSource {
+    /// The configuration name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfidenceSource::Derived => "derived",
+            ConfidenceSource::Native => "native",
+        }
+    }
 }
 
 /// What WCPQ releases when no codeword is admissible.
@@ -190,16 +220,22 @@ pub enum Mechanism {
     Quantize {
         /// Grid step.
         step: f64,
+        /// Where the released confidence comes from.
+        confidence: ConfidenceSource,
     },
     /// Keep the `k` largest probabilities.
     TopK {
         /// How many.
         k: usize,
+        /// Where the released confidence comes from.
+        confidence: ConfidenceSource,
     },
     /// Temperature scaling (invertible).
     Temperature {
         /// τ.
         tau: f64,
+        /// Where the released confidence comes from.
+        confidence: ConfidenceSource,
     },
     /// Additive Gaussian noise.
     Gaussian {
@@ -207,6 +243,8 @@ pub enum Mechanism {
         sigma: f64,
         /// Reproducible noise per request and question when set.
         seed: Option<u64>,
+        /// Where the released confidence comes from.
+        confidence: ConfidenceSource,
     },
 }
 
@@ -237,18 +275,27 @@ pub enum Raw {
         /// Default 0.1.
         #[serde(default = "default_step")]
         step: f64,
+        /// Default `derived`.
+        #[serde(default)]
+        confidence: ConfidenceSource,
     },
     /// `{kind = "top_k", k = 2}`.
     TopK {
         /// Default 2.
         #[serde(default = "default_k")]
         k: usize,
+        /// Default `derived`.
+        #[serde(default)]
+        confidence: ConfidenceSource,
     },
     /// `{kind = "temperature", tau = 2}`.
     Temperature {
         /// Default 2.
         #[serde(default = "default_tau")]
         tau: f64,
+        /// Default `derived`.
+        #[serde(default)]
+        confidence: ConfidenceSource,
     },
     /// `{kind = "gaussian", sigma = 0.05, seed = 7}`.
     Gaussian {
@@ -258,6 +305,9 @@ pub enum Raw {
         /// Optional seed for reproducible replays.
         #[serde(default)]
         seed: Option<u64>,
+        /// Default `derived`.
+        #[serde(default)]
+        confidence: ConfidenceSource,
     },
 }
 
@@ -320,9 +370,11 @@ impl Raw {
             }
             None => (spec.trim(), None),
         };
+        let confidence = ConfidenceSource::Derived;
         Ok(match kind {
             "quantize" => Raw::Quantize {
                 step: value.unwrap_or_else(default_step),
+                confidence,
             },
             "top_k" => Raw::TopK {
                 k: match value {
@@ -330,13 +382,16 @@ impl Raw {
                     Some(k) if k.fract() == 0.0 && (0.0..=1e9).contains(&k) => k as usize,
                     Some(k) => return Err(format!("`{spec}`: k must be a whole number, got {k}")),
                 },
+                confidence,
             },
             "temperature" => Raw::Temperature {
                 tau: value.unwrap_or_else(default_tau),
+                confidence,
             },
             "gaussian" => Raw::Gaussian {
                 sigma: value.unwrap_or_else(default_sigma),
                 seed: Some(seed),
+                confidence,
             },
             other => {
                 return Err(format!(
@@ -374,21 +429,29 @@ impl Mechanism {
     ) -> Result<Mechanism, String> {
         match raw {
             Raw::None => Ok(Mechanism::None),
-            Raw::Quantize { step } if baseline::step_nanos(step).is_some() => {
-                Ok(Mechanism::Quantize { step })
+            Raw::Quantize { step, confidence } if baseline::step_nanos(step).is_some() => {
+                Ok(Mechanism::Quantize { step, confidence })
             }
-            Raw::Quantize { step } => Err(format!(
+            Raw::Quantize { step, .. } => Err(format!(
                 "step must be a decimal in [1e-9, 1] with at most 9 decimal places, got {step}"
             )),
-            Raw::TopK { k } if k >= 1 => Ok(Mechanism::TopK { k }),
+            Raw::TopK { k, confidence } if k >= 1 => Ok(Mechanism::TopK { k, confidence }),
             Raw::TopK { .. } => Err("k must be at least 1".to_string()),
-            Raw::Temperature { tau } if tau.is_finite() && tau > 0.0 => {
-                Ok(Mechanism::Temperature { tau })
+            Raw::Temperature { tau, confidence } if tau.is_finite() && tau > 0.0 => {
+                Ok(Mechanism::Temperature { tau, confidence })
             }
-            Raw::Temperature { tau } => Err(format!("tau must be a positive number, got {tau}")),
-            Raw::Gaussian { sigma, seed } if sigma.is_finite() && sigma >= 0.0 => {
-                Ok(Mechanism::Gaussian { sigma, seed })
+            Raw::Temperature { tau, .. } => {
+                Err(format!("tau must be a positive number, got {tau}"))
             }
+            Raw::Gaussian {
+                sigma,
+                seed,
+                confidence,
+            } if sigma.is_finite() && sigma >= 0.0 => Ok(Mechanism::Gaussian {
+                sigma,
+                seed,
+                confidence,
+            }),
             Raw::Gaussian { sigma, .. } => {
                 Err(format!("sigma must be a non-negative number, got {sigma}"))
             }
@@ -477,38 +540,82 @@ impl Mechanism {
         matches!(self, Mechanism::Wcpq(w) if w.confidence == ConfidenceMode::Drop)
     }
 
-    /// Rewrites one answer's probability and confidence fields.
+    /// Where a baseline's released confidence comes from (`None` for `none` and WCPQ).
+    pub fn confidence_source(&self) -> Option<ConfidenceSource> {
+        match self {
+            Mechanism::None | Mechanism::Wcpq(_) => None,
+            Mechanism::Quantize { confidence, .. }
+            | Mechanism::TopK { confidence, .. }
+            | Mechanism::Temperature { confidence, .. }
+            | Mechanism::Gaussian { confidence, .. } => Some(*confidence),
+        }
+    }
+
+    /// Rewrites one answer's probability and confidence fields. `none` releases the
+    /// vector it is given (the native one, or the coarse one with its own confidence); a
+    /// baseline releases its vector in the fixed decimal form (`shape::fixed`) and a
+    /// confidence computed from that vector (`ConfidenceSource::Derived`), never the
+    /// native one unless the contract says `confidence = "native"`.
     pub fn apply(&self, native: &ClassVector, ctx: &mut Context<'_>) -> Applied {
+        let kind = ctx.kind;
+        let labels = ctx.labels;
         // A baseline that releases no probability (it failed closed) releases no confidence either.
-        let plain = |probabilities: Vec<Option<f64>>| Applied {
-            released: Released {
-                confidence: native
-                    .confidence
-                    .filter(|_| probabilities.iter().any(Option::is_some)),
-                probabilities,
-                deny: false,
-            },
-            outcome: Outcome::Applied,
-            mapping_seconds: None,
+        let plain = |probabilities: Vec<Option<f64>>, source: ConfidenceSource| {
+            let any = probabilities.iter().any(Option::is_some);
+            let confidence = match source {
+                ConfidenceSource::Native => native.confidence,
+                ConfidenceSource::Derived => {
+                    (kind != Kind::Noul).then(|| shape::confidence_of(kind, labels, &probabilities))
+                }
+            };
+            Applied {
+                released: Released {
+                    confidence: confidence.filter(|_| any),
+                    probabilities,
+                    deny: false,
+                },
+                outcome: Outcome::Applied,
+                mapping_seconds: None,
+            }
         };
-        let all = |values: Vec<f64>| values.into_iter().map(Some).collect::<Vec<_>>();
+        let all = |values: Vec<f64>| {
+            values
+                .into_iter()
+                .map(|p| Some(shape::fixed(p)))
+                .collect::<Vec<_>>()
+        };
         let p = &native.probabilities;
         match self {
-            Mechanism::None => plain(all(p.clone())),
+            Mechanism::None => plain(
+                p.iter().copied().map(Some).collect(),
+                ConfidenceSource::Native,
+            ),
             // Baseline errors only arise from invalid parameters, which validation rejects;
             // fail closed to "the choice only" rather than release native values.
-            Mechanism::Quantize { step } => plain(
+            Mechanism::Quantize { step, confidence } => plain(
                 baseline::quantize(p, *step, ctx.tie_order)
                     .map(all)
                     .unwrap_or_else(|_| vec![None; p.len()]),
+                *confidence,
             ),
-            Mechanism::TopK { k } => plain(baseline::top_k(p, *k)),
-            Mechanism::Temperature { tau } => plain(
+            Mechanism::TopK { k, confidence } => plain(
+                baseline::top_k(p, *k)
+                    .into_iter()
+                    .map(|entry| entry.map(shape::fixed))
+                    .collect(),
+                *confidence,
+            ),
+            Mechanism::Temperature { tau, confidence } => plain(
                 baseline::temperature(p, *tau)
                     .map(all)
                     .unwrap_or_else(|_| vec![None; p.len()]),
+                *confidence,
             ),
-            Mechanism::Gaussian { sigma, seed } => {
+            Mechanism::Gaussian {
+                sigma,
+                seed,
+                confidence,
+            } => {
                 let noisy = match seed {
                     Some(seed) => {
                         let mut material = seed.to_le_bytes().to_vec();
@@ -517,7 +624,10 @@ impl Mechanism {
                     }
                     None => baseline::gaussian(p, *sigma, ctx.rng),
                 };
-                plain(noisy.map(all).unwrap_or_else(|_| vec![None; p.len()]))
+                plain(
+                    noisy.map(all).unwrap_or_else(|_| vec![None; p.len()]),
+                    *confidence,
+                )
             }
             Mechanism::Wcpq(wcpq) => wcpq.apply(native, ctx),
         }
@@ -594,19 +704,19 @@ mod tests {
     #[test]
     fn command_line_mechanisms_take_the_configuration_defaults() {
         assert!(
-            matches!(Raw::from_spec("quantize", 1), Ok(Raw::Quantize { step }) if step == default_step())
+            matches!(Raw::from_spec("quantize", 1), Ok(Raw::Quantize { step, .. }) if step == default_step())
         );
-        assert!(matches!(Raw::from_spec("top_k", 1), Ok(Raw::TopK { k }) if k == default_k()));
+        assert!(matches!(Raw::from_spec("top_k", 1), Ok(Raw::TopK { k, .. }) if k == default_k()));
         assert!(matches!(
             Raw::from_spec(" top_k = 3 ", 1),
-            Ok(Raw::TopK { k: 3 })
+            Ok(Raw::TopK { k: 3, .. })
         ));
         assert!(
-            matches!(Raw::from_spec("temperature", 1), Ok(Raw::Temperature { tau }) if tau == default_tau())
+            matches!(Raw::from_spec("temperature", 1), Ok(Raw::Temperature { tau, .. }) if tau == default_tau())
         );
         assert!(matches!(
             Raw::from_spec("gaussian=0.2", 9),
-            Ok(Raw::Gaussian { sigma, seed: Some(9) }) if sigma == 0.2
+            Ok(Raw::Gaussian { sigma, seed: Some(9), .. }) if sigma == 0.2
         ));
     }
 

@@ -80,16 +80,16 @@ pub fn invalid_answer_body(reason: Invalid) -> Value {
     error_body("invalid_upstream_answer", &invalid_answer_message(reason))
 }
 
-/// Releases `native` (the provider's response body) under `contract`;
-/// `request` is the caller's request body (its `state` feeds request-dependent
-/// workflows and seeded noise).
+/// Releases `native` (the provider's response body) under `contract`. What it reads of
+/// the request is what went upstream (`asked.upstream`): its `state` feeds
+/// request-dependent workflows, and seeded noise is keyed on it.
 pub fn release(
     contract: &Contract,
     asked: &Asked,
-    request: &Value,
     native: &Value,
     options: &mut Options<'_>,
 ) -> Result<Release, Invalid> {
+    let request = &asked.upstream;
     let object = native.as_object().ok_or(Invalid::MissingField)?;
     let model = object
         .get("model")
@@ -273,8 +273,8 @@ impl<'a> Form<'a> {
                 } else {
                     label.parse::<f64>().unwrap_or(0.0)
                 };
-                // Round away float noise of the weighted sum (Σ level·p of 4-decimal inputs).
-                out.insert("score".into(), Value::from((score * 1e10).round() / 1e10));
+                // The fixed decimal form: no float noise of the weighted sum goes out.
+                out.insert("score".into(), Value::from(shape::fixed(score)));
                 if let Some(legend) = &self.question.legend {
                     out.insert("legend".into(), Value::Object(legend.clone()));
                 }
@@ -529,7 +529,8 @@ pub fn release_answer(
             last_encoded.replace(Some((candidate.choice, released, value)));
             back
         };
-        let tie_order = wire::transmitted_order(question, rule, request);
+        // Ties follow the contract's class order (a choice question's options go upstream in it).
+        let tie_order: Vec<usize> = (0..vector.probabilities.len()).collect();
         let mut context = Context {
             state,
             rng: options.rng,
@@ -537,6 +538,8 @@ pub fn release_answer(
             native: &native_reading,
             identity: &identity,
             tie_order: &tie_order,
+            kind: question.kind,
+            labels: rule.released_labels(),
         };
         rule.mechanism.apply(&vector, &mut context)
     } else {
@@ -638,147 +641,107 @@ pub fn read_released(form: &Form<'_>, answer: &Value) -> Option<workflow::Releas
 }
 
 /// Stable bytes identifying a request's question (seeded noise): the canonical JSON
-/// (`canonical_json`) of exactly what determines the answer: the question id (it
+/// (`wire::canonical_json`) of exactly what went upstream for it: the question id (it
 /// selects the contract rule, and a contract's ids are fixed by configuration), the
-/// question's definition (`type`, `instructions`, `criteria`; null and absent alike),
-/// the request `state` and the `model` as forwarded (the pinned one when pinned).
+/// question as the contract asked it (`Pinned`), the `state` and `assets`, and the
+/// `model` as forwarded (the pinned one when pinned).
 ///
-/// Nothing else enters: not the key order (criteria order included), not JSON
-/// whitespace or number spelling (`1`, `1.0`, `1e0`), not unknown fields of the
-/// request or the question, not the other questions. So re-encoding a request never
-/// draws fresh noise; only a different question, state or model does.
-fn identity_bytes(question: &str, request: &Value) -> Vec<u8> {
-    let definition = request.get("questions").and_then(|q| q.get(question));
-    let field = |key: &str| {
-        definition
-            .and_then(|d| d.get(key))
-            .cloned()
-            .unwrap_or(Value::Null)
-    };
-    let part = |key: &str| request.get(key).cloned().unwrap_or(Value::Null);
+/// Nothing else enters: not the caller's spelling of the question (its text is the
+/// contract's, or absent, or refused), not key order, JSON whitespace or number spelling
+/// (`1`, `1.0`, `1e0`), not unknown fields, not the other questions. So every variant of
+/// the same question draws the same noise; only a different question, state, asset or
+/// model does.
+fn identity_bytes(question: &str, upstream: &Value) -> Vec<u8> {
+    let part = |key: &str| upstream.get(key).cloned().unwrap_or(Value::Null);
     let identity = serde_json::json!({
         "id": question,
-        "question": {"type": field("type"), "instructions": field("instructions"), "criteria": field("criteria")},
+        "question": upstream.get("questions").and_then(|q| q.get(question)).cloned().unwrap_or(Value::Null),
         "state": part("state"),
+        "assets": part("assets"),
         "model": part("model"),
     });
     let mut bytes = Vec::new();
-    canonical_json(&identity, &mut bytes);
+    wire::canonical_json(&identity, &mut bytes);
     bytes
-}
-
-/// Canonical JSON: object keys sorted by their UTF-8 bytes, no whitespace, strings
-/// escaped by serde_json, integral numbers within ±2^53 written as integers (`1.0`
-/// and `1e0` are `1`, `-0.0` is `0`), other numbers in Rust's shortest round-trip form.
-fn canonical_json(value: &Value, out: &mut Vec<u8>) {
-    match value {
-        Value::Null => out.extend_from_slice(b"null"),
-        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-        Value::Number(n) => {
-            let text = if let Some(u) = n.as_u64() {
-                u.to_string()
-            } else if let Some(i) = n.as_i64() {
-                i.to_string()
-            } else {
-                let f = n.as_f64().unwrap_or(0.0);
-                if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 {
-                    (f as i64).to_string()
-                } else {
-                    f.to_string()
-                }
-            };
-            out.extend_from_slice(text.as_bytes());
-        }
-        Value::String(s) => {
-            out.extend(serde_json::to_vec(s).unwrap_or_default());
-        }
-        Value::Array(items) => {
-            out.push(b'[');
-            for (index, item) in items.iter().enumerate() {
-                if index > 0 {
-                    out.push(b',');
-                }
-                canonical_json(item, out);
-            }
-            out.push(b']');
-        }
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push(b'{');
-            for (index, (key, item)) in entries.into_iter().enumerate() {
-                if index > 0 {
-                    out.push(b',');
-                }
-                out.extend(serde_json::to_vec(key).unwrap_or_default());
-                out.push(b':');
-                canonical_json(item, out);
-            }
-            out.push(b'}');
-        }
-    }
 }
 
 #[cfg(test)]
 mod identity_tests {
     use super::*;
+    use crate::config::Config;
+
+    fn contract() -> std::sync::Arc<Contract> {
+        let config = Config::from_toml(
+            r#"
+[providers.p]
+kind = "simulated"
+[contracts.c]
+provider = "p"
+[contracts.c.questions.q]
+classes = ["A", "B"]
+view = "full_native"
+instructions = "Which?"
+descriptions = { B = "b" }
+[contracts.c.questions.u]
+classes = ["false", "true"]
+view = "full_native"
+"#,
+        )
+        .unwrap();
+        config.contract("c").unwrap().clone()
+    }
 
     fn identity(text: &str) -> Vec<u8> {
-        identity_bytes("q", &serde_json::from_str(text).unwrap())
+        let asked = wire::check_request(&serde_json::from_str(text).unwrap(), &contract())
+            .unwrap_or_else(|error| panic!("{text}: {error}"));
+        identity_bytes("q", &asked.upstream)
     }
 
     #[test]
-    fn the_identity_ignores_spelling_order_and_unknown_fields() {
+    fn every_spelling_of_the_same_question_has_one_identity() {
         let base = identity(
             r#"{"model":"m","state":{"a":1,"b":[1.5,{"y":null,"x":-0.0}]},
-                "questions":{"q":{"type":"choice","criteria":{"A":null,"B":"b"}}}}"#,
+                "questions":{"q":{"type":"choice","criteria":{"A":null,"B":null}}}}"#,
         );
         let same = [
             r#"{ "questions" : { "q" : { "criteria" : { "B" : "b" , "A" : null } , "type" : "choice",
-                 "extra": 1 } , "other": {"type": "noul"} } , "state" : { "b" : [ 15e-1 , { "x" : 0 , "y" : null } ] ,
+                 "extra": 1 } , "u": {"type": "noul"} } , "state" : { "b" : [ 15e-1 , { "x" : 0 , "y" : null } ] ,
                  "a" : 1.0 } , "model" : "m", "unknown": true }"#,
             r#"{"model":"m","state":{"a":1e0,"b":[1.50,{"x":0.0,"y":null}]},
                 "questions":{"q":{"type":"choice","instructions":null,"criteria":{"A":null,"B":"\u0062"}}}}"#,
+            r#"{"model":"m","state":{"a":1,"b":[1.5,{"y":null,"x":0}]},
+                "questions":{"q":{"type":"choice","instructions":"Which?","criteria":{"A":null,"B":"b"}}}}"#,
         ];
         for text in same {
             assert_eq!(identity(text), base, "{text}");
         }
         let different = [
-            r#"{"model":"m2","state":{"a":1,"b":[1.5,{"y":null,"x":0}]},"questions":{"q":{"type":"choice","criteria":{"A":null,"B":"b"}}}}"#,
-            r#"{"model":"m","state":{"a":2,"b":[1.5,{"y":null,"x":0}]},"questions":{"q":{"type":"choice","criteria":{"A":null,"B":"b"}}}}"#,
-            r#"{"model":"m","state":{"a":1,"b":[{"y":null,"x":0},1.5]},"questions":{"q":{"type":"choice","criteria":{"A":null,"B":"b"}}}}"#,
-            r#"{"model":"m","state":{"a":1,"b":[1.5,{"y":null,"x":0}]},"questions":{"q":{"type":"choice","criteria":{"A":"a","B":"b"}}}}"#,
-            r#"{"model":"m","state":{"a":1,"b":[1.5,{"y":null,"x":0}]},"questions":{"q":{"type":"choice","instructions":"?","criteria":{"A":null,"B":"b"}}}}"#,
+            r#"{"model":"m2","state":{"a":1,"b":[1.5,{"y":null,"x":0}]},"questions":{"q":{"type":"choice","criteria":{"A":null,"B":null}}}}"#,
+            r#"{"model":"m","state":{"a":2,"b":[1.5,{"y":null,"x":0}]},"questions":{"q":{"type":"choice","criteria":{"A":null,"B":null}}}}"#,
+            r#"{"model":"m","state":{"a":1,"b":[{"y":null,"x":0},1.5]},"questions":{"q":{"type":"choice","criteria":{"A":null,"B":null}}}}"#,
+            r#"{"model":"m","state":{"a":1,"b":[1.5,{"y":null,"x":0}]},"assets":{"x":1},"questions":{"q":{"type":"choice","criteria":{"A":null,"B":null}}}}"#,
         ];
         for text in different {
             assert_ne!(identity(text), base, "{text}");
         }
         let request = serde_json::from_str(
-            r#"{"model":"m","state":"s","questions":{"q":{"type":"noul"},"r":{"type":"noul"}}}"#,
+            r#"{"model":"m","state":"s","questions":{"q":{"type":"choice","criteria":{"A":null,"B":null}},"u":{"type":"noul"}}}"#,
         )
         .unwrap();
-        assert_ne!(identity_bytes("q", &request), identity_bytes("r", &request));
-    }
-
-    #[test]
-    fn canonical_json_sorts_keys_and_normalizes_numbers() {
-        let value: Value = serde_json::from_str(
-            r#"{"b": [1.0, -0.0, 2.5e0, 1e300, -3, 18446744073709551615, "\u00e9\n"], "a": {"d": true, "c": null}}"#,
-        )
-        .unwrap();
-        let mut out = Vec::new();
-        canonical_json(&value, &mut out);
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            format!(
-                r#"{{"a":{{"c":null,"d":true}},"b":[1,0,2.5,{},-3,18446744073709551615,"é\n"]}}"#,
-                1e300
-            )
+        let asked = wire::check_request(&request, &contract()).unwrap();
+        assert_ne!(
+            identity_bytes("q", &asked.upstream),
+            identity_bytes("u", &asked.upstream)
         );
     }
 }
 
-/// Sums fine probabilities into coarse labels and relabels the choice.
+/// Sums fine probabilities into coarse labels (a choice question's). Nothing of the fine
+/// answer survives but the group sums: they are in the fixed decimal form
+/// (`shape::fixed`, so `0.1 + 0.2` and `0.15 + 0.15` print alike), the choice is the most
+/// probable coarse label (ties to the earlier label in the contract's order: the coarse
+/// labels are ordered by their first member), and the confidence is the choice
+/// confidence of the coarse vector, never the fine answer's.
 pub fn coarsen(coarsening: &Coarsening, fine: &ClassVector) -> ClassVector {
     let mut probabilities = vec![0.0; coarsening.labels.len()];
     for (fine_index, p) in fine.probabilities.iter().enumerate() {
@@ -786,10 +749,15 @@ pub fn coarsen(coarsening: &Coarsening, fine: &ClassVector) -> ClassVector {
             probabilities[coarse] += p;
         }
     }
+    for p in &mut probabilities {
+        *p = shape::fixed(*p);
+    }
     ClassVector {
-        choice: coarsening.map.get(fine.choice).copied().unwrap_or(0),
+        choice: wire::argmax(&probabilities),
+        confidence: fine
+            .confidence
+            .map(|_| shape::fixed(shape::choice_confidence(&probabilities))),
         probabilities,
-        confidence: fine.confidence,
     }
 }
 

@@ -10,8 +10,9 @@ use crate::mechanism::ClassVector;
 /// Tolerance on the sum of a native probability vector.
 pub const SUM_TOLERANCE: f64 = 1e-3;
 
-/// The answer types a contract can release.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The answer types a contract can release (a contract question's `type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// `choice`: labels from `criteria`.
     Choice,
@@ -28,6 +29,10 @@ pub struct Asked {
     pub model: String,
     /// The questions, in request order.
     pub questions: Vec<AskedQuestion>,
+    /// The body that goes upstream: the model (the contract's when it pins one), the
+    /// caller's `state` (and `assets`), and each question as its contract states it
+    /// (`Pinned::upstream`). The release path reads this, never the caller's body.
+    pub upstream: Value,
 }
 
 /// One question of a checked request.
@@ -57,6 +62,18 @@ pub enum RequestError {
     /// contract's classes, a type the contract cannot release, a blank model.
     #[error("{0}")]
     Contract(String),
+    /// A question's instructions or a description differ from the text its contract
+    /// pins (400 `question_text_mismatch`). Names the question and the field, never
+    /// the text.
+    #[error(
+        "question `{question}`: `{field}` differs from the text its release contract asks; send the contract's text or leave it out"
+    )]
+    TextMismatch {
+        /// The question id (a contract key).
+        question: String,
+        /// `instructions`, `criteria.LABEL` or `criteria[LEVEL]`.
+        field: String,
+    },
 }
 
 /// One schema violation, as a FastAPI validation error entry. It never echoes
@@ -140,11 +157,13 @@ impl Invalid {
     ];
 }
 
-/// Checks a request body against a contract. First the System One request
-/// schema (every violation is reported, as the real API's validation does):
-/// `model` a string, `state` a string, object or array, `questions` a
-/// non-empty map of well-formed questions. Then the contract: a model is
-/// named, every question is covered and its classes match the contract.
+/// Checks a request body against a contract and builds what goes upstream. First the
+/// System One request schema (every violation is reported, as the real API's validation
+/// does): `model` a string, `state` a string, object or array, `questions` a non-empty map
+/// of well-formed questions. Then the contract: a model is named, every question is
+/// covered, its type and classes match the contract, and its text is the contract's or
+/// absent (`Pinned`). The upstream body is rebuilt from scratch: the model (pinned or the
+/// caller's), `state` and `assets` as sent, and each question as its contract states it.
 pub fn check_request(body: &Value, contract: &Contract) -> Result<Asked, RequestError> {
     let issues = schema_issues(body);
     if !issues.is_empty() {
@@ -160,6 +179,7 @@ pub fn check_request(body: &Value, contract: &Contract) -> Result<Asked, Request
         .and_then(Value::as_object)
         .ok_or_else(|| refuse("the request has no `questions`".into()))?;
     let mut asked = Vec::with_capacity(questions.len());
+    let mut upstream_questions = Map::with_capacity(questions.len());
     for (id, question) in questions {
         let rule = contract.questions.get(id).ok_or_else(|| {
             refuse(format!(
@@ -167,13 +187,32 @@ pub fn check_request(body: &Value, contract: &Contract) -> Result<Asked, Request
                 contract.name
             ))
         })?;
-        asked.push(check_question(id, question, rule)?);
+        let (checked, upstream) = check_question(id, question, rule)?;
+        asked.push(checked);
+        upstream_questions.insert(id.clone(), upstream);
     }
+    let mut upstream = Map::with_capacity(4);
+    upstream.insert(
+        "model".into(),
+        Value::String(contract.model.clone().unwrap_or_else(|| model.clone())),
+    );
+    for member in CALLER_MEMBERS {
+        if let Some(value) = body.get(member) {
+            upstream.insert(member.into(), value.clone());
+        }
+    }
+    upstream.insert("questions".into(), Value::Object(upstream_questions));
     Ok(Asked {
         model,
         questions: asked,
+        upstream: Value::Object(upstream),
     })
 }
+
+/// The request members besides `model` and `questions` that go upstream as the caller
+/// sent them: the content the questions are about (`state`, and the images `assets`
+/// refers to). Every other member is dropped.
+pub const CALLER_MEMBERS: [&str; 2] = ["state", "assets"];
 
 /// The question types of the System One schema (a tagged union on `type`).
 const QUESTION_TAGS: [&str; 4] = ["noul", "choice", "score", "box"];
@@ -260,10 +299,12 @@ fn question_issues(loc: Vec<Value>, question: &Value, issues: &mut Vec<SchemaIss
             issues.push(issue(field("criteria"), Problem::TooShortList));
         }
         ("score", Some(Value::Array(levels))) => {
+            // A null level stands for the contract's text (`Pinned`), as null does for
+            // instructions and the other types' descriptions.
             for (level, description) in levels.iter().enumerate() {
                 let mut path = field("criteria");
                 path.push(Value::from(level));
-                content(description, false, path, issues);
+                content(description, true, path, issues);
             }
         }
         ("score", Some(_)) => issues.push(issue(field("criteria"), Problem::ListType)),
@@ -416,6 +457,18 @@ impl RequestError {
             RequestError::Contract(message) => {
                 serde_json::json!({"detail": {"error_type": "invalid_request", "message": message}})
             }
+            RequestError::TextMismatch { .. } => {
+                serde_json::json!({"detail": {"error_type": self.error_type(), "message": self.to_string()}})
+            }
+        }
+    }
+
+    /// The `error_type` slug of the response body.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            RequestError::Schema(_) => "validation_error",
+            RequestError::Contract(_) => "invalid_request",
+            RequestError::TextMismatch { .. } => "question_text_mismatch",
         }
     }
 }
@@ -424,8 +477,9 @@ fn check_question(
     id: &str,
     question: &Value,
     rule: &QuestionRule,
-) -> Result<AskedQuestion, RequestError> {
+) -> Result<(AskedQuestion, Value), RequestError> {
     let fail = |reason: &str| RequestError::Contract(format!("question `{id}`: {reason}"));
+    let pinned = &rule.question;
     // The schema check guarantees a known tag and well-typed criteria.
     let kind = match question.get("type").and_then(Value::as_str) {
         Some("choice") => Kind::Choice,
@@ -438,13 +492,14 @@ fn check_question(
         }
         None => return Err(fail("missing `type`")),
     };
-    if kind != Kind::Choice && rule.coarsen.is_some() {
-        return Err(fail(
-            "the contract coarsens it, which applies to choice questions only",
-        ));
+    if kind != pinned.kind {
+        return Err(fail(&format!(
+            "its release contract asks it as a {} question",
+            pinned.kind.as_str()
+        )));
     }
-    let mut legend = None;
-    match kind {
+    // The caller's text per class, in the contract's class order (`None`: absent or null).
+    let caller: Vec<Option<&Value>> = match kind {
         Kind::Choice => {
             let criteria = question
                 .get("criteria")
@@ -460,45 +515,220 @@ fn check_question(
                     "its criteria labels differ from the contract's classes",
                 ));
             }
+            rule.classes
+                .iter()
+                .map(|class| criteria.get(class).filter(|v| !v.is_null()))
+                .collect()
         }
         Kind::Score => {
             let criteria = question
                 .get("criteria")
                 .and_then(Value::as_array)
                 .ok_or_else(|| fail("a score question needs a `criteria` array"))?;
-            if criteria.len() != rule.classes.len() || !is_level_permutation(&rule.classes) {
+            if criteria.len() != rule.classes.len() {
                 return Err(fail(&format!(
-                    "it has {} levels; the contract's classes must be the levels \"0\"..\"{}\"",
+                    "it has {} levels; its release contract asks {} (\"0\"..\"{}\")",
                     criteria.len(),
-                    criteria.len().saturating_sub(1)
+                    rule.classes.len(),
+                    rule.classes.len().saturating_sub(1)
                 )));
             }
-            legend = Some(
-                criteria
+            rule.classes
+                .iter()
+                .map(|class| {
+                    class
+                        .parse::<usize>()
+                        .ok()
+                        .and_then(|level| criteria.get(level))
+                        .filter(|v| !v.is_null())
+                })
+                .collect()
+        }
+        Kind::Noul => {
+            // Outcomes beyond `true` and `false` mean nothing and are never sent.
+            let criteria = question.get("criteria").and_then(Value::as_object);
+            rule.classes
+                .iter()
+                .map(|class| criteria.and_then(|c| c.get(class)).filter(|v| !v.is_null()))
+                .collect()
+        }
+    };
+    let instructions = question.get("instructions").filter(|v| !v.is_null());
+    let text = if pinned.caller_text {
+        Text {
+            instructions: instructions.cloned(),
+            descriptions: caller.into_iter().map(|d| d.cloned()).collect(),
+        }
+    } else {
+        let mismatch = |field: String| RequestError::TextMismatch {
+            question: id.to_string(),
+            field,
+        };
+        if let Some(sent) = instructions
+            && !pinned
+                .instructions
+                .as_ref()
+                .is_some_and(|own| same_json(own, sent))
+        {
+            return Err(mismatch("instructions".into()));
+        }
+        for ((class, sent), own) in rule.classes.iter().zip(&caller).zip(&pinned.descriptions) {
+            let Some(sent) = sent else { continue };
+            let expected = match (kind, own) {
+                (_, Some(own)) => Some(own.clone()),
+                // A score level without a description goes upstream as its name.
+                (Kind::Score, None) => Some(Value::String(class.clone())),
+                (_, None) => None,
+            };
+            if !expected.is_some_and(|own| same_json(&own, sent)) {
+                return Err(mismatch(match kind {
+                    Kind::Score => format!("criteria[{class}]"),
+                    _ => format!("criteria.{class}"),
+                }));
+            }
+        }
+        Text {
+            instructions: pinned.instructions.clone(),
+            descriptions: pinned.descriptions.clone(),
+        }
+    };
+    let upstream = upstream_question(kind, &rule.classes, text);
+    let legend = match kind {
+        Kind::Score => upstream
+            .get("criteria")
+            .and_then(Value::as_array)
+            .map(|levels| {
+                levels
                     .iter()
                     .enumerate()
                     .map(|(level, text)| (level.to_string(), text.clone()))
-                    .collect(),
-            );
+                    .collect()
+            }),
+        _ => None,
+    };
+    Ok((
+        AskedQuestion {
+            id: id.to_string(),
+            kind,
+            legend,
+        },
+        upstream,
+    ))
+}
+
+/// A question's text: instructions and one description per class (contract order).
+struct Text {
+    instructions: Option<Value>,
+    descriptions: Vec<Option<Value>>,
+}
+
+/// The question as it goes upstream: its type, its options in the contract's order
+/// (score levels from 0 up), the instructions when there are any, and each option's
+/// description or `null` ("interpreted by its name alone"). A score level cannot be
+/// null on the wire, so a level without a description is sent as its name; a noul
+/// question without any outcome description is sent without `criteria`.
+fn upstream_question(kind: Kind, classes: &[String], text: Text) -> Value {
+    let mut out = Map::with_capacity(3);
+    out.insert("type".into(), Value::String(kind.as_str().into()));
+    if let Some(instructions) = text.instructions {
+        out.insert("instructions".into(), instructions);
+    }
+    let described = || classes.iter().zip(text.descriptions.iter().cloned());
+    match kind {
+        Kind::Choice => {
+            let criteria = described()
+                .map(|(class, description)| (class.clone(), description.unwrap_or(Value::Null)))
+                .collect();
+            out.insert("criteria".into(), Value::Object(criteria));
+        }
+        Kind::Score => {
+            let mut levels: Vec<(usize, &String, Option<Value>)> = described()
+                .map(|(class, description)| (class.parse().unwrap_or(0), class, description))
+                .collect();
+            levels.sort_by_key(|(level, _, _)| *level);
+            let criteria = levels
+                .into_iter()
+                .map(|(_, class, description)| {
+                    description.unwrap_or_else(|| Value::String(class.clone()))
+                })
+                .collect();
+            out.insert("criteria".into(), Value::Array(criteria));
         }
         Kind::Noul => {
-            let mut classes: Vec<&str> = rule.classes.iter().map(String::as_str).collect();
-            classes.sort_unstable();
-            if classes != ["false", "true"] {
-                return Err(fail(
-                    "the contract's classes for a noul question must be \"false\" and \"true\"",
-                ));
+            if text.descriptions.iter().any(Option::is_some) {
+                let criteria = described()
+                    .map(|(class, description)| (class.clone(), description.unwrap_or(Value::Null)))
+                    .collect();
+                out.insert("criteria".into(), Value::Object(criteria));
             }
         }
     }
-    Ok(AskedQuestion {
-        id: id.to_string(),
-        kind,
-        legend,
-    })
+    Value::Object(out)
 }
 
-fn is_level_permutation(classes: &[String]) -> bool {
+/// Whether two JSON values are the same value: compared in canonical form (object key
+/// order, whitespace and number spelling do not matter).
+pub fn same_json(a: &Value, b: &Value) -> bool {
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    canonical_json(a, &mut x);
+    canonical_json(b, &mut y);
+    x == y
+}
+
+/// Canonical JSON: object keys sorted by their UTF-8 bytes, no whitespace, strings
+/// escaped by serde_json, integral numbers within ±2^53 written as integers (`1.0`
+/// and `1e0` are `1`, `-0.0` is `0`), other numbers in Rust's shortest round-trip form.
+pub fn canonical_json(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Value::Number(n) => {
+            let text = if let Some(u) = n.as_u64() {
+                u.to_string()
+            } else if let Some(i) = n.as_i64() {
+                i.to_string()
+            } else {
+                let f = n.as_f64().unwrap_or(0.0);
+                if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 {
+                    (f as i64).to_string()
+                } else {
+                    f.to_string()
+                }
+            };
+            out.extend_from_slice(text.as_bytes());
+        }
+        Value::String(s) => {
+            out.extend(serde_json::to_vec(s).unwrap_or_default());
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                canonical_json(item, out);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.push(b'{');
+            for (index, (key, item)) in entries.into_iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                out.extend(serde_json::to_vec(key).unwrap_or_default());
+                out.push(b':');
+                canonical_json(item, out);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+/// Whether `classes` are the levels `"0".."N-1"` in some order (a score question's classes).
+pub(crate) fn is_level_permutation(classes: &[String]) -> bool {
     let mut seen = vec![false; classes.len()];
     classes.iter().all(|class| match class.parse::<usize>() {
         Ok(level) if level < seen.len() && level.to_string() == *class && !seen[level] => {
@@ -598,61 +828,6 @@ fn unit_number(value: &Value) -> Result<f64, Invalid> {
     } else {
         Err(Invalid::BadProbability)
     }
-}
-
-/// The positions of a question's released labels in transmitted order: the order the
-/// classes were transmitted to the model (the candidate order of the TUPLE-Bench paper),
-/// which is where the API breaks ties ("ties follow the model's option order"). For a
-/// choice question that is the order of the request's `criteria` keys; for a score
-/// question the level order `0..N-1` (the `criteria` array); for a noul question
-/// `false`, `true`. A coarse label takes the place of its first transmitted member.
-/// Positions missing from the request (not after `check_request`) follow in label order.
-///
-/// It is never the order of the provider's `probabilities` keys: that order is the
-/// provider's to choose, and letting it decide which class a tie favours would be a
-/// channel from the provider to recipients.
-pub fn transmitted_order(
-    question: &AskedQuestion,
-    rule: &QuestionRule,
-    request: &Value,
-) -> Vec<usize> {
-    let classes: Vec<&str> = match question.kind {
-        Kind::Choice => request
-            .get("questions")
-            .and_then(|questions| questions.get(&question.id))
-            .and_then(|definition| definition.get("criteria"))
-            .and_then(Value::as_object)
-            .map(|criteria| criteria.keys().map(String::as_str).collect())
-            .unwrap_or_default(),
-        Kind::Score => {
-            let mut levels: Vec<(usize, &str)> = rule
-                .classes
-                .iter()
-                .filter_map(|class| Some((class.parse().ok()?, class.as_str())))
-                .collect();
-            levels.sort_unstable();
-            levels.into_iter().map(|(_, class)| class).collect()
-        }
-        Kind::Noul => vec!["false", "true"],
-    };
-    let released = rule.released_labels().len();
-    let mut seen = vec![false; released];
-    let mut order = Vec::with_capacity(released);
-    let positions = classes
-        .into_iter()
-        .filter_map(|class| rule.classes.iter().position(|c| c == class))
-        .map(|canonical| match &rule.coarsen {
-            Some(coarsening) => coarsening.map.get(canonical).copied(),
-            None => Some(canonical),
-        })
-        .chain((0..released).map(Some));
-    for position in positions.flatten() {
-        if position < released && !seen[position] {
-            seen[position] = true;
-            order.push(position);
-        }
-    }
-    order
 }
 
 /// Longest model id the proxy releases.

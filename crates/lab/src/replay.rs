@@ -358,13 +358,7 @@ fn process(contract: &Contract, lines: &[(usize, String)], rng: &mut Rng) -> Res
                 );
                 body
             }
-            Ok(asked) => match release::release(
-                contract,
-                &asked,
-                &world.request,
-                &world.response,
-                &mut options,
-            ) {
+            Ok(asked) => match release::release(contract, &asked, &world.response, &mut options) {
                 Ok(released) => {
                     let state = world.request.get("state").unwrap_or(&Value::Null);
                     for record in &released.answers {

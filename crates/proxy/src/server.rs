@@ -13,7 +13,7 @@ mod trace;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -50,8 +50,7 @@ struct Inner {
     server: Server,
     metrics: Metrics,
     ready: AtomicBool,
-    request_prefix: u64,
-    request_counter: AtomicU64,
+    request_ids: middleware::RequestIds,
     /// Serializes reloads (SIGHUP and the file watch): load, check and swap as one step.
     reloading: std::sync::Mutex<()>,
     /// The release decision log, started by `Application::build` when configured.
@@ -115,6 +114,9 @@ pub enum StartError {
     /// Metrics could not be registered.
     #[error("cannot register metrics")]
     Metrics(#[from] prometheus::Error),
+    /// The operating system's random generator failed (request ids need its key).
+    #[error("cannot draw a key from the operating system's random generator")]
+    Random(#[source] std::io::Error),
     /// The decision log cannot be written where configured.
     #[error("decision_log.path: cannot write {path}")]
     DecisionLog {
@@ -523,19 +525,14 @@ impl AppState {
             }
         }
         let live = Live::new(config, &metrics, None)?;
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0)
-            ^ u64::from(std::process::id()).rotate_left(32);
+        let request_ids = middleware::RequestIds::from_os().map_err(StartError::Random)?;
         Ok(AppState {
             inner: Arc::new(Inner {
                 live: ArcSwap::from_pointee(live),
                 server,
                 metrics,
                 ready: AtomicBool::new(false),
-                request_prefix: releasegate_core::rng::Rng::new(seed).next_u64(),
-                request_counter: AtomicU64::new(0),
+                request_ids,
                 reloading: std::sync::Mutex::new(()),
                 decisions: std::sync::OnceLock::new(),
             }),
@@ -558,10 +555,9 @@ impl AppState {
         self.inner.live.load().config.origin.sha256.clone()
     }
 
-    /// A fresh request id (process-random prefix and a counter).
+    /// A fresh request id (`middleware::RequestIds`).
     fn next_request_id(&self) -> middleware::RequestId {
-        let n = self.inner.request_counter.fetch_add(1, Ordering::Relaxed);
-        middleware::RequestId::new(self.inner.request_prefix, n)
+        self.inner.request_ids.next()
     }
 }
 

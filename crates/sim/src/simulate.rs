@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::worlds::World;
 
-pub use cases::{COARSE_QUESTION, Generator};
+pub use cases::{COARSE_QUESTION, Generator, INSTRUCTIONS, pinned_text_toml};
 pub use provider::{LATEST_MODEL, MAX_CHOICES, MAX_LEVELS, PREVIEW_MODEL};
 
 /// Errors of the simulator and of the simulated provider.

@@ -195,6 +195,18 @@ fn build_policy(
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawQuestion {
     pub(crate) classes: Vec<String>,
+    /// `choice`, `score` or `noul`; by default what the classes imply.
+    #[serde(default, rename = "type")]
+    pub(crate) kind: Option<crate::wire::Kind>,
+    /// The question's instructions (System One content).
+    #[serde(default)]
+    pub(crate) instructions: Option<serde_json::Value>,
+    /// Class → description (System One content).
+    #[serde(default)]
+    pub(crate) descriptions: BTreeMap<String, serde_json::Value>,
+    /// Let the caller's instructions and descriptions through (not certifiable).
+    #[serde(default)]
+    pub(crate) caller_text: bool,
     pub(crate) view: View,
     #[serde(default)]
     pub(crate) coarsen: BTreeMap<String, String>,

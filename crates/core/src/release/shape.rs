@@ -39,18 +39,33 @@ pub fn fill(kind: Kind, labels: &[String], parts: &mut Parts) {
             Some(c) => implied(k, parts.choice, c),
             None => one_hot(k, parts.choice),
         };
-        parts.probabilities = Some(vector.into_iter().map(|p| Some(tidy(p))).collect());
+        parts.probabilities = Some(vector.into_iter().map(|p| Some(fixed(p))).collect());
     }
     if parts.confidence.is_none() {
         let entries = parts.probabilities.as_deref().unwrap_or_default();
-        parts.confidence = Some(tidy(confidence(kind, labels, &completed(k, entries))));
+        parts.confidence = Some(confidence_of(kind, labels, entries));
     }
 }
 
-/// Rounds a fill to 12 decimals: float noise of the arithmetic (0.9477999999999998
-/// for 0.9478) does not go out. Part of the fill, so readers compute the same value.
-fn tidy(x: f64) -> f64 {
-    (x * 1e12).round() / 1e12
+/// The fixed decimal form of every number the proxy computes (fills, coarse sums,
+/// derived confidences, scores, baseline outputs): rounded to 12 decimal places, half
+/// away from zero, then printed in the shortest form that reads back as that number.
+/// Float noise of the arithmetic (0.9477999999999998 for 0.9478, 0.30000000000000004 for
+/// 0.1 + 0.2) never goes out, and equal values always print identically, so the bytes
+/// cannot tell how a sum was made up. Idempotent on the values the proxy releases (at
+/// most 25 in magnitude).
+pub fn fixed(x: f64) -> f64 {
+    let y = (x * 1e12).round() / 1e12;
+    // -0.0 prints as "-0.0": one spelling of zero.
+    if y == 0.0 { 0.0 } else { y }
+}
+
+/// The confidence a released vector implies: the definition for `kind` on the vector
+/// completed as the fills complete it (omitted classes share the missing mass), in the
+/// fixed decimal form. What the complete shape's confidence fill writes, and what every
+/// baseline mechanism releases as its confidence.
+pub fn confidence_of(kind: Kind, labels: &[String], entries: &[Option<f64>]) -> f64 {
+    fixed(confidence(kind, labels, &completed(labels.len(), entries)))
 }
 
 /// The confidence definition for `kind`: [`choice_confidence`] for choice

@@ -18,11 +18,14 @@ fn shaped(shape: &str, view: &str, extra: &str, usage: &str) -> std::sync::Arc<C
     let text = format!(
         "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\nusage = \"{usage}\"\nshape = \"{shape}\"\n\
          [contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"{view}\"\n{extra}\
-         [contracts.c.questions.s]\nclasses = [\"0\", \"1\", \"2\"]\nview = \"{view}\"\n\
-         [contracts.c.questions.n]\nclasses = [\"false\", \"true\"]\nview = \"{view}\"\n"
+         [contracts.c.questions.s]\nclasses = [\"0\", \"1\", \"2\"]\nview = \"{view}\"\n{LEVELS}\n\
+         [contracts.c.questions.n]\nclasses = [\"false\", \"true\"]\nview = \"{view}\"\ninstructions = \"?\"\n"
     );
     Config::from_toml(&text).unwrap().contracts["c"].clone()
 }
+
+/// The descriptions `request()` sends for the score question s.
+const LEVELS: &str = r#"descriptions = { "0" = "low", "1" = "mid", "2" = "high" }"#;
 
 fn request() -> Value {
     json!({"model": "m", "state": "s", "questions": {
@@ -50,7 +53,7 @@ fn run(c: &Contract, asked: &crate::wire::Asked, native: &Value) -> Result<Relea
         rng: &mut rng,
         evaluate: true,
     };
-    release(c, asked, &request(), native, &mut options)
+    release(c, asked, native, &mut options)
 }
 
 fn released(view: &str, extra: &str, usage: &str) -> Value {
@@ -256,7 +259,7 @@ mod wcpq_through_the_release_path {
                 let asked = check_request(&request, &contract).unwrap();
                 let mut rng = crate::rng::Rng::new(0);
                 let mut options = Options { rng: &mut rng, evaluate: true };
-                let released = release(&contract, &asked, &request, &native, &mut options).unwrap();
+                let released = release(&contract, &asked, &native, &mut options).unwrap();
                 let record = &released.answers[0];
                 let evaluation = record.evaluation.as_ref().unwrap();
                 let spec = contract.questions["q"].workflows.as_ref().unwrap();
@@ -347,9 +350,9 @@ mod never_panics {
             let asked = check_request(&super::request(), &c).unwrap();
             let mut rng = crate::rng::Rng::new(3);
             let mut options = Options { rng: &mut rng, evaluate: true };
-            let _ = release(&c, &asked, &super::request(), &native, &mut options);
+            let _ = release(&c, &asked, &native, &mut options);
             let wrapped = json!({"model": "m", "answers": answers, "usage": {}});
-            let _ = release(&c, &asked, &super::request(), &wrapped, &mut options);
+            let _ = release(&c, &asked, &wrapped, &mut options);
         }
 
         /// Whatever a caller sends, checking it against a contract never panics.

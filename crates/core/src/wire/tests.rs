@@ -37,7 +37,7 @@ fn schema(body: &Value, c: &Contract) -> Vec<(String, &'static str)> {
 #[test]
 fn schema_violations_are_fastapi_validation_issues() {
     let c = contract(CHOICE);
-    let ok = json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"C": null, "A": "a", "B": null}}}});
+    let ok = json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"C": null, "A": null, "B": null}}}});
     assert_eq!(
         check_request(&ok, &c).unwrap().questions[0].kind,
         Kind::Choice
@@ -113,7 +113,7 @@ fn schema_violations_are_fastapi_validation_issues() {
             one("body.questions.q.score.criteria", "list_type"),
         ),
         (
-            json!({"model": "m", "state": "s", "questions": {"q": {"type": "score", "criteria": ["a", null]}}}),
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "score", "criteria": ["a", 5]}}}),
             union("body.questions.q.score.criteria.1"),
         ),
         (
@@ -204,7 +204,7 @@ fn well_formed_requests_outside_the_contract_are_contract_errors() {
         ),
         (
             json!({"model": "m", "state": "s", "questions": {"q": {"type": "score", "criteria": ["x", "y", "z"]}}}),
-            "levels",
+            "asks it as a choice question",
         ),
     ];
     for (body, needle) in cases {
@@ -223,7 +223,9 @@ fn well_formed_requests_outside_the_contract_are_contract_errors() {
 #[test]
 fn score_and_noul_classes_must_be_levels_and_outcomes() {
     let c = contract(
-        "[contracts.c.questions.s]\nclasses = [\"2\", \"0\", \"1\"]\nview = \"full_native\"\n[contracts.c.questions.n]\nclasses = [\"true\", \"false\"]\nview = \"choice\"\n",
+        "[contracts.c.questions.s]\nclasses = [\"2\", \"0\", \"1\"]\nview = \"full_native\"\n\
+         descriptions = { \"0\" = \"low\", \"1\" = \"mid\", \"2\" = \"high\" }\n\
+         [contracts.c.questions.n]\nclasses = [\"true\", \"false\"]\nview = \"choice\"\ninstructions = \"?\"\n",
     );
     let body = json!({"model": "m", "state": {}, "questions": {
         "s": {"type": "score", "criteria": ["low", "mid", "high"]},
@@ -240,7 +242,7 @@ fn score_and_noul_classes_must_be_levels_and_outcomes() {
         check_request(&wrong, &c)
             .unwrap_err()
             .to_string()
-            .contains("false")
+            .contains("asks it as a score question")
     );
 }
 
@@ -395,38 +397,140 @@ fn release_dates_are_real_calendar_dates() {
     }
 }
 
+const PINNED: &str = "[contracts.c.questions.q]\nclasses = [\"B\", \"A\", \"C\"]\nview = \"full_native\"\n\
+     instructions = \"Which team?\"\ndescriptions = { A = \"alpha\", C = { text = \"gamma\", n = 1 } }\n\
+     [contracts.c.questions.s]\nclasses = [\"2\", \"0\", \"1\"]\nview = \"full_native\"\n\
+     descriptions = { \"0\" = \"low\", \"2\" = [\"high\", 2] }\n\
+     [contracts.c.questions.n]\nclasses = [\"true\", \"false\"]\nview = \"full_native\"\n\
+     [contracts.c.questions.d]\nclasses = [\"false\", \"true\"]\nview = \"full_native\"\n\
+     instructions = \"Urgent?\"\ndescriptions = { true = \"yes, now\" }\n\
+     [contracts.c.questions.free]\nclasses = [\"x\", \"y\"]\nview = \"choice\"\ncaller_text = true\n";
+
+fn upstream_of(request: Value) -> Result<Value, RequestError> {
+    check_request(&request, &contract(PINNED)).map(|asked| asked.upstream)
+}
+
 #[test]
-fn the_transmitted_order_is_the_requests_option_order() {
-    let c = contract(
-        "[contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"full_native\"\n\
-         [contracts.c.questions.k]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"full_native\"\n\
-         coarsen = { A = \"AD\", D = \"AD\" }\n\
-         [contracts.c.questions.s]\nclasses = [\"2\", \"0\", \"1\"]\nview = \"full_native\"\n\
-         [contracts.c.questions.n]\nclasses = [\"true\", \"false\"]\nview = \"full_native\"\n",
-    );
-    let request = json!({"model": "m", "state": "s", "questions": {
-        "q": {"type": "choice", "criteria": {"C": null, "A": "a", "D": null, "B": null}},
-        "k": {"type": "choice", "criteria": {"C": null, "D": null, "B": null, "A": null}},
-        "s": {"type": "score", "criteria": ["low", "mid", "high"]},
-        "n": {"type": "noul"}}});
-    let asked = check_request(&request, &c).unwrap();
-    let order = |id: &str| {
-        let question = asked.questions.iter().find(|q| q.id == id).unwrap();
-        transmitted_order(question, &c.questions[id], &request)
-    };
-    assert_eq!(order("q"), [2, 0, 3, 1]);
-    // Released labels AD, B, C: C first, then AD (its member D), then B.
-    assert_eq!(order("k"), [2, 0, 1]);
-    // Levels 0, 1, 2 sit at canonical positions 1, 2, 0.
-    assert_eq!(order("s"), [1, 2, 0]);
-    assert_eq!(order("n"), [1, 0]);
-    // Without the request's criteria every position still appears once, in label order.
+fn the_contracts_question_goes_upstream_whatever_the_caller_wrote() {
+    let upstream = upstream_of(json!({"model": "m", "state": {"t": 1}, "extra": "dropped",
+        "assets": {"<img>": {"type": "image", "part": "asset-0"}},
+        "questions": {
+            "s": {"type": "score", "criteria": ["low", "1", ["high", 2.0]], "x": 1},
+            "q": {"type": "choice", "instructions": null, "criteria": {"C": null, "A": null, "B": null}},
+            "n": {"type": "noul", "criteria": {"true": null, "maybe": "?"}},
+            "d": {"type": "noul"},
+            "free": {"type": "choice", "instructions": "Caller's", "criteria": {"y": "why", "x": null}}}}))
+    .unwrap();
+    let text = serde_json::to_string(&upstream).unwrap();
     assert_eq!(
-        transmitted_order(
-            asked.questions.iter().find(|q| q.id == "q").unwrap(),
-            &c.questions["q"],
-            &json!({})
+        text,
+        r#"{"model":"m","state":{"t":1},"assets":{"<img>":{"type":"image","part":"asset-0"}},"questions":{"#.to_string()
+            + r#""s":{"type":"score","criteria":["low","1",["high",2]]},"#
+            + r#""q":{"type":"choice","instructions":"Which team?","criteria":{"B":null,"A":"alpha","C":{"n":1,"text":"gamma"}}},"#
+            + r#""n":{"type":"noul"},"#
+            + r#""d":{"type":"noul","instructions":"Urgent?","criteria":{"false":null,"true":"yes, now"}},"#
+            + r#""free":{"type":"choice","instructions":"Caller's","criteria":{"x":null,"y":"why"}}}}"#
+    );
+}
+
+#[test]
+fn other_text_is_refused_naming_the_question_and_field_never_the_text() {
+    let base = |questions: Value| json!({"model": "m", "state": "s", "questions": questions});
+    let cases = [
+        (
+            json!({"q": {"type": "choice", "instructions": "SECRET swap", "criteria": {"A": null, "B": null, "C": null}}}),
+            "q",
+            "instructions",
         ),
-        [0, 1, 2, 3]
+        (
+            json!({"q": {"type": "choice", "instructions": "", "criteria": {"A": null, "B": null, "C": null}}}),
+            "q",
+            "instructions",
+        ),
+        (
+            json!({"q": {"type": "choice", "instructions": [], "criteria": {"A": null, "B": null, "C": null}}}),
+            "q",
+            "instructions",
+        ),
+        (
+            json!({"q": {"type": "choice", "criteria": {"A": "SECRET gamma", "B": null, "C": null}}}),
+            "q",
+            "criteria.A",
+        ),
+        (
+            json!({"q": {"type": "choice", "criteria": {"A": null, "B": "SECRET", "C": null}}}),
+            "q",
+            "criteria.B",
+        ),
+        (
+            json!({"s": {"type": "score", "criteria": ["SECRET", "1", ["high", 2]]}}),
+            "s",
+            "criteria[0]",
+        ),
+        (
+            json!({"s": {"type": "score", "criteria": ["low", "mid", ["high", 2]]}}),
+            "s",
+            "criteria[1]",
+        ),
+        (
+            json!({"n": {"type": "noul", "instructions": "Is the SECRET cause X?"}}),
+            "n",
+            "instructions",
+        ),
+        (
+            json!({"d": {"type": "noul", "criteria": {"false": "SECRET"}}}),
+            "d",
+            "criteria.false",
+        ),
+    ];
+    for (questions, question, field) in cases {
+        let error = upstream_of(base(questions.clone())).unwrap_err();
+        assert_eq!(error.error_type(), "question_text_mismatch", "{questions}");
+        assert_eq!(
+            error,
+            RequestError::TextMismatch {
+                question: question.into(),
+                field: field.into()
+            },
+            "{questions}"
+        );
+        let body = error.body().to_string();
+        assert!(!body.contains("SECRET"), "{body}");
+        assert!(
+            body.contains(&format!("`{question}`")) && body.contains(&format!("`{field}`")),
+            "{body}"
+        );
+    }
+    // The same text, spelled otherwise, is the same text.
+    upstream_of(base(
+        json!({"q": {"type": "choice", "instructions": "Which team?",
+        "criteria": {"A": "alpha", "B": null, "C": {"n": 1.0, "text": "gamma"}}}}),
+    ))
+    .unwrap();
+    // The type comes from the contract.
+    let error = upstream_of(base(
+        json!({"s": {"type": "choice", "criteria": {"0": null, "1": null, "2": null}}}),
+    ))
+    .unwrap_err();
+    assert!(
+        matches!(error, RequestError::Contract(ref m) if m.contains("score")),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn canonical_json_sorts_keys_and_normalizes_numbers() {
+    let value: Value = serde_json::from_str(
+        r#"{"b": [1.0, -0.0, 2.5e0, 1e300, -3, 18446744073709551615, "\u00e9\n"], "a": {"d": true, "c": null}}"#,
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    canonical_json(&value, &mut out);
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        format!(
+            r#"{{"a":{{"c":null,"d":true}},"b":[1,0,2.5,{},-3,18446744073709551615,"é\n"]}}"#,
+            1e300
+        )
     );
 }

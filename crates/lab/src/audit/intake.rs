@@ -146,19 +146,13 @@ pub fn build(
                 rng: &mut rng,
                 evaluate: false,
             };
-            let released = release::release(
-                contract,
-                &asked,
-                &u.world.request,
-                &u.world.response,
-                &mut options,
-            )
-            .map_err(|e| {
-                world_error(
-                    u.world,
-                    &format!("the saved answer failed validation ({e})"),
-                )
-            })?;
+            let released = release::release(contract, &asked, &u.world.response, &mut options)
+                .map_err(|e| {
+                    world_error(
+                        u.world,
+                        &format!("the saved answer failed validation ({e})"),
+                    )
+                })?;
             if let Some(record) = released.answers.iter().find(|r| r.question == u.question) {
                 let outcome = match record.mechanism {
                     mechanism::Outcome::Applied => "applied".to_string(),

@@ -304,7 +304,7 @@ async fn answer(
     let contract = select_contract(&live, selection, trail)?;
     let bytes = body::read(headers, body, &state.inner.server).await?;
     // Like the real API (FastAPI), a body that is not JSON is a 422 `json_invalid`.
-    let mut request: Value = serde_json::from_slice(&bytes).map_err(|error| {
+    let request: Value = serde_json::from_slice(&bytes).map_err(|error| {
         let reason = error.to_string();
         // serde_json appends " at line L column C"; the location goes into `loc`.
         let reason = reason.split(" at line ").next().unwrap_or("invalid JSON");
@@ -316,20 +316,16 @@ async fn answer(
         )])
     })?;
     let asked = wire::check_request(&request, contract)?;
-    let forward = match &contract.model {
-        Some(model) => {
-            request["model"] = Value::String(model.clone());
-            Bytes::from(serde_json::to_vec(&request).map_err(|_| Error::Internal)?)
-        }
-        None => bytes,
-    };
+    drop(request);
+    // Never the caller's bytes: the contract's questions, the caller's content.
+    let forward = Bytes::from(serde_json::to_vec(&asked.upstream).map_err(|_| Error::Internal)?);
     let reply = live
         .upstreams
         .systemone(&contract.provider, forward, headers)
         .await
         .map_err(|error| upstream_error(&live, contract, error))?;
     let native = success_json(state, contract, reply)?;
-    let released = release_off_thread(contract, asked, request, native)
+    let released = release_off_thread(contract, asked, native)
         .await?
         .map_err(|reason| reject(state, contract, reason))?;
     record_released(state, contract, &released);
@@ -342,7 +338,6 @@ async fn answer(
 async fn release_off_thread(
     contract: &Arc<Contract>,
     asked: wire::Asked,
-    request: Value,
     native: Value,
 ) -> Result<Result<release::Release, wire::Invalid>, Error> {
     let seed = if contract.needs_fresh_randomness() {
@@ -358,7 +353,7 @@ async fn release_off_thread(
                 rng: &mut rng,
                 evaluate: false,
             };
-            release::release(&contract, &asked, &request, &native, &mut options)
+            release::release(&contract, &asked, &native, &mut options)
         }
     };
     if contract.is_heavy() {

@@ -18,6 +18,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use axum::extract::Request;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use speck_cipher::Speck64_128;
+use speck_cipher::cipher::{BlockCipherEncrypt, KeyInit};
+
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 
@@ -48,17 +53,14 @@ pub(super) struct Ids {
 pub(super) struct RequestId(HeaderValue);
 
 impl RequestId {
-    /// `rg-{prefix:016x}-{counter:x}`: a process-random prefix and a counter.
-    pub(super) fn new(prefix: u64, counter: u64) -> RequestId {
-        let mut id = [0u8; 3 + 16 + 1 + 16];
+    /// `rg-{block:016x}`: a request id from its 64-bit block.
+    fn from_block(block: u64) -> RequestId {
+        let mut id = [0u8; 3 + 16];
         id[..3].copy_from_slice(b"rg-");
-        hex(&mut id[3..19], prefix);
-        id[19] = b'-';
-        let digits = (64 - counter.leading_zeros()).div_ceil(4).max(1) as usize;
-        hex(&mut id[20..20 + digits], counter);
-        // Lower-case hex digits and dashes: always a valid header value.
-        let value = HeaderValue::from_bytes(&id[..20 + digits])
-            .unwrap_or_else(|_| HeaderValue::from_static("rg-invalid"));
+        hex(&mut id[3..], block);
+        // Lower-case hex digits and a dash: always a valid header value.
+        let value =
+            HeaderValue::from_bytes(&id).unwrap_or_else(|_| HeaderValue::from_static("rg-invalid"));
         RequestId(value)
     }
 
@@ -71,6 +73,51 @@ impl RequestId {
 impl std::fmt::Display for RequestId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// The process's request ids: a counter encrypted with Speck64/128 under a key of 128 bits
+/// drawn from the operating system's generator when the process starts. The cipher is a
+/// permutation of 64-bit blocks, so an id never repeats within a process (for 2^64
+/// requests); without the key the ids look random, so they cannot be ordered or counted,
+/// and tell neither the traffic, nor other recipients' rates, nor restarts, nor which
+/// replica answered.
+pub(super) struct RequestIds {
+    cipher: Speck64_128,
+    counter: AtomicU64,
+}
+
+impl RequestIds {
+    /// A generator with a fresh key from the operating system.
+    pub(super) fn from_os() -> std::io::Result<RequestIds> {
+        let draw = || releasegate_core::rng::os_seed().map_err(std::io::Error::other);
+        let mut key = [0u8; 16];
+        key[..8].copy_from_slice(&draw()?.to_le_bytes());
+        key[8..].copy_from_slice(&draw()?.to_le_bytes());
+        Ok(RequestIds::with_key(key))
+    }
+
+    fn with_key(key: [u8; 16]) -> RequestIds {
+        RequestIds {
+            cipher: Speck64_128::new(&key.into()),
+            counter: AtomicU64::new(0),
+        }
+    }
+
+    /// The next id.
+    pub(super) fn next(&self) -> RequestId {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let mut block = n.to_be_bytes().into();
+        self.cipher.encrypt_block(&mut block);
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(block.as_slice());
+        RequestId::from_block(u64::from_be_bytes(bytes))
+    }
+}
+
+impl std::fmt::Debug for RequestIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RequestIds { .. }")
     }
 }
 
@@ -206,19 +253,45 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::RequestId;
+    use super::{RequestId, RequestIds};
 
     #[test]
-    fn request_ids_are_the_prefix_and_the_counter_in_hex() {
-        assert_eq!(RequestId::new(0, 0).as_str(), "rg-0000000000000000-0");
+    fn request_ids_are_the_block_in_hex() {
+        assert_eq!(RequestId::from_block(0).as_str(), "rg-0000000000000000");
         assert_eq!(
-            RequestId::new(0x0123_4567_89ab_cdef, 0x1f).to_string(),
-            "rg-0123456789abcdef-1f"
+            RequestId::from_block(0x0123_4567_89ab_cdef).to_string(),
+            "rg-0123456789abcdef"
         );
-        assert_eq!(
-            RequestId::new(u64::MAX, u64::MAX).as_str(),
-            "rg-ffffffffffffffff-ffffffffffffffff"
+    }
+
+    #[test]
+    fn ids_are_the_counter_under_speck64_128() {
+        // The cipher's published test vector (key 1b1a...00, plaintext 3b72...2d).
+        let ids = RequestIds::with_key([
+            0x1b, 0x1a, 0x19, 0x18, 0x13, 0x12, 0x11, 0x10, 0x0b, 0x0a, 0x09, 0x08, 0x03, 0x02,
+            0x01, 0x00,
+        ]);
+        ids.counter
+            .store(0x3b72_6574_7475_432d, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(ids.next().as_str(), "rg-8c6fa548454e028b");
+    }
+
+    #[test]
+    fn ids_never_repeat_and_keep_no_order_or_count() {
+        let ids = RequestIds::from_os().unwrap();
+        let drawn: Vec<String> = (0..10_000).map(|_| ids.next().to_string()).collect();
+        let unique: std::collections::BTreeSet<&String> = drawn.iter().collect();
+        assert_eq!(unique.len(), drawn.len());
+        // Consecutive ids are not increasing: about half go down.
+        let down = drawn.windows(2).filter(|w| w[1] < w[0]).count();
+        assert!((4_000..6_000).contains(&down), "{down} of 9999 went down");
+        // A second process (another key) gives other ids for the same counts.
+        let other = RequestIds::from_os().unwrap();
+        assert_ne!(other.next().to_string(), drawn[0]);
+        assert!(
+            drawn
+                .iter()
+                .all(|id| id.len() == 19 && id.starts_with("rg-"))
         );
-        assert_eq!(RequestId::new(1, 16).as_str(), "rg-0000000000000001-10");
     }
 }

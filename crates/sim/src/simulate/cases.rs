@@ -15,10 +15,29 @@ use releasegate_core::rng::Rng;
 
 /// Question id of the coarse question in every generated request.
 pub const COARSE_QUESTION: &str = "coarse_cause";
+
+/// The coarse question of `domain` as a contract pins it: the `instructions` and
+/// `descriptions` keys of a `[contracts.NAME.questions.coarse_cause]` table, so that the
+/// proxy asks exactly what the simulator's requests ask (`config/tuple-bench.toml` holds
+/// the same text).
+pub fn pinned_text_toml(domain: &ontology::Domain) -> String {
+    let quote = |text: &str| serde_json::to_string(text).unwrap_or_default();
+    let descriptions: Vec<String> = domain
+        .classes
+        .iter()
+        .map(|class| format!("{} = {}", class.label, quote(class.description)))
+        .collect();
+    format!(
+        "instructions = {}\ndescriptions = {{ {} }}\n",
+        quote(INSTRUCTIONS),
+        descriptions.join(", ")
+    )
+}
 /// Model name sent in generated requests (resolved by the provider).
 const REQUEST_MODEL: &str = "jev-latest";
 /// Instructions of the coarse question.
-const INSTRUCTIONS: &str = "Choose the coarse route the recipient may receive under the stated permission. Do not name a finer internal mechanism.";
+/// The instructions of the coarse question every simulated request asks.
+pub const INSTRUCTIONS: &str = "Choose the coarse route the recipient may receive under the stated permission. Do not name a finer internal mechanism.";
 /// Public operating windows.
 const WINDOWS: [&str; 3] = [
     "initial_exception_review",

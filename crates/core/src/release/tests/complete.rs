@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::super::*;
-use super::{native, request};
+use super::{LEVELS, native, request};
 use crate::codebook;
 use crate::config::Config;
 use crate::wire::check_request;
@@ -47,8 +47,8 @@ fn contract(shape: &str, view: &str, q: &str, s: &str, n: &str) -> Arc<Contract>
     let text = format!(
         "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\nshape = \"{shape}\"\n\
          [contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"{view}\"\n{q}\n\
-         [contracts.c.questions.s]\nclasses = [\"0\", \"1\", \"2\"]\nview = \"{view}\"\n{s}\n\
-         [contracts.c.questions.n]\nclasses = [\"false\", \"true\"]\nview = \"{view}\"\n{n}\n"
+         [contracts.c.questions.s]\nclasses = [\"0\", \"1\", \"2\"]\nview = \"{view}\"\n{LEVELS}\n{s}\n\
+         [contracts.c.questions.n]\nclasses = [\"false\", \"true\"]\nview = \"{view}\"\ninstructions = \"?\"\n{n}\n"
     );
     Config::from_toml(&text).unwrap().contracts["c"].clone()
 }
@@ -60,7 +60,7 @@ fn release_with(contract: &Contract, native: &Value) -> Release {
         rng: &mut rng,
         evaluate: true,
     };
-    release(contract, &asked, &request(), native, &mut options).unwrap()
+    release(contract, &asked, native, &mut options).unwrap()
 }
 
 /// What typesafe-sdk 0.7.5 (pydantic strict) and typesafe-jev 0.2.0 require of an answer.

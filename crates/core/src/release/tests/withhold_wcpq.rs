@@ -163,8 +163,7 @@ fn check(fine_count: usize, seed: u64) -> Result<(usize, usize), TestCaseError> 
             rng: &mut rng,
             evaluate: true,
         };
-        let released =
-            release(&case.contract, &asked, &case.request, &native, &mut options).unwrap();
+        let released = release(&case.contract, &asked, &native, &mut options).unwrap();
         let record = &released.answers[0];
         let Some(evaluation) = &record.evaluation else {
             // Only a denied answer (left out or `type` only) has no reading.

@@ -48,8 +48,20 @@ fn candidates() -> Vec<Candidate> {
         mechanism: None,
     });
     for (name, mechanism) in [
-        ("top_k", Mechanism::TopK { k: 2 }),
-        ("quantize", Mechanism::Quantize { step: 0.1 }),
+        (
+            "top_k",
+            Mechanism::TopK {
+                k: 2,
+                confidence: releasegate_core::mechanism::ConfidenceSource::Derived,
+            },
+        ),
+        (
+            "quantize",
+            Mechanism::Quantize {
+                step: 0.1,
+                confidence: releasegate_core::mechanism::ConfidenceSource::Derived,
+            },
+        ),
     ] {
         for view in [View::FullProbabilities, View::FullNative] {
             out.push(Candidate {
@@ -99,15 +111,9 @@ fn complete_and_minimal_releases_give_the_same_audit_input_and_recovery() {
             rng: &mut rng,
             evaluate: false,
         };
-        release::release(
-            &contract,
-            &asked,
-            &world.request,
-            &world.response,
-            &mut options,
-        )
-        .unwrap()
-        .body
+        release::release(&contract, &asked, &world.response, &mut options)
+            .unwrap()
+            .body
     };
     for view in [
         View::NoOutput,
