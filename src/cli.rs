@@ -251,6 +251,9 @@ fn serve_with_logs(config: Option<PathBuf>) -> ExitCode {
         Ok(config) => config,
         Err(error) => return usage_error(&error),
     };
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     let runtime = match runtime() {
         Ok(runtime) => runtime,
         Err(error) => return usage_error(&format!("cannot start the runtime: {error}")),

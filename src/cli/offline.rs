@@ -577,6 +577,8 @@ struct GateResult {
     contract: String,
     /// KEEP entries the release drops (`QUESTION.FIELD`).
     dropped_keep: Vec<String>,
+    /// Questions whose text the caller writes (`caller_text`): never certified.
+    not_certifiable: Vec<String>,
     /// The budget, when the policy hides something.
     max_recovery_gain: Option<f64>,
     /// Recovery gain over no output of the contract's own release (pooled), when measured.
@@ -620,10 +622,16 @@ fn gate(
             recovery_gain = report.releases.first().map(|r| r.pooled.gain);
         }
         let within = recovery_gain.is_none_or(|gain| gain.upper <= policy.max_recovery_gain);
+        let not_certifiable: Vec<String> = contract
+            .not_certifiable()
+            .into_iter()
+            .map(String::from)
+            .collect();
         results.push(GateResult {
             contract: contract.name.clone(),
-            passed: dropped_keep.is_empty() && within,
+            passed: dropped_keep.is_empty() && within && not_certifiable.is_empty(),
             dropped_keep,
+            not_certifiable,
             max_recovery_gain: (!policy.hide.is_empty()).then_some(policy.max_recovery_gain),
             recovery_gain,
         });
@@ -728,6 +736,17 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
         "worlds used: {}; left out: {:?}",
         intake.worlds_used, intake.skipped
     );
+    for contract in &contracts {
+        let questions = contract.not_certifiable();
+        if !questions.is_empty() {
+            println!(
+                "not certifiable: contract {} lets the caller write the text of {} (caller_text); \
+                 these figures assume the question the saved requests asked, and a caller can ask another",
+                contract.name,
+                questions.join(", ")
+            );
+        }
+    }
     fill_frontier(&mut frontier, &report);
     for point in &frontier {
         let worst = point
@@ -778,8 +797,16 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
         } else {
             format!("; drops KEEP {}", result.dropped_keep.join(", "))
         };
+        let uncertified = if result.not_certifiable.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; not certifiable: the caller writes the text of {} (caller_text)",
+                result.not_certifiable.join(", ")
+            )
+        };
         println!(
-            "gate {}: {}{gain}{dropped}",
+            "gate {}: {}{gain}{dropped}{uncertified}",
             result.contract,
             if result.passed { "pass" } else { "FAIL" }
         );

@@ -74,6 +74,38 @@ fn check_config_accepts_the_default_and_names_the_broken_key() {
         "{summary}"
     );
 
+    assert!(
+        summary.contains("asks a choice question, pinned: instructions, 4 of 4 options described"),
+        "{summary}"
+    );
+    assert!(!summary.contains("warning:"), "{summary}");
+
+    // Settings that weaken a contract on purpose are named.
+    let risky = dir.join("risky.toml");
+    std::fs::write(
+        &risky,
+        "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n\
+         [contracts.c.questions.free]\nclasses = [\"x\", \"y\"]\nview = \"choice\"\ncaller_text = true\n\
+         [contracts.c.questions.noisy]\nclasses = [\"x\", \"y\"]\nview = \"full_native\"\n\
+         mechanism = { kind = \"gaussian\", sigma = 0.1, confidence = \"native\" }\n",
+    )
+    .unwrap();
+    let risky = succeed(
+        Command::new(BIN)
+            .args(["check-config", "--config"])
+            .arg(&risky),
+    );
+    let summary = String::from_utf8_lossy(&risky.stdout);
+    assert!(
+        summary.contains("warning: contracts.c.questions.free.caller_text = true")
+            && summary.contains("not certifiable"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("warning: contracts.c.questions.noisy.mechanism.confidence = \"native\""),
+        "{summary}"
+    );
+
     let broken = dir.join("broken.toml");
     std::fs::write(&broken, "[server]\nmax_body_bytes = 0\n").unwrap();
     let bad = Command::new(BIN)
@@ -352,7 +384,9 @@ fn audit_gate_fails_a_contract_over_its_leakage_budget_or_missing_a_keep_field()
                 "tight",
                 "full_native",
                 "{ hide = [\"secret\"], max_recovery_gain = 0.0 }",
-            ),
+            )
+            + &contract("free", "choice", "{ keep = [\"choice\"] }")
+            + "caller_text = true\n",
     )
     .unwrap();
     let run = |name: &str| {
@@ -404,6 +438,15 @@ fn audit_gate_fails_a_contract_over_its_leakage_budget_or_missing_a_keep_field()
     assert!(upper > 0.0, "{stdout}");
     assert_eq!(code, Some(3), "{stdout}");
     assert_eq!(tight["passed"], false);
+
+    // A question whose text the caller writes is never certified.
+    let (code, stdout, free) = run("free");
+    assert_eq!(code, Some(3), "{stdout}");
+    assert!(
+        stdout.contains("gate free: FAIL") && stdout.contains("not certifiable"),
+        "{stdout}"
+    );
+    assert_eq!(free["not_certifiable"], serde_json::json!(["coarse_cause"]));
 }
 
 #[test]

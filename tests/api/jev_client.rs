@@ -852,8 +852,8 @@ async fn a_saturated_provider_is_503_and_the_client_honours_retry_after() {
 async fn spawn_shipped() -> TestApp {
     let mut config =
         releasegate_proxy::load::load(Some(Path::new("config/releasegate.toml"))).unwrap();
-    config.server.listen = "127.0.0.1:0".parse().unwrap();
-    config.server.admin_listen = "127.0.0.1:0".parse().unwrap();
+    let loopback = "127.0.0.1:0".parse().unwrap();
+    config.server = config.server.with_listeners(loopback, loopback);
     start(config, crate::helpers::Upstream::default()).await
 }
 

@@ -10,6 +10,7 @@ mod deploy;
 mod hardening;
 mod helpers;
 mod jev_client;
+mod pinning;
 mod process;
 mod ratelimit;
 mod release;

@@ -151,12 +151,27 @@ def _digest(key):
 
 
 def _questions(contract, view, provider="up"):
+    """The three questions of `questions()` (test_conformance.py), each pinning the text the
+    SDK sends for it: the proxy asks exactly the contract's question upstream."""
     return (
         f'[contracts.{contract}]\nprovider = "{provider}"\nusage = "keep"\n'
         f'[contracts.{contract}.questions.cause]\nclasses = ["A", "B", "C", "D"]\nview = "{view}"\n'
+        'instructions = "Why?"\ndescriptions = { B = "b" }\n'
         f'[contracts.{contract}.questions.level]\nclasses = ["0", "1", "2"]\nview = "{view}"\n'
+        'instructions = "How bad?"\ndescriptions = { "0" = "low", "1" = "mid", "2" = "high" }\n'
         f'[contracts.{contract}.questions.urgent]\nclasses = ["false", "true"]\nview = "{view}"\n'
+        'instructions = "Urgent?"\n'
     )
+
+
+def _delivery_text(contract):
+    """The delivery example's coarse question, as the shipped contracts pin it."""
+    request = json.loads((REPO / "config" / "examples" / "delivery-request.json").read_text())
+    question = request["questions"]["coarse_cause"]
+    lines = [f"instructions = {json.dumps(question['instructions'])}"]
+    lines.append(f"[contracts.{contract}.questions.coarse_cause.descriptions]")
+    lines += [f"{label} = {json.dumps(text)}" for label, text in question["criteria"].items()]
+    return "\n".join(lines) + "\n"
 
 
 def _config(upstream_url):
@@ -177,10 +192,12 @@ def _config(upstream_url):
         + _questions("saturable", "full_native", provider="narrow")
         + '[contracts.sim_auditor]\nprovider = "sim"\nusage = "keep"\n'
         f'[contracts.sim_auditor.questions.coarse_cause]\nclasses = {delivery}\nview = "full_native"\n'
-        '[contracts.sim_planner]\nprovider = "sim"\n'
+        + _delivery_text("sim_auditor")
+        + '[contracts.sim_planner]\nprovider = "sim"\n'
         f'[contracts.sim_planner.questions.coarse_cause]\nclasses = {delivery}\nview = "full_native"\n'
         f'mechanism = {{ kind = "wcpq", codebook = "{codebook}", fallback = "native" }}\n'
         "workflows = {}\n"
+        + _delivery_text("sim_planner")
     )
     return text
 

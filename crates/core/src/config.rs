@@ -29,7 +29,7 @@ pub use raw::{RawConfig, limits};
 pub const ENV_PREFIX: &str = "RELEASEGATE_";
 
 /// Largest workflow cost (`c_wrong`, `c_review`, `c_check`, matrix entries) a contract may set.
-pub const MAX_COST: f64 = 1e12;
+pub const MAX_COST: f64 = limits::MAX_COST;
 
 /// Reads an environment variable (injected so tests never mutate the process environment).
 pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -82,17 +82,32 @@ pub struct Config {
     pub decision_log: Option<DecisionLog>,
 }
 
-/// The release decision log's settings.
+/// The release decision log's settings (built by validation only).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecisionLog {
+    sink: DecisionSink,
+    max_bytes: u64,
+    max_files: usize,
+    queue_capacity: usize,
+}
+
+impl DecisionLog {
     /// Where the lines go.
-    pub sink: DecisionSink,
+    pub fn sink(&self) -> &DecisionSink {
+        &self.sink
+    }
     /// A file is rotated before it would grow beyond this many bytes.
-    pub max_bytes: u64,
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
     /// Rotated files kept (`PATH.1` newest .. `PATH.N` oldest).
-    pub max_files: usize,
+    pub fn max_files(&self) -> usize {
+        self.max_files
+    }
     /// Lines waiting for the writer; beyond it lines are dropped and counted.
-    pub queue_capacity: usize,
+    pub fn queue_capacity(&self) -> usize {
+        self.queue_capacity
+    }
 }
 
 /// The release decision log's destination.
@@ -117,53 +132,137 @@ pub struct Origin {
     pub files: Vec<PathBuf>,
 }
 
-/// Listener and limit settings. They are fixed at start: a reload that changes them is refused.
-#[derive(Debug, Clone, PartialEq)]
+/// Listener and limit settings. They are fixed at start: a reload that changes them is
+/// refused (`Server::changed_keys`). Only validation builds one, so every value is within
+/// its range (`limits`); the fields are read through their methods.
+///
+/// Each field serializes under its configuration key (`server.KEY`), durations in
+/// milliseconds: that serialization is what a reload compares, so a key added here is
+/// fixed at start without a second list.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Server {
-    /// Public listener (System One endpoints).
-    pub listen: SocketAddr,
-    /// Admin listener (metrics and health).
-    pub admin_listen: SocketAddr,
-    /// Largest accepted request body, before and after decompression.
-    pub max_body_bytes: usize,
-    /// Largest accepted upstream response body.
-    pub max_upstream_body_bytes: usize,
-    /// How long shutdown waits for in-flight requests.
-    pub shutdown_grace: Duration,
-    /// A request head must arrive within this time of its first byte (of
-    /// accepting the connection, for the first request).
-    pub header_read_timeout: Duration,
-    /// A request body must arrive completely within this time (a total
-    /// deadline from the start of reading, not per chunk); 408 beyond.
-    pub body_read_timeout: Duration,
-    /// A keep-alive connection with no request in progress is closed after this long.
-    pub idle_timeout: Duration,
-    /// Most open connections on the public listener; more are closed at once.
-    pub max_connections: usize,
-    /// Most open connections on the admin listener (its own budget).
-    pub admin_max_connections: usize,
-    /// On shutdown, `/readyz` answers 503 for this long before the public
-    /// listener stops accepting.
-    pub drain_delay: Duration,
-    /// Reload when the configuration file or a file it names changes (besides SIGHUP).
-    pub watch_config: bool,
-    /// How often `watch_config` looks at the files.
-    pub watch_interval: Duration,
-    /// Event-loop threads serving the public listener, each a single-threaded
-    /// runtime with its own accept loop and upstream connections; 0 is one
-    /// per available core (see [`Server::event_loops`]).
-    pub worker_threads: usize,
-    /// One log line per request (target `releasegate::access`, written in batches).
-    pub access_log: bool,
+    listen: SocketAddr,
+    admin_listen: SocketAddr,
+    max_body_bytes: usize,
+    max_upstream_body_bytes: usize,
+    #[serde(rename = "shutdown_grace_ms", serialize_with = "millis")]
+    shutdown_grace: Duration,
+    #[serde(rename = "header_read_timeout_ms", serialize_with = "millis")]
+    header_read_timeout: Duration,
+    #[serde(rename = "body_read_timeout_ms", serialize_with = "millis")]
+    body_read_timeout: Duration,
+    #[serde(rename = "idle_timeout_ms", serialize_with = "millis")]
+    idle_timeout: Duration,
+    max_connections: usize,
+    admin_max_connections: usize,
+    #[serde(rename = "drain_delay_ms", serialize_with = "millis")]
+    drain_delay: Duration,
+    watch_config: bool,
+    #[serde(rename = "watch_interval_ms", serialize_with = "millis")]
+    watch_interval: Duration,
+    worker_threads: usize,
+    access_log: bool,
+}
+
+fn millis<S: serde::Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_u128(duration.as_millis())
 }
 
 impl Server {
+    /// Public listener (System One endpoints).
+    pub fn listen(&self) -> SocketAddr {
+        self.listen
+    }
+    /// Admin listener (metrics and health).
+    pub fn admin_listen(&self) -> SocketAddr {
+        self.admin_listen
+    }
+    /// The same settings on other listeners (tests and tools that bind elsewhere, such as
+    /// `127.0.0.1:0`).
+    pub fn with_listeners(mut self, listen: SocketAddr, admin_listen: SocketAddr) -> Server {
+        self.listen = listen;
+        self.admin_listen = admin_listen;
+        self
+    }
+    /// Largest accepted request body, before and after decompression.
+    pub fn max_body_bytes(&self) -> usize {
+        self.max_body_bytes
+    }
+    /// Largest accepted upstream response body.
+    pub fn max_upstream_body_bytes(&self) -> usize {
+        self.max_upstream_body_bytes
+    }
+    /// How long shutdown waits for in-flight requests.
+    pub fn shutdown_grace(&self) -> Duration {
+        self.shutdown_grace
+    }
+    /// A request head must arrive within this time of its first byte (of accepting the
+    /// connection, for the first request).
+    pub fn header_read_timeout(&self) -> Duration {
+        self.header_read_timeout
+    }
+    /// A request body must arrive completely within this time (a total deadline from the
+    /// start of reading, not per chunk); 408 beyond.
+    pub fn body_read_timeout(&self) -> Duration {
+        self.body_read_timeout
+    }
+    /// A keep-alive connection with no request in progress is closed after this long.
+    pub fn idle_timeout(&self) -> Duration {
+        self.idle_timeout
+    }
+    /// Most open connections on the public listener; more are closed at once.
+    pub fn max_connections(&self) -> usize {
+        self.max_connections
+    }
+    /// Most open connections on the admin listener (its own budget).
+    pub fn admin_max_connections(&self) -> usize {
+        self.admin_max_connections
+    }
+    /// On shutdown, `/readyz` answers 503 for this long before the public listener stops
+    /// accepting.
+    pub fn drain_delay(&self) -> Duration {
+        self.drain_delay
+    }
+    /// Reload when the configuration file or a file it names changes (besides SIGHUP).
+    pub fn watch_config(&self) -> bool {
+        self.watch_config
+    }
+    /// How often `watch_config` looks at the files.
+    pub fn watch_interval(&self) -> Duration {
+        self.watch_interval
+    }
+    /// Event-loop threads serving the public listener, each a single-threaded runtime with
+    /// its own accept loop and upstream connections; 0 is one per available core (see
+    /// [`Server::event_loops`]).
+    pub fn worker_threads(&self) -> usize {
+        self.worker_threads
+    }
+    /// One log line per request (target `releasegate::access`, written in batches).
+    pub fn access_log(&self) -> bool {
+        self.access_log
+    }
+
     /// How many event loops serve the public listener: `worker_threads`, or
     /// with 0 one per core available to the process (cgroup limits included).
     pub fn event_loops(&self) -> usize {
         match self.worker_threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
+        }
+    }
+
+    /// The `[server]` keys (`server.KEY`) whose values differ between the two settings:
+    /// they are bound into the listeners and the drain at start, so a reload may not
+    /// change them. Derived from the fields' own serialization, so no key is forgotten.
+    pub fn changed_keys(&self, other: &Server) -> Vec<String> {
+        match (serde_json::to_value(self), serde_json::to_value(other)) {
+            (Ok(serde_json::Value::Object(old)), Ok(serde_json::Value::Object(new))) => old
+                .iter()
+                .filter(|(key, value)| new.get(*key) != Some(value))
+                .map(|(key, _)| format!("server.{key}"))
+                .collect(),
+            _ if self == other => Vec::new(),
+            _ => vec!["server".to_string()],
         }
     }
 }
@@ -177,20 +276,39 @@ pub enum Provider {
     Simulated,
 }
 
-/// A remote System One provider.
+/// A remote System One provider (built by validation only: every value is in its range).
 #[derive(Debug)]
 pub struct RemoteProvider {
+    base_url: String,
+    api_key: Option<SecretString>,
+    timeout: Duration,
+    max_concurrency: usize,
+    queue_timeout: Duration,
+}
+
+impl RemoteProvider {
     /// Root URL; `/v1/systemone` and `/v1/models` are appended.
-    pub base_url: String,
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
     /// The provider key, read from the environment at load time.
-    pub api_key: Option<SecretString>,
+    pub fn api_key(&self) -> Option<&SecretString> {
+        self.api_key.as_ref()
+    }
     /// Per-request timeout.
-    pub timeout: Duration,
-    /// Most requests in flight to this provider at once.
-    pub max_concurrency: usize,
-    /// How long a request waits for a free slot before it is shed with 503
-    /// (at most `timeout`).
-    pub queue_timeout: Duration,
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+    /// Most requests in flight to this provider at once (within `limits::MAX_CONCURRENCY`,
+    /// far below what a semaphore can hold).
+    pub fn max_concurrency(&self) -> usize {
+        self.max_concurrency
+    }
+    /// How long a request waits for a free slot before it is shed with 503 (at most
+    /// `timeout`).
+    pub fn queue_timeout(&self) -> Duration {
+        self.queue_timeout
+    }
 }
 
 /// A caller identified by its key.
@@ -206,13 +324,35 @@ pub struct Recipient {
     pub rate_limit: Option<RateLimit>,
 }
 
-/// A token bucket: `burst` requests at once, refilled at `requests_per_second`.
+/// A token bucket: `burst` requests at once, refilled at `requests_per_second` (built by
+/// validation only: both are in their ranges).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RateLimit {
-    /// Sustained rate (0.001 to 1,000,000).
-    pub requests_per_second: f64,
-    /// Bucket size (1 to 1,000,000).
-    pub burst: u32,
+    requests_per_second: f64,
+    burst: u32,
+}
+
+impl RateLimit {
+    /// A rate limit, if both values are in their ranges (`limits::RATE_LIMIT_RPS`,
+    /// `limits::RATE_LIMIT_BURST`).
+    pub fn new(requests_per_second: f64, burst: u32) -> Option<RateLimit> {
+        let (low, high) = limits::RATE_LIMIT_RPS;
+        let (min, max) = limits::RATE_LIMIT_BURST;
+        ((low..=high).contains(&requests_per_second) && (min..=max).contains(&u64::from(burst)))
+            .then_some(RateLimit {
+                requests_per_second,
+                burst,
+            })
+    }
+
+    /// Sustained rate (`limits::RATE_LIMIT_RPS`).
+    pub fn requests_per_second(&self) -> f64 {
+        self.requests_per_second
+    }
+    /// Bucket size (`limits::RATE_LIMIT_BURST`).
+    pub fn burst(&self) -> u32 {
+        self.burst
+    }
 }
 
 // === impl Config ===
@@ -358,6 +498,24 @@ impl Config {
                         ""
                     },
                 ));
+                out.push_str(&format!(
+                    "    asks a {} question, {}\n",
+                    rule.question.kind.as_str(),
+                    if rule.question.caller_text {
+                        "with the caller's instructions and descriptions (caller_text)".to_string()
+                    } else {
+                        let described = rule.question.descriptions.iter().flatten().count();
+                        format!(
+                            "pinned: {}, {described} of {} options described",
+                            if rule.question.instructions.is_some() {
+                                "instructions"
+                            } else {
+                                "no instructions"
+                            },
+                            rule.classes.len()
+                        )
+                    }
+                ));
                 if let crate::mechanism::Mechanism::Wcpq(wcpq) = &rule.mechanism {
                     out.push_str(&format!(
                         "    wcpq fallback {}: {}\n",
@@ -367,7 +525,40 @@ impl Config {
                 }
             }
         }
+        for warning in self.warnings() {
+            out.push_str(&format!("warning: {warning}\n"));
+        }
         out
+    }
+
+    /// Settings that weaken a contract on purpose, each naming its key (printed by
+    /// `check-config` and logged at start-up): a question whose text the caller writes, and
+    /// a baseline that releases the provider's own confidence.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for (name, contract) in &self.contracts {
+            for (id, rule) in &contract.questions {
+                let key = format!("contracts.{name}.questions.{id}");
+                if rule.question.caller_text {
+                    warnings.push(format!(
+                        "{key}.caller_text = true: the caller writes this question's instructions and \
+                         descriptions, so it can give any label any meaning (swap two labels, ask a \
+                         yes/no question about anything); the audit and the gate report it as not certifiable"
+                    ));
+                }
+                if rule.mechanism.confidence_source()
+                    == Some(crate::mechanism::ConfidenceSource::Native)
+                {
+                    warnings.push(format!(
+                        "{key}.mechanism.confidence = \"native\": the provider's confidence goes out at \
+                         full precision beside the rewritten probabilities (under Jev's definition it \
+                         gives the native top probability back); for audits that replicate the paper's \
+                         baselines, not for serving"
+                    ));
+                }
+            }
+        }
+        warnings
     }
 }
 
@@ -407,9 +598,10 @@ pub(crate) fn build_question(
 ) -> Option<QuestionRule> {
     let n_problems = problems.len();
     let classes = std::mem::take(&mut raw.classes);
-    if classes.len() < 2 || classes.len() > 255 {
+    let (min_classes, max_classes) = limits::CLASSES;
+    if !(min_classes..=max_classes).contains(&classes.len()) {
         problems.push(format!(
-            "{key}.classes: needs 2 to 255 classes, got {}",
+            "{key}.classes: needs {min_classes} to {max_classes} classes, got {}",
             classes.len()
         ));
     }

@@ -261,6 +261,16 @@ impl Contract {
         contract
     }
 
+    /// The questions whose text the caller writes (`caller_text`): the caller can give any
+    /// label any meaning, so no audit or gate certifies what they release.
+    pub fn not_certifiable(&self) -> Vec<&str> {
+        self.questions
+            .iter()
+            .filter(|(_, rule)| rule.question.caller_text)
+            .map(|(id, _)| id.as_str())
+            .collect()
+    }
+
     /// Whether any mechanism draws fresh randomness per request.
     pub fn needs_fresh_randomness(&self) -> bool {
         self.questions

@@ -354,7 +354,7 @@ fn process(contract: &Contract, lines: &[(usize, String)], rng: &mut Rng) -> Res
                     line,
                     &world.world_id,
                     error.to_string(),
-                    "invalid_request",
+                    error.error_type(),
                 );
                 body
             }

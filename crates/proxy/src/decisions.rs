@@ -185,15 +185,15 @@ impl std::fmt::Debug for Message {
 impl DecisionLog {
     /// Opens the sink (a file is created or appended to) and starts the writer thread.
     pub fn start(settings: &Settings, dropped: IntCounterVec) -> io::Result<DecisionLog> {
-        let sink: Box<dyn Write + Send> = match &settings.sink {
+        let sink: Box<dyn Write + Send> = match &settings.sink() {
             DecisionSink::Stdout => Box::new(io::stdout()),
             DecisionSink::File(path) => Box::new(Rotating::open(
                 path.clone(),
-                settings.max_bytes,
-                settings.max_files,
+                settings.max_bytes(),
+                settings.max_files(),
             )?),
         };
-        DecisionLog::with_sink(sink, settings.queue_capacity, dropped)
+        DecisionLog::with_sink(sink, settings.queue_capacity(), dropped)
     }
 
     /// Starts the writer thread on any sink (tests use a sink that blocks).

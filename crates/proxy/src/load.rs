@@ -185,7 +185,7 @@ fn read_embedded(path: &Path) -> std::io::Result<Vec<u8>> {
 /// What only the file system can tell about a validated configuration.
 fn check_paths(config: Config) -> Result<Config, Error> {
     if let Some(log) = &config.decision_log
-        && let DecisionSink::File(path) = &log.sink
+        && let DecisionSink::File(path) = &log.sink()
         && path.is_dir()
     {
         return Err(Error::Invalid(vec![format!(

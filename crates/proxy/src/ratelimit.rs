@@ -69,9 +69,9 @@ impl Limits {
 
 /// The bucket of `limit`: `burst` tokens, one back every 1/`requests_per_second` seconds.
 fn quota(limit: RateLimit) -> Quota {
-    let burst = NonZeroU32::new(limit.burst).unwrap_or(NonZeroU32::MIN);
+    let burst = NonZeroU32::new(limit.burst()).unwrap_or(NonZeroU32::MIN);
     // Validation keeps the rate in [0.001, 1e6]: the period is 1 µs to 1000 s.
-    let period = Duration::from_secs_f64(1.0 / limit.requests_per_second.max(1e-3));
+    let period = Duration::from_secs_f64(1.0 / limit.requests_per_second().max(1e-3));
     Quota::with_period(period)
         .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
         .allow_burst(burst)
@@ -92,10 +92,7 @@ mod tests {
             name: name.to_string(),
             key_sha256: [0; 32],
             contracts: vec!["c".to_string()],
-            rate_limit: limit.map(|(requests_per_second, burst)| RateLimit {
-                requests_per_second,
-                burst,
-            }),
+            rate_limit: limit.map(|(rps, burst)| RateLimit::new(rps, burst).unwrap()),
         }
     }
 

@@ -138,7 +138,7 @@ impl Application {
                 .await
                 .map_err(|source| StartError::Bind { addr, source })
         };
-        let (listen, admin_listen) = (config.server.listen, config.server.admin_listen);
+        let (listen, admin_listen) = (config.server.listen(), config.server.admin_listen());
         let state = AppState::prepare(config)?;
         let public = bind(listen).await?;
         let admin = bind(admin_listen).await?;
@@ -154,7 +154,7 @@ impl Application {
                 state.inner.metrics.decision_log_dropped.clone(),
             )
             .map_err(|source| StartError::DecisionLog {
-                path: sink_name(&settings.sink),
+                path: sink_name(settings.sink()),
                 source,
             })?;
             let _ = state.inner.decisions.set(log);
@@ -166,7 +166,7 @@ impl Application {
             .values()
             .map(|provider| match provider {
                 Provider::SystemOne(remote) => {
-                    listener::upstream_fds(remote.max_concurrency, server.event_loops())
+                    listener::upstream_fds(remote.max_concurrency(), server.event_loops())
                 }
                 Provider::Simulated => 0,
             })
@@ -176,21 +176,21 @@ impl Application {
             tcp: public,
             limits: listener::Limits {
                 max_connections: listener::fit_to_fd_limit(
-                    server.max_connections,
-                    server.admin_max_connections,
+                    server.max_connections(),
+                    server.admin_max_connections(),
                     upstream_fds,
                 ),
-                header_read_timeout: server.header_read_timeout,
-                idle_timeout: server.idle_timeout,
+                header_read_timeout: server.header_read_timeout(),
+                idle_timeout: server.idle_timeout(),
             },
         };
         let admin = listener::Listener {
             name: "admin",
             tcp: admin,
             limits: listener::Limits {
-                max_connections: server.admin_max_connections,
-                header_read_timeout: server.header_read_timeout,
-                idle_timeout: server.idle_timeout,
+                max_connections: server.admin_max_connections(),
+                header_read_timeout: server.header_read_timeout(),
+                idle_timeout: server.idle_timeout(),
             },
         };
         Ok(Application {
@@ -334,12 +334,18 @@ impl Application {
         }
         state.inner.ready.store(false, Ordering::SeqCst);
         tracing::info!(
-            drain_delay_ms = server.drain_delay.as_millis() as u64,
-            grace_ms = server.shutdown_grace.as_millis() as u64,
+            drain_delay_ms = server.drain_delay().as_millis() as u64,
+            grace_ms = server.shutdown_grace().as_millis() as u64,
             "draining: /readyz answers 503"
         );
-        tokio::time::sleep(server.drain_delay).await;
-        drain(&public_stage, &mut public, server.shutdown_grace, "public").await;
+        tokio::time::sleep(server.drain_delay()).await;
+        drain(
+            &public_stage,
+            &mut public,
+            server.shutdown_grace(),
+            "public",
+        )
+        .await;
         drain(&admin_stage, &mut admin, ADMIN_DRAIN, "admin").await;
         if state.inner.decisions.get().is_some() {
             let flushing = state.clone();
@@ -505,10 +511,8 @@ impl AppState {
         let metrics = Metrics::new()?;
         metrics.describe(&config);
         let server = config.server.clone();
-        if let Some(releasegate_core::config::DecisionLog {
-            sink: releasegate_core::config::DecisionSink::File(path),
-            ..
-        }) = &config.decision_log
+        if let Some(releasegate_core::config::DecisionSink::File(path)) =
+            config.decision_log.as_ref().map(|log| log.sink())
         {
             let parent = path
                 .parent()

@@ -293,14 +293,14 @@ impl Upstreams {
                 Provider::Simulated => Upstream::Simulated,
                 Provider::SystemOne(remote) => {
                     let url = |path: &str| {
-                        let url = format!("{}{path}", remote.base_url);
+                        let url = format!("{}{path}", remote.base_url());
                         url.parse::<Uri>().map_err(|error| SetupError::BaseUrl {
                             provider: name.clone(),
-                            url: remote.base_url.clone(),
+                            url: remote.base_url().to_string(),
                             reason: error.to_string(),
                         })
                     };
-                    let authorization = match &remote.api_key {
+                    let authorization = match &remote.api_key() {
                         None => None,
                         Some(key) => {
                             let bearer = format!("Bearer {}", key.expose_secret());
@@ -316,9 +316,9 @@ impl Upstreams {
                         systemone_url: url(SYSTEMONE_PATH)?,
                         models_url: url(MODELS_PATH)?,
                         authorization,
-                        timeout: remote.timeout,
-                        queue_timeout: remote.queue_timeout,
-                        permits: Semaphore::new(remote.max_concurrency),
+                        timeout: remote.timeout(),
+                        queue_timeout: remote.queue_timeout(),
+                        permits: Semaphore::new(remote.max_concurrency()),
                     }))
                 }
             };
@@ -327,7 +327,7 @@ impl Upstreams {
         Ok(Upstreams {
             providers: Arc::new(providers),
             clients: Arc::new(clients),
-            max_body_bytes: config.server.max_upstream_body_bytes,
+            max_body_bytes: config.server.max_upstream_body_bytes(),
             metrics,
         })
     }

@@ -45,7 +45,7 @@ struct RawDecisionLog {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-struct RawServer {
+pub(crate) struct RawServer {
     listen: String,
     admin_listen: String,
     max_body_bytes: u64,
@@ -238,12 +238,13 @@ impl RawQuestion {
     }
 }
 
-/// Upper bound of `max_connections` and `admin_max_connections` (far above any
-/// file-descriptor limit a single process gets).
-const MAX_CONNECTIONS_LIMIT: u64 = 1_000_000;
-
 /// Top-level keys of `RawConfig`, read from its own serde definition: the struct is the one list.
 pub(crate) fn sections() -> &'static [&'static str] {
+    field_names::<RawConfig>()
+}
+
+/// The field names of a struct, read from its own serde definition (the keys of its table).
+pub(crate) fn field_names<T: serde::de::DeserializeOwned>() -> &'static [&'static str] {
     use serde::de::{self, Visitor};
     /// A deserializer that only records the field names serde asks it for.
     struct FieldNames<'a>(&'a mut &'static [&'static str]);
@@ -268,7 +269,7 @@ pub(crate) fn sections() -> &'static [&'static str] {
         }
     }
     let mut fields: &'static [&'static str] = &[];
-    let _ = RawConfig::deserialize(FieldNames(&mut fields));
+    let _ = T::deserialize(FieldNames(&mut fields));
     fields
 }
 
@@ -299,6 +300,16 @@ pub mod limits {
     pub const RATE_LIMIT_RPS: (f64, f64) = (0.001, 1_000_000.0);
     /// `recipients[].rate_limit.burst`: 1 to 1,000,000 requests.
     pub const RATE_LIMIT_BURST: (u64, u64) = (1, 1_000_000);
+    /// `server.max_connections` and `server.admin_max_connections`: far above any
+    /// file-descriptor limit a single process gets.
+    pub const MAX_CONNECTIONS: (u64, u64) = (1, 1_000_000);
+    /// `server.worker_threads`: 0 (one per core) to 1024 event loops.
+    pub const WORKER_THREADS: (u64, u64) = (0, 1024);
+    /// `contracts.*.questions.*.classes`: 2 to 255 options (the API's own limit).
+    pub const CLASSES: (usize, usize) = (2, crate::workflow::MAX_CLASSES);
+    /// `contracts.*.questions.*.workflows.costs`: the largest cost magnitude (profiles
+    /// double costs and plans sum them: every sum stays finite).
+    pub const MAX_COST: f64 = 1e12;
 }
 
 /// Pushes a problem unless `min <= value <= max`.
@@ -321,8 +332,6 @@ fn default_decision_log_max_files() -> u64 {
 fn default_decision_log_queue_capacity() -> u64 {
     4096
 }
-/// Upper bound of `worker_threads`.
-const MAX_WORKER_THREADS: u64 = 1024;
 
 fn default_timeout_ms() -> u64 {
     30_000
@@ -565,23 +574,24 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
         (
             "server.max_connections",
             raw.max_connections,
-            (1, MAX_CONNECTIONS_LIMIT),
+            limits::MAX_CONNECTIONS,
         ),
         (
             "server.admin_max_connections",
             raw.admin_max_connections,
-            (1, MAX_CONNECTIONS_LIMIT),
+            limits::MAX_CONNECTIONS,
         ),
     ] {
         check_range(problems, key, value, range);
     }
-    if raw.worker_threads > MAX_WORKER_THREADS {
+    let (_, max_worker_threads) = limits::WORKER_THREADS;
+    if raw.worker_threads > max_worker_threads {
         problems.push(format!(
-            "server.worker_threads: must be between 0 (one per core) and {MAX_WORKER_THREADS}"
+            "server.worker_threads: must be between 0 (one per core) and {max_worker_threads}"
         ));
     }
-    let connections =
-        |value: u64| usize::try_from(value.clamp(1, MAX_CONNECTIONS_LIMIT)).unwrap_or(1);
+    let (low, high) = limits::MAX_CONNECTIONS;
+    let connections = |value: u64| usize::try_from(value.clamp(low, high)).unwrap_or(1);
     Server {
         listen,
         admin_listen,
@@ -596,7 +606,7 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
         drain_delay: Duration::from_millis(raw.drain_delay_ms),
         watch_config: raw.watch_config,
         watch_interval: Duration::from_millis(raw.watch_interval_ms),
-        worker_threads: usize::try_from(raw.worker_threads.min(MAX_WORKER_THREADS)).unwrap_or(0),
+        worker_threads: usize::try_from(raw.worker_threads.min(max_worker_threads)).unwrap_or(0),
         access_log: raw.access_log,
     }
 }

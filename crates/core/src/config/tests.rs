@@ -149,6 +149,76 @@ fn errors_name_the_key_and_reason() {
 }
 
 #[test]
+fn a_question_pins_its_type_and_text() {
+    let text = format!(
+        "{MINIMAL}instructions = \"Which?\"\ndescriptions = {{ B = \"bee\", C = {{ text = \"sea\" }} }}\n\
+         [contracts.c.questions.s]\nclasses = [\"1\", \"0\"]\nview = \"choice\"\n\
+         [contracts.c.questions.n]\nclasses = [\"true\", \"false\"]\nview = \"choice\"\n\
+         [contracts.c.questions.t]\nclasses = [\"true\", \"false\"]\nview = \"choice\"\ntype = \"choice\"\n"
+    );
+    let config = Config::from_toml(&text).unwrap();
+    let questions = &config.contract("c").unwrap().questions;
+    let q = &questions["q"].question;
+    assert_eq!(q.kind, Kind::Choice);
+    assert_eq!(q.instructions, Some(serde_json::json!("Which?")));
+    assert_eq!(
+        q.descriptions,
+        vec![
+            None,
+            Some(serde_json::json!("bee")),
+            Some(serde_json::json!({"text": "sea"}))
+        ]
+    );
+    assert!(!q.caller_text);
+    assert_eq!(questions["s"].question.kind, Kind::Score);
+    assert_eq!(questions["n"].question.kind, Kind::Noul);
+    assert_eq!(questions["t"].question.kind, Kind::Choice);
+    assert!(config.warnings().is_empty());
+
+    let cases = [
+        (
+            format!("{MINIMAL}descriptions = {{ Z = \"z\" }}\n"),
+            "contracts.c.questions.q.descriptions: `Z` is not one of the classes",
+        ),
+        (
+            format!("{MINIMAL}descriptions = {{ A = 5 }}\n"),
+            "contracts.c.questions.q.descriptions.A: must be System One content",
+        ),
+        (
+            format!("{MINIMAL}instructions = \" \"\n"),
+            "contracts.c.questions.q.instructions: must not be blank",
+        ),
+        (
+            format!("{MINIMAL}instructions = true\n"),
+            "contracts.c.questions.q.instructions: must be System One content",
+        ),
+        (
+            format!("{MINIMAL}type = \"score\"\n"),
+            "contracts.c.questions.q.type: a score question's classes",
+        ),
+        (
+            format!("{MINIMAL}type = \"noul\"\n"),
+            "contracts.c.questions.q.type: a noul question's classes",
+        ),
+        (format!("{MINIMAL}type = \"box\"\n"), "type"),
+        (
+            MINIMAL.replace("[\"A\", \"B\", \"C\"]", "[\"0\", \"1\"]")
+                + "coarsen = { \"0\" = \"X\" }\n",
+            "contracts.c.questions.q.coarsen: applies to choice questions only",
+        ),
+    ];
+    for (text, needle) in cases {
+        let found = problems(&text);
+        assert!(
+            found.iter().any(|p| p.contains(needle)),
+            "expected a problem naming {needle}, got {found:?}"
+        );
+    }
+    let risky = Config::from_toml(&format!("{MINIMAL}caller_text = true\n")).unwrap();
+    assert!(risky.warnings()[0].starts_with("contracts.c.questions.q.caller_text = true"));
+}
+
+#[test]
 fn coarsening_orders_labels_by_first_appearance() {
     let text =
         format!("{MINIMAL}coarsen = {{ A = \"X\", C = \"X\" }}\nwithhold_labels = [\"B\"]\n");
@@ -484,5 +554,45 @@ fn a_contract_policy_is_validated() {
     ] {
         let problems = problems(&with(policy)).join("\n");
         assert!(problems.contains(expected), "{policy}: {problems}");
+    }
+}
+
+#[test]
+fn every_server_key_is_fixed_at_start() {
+    // A value other than the default for every `[server]` key; a key added to the file's
+    // definition without one here fails the test.
+    let values = [
+        ("listen", "\"127.0.0.1:7\""),
+        ("admin_listen", "\"127.0.0.1:8\""),
+        ("max_body_bytes", "7"),
+        ("max_upstream_body_bytes", "7"),
+        ("shutdown_grace_ms", "7"),
+        ("header_read_timeout_ms", "7"),
+        ("body_read_timeout_ms", "7"),
+        ("idle_timeout_ms", "7"),
+        ("max_connections", "7"),
+        ("admin_max_connections", "7"),
+        ("drain_delay_ms", "7"),
+        ("watch_config", "true"),
+        ("watch_interval_ms", "700"),
+        ("worker_threads", "7"),
+        ("access_log", "false"),
+    ];
+    let base = Config::from_toml(MINIMAL).unwrap();
+    assert!(base.server.changed_keys(&base.server).is_empty());
+    let keys = raw::field_names::<raw::RawServer>();
+    assert_eq!(keys.len(), values.len());
+    for key in keys {
+        let value = values
+            .iter()
+            .find(|(name, _)| name == key)
+            .unwrap_or_else(|| panic!("give server.{key} a value in this test"))
+            .1;
+        let changed = Config::from_toml(&format!("[server]\n{key} = {value}\n{MINIMAL}")).unwrap();
+        assert_eq!(
+            base.server.changed_keys(&changed.server),
+            [format!("server.{key}")],
+            "{key}"
+        );
     }
 }

@@ -271,3 +271,53 @@ fn tuple_bench() -> (Vec<releasegate_sim::worlds::World>, String, String) {
     let input = lines.join("\n");
     (worlds, input, shipped)
 }
+
+/// Replay asks what the proxy asks: a saved request whose text is not the contract's is
+/// refused as the proxy refuses it, and the released answers are the proxy's (the score
+/// legend is the contract's text, whatever the saved request spelled).
+#[test]
+fn replay_reads_the_pinned_question_as_the_proxy_sends_it() {
+    let text = "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n\
+        [contracts.c.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice\"\ninstructions = \"Which?\"\n\
+        [contracts.c.questions.s]\nclasses = [\"0\", \"1\"]\nview = \"choice\"\n\
+        descriptions = { \"0\" = \"low\", \"1\" = \"high\" }\n";
+    let contract = from_toml(text).unwrap().contracts["c"].clone();
+    let line = |id: &str, instructions: &str| {
+        json!({
+            "world_id": id, "pair_id": "p1", "split": "test", "domain": "d",
+            "request": {"model": "m", "state": "s", "questions": {
+                "q": {"type": "choice", "instructions": instructions, "criteria": {"B": null, "A": null}},
+                "s": {"type": "score", "criteria": [null, "high"]}}},
+            "response": {"model": "m", "answers": {
+                "q": {"type": "choice", "choice": "B", "confidence": 0.4, "probabilities": {"A": 0.3, "B": 0.7}},
+                "s": {"type": "score", "score": 0.2, "confidence": 0.6, "legend": {"0": "x"}, "probabilities": {"0": 0.8, "1": 0.2}}},
+                "usage": {}}
+        })
+        .to_string()
+    };
+    let input = [line("w0", "Which?"), line("w1", "Which one is SECRET?")].join("\n");
+    let mut writer = Writer::new(Vec::new());
+    let summary = replay(
+        &contract,
+        Reader::new(Cursor::new(input.into_bytes())),
+        &mut writer,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(summary.rejected_requests.total, 1);
+    assert_eq!(summary.rejected_requests.worlds[0].line, 2);
+    assert_eq!(
+        summary.rejected_requests.by_reason["question_text_mismatch"],
+        1
+    );
+    let out = String::from_utf8(writer.into_inner().unwrap()).unwrap();
+    let first: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        first["response"]["answers"]["s"]["legend"],
+        json!({"0": "low", "1": "high"})
+    );
+    for line in out.lines() {
+        let world: Value = serde_json::from_str(line).unwrap();
+        assert!(!world["response"].to_string().contains("SECRET"), "{line}");
+    }
+}

@@ -16,7 +16,7 @@ use releasegate_core::config::Server;
 /// Reads the body, enforcing `max_body_bytes` on the declared length, the
 /// wire bytes and the decoded bytes, and `body_read_timeout` on the whole transfer.
 pub(super) async fn read(headers: &HeaderMap, body: Body, server: &Server) -> Result<Bytes, Error> {
-    let limit = server.max_body_bytes;
+    let limit = server.max_body_bytes();
     if declared_length(headers).is_some_and(|length| length > limit as u64) {
         return Err(Error::TooLarge(limit));
     }
@@ -33,7 +33,7 @@ pub(super) async fn read(headers: &HeaderMap, body: Body, server: &Server) -> Re
             )));
         }
     }
-    let deadline = server.body_read_timeout;
+    let deadline = server.body_read_timeout();
     let wire = tokio::time::timeout(deadline, axum::body::to_bytes(body, limit))
         .await
         .map_err(|_| Error::BodyTimeout(deadline))?

@@ -197,7 +197,7 @@ fn finish(
             .with_label_values(&[recipient.as_str()])
             .inc();
     }
-    let access_log = state.inner.server.access_log;
+    let access_log = state.inner.server.access_log();
     // A failure's lines go out in the request's span (see `request_span`); the access line
     // carries the same ids as its own fields, without the cost of a span per request.
     let span = result.is_err().then(|| {
@@ -453,7 +453,7 @@ fn upstream_error(live: &Live, contract: &Contract, error: upstream::Error) -> E
     match error {
         upstream::Error::Saturated => {
             let queue_timeout = match live.config.providers.get(&contract.provider) {
-                Some(Provider::SystemOne(remote)) => remote.queue_timeout,
+                Some(Provider::SystemOne(remote)) => remote.queue_timeout(),
                 _ => std::time::Duration::ZERO,
             };
             Error::Saturated(retry_after_seconds(queue_timeout))

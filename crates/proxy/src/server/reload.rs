@@ -21,7 +21,7 @@ use std::time::SystemTime;
 use sha2::{Digest, Sha256};
 
 use super::{AppState, Live, StartError};
-use releasegate_core::config::{self, Config, Server};
+use releasegate_core::config::{self, Config};
 
 /// Why a reload was refused (the running configuration stays in force).
 #[derive(Debug, thiserror::Error)]
@@ -37,7 +37,7 @@ pub enum ReloadError {
         "invalid configuration:\n  - {}",
         .0.iter().map(|key| format!("{key}: cannot change on reload; restart the proxy")).collect::<Vec<_>>().join("\n  - ")
     )]
-    Fixed(Vec<&'static str>),
+    Fixed(Vec<String>),
     /// What the configuration needs could not be built.
     #[error("cannot prepare the new configuration")]
     Start(#[from] StartError),
@@ -94,9 +94,9 @@ impl AppState {
 
     fn install(&self, config: Config) -> Result<String, ReloadError> {
         let current = self.live();
-        let mut changed = fixed_changes(&self.inner.server, &config.server);
+        let mut changed = self.inner.server.changed_keys(&config.server);
         if current.config.decision_log != config.decision_log {
-            changed.push("decision_log");
+            changed.push("decision_log".to_string());
         }
         if !changed.is_empty() {
             return Err(ReloadError::Fixed(changed));
@@ -133,48 +133,17 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// The `[server]` keys that differ: they are bound into the listeners and the drain at
-/// start, so a reload may not change them.
-fn fixed_changes(old: &Server, new: &Server) -> Vec<&'static str> {
-    let mut keys = Vec::new();
-    macro_rules! compare {
-        ($($field:ident => $key:literal),* $(,)?) => {
-            $(if old.$field != new.$field { keys.push($key); })*
-        };
-    }
-    compare!(
-        listen => "server.listen",
-        admin_listen => "server.admin_listen",
-        max_body_bytes => "server.max_body_bytes",
-        max_upstream_body_bytes => "server.max_upstream_body_bytes",
-        shutdown_grace => "server.shutdown_grace_ms",
-        header_read_timeout => "server.header_read_timeout_ms",
-        body_read_timeout => "server.body_read_timeout_ms",
-        idle_timeout => "server.idle_timeout_ms",
-        max_connections => "server.max_connections",
-        admin_max_connections => "server.admin_max_connections",
-        drain_delay => "server.drain_delay_ms",
-        watch_config => "server.watch_config",
-        watch_interval => "server.watch_interval_ms",
-    );
-    // A key added to `Server` later and not listed above is still caught.
-    if keys.is_empty() && old != new {
-        keys.push("server");
-    }
-    keys
-}
-
 /// Starts the file watch when `watch_config` is on and the configuration came from a file.
 pub(super) fn spawn_watch(state: &AppState) -> Option<tokio::task::JoinHandle<()>> {
     let server = &state.inner.server;
-    if !server.watch_config {
+    if !server.watch_config() {
         return None;
     }
     if state.inner.live.load().config.origin.path.is_none() {
         tracing::warn!("watch_config is on but the configuration is not a file; not watching");
         return None;
     }
-    Some(tokio::spawn(watch(state.clone(), server.watch_interval)))
+    Some(tokio::spawn(watch(state.clone(), server.watch_interval())))
 }
 
 /// What the watch knows about the files: their stamps and the hash of their contents.
@@ -439,19 +408,5 @@ mod tests {
         std::fs::remove_file(&file).unwrap();
         assert!(changed_since_load(&config), "a vanished file is a change");
         assert!(!changed_since_load(&crate::load::from_toml("").unwrap()));
-    }
-
-    #[test]
-    fn every_server_key_is_fixed() {
-        let config = crate::load::from_toml("").unwrap();
-        let server = config.server;
-        assert!(fixed_changes(&server, &server).is_empty());
-        let mut other = server.clone();
-        other.listen.set_port(1);
-        other.watch_config = !other.watch_config;
-        assert_eq!(
-            fixed_changes(&server, &other),
-            ["server.listen", "server.watch_config"]
-        );
     }
 }

@@ -1,0 +1,414 @@
+//! The contract governs the question as well as the answer: what goes upstream is the
+//! contract's question, mechanisms release only what they computed, and nothing a caller
+//! can vary in a request draws fresh noise or reads off the proxy's traffic.
+
+use serde_json::{Map, Value, json};
+
+use crate::helpers::{
+    CAUSE_TEXT, CLIENT_KEY, LEVEL_TEXT, URGENT_TEXT, error_of, native_answer, request, spawn,
+    spawn_upstream, start,
+};
+
+/// What the upstream received last, as JSON.
+fn last_upstream(app: &crate::helpers::TestApp) -> Value {
+    serde_json::from_slice(&app.upstream.last().body).unwrap()
+}
+
+#[tokio::test]
+async fn the_upstream_receives_the_contracts_question_whatever_the_caller_sends() {
+    let app = spawn("full_native", "").await;
+    let contracts_questions = json!({
+        "cause": {"type": "choice", "instructions": "Why?", "criteria": {"A": null, "B": "b", "C": null, "D": null}},
+        "level": {"type": "score", "criteria": ["low", "mid", "high"]},
+        "urgent": {"type": "noul", "instructions": "Urgent?"}
+    });
+    // Without any text (what a client that sends label names does), with nulls, and with
+    // the contract's own text: the same question goes upstream.
+    for questions in [
+        json!({"cause": {"type": "choice", "criteria": {"D": null, "C": null, "B": null, "A": null}},
+               "level": {"type": "score", "criteria": [null, null, null]},
+               "urgent": {"type": "noul"}}),
+        json!({"cause": {"type": "choice", "instructions": null, "criteria": {"A": null, "B": null, "C": null, "D": null}},
+               "level": {"type": "score", "instructions": null, "criteria": ["low", null, "high"]},
+               "urgent": {"type": "noul", "criteria": {"true": null, "false": null}}}),
+        request()["questions"].clone(),
+    ] {
+        let body = json!({"model": "jev-latest", "state": {"ticket": "t"}, "questions": questions});
+        let response = app.post(&body).await;
+        assert_eq!(response.status(), 200, "{body}");
+        let upstream = last_upstream(&app);
+        assert_eq!(upstream["questions"], contracts_questions, "{body}");
+        assert_eq!(upstream["state"], json!({"ticket": "t"}));
+    }
+    let asked = app.upstream.seen.lock().unwrap().len();
+
+    // Every described attack is refused before anything goes upstream.
+    let attacks = [
+        // Swap two labels' meanings: a coarsened pair would come back apart.
+        (
+            "cause",
+            json!({"type": "choice", "criteria": {"A": "b", "B": "a", "C": null, "D": null}}),
+            "criteria.A",
+        ),
+        // Give a withheld label's meaning to another label.
+        (
+            "cause",
+            json!({"type": "choice", "criteria": {"A": null, "B": null, "C": "SECRET-MEANING", "D": null}}),
+            "criteria.C",
+        ),
+        // Fine causes in the levels of a score question.
+        (
+            "level",
+            json!({"type": "score", "criteria": ["low", "SECRET: the fine cause is X", "high"]}),
+            "criteria[1]",
+        ),
+        // A yes/no oracle for any predicate.
+        (
+            "urgent",
+            json!({"type": "noul", "instructions": "Is the SECRET fine cause X?"}),
+            "instructions",
+        ),
+        (
+            "urgent",
+            json!({"type": "noul", "criteria": {"true": "SECRET cause X", "false": null}}),
+            "criteria.true",
+        ),
+        // Other spellings of "no text" are text.
+        (
+            "cause",
+            json!({"type": "choice", "instructions": "", "criteria": {"A": null, "B": null, "C": null, "D": null}}),
+            "instructions",
+        ),
+        (
+            "cause",
+            json!({"type": "choice", "instructions": [], "criteria": {"A": null, "B": null, "C": null, "D": null}}),
+            "instructions",
+        ),
+    ];
+    for (id, question, field) in attacks {
+        let mut questions = Map::new();
+        questions.insert(id.into(), question.clone());
+        let body = json!({"model": "jev-latest", "state": "s", "questions": questions});
+        let response = app.post(&body).await;
+        let raw = response.text().await.unwrap();
+        let parsed: Value = serde_json::from_str(&raw).unwrap();
+        assert_eq!(
+            parsed["detail"]["error_type"], "question_text_mismatch",
+            "{question}: {raw}"
+        );
+        let message = parsed["detail"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("`{id}`")) && message.contains(&format!("`{field}`")),
+            "{message}"
+        );
+        assert!(!raw.contains("SECRET") && !raw.contains("\"b\""), "{raw}");
+    }
+    assert_eq!(
+        app.upstream.seen.lock().unwrap().len(),
+        asked,
+        "an attack reached the provider"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn caller_text_lets_the_callers_own_text_through() {
+    let app = spawn("choice", "caller_text = true").await;
+    let body = json!({"model": "jev-latest", "state": "s", "questions": {
+        "cause": {"type": "choice", "instructions": "Caller's own?", "criteria": {"D": "dd", "A": null, "B": null, "C": null}},
+        "urgent": {"type": "noul", "instructions": "Other?"}}});
+    let response = app.post(&body).await;
+    // Only `cause` lets caller text through; `urgent` is still pinned.
+    assert_eq!(error_of(response).await.1, "question_text_mismatch");
+    let body = json!({"model": "jev-latest", "state": "s", "questions": {
+        "cause": {"type": "choice", "instructions": "Caller's own?", "criteria": {"D": "dd", "A": null, "B": null, "C": null}}}});
+    assert_eq!(app.post(&body).await.status(), 200);
+    // The caller's text, in the contract's option order.
+    assert_eq!(
+        last_upstream(&app)["questions"]["cause"],
+        json!({"type": "choice", "instructions": "Caller's own?", "criteria": {"A": null, "B": null, "C": null, "D": "dd"}})
+    );
+    app.stop().await;
+}
+
+/// 60 spellings of one request: the contract's text or none, nulls, option orders, unknown
+/// members of the body, the question and a noul's criteria, whitespace and number spelling,
+/// another question beside it.
+fn variants() -> Vec<Vec<u8>> {
+    let orders = [
+        ["A", "B", "C", "D"],
+        ["D", "C", "B", "A"],
+        ["B", "A", "D", "C"],
+        ["C", "D", "A", "B"],
+        ["A", "C", "B", "D"],
+        ["D", "A", "C", "B"],
+        ["B", "D", "C", "A"],
+        ["C", "B", "A", "D"],
+        ["D", "B", "A", "C"],
+        ["A", "D", "C", "B"],
+    ];
+    let urgent = [
+        None,
+        Some(json!({"type": "noul"})),
+        Some(json!({"type": "noul", "criteria": {}})),
+        Some(json!({"type": "noul", "criteria": null})),
+        Some(json!({"type": "noul", "criteria": {"true": null}})),
+        Some(
+            json!({"type": "noul", "criteria": {"true": null, "false": null}, "instructions": "Urgent?"}),
+        ),
+        Some(json!({"type": "noul", "criteria": {"maybe": "ignored"}, "x-note": 1})),
+    ];
+    let mut out = Vec::new();
+    for (i, order) in orders.iter().enumerate() {
+        for (j, instructions) in [None, Some(Value::Null), Some(json!("Why?"))]
+            .iter()
+            .enumerate()
+        {
+            for b in [Value::Null, json!("b")] {
+                let mut criteria = Map::new();
+                for label in order {
+                    let text = if *label == "B" {
+                        b.clone()
+                    } else {
+                        Value::Null
+                    };
+                    criteria.insert(label.to_string(), text);
+                }
+                let mut cause = Map::new();
+                cause.insert("type".into(), json!("choice"));
+                if let Some(instructions) = instructions {
+                    cause.insert("instructions".into(), instructions.clone());
+                }
+                cause.insert("criteria".into(), Value::Object(criteria));
+                if (i + j) % 2 == 0 {
+                    cause.insert("x-unknown".into(), json!([1, 2]));
+                }
+                let mut questions = Map::new();
+                questions.insert("cause".into(), Value::Object(cause));
+                if let Some(urgent) = &urgent[(i * 3 + j) % urgent.len()] {
+                    questions.insert("urgent".into(), urgent.clone());
+                }
+                let mut body = json!({"model": "jev-latest", "state": {"ticket": "late parcel", "n": 2}, "questions": questions});
+                if j == 1 {
+                    body["nonce"] = json!(i);
+                }
+                let mut text = serde_json::to_string(&body).unwrap();
+                // Number spelling and whitespace.
+                match (i + j) % 3 {
+                    0 => text = text.replace("\"n\":2", "\"n\" : 2.0"),
+                    1 => text = text.replace("\"n\":2", "\"n\":20e-1"),
+                    _ => text = text.replace(',', " ,\n "),
+                }
+                out.push(text.into_bytes());
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn every_spelling_of_the_same_question_draws_the_same_noise() {
+    let app = spawn(
+        "full_probabilities",
+        "mechanism = { kind = \"gaussian\", sigma = 0.05, seed = 9 }",
+    )
+    .await;
+    let auth = format!("Bearer {CLIENT_KEY}");
+    let variants = variants();
+    assert!(variants.len() >= 50);
+    let mut draws = std::collections::BTreeSet::new();
+    for raw in &variants {
+        let response = app.post_raw(raw.clone(), &[("authorization", &auth)]).await;
+        assert_eq!(response.status(), 200, "{}", String::from_utf8_lossy(raw));
+        let body: Value = response.json().await.unwrap();
+        draws.insert(body["answers"]["cause"].to_string());
+    }
+    assert_eq!(draws.len(), 1, "{draws:#?}");
+    let native = native_answer()["answers"]["cause"]["probabilities"].clone();
+    assert!(!draws.iter().next().unwrap().contains(&native.to_string()));
+    // A different question content does draw other noise (the identity is not constant).
+    let mut other = request();
+    other["state"] = json!({"ticket": "lost parcel"});
+    let body: Value = app.post(&other).await.json().await.unwrap();
+    assert!(!draws.contains(&body["answers"]["cause"].to_string()));
+    app.stop().await;
+}
+
+/// Jev's choice confidence of a full vector.
+fn choice_confidence(p: &[f64]) -> f64 {
+    let k = p.len() as f64;
+    let max = p.iter().copied().fold(0.0, f64::max);
+    ((max - 1.0 / k) / (1.0 - 1.0 / k)).clamp(0.0, 1.0)
+}
+
+#[tokio::test]
+async fn mechanisms_release_a_confidence_computed_from_what_they_release() {
+    // The native cause: B 0.7, confidence 0.61 (not Jev's 0.6, so a pass-through shows).
+    let native_confidence = 0.61;
+    for mechanism in [
+        "{ kind = \"quantize\", step = 0.25 }",
+        "{ kind = \"temperature\", tau = 3 }",
+        "{ kind = \"gaussian\", sigma = 0.1, seed = 3 }",
+        "{ kind = \"gaussian\", sigma = 0.1 }",
+        "{ kind = \"top_k\", k = 3 }",
+    ] {
+        let app = spawn("full_native", &format!("mechanism = {mechanism}")).await;
+        let body: Value = app.post(&request()).await.json().await.unwrap();
+        let cause = &body["answers"]["cause"];
+        let p: Vec<f64> = ["A", "B", "C", "D"]
+            .iter()
+            .map(|l| cause["probabilities"][l].as_f64().unwrap_or(-1.0))
+            .collect();
+        let confidence = cause["confidence"].as_f64().unwrap();
+        assert_ne!(confidence, native_confidence, "{mechanism}: {cause}");
+        if p.iter().all(|p| *p >= 0.0) {
+            let expected = choice_confidence(&p);
+            assert!(
+                (confidence - expected).abs() < 1e-9,
+                "{mechanism}: {cause} vs {expected}"
+            );
+        } else {
+            // top_k: the omitted class shares the missing mass, as the fills do.
+            let missing = 1.0 - p.iter().filter(|p| **p >= 0.0).sum::<f64>();
+            let full: Vec<f64> = p
+                .iter()
+                .map(|p| if *p < 0.0 { missing } else { *p })
+                .collect();
+            assert!(
+                (confidence - choice_confidence(&full)).abs() < 1e-9,
+                "{mechanism}: {cause}"
+            );
+        }
+        app.stop().await;
+    }
+    // choice_confidence under Gaussian noise: the noise moves the confidence, and the fill
+    // implies a vector from it, never the native top probability.
+    let app = spawn(
+        "choice_confidence",
+        "mechanism = { kind = \"gaussian\", sigma = 0.2, seed = 5 }",
+    )
+    .await;
+    let body: Value = app.post(&request()).await.json().await.unwrap();
+    let cause = &body["answers"]["cause"];
+    assert_ne!(
+        cause["confidence"].as_f64().unwrap(),
+        native_confidence,
+        "{cause}"
+    );
+    assert_ne!(
+        cause["probabilities"]["B"].as_f64().unwrap(),
+        0.7075,
+        "{cause}"
+    );
+    app.stop().await;
+    // The paper's baseline setting, for audits that replicate it: said explicitly.
+    let app = spawn(
+        "full_native",
+        "mechanism = { kind = \"quantize\", step = 0.25, confidence = \"native\" }",
+    )
+    .await;
+    let body: Value = app.post(&request()).await.json().await.unwrap();
+    assert_eq!(
+        body["answers"]["cause"]["confidence"],
+        json!(native_confidence)
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn coarsened_answers_keep_nothing_of_the_split() {
+    let app = spawn("full_native", "coarsen = { A = \"AB\", B = \"AB\" }").await;
+    let answer = |a: f64, b: f64, c: f64, d: f64, choice: &str, confidence: f64| {
+        let mut native = native_answer();
+        native["answers"]["cause"] = json!({"type": "choice", "choice": choice, "confidence": confidence,
+            "probabilities": {"A": a, "B": b, "C": c, "D": d}});
+        native
+    };
+    // The same coarse vector from different splits, with the fine answers' own
+    // confidences: the releases are byte for byte the same.
+    let mut bodies = Vec::new();
+    for native in [
+        answer(0.1, 0.2, 0.45, 0.25, "C", 0.2667),
+        answer(0.15, 0.15, 0.45, 0.25, "C", 0.2667),
+        answer(0.3, 0.0, 0.45, 0.25, "C", 0.91),
+    ] {
+        app.upstream.answer(native);
+        bodies.push(app.post(&request()).await.text().await.unwrap());
+    }
+    assert!(bodies.windows(2).all(|w| w[0] == w[1]), "{bodies:#?}");
+    assert!(bodies[0].contains(r#""AB":0.3,"#), "{}", bodies[0]);
+    let body: Value = serde_json::from_str(&bodies[0]).unwrap();
+    let cause = &body["answers"]["cause"];
+    let expected = choice_confidence(&[0.3, 0.45, 0.25]);
+    assert!(
+        (cause["confidence"].as_f64().unwrap() - expected).abs() < 1e-12,
+        "{cause}"
+    );
+    // The released choice is the most probable coarse label, not the fine choice's group.
+    app.upstream.answer(answer(0.35, 0.25, 0.4, 0.0, "C", 0.2));
+    let body: Value = app.post(&request()).await.json().await.unwrap();
+    assert_eq!(body["answers"]["cause"]["choice"], "AB", "{body}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn request_ids_cannot_be_ordered_or_counted() {
+    let app = spawn("choice", "").await;
+    let mut ids = Vec::new();
+    for _ in 0..40 {
+        let response = app.post(&request()).await;
+        let id = response.headers()["x-request-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            response.headers()["x-typesafe-request-id"]
+                .to_str()
+                .unwrap(),
+            id
+        );
+        ids.push(id);
+    }
+    let unique: std::collections::BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(unique.len(), ids.len());
+    let values: Vec<u64> = ids
+        .iter()
+        .map(|id| {
+            let hex = id.strip_prefix("rg-").unwrap();
+            assert_eq!(hex.len(), 16, "{id}");
+            u64::from_str_radix(hex, 16).unwrap()
+        })
+        .collect();
+    // Consecutive requests: no counter shows (about half the steps go down, and none is small).
+    let down = values.windows(2).filter(|w| w[1] < w[0]).count();
+    assert!(
+        (8..=31).contains(&down),
+        "{down} of 39 steps went down: {ids:?}"
+    );
+    assert!(
+        values.windows(2).all(|w| w[0].abs_diff(w[1]) > 1 << 20),
+        "{ids:?}"
+    );
+    // Another process draws another key: the same request count gives other ids.
+    let (upstream, base_url) = spawn_upstream().await;
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+         [providers.up]\nkind = \"systemone\"\nbase_url = \"{base_url}\"\n\
+         [[recipients]]\nname = \"one\"\nkey_sha256 = \"{}\"\ncontracts = [\"c\"]\n\
+         [contracts.c]\nprovider = \"up\"\n\
+         [contracts.c.questions.cause]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"choice\"\n{CAUSE_TEXT}\
+         [contracts.c.questions.level]\nclasses = [\"0\", \"1\", \"2\"]\nview = \"choice\"\n{LEVEL_TEXT}\
+         [contracts.c.questions.urgent]\nclasses = [\"false\", \"true\"]\nview = \"choice\"\n{URGENT_TEXT}",
+        releasegate_proxy::auth::hash_key(CLIENT_KEY)
+    );
+    let other = start(releasegate_proxy::load::from_toml(&text).unwrap(), upstream).await;
+    let response = other.post(&request()).await;
+    assert_eq!(response.status(), 200);
+    let first = response.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(first, ids[0]);
+    other.stop().await;
+    app.stop().await;
+}
