@@ -37,11 +37,13 @@ fn main() {
         "replay benchmark: {n_lines} worlds, {} MiB in memory",
         input.len() >> 20
     );
+    let delivery = releasegate_sim::simulate::ontology::domain("delivery").expect("delivery");
     for view in View::ALL {
         let text = format!(
             "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n\
              [contracts.c.questions.coarse_cause]\n\
-             classes = [\"DELAY\", \"ADDRESS\", \"DAMAGE\", \"DELIVERY_RECORD\"]\nview = \"{view}\"\n"
+             classes = [\"DELAY\", \"ADDRESS\", \"DAMAGE\", \"DELIVERY_RECORD\"]\nview = \"{view}\"\n{}",
+            releasegate_sim::simulate::pinned_text_toml(delivery)
         );
         let contract = releasegate_proxy::load::from_toml(&text)
             .expect("config")

@@ -17,16 +17,29 @@ declare -A CLASSES=(
   [equipment]='"POWER", "LINK", "SENSOR", "MOTION"'
   [it_ops]='"IDENTITY", "NETWORK", "STORAGE", "APPLICATION"'
 )
+# The baselines as the paper releases them: with the provider's own confidence.
 MECHANISMS=(
   'none|{ kind = "none" }'
-  'quantize|{ kind = "quantize", step = 0.1 }'
-  'top_k|{ kind = "top_k", k = 2 }'
-  'temperature|{ kind = "temperature", tau = 2 }'
-  'gaussian|{ kind = "gaussian", sigma = 0.05, seed = 1 }'
+  'quantize|{ kind = "quantize", step = 0.1, confidence = "native" }'
+  'top_k|{ kind = "top_k", k = 2, confidence = "native" }'
+  'temperature|{ kind = "temperature", tau = 2, confidence = "native" }'
+  'gaussian|{ kind = "gaussian", sigma = 0.05, seed = 1, confidence = "native" }'
 )
 for d in "${DENOMINATORS[@]}"; do
   MECHANISMS+=("wcpq-d$d|{ kind = \"wcpq\", codebook = \"pooled-d$d.json\" }")
 done
+# The coarse question of domain $1 as config/tuple-bench.toml pins it (the simulator's
+# text), for contract $2.
+pinned() {
+  awk -v d="$1" -v c="$2" '
+    $0 == "[contracts." d ".questions.coarse_cause]" { q = 1; next }
+    $0 == "[contracts." d ".questions.coarse_cause.descriptions]" {
+      print "[contracts." c ".questions.coarse_cause.descriptions]"; t = 1; next }
+    /^\[/ { q = 0; t = 0 }
+    q && /^instructions = / { print }
+    t && NF && !/^#/ { print }
+  ' config/tuple-bench.toml
+}
 config="$OUT/eval.toml"
 echo '[providers.sim]
 kind = "simulated"' > "$config"
@@ -42,6 +55,7 @@ classes = [${CLASSES[$domain]}]
 view = "full_native"
 mechanism = $table
 workflows = {}
+$(pinned "$domain" "$domain-$name")
 TOML
   done
 done
