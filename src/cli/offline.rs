@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use releasegate_core::codebook::{self, TrainingAnswer};
+use releasegate_core::codebook;
 use releasegate_core::contract::{Contract, Shape};
 use releasegate_core::workflow;
 use releasegate_lab::replay;
@@ -223,30 +223,14 @@ pub(super) fn build_codebook_command(
         // The first contract whose request the world fits reads its answer.
         let mut first_skip = None;
         let answer = contracts.iter().find_map(|contract| {
-            dataset::native_answer(contract, question, &world)
+            dataset::training_answer(contract, question, &world, spec)
                 .map_err(|skip| first_skip = first_skip.or(Some(skip)))
                 .ok()
         });
         match answer {
-            Some(answer) => {
-                let state = world
-                    .request
-                    .get("state")
-                    .unwrap_or(&serde_json::Value::Null);
-                responses.push(codebook::Response {
-                    pair_id: world.pair_id.clone(),
-                    native: workflow::Release {
-                        choice: answer.vector.choice,
-                        probabilities: Some(answer.vector.probabilities.clone()),
-                        confidence: answer.vector.confidence,
-                    },
-                    public: spec.public_features(state),
-                });
-                training.push(TrainingAnswer {
-                    pair_id: world.pair_id.clone(),
-                    probabilities: answer.vector.probabilities,
-                    confidence: answer.vector.confidence,
-                });
+            Some((response, answer)) => {
+                responses.push(response);
+                training.push(answer);
             }
             None => {
                 let reason =
@@ -369,275 +353,13 @@ pub(super) struct AuditArgs {
     pub max_codewords: Vec<usize>,
 }
 
-/// One setting of the frontier sweep.
-#[derive(Debug, Clone, serde::Serialize)]
-struct FrontierPoint {
-    /// The release name in the report.
-    release: String,
-    budget: f64,
-    max_codewords: usize,
-    /// Codewords the greedy selection kept.
-    codewords: usize,
-    /// Training responses the learned codebook covers.
-    covered_training_responses: usize,
-    /// Pooled test recovery (filled in after the audit).
-    recovery: Option<releasegate_lab::audit::bootstrap::Estimate>,
-    /// Pooled recovery gain over no output.
-    recovery_gain: Option<releasegate_lab::audit::bootstrap::Estimate>,
-    /// Per workflow (`family/profile`): mean realized cost of this release minus that of the
-    /// `full_native` release (None when full_native is not audited or no costs exist).
-    mean_cost_increase: std::collections::BTreeMap<String, Option<f64>>,
-    /// Per workflow: worst realized-cost increase of one output over every hypothetical true
-    /// class, on the test split (absolute).
-    worst_increase: std::collections::BTreeMap<String, f64>,
-    /// The same relative to the workflow's κ (at most α for covered answers).
-    worst_relative_increase: std::collections::BTreeMap<String, f64>,
-    /// Test answers mapped, and how many of them were covered.
-    test_answers: usize,
-    covered_test_answers: usize,
-}
-
-/// Builds the frontier's candidate releases (one per budget and K) from the train split.
-fn frontier_candidates(
-    args: &AuditArgs,
-    contracts: &[Arc<Contract>],
-    all: &[worlds::World],
-) -> Result<Vec<(releasegate_lab::audit::intake::Candidate, FrontierPoint)>, String> {
-    use releasegate_core::mechanism::{Mechanism, WcpqMechanism};
-    use releasegate_core::wcpq::{Admissibility, Mapper, Outcome};
-    let Some((question, rule, strict)) = contracts.first().and_then(|c| {
-        c.questions
-            .iter()
-            .find_map(|(id, rule)| match &rule.mechanism {
-                Mechanism::Wcpq(w) => Some((id.clone(), rule.clone(), w.clone())),
-                _ => None,
-            })
-    }) else {
-        return Err("--budgets needs a first contract whose question uses wcpq".to_string());
-    };
-    let spec = strict.mapper.spec().clone();
-    let answers = |split: Split| {
-        all.iter()
-            .filter(move |w| w.split == split)
-            .filter_map(|world| {
-                let answer = contracts
-                    .iter()
-                    .find_map(|c| dataset::native_answer(c, &question, world).ok())?;
-                let state = world
-                    .request
-                    .get("state")
-                    .unwrap_or(&serde_json::Value::Null);
-                Some((world, answer, spec.public_features(state), state.clone()))
-            })
-            .collect::<Vec<_>>()
-    };
-    let responses: Vec<codebook::Response> = answers(Split::Train)
-        .into_iter()
-        .map(|(world, answer, public, _)| codebook::Response {
-            pair_id: world.pair_id.clone(),
-            native: workflow::Release {
-                choice: answer.vector.choice,
-                probabilities: Some(answer.vector.probabilities),
-                confidence: answer.vector.confidence,
-            },
-            public,
-        })
-        .collect();
-    let test = answers(Split::Test);
-    let sizes = if args.max_codewords.is_empty() {
-        vec![codebook::DEFAULT_MAX_CODEWORDS]
-    } else {
-        args.max_codewords.clone()
-    };
-    let with_confidence = rule.view.has_confidence() && !rule.mechanism.drops_confidence();
-    let mut out = Vec::new();
-    for &budget in &args.budgets {
-        for &max_codewords in &sizes {
-            let (learned, stats) = codebook::learn(
-                strict.mapper.codebook(),
-                &spec,
-                &responses,
-                budget,
-                max_codewords,
-                codebook::DEFAULT_PAIR_WEIGHT,
-            )
-            .map_err(|error| format!("budget {budget}, K {max_codewords}: {error}"))?;
-            let sha = workflow::sha256_hex(&learned.to_json_bytes());
-            let mapper =
-                Mapper::with_admissibility(learned, spec.clone(), Admissibility::Budget(budget))
-                    .map_err(|error| format!("budget {budget}: {error}"))?;
-            // Worst per-output increase over every hypothetical truth on the test split.
-            let names: Vec<String> = spec
-                .policies()
-                .iter()
-                .map(|p| format!("{}/{}", p.family.name(), p.profile.name()))
-                .collect();
-            let mut worst = vec![0.0f64; names.len()];
-            let mut worst_relative = vec![0.0f64; names.len()];
-            let mut covered = 0;
-            let identity = |r: &workflow::Release| Some(r.clone());
-            for (_, answer, _, state) in &test {
-                let d = workflow::Release {
-                    choice: answer.vector.choice,
-                    probabilities: rule
-                        .view
-                        .has_probabilities()
-                        .then(|| answer.vector.probabilities.clone()),
-                    confidence: answer.vector.confidence.filter(|_| with_confidence),
-                };
-                let released = match mapper.map(&d, state, &identity) {
-                    Outcome::Covered { release, .. } => {
-                        covered += 1;
-                        release
-                    }
-                    Outcome::Fallback(_) => match strict.fallback {
-                        releasegate_core::mechanism::Fallback::Native => d.clone(),
-                        releasegate_core::mechanism::Fallback::ChoiceOnly => workflow::Release {
-                            choice: d.choice,
-                            probabilities: None,
-                            confidence: None,
-                        },
-                        releasegate_core::mechanism::Fallback::Deny => continue,
-                    },
-                };
-                let before = spec.plans(&d, state);
-                let after = spec.plans(&released, state);
-                for (j, policy) in spec.policies().iter().enumerate() {
-                    for t in 0..spec.class_count() {
-                        let increase = policy.realized_cost(&after[j], t)
-                            - policy.realized_cost(&before[j], t);
-                        worst[j] = worst[j].max(increase);
-                        worst_relative[j] = worst_relative[j].max(increase / policy.kappa());
-                    }
-                }
-            }
-            let release = format!("wcpq a={budget} K={max_codewords}");
-            let mechanism = Mechanism::Wcpq(Arc::new(WcpqMechanism {
-                mapper,
-                fallback: strict.fallback,
-                confidence: strict.confidence,
-                codebook_sha256: sha,
-            }));
-            out.push((
-                releasegate_lab::audit::intake::Candidate {
-                    name: release.clone(),
-                    view: rule.view,
-                    mechanism: Some(mechanism),
-                },
-                FrontierPoint {
-                    release,
-                    budget,
-                    max_codewords,
-                    codewords: stats.codewords,
-                    covered_training_responses: stats.covered_responses,
-                    recovery: None,
-                    recovery_gain: None,
-                    mean_cost_increase: Default::default(),
-                    worst_increase: names.iter().cloned().zip(worst).collect(),
-                    worst_relative_increase: names.into_iter().zip(worst_relative).collect(),
-                    test_answers: test.len(),
-                    covered_test_answers: covered,
-                },
-            ));
-        }
-    }
-    Ok(out)
-}
-
-/// Fills the frontier points' recovery and mean cost increase from the audit report.
-fn fill_frontier(points: &mut [FrontierPoint], report: &releasegate_lab::audit::report::Report) {
-    let native = report.releases.iter().find(|r| r.release == "full_native");
-    for point in points {
-        let Some(mine) = report.releases.iter().find(|r| r.release == point.release) else {
-            continue;
-        };
-        point.recovery = Some(mine.pooled.accuracy);
-        point.recovery_gain = Some(mine.pooled.gain);
-        for utility in &mine.utility {
-            let base = native.and_then(|n| {
-                n.utility
-                    .iter()
-                    .find(|u| u.workflow == utility.workflow)
-                    .map(|u| u.pooled.mean)
-            });
-            point.mean_cost_increase.insert(
-                utility.workflow.clone(),
-                base.map(|base| utility.pooled.mean - base),
-            );
-        }
-    }
-}
-
-/// Exit code of `audit --gate` when a contract exceeds its leakage budget or drops a KEEP field.
+/// Exit code of `audit --gate` when a contract fails: it exceeds its leakage budget, drops a
+/// KEEP field or has a question that is not certifiable.
 pub(super) const EXIT_GATE: u8 = 3;
+/// Exit code of `audit --gate` when no contract fails but the data cannot resolve a budget.
+pub(super) const EXIT_GATE_INCONCLUSIVE: u8 = 4;
 
-/// One contract's gate verdict.
-#[derive(Debug, Clone, serde::Serialize)]
-struct GateResult {
-    contract: String,
-    /// KEEP entries the release drops (`QUESTION.FIELD`).
-    dropped_keep: Vec<String>,
-    /// Questions whose text the caller writes (`caller_text`): never certified.
-    not_certifiable: Vec<String>,
-    /// The budget, when the policy hides something.
-    max_recovery_gain: Option<f64>,
-    /// Recovery gain over no output of the contract's own release (pooled), when measured.
-    recovery_gain: Option<releasegate_lab::audit::bootstrap::Estimate>,
-    passed: bool,
-}
-
-/// Runs the gate for every contract that declares a policy.
-fn gate(
-    contracts: &[Arc<Contract>],
-    all: &[worlds::World],
-    reading: releasegate_lab::audit::intake::Reading,
-    settings: &releasegate_lab::audit::Config,
-) -> Result<Vec<GateResult>, String> {
-    let mut results = Vec::new();
-    for contract in contracts {
-        let Some(policy) = &contract.policy else {
-            continue;
-        };
-        let dropped_keep = policy.dropped(contract);
-        let mut recovery_gain = None;
-        if !policy.hide.is_empty() {
-            let Some(rule) = contract.questions.values().next() else {
-                continue;
-            };
-            let candidate = releasegate_lab::audit::intake::Candidate {
-                name: format!("{} (gate)", contract.name),
-                view: rule.view,
-                mechanism: None,
-            };
-            let (input, _) = releasegate_lab::audit::intake::build(
-                std::slice::from_ref(contract),
-                all,
-                &[candidate],
-                reading,
-                settings.seed,
-            )
-            .map_err(|error| format!("gate {}: {error}", contract.name))?;
-            let report = releasegate_lab::audit::run(&input, settings)
-                .map_err(|error| format!("gate {}: {error}", contract.name))?;
-            recovery_gain = report.releases.first().map(|r| r.pooled.gain);
-        }
-        let within = recovery_gain.is_none_or(|gain| gain.upper <= policy.max_recovery_gain);
-        let not_certifiable: Vec<String> = contract
-            .not_certifiable()
-            .into_iter()
-            .map(String::from)
-            .collect();
-        results.push(GateResult {
-            contract: contract.name.clone(),
-            passed: dropped_keep.is_empty() && within && not_certifiable.is_empty(),
-            dropped_keep,
-            not_certifiable,
-            max_recovery_gain: (!policy.hide.is_empty()).then_some(policy.max_recovery_gain),
-            recovery_gain,
-        });
-    }
-    Ok(results)
-}
+use releasegate_lab::audit::gate::Verdict;
 
 /// `releasegate audit`.
 pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
@@ -691,16 +413,22 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
     let mut frontier = Vec::new();
     if !args.budgets.is_empty() {
         bar.set_message("learning codebooks");
-        match frontier_candidates(args, &contracts, &all) {
+        let sizes = if args.max_codewords.is_empty() {
+            vec![codebook::DEFAULT_MAX_CODEWORDS]
+        } else {
+            args.max_codewords.clone()
+        };
+        match releasegate_lab::audit::frontier::candidates(&contracts, &all, &args.budgets, &sizes)
+        {
             Ok(settings) => {
                 for (candidate, point) in settings {
                     candidates.push(candidate);
                     frontier.push(point);
                 }
             }
-            Err(message) => {
+            Err(error) => {
                 bar.finish_and_clear();
-                return super::usage_error(&message);
+                return super::usage_error(&error);
             }
         }
     }
@@ -747,7 +475,7 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
             );
         }
     }
-    fill_frontier(&mut frontier, &report);
+    releasegate_lab::audit::frontier::fill(&mut frontier, &report);
     for point in &frontier {
         let worst = point
             .worst_relative_increase
@@ -755,9 +483,14 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
             .copied()
             .fold(0.0f64, f64::max);
         println!(
-            "frontier {}: {} codewords, covered {}/{} test answers, recovery {}, gain {}, worst per-output increase {:.3} x kappa",
+            "frontier {}: codewords {}; covered {}/{} test answers, recovery {}, gain {}, worst per-output increase {:.3} x kappa",
             point.release,
-            point.codewords,
+            point
+                .codebooks
+                .iter()
+                .map(|c| format!("{} for {}", c.codewords, c.serves.join("+")))
+                .collect::<Vec<_>>()
+                .join(", "),
             point.covered_test_answers,
             point.test_answers,
             point.recovery.map_or_else(
@@ -772,7 +505,7 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
         );
     }
     let gate_results = if args.gate {
-        match gate(&contracts, &all, reading, &settings) {
+        match releasegate_lab::audit::gate::gate(&contracts, &all, reading, &settings) {
             Ok(results) => Some(results),
             Err(message) => {
                 eprintln!("error: {message}");
@@ -805,10 +538,25 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
                 result.not_certifiable.join(", ")
             )
         };
+        let inconclusive = match (result.verdict, result.pairs, result.pairs_needed) {
+            (Verdict::Inconclusive, Some(pairs), Some(needed)) => format!(
+                "; the interval is wider than the budget: measured on {pairs} test pairs, \
+                 about {needed} would resolve it"
+            ),
+            (Verdict::Inconclusive, _, _) => {
+                "; a budget of 0 cannot be resolved by any amount of data: set a positive one"
+                    .to_string()
+            }
+            _ => String::new(),
+        };
         println!(
-            "gate {}: {}{gain}{dropped}{uncertified}",
+            "gate {}: {}{gain}{dropped}{uncertified}{inconclusive}",
             result.contract,
-            if result.passed { "pass" } else { "FAIL" }
+            match result.verdict {
+                Verdict::Pass => "pass",
+                Verdict::Fail => "FAIL",
+                Verdict::Inconclusive => "INCONCLUSIVE",
+            }
         );
     }
     for (release, outcomes) in &intake.mechanisms {
@@ -840,10 +588,17 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
     {
         return super::usage_error(&format!("cannot write {}: {error}", path.display()));
     }
-    if gate_results.iter().flatten().any(|result| !result.passed) {
-        return ExitCode::from(EXIT_GATE);
+    let worst = gate_results
+        .iter()
+        .flatten()
+        .map(|result| result.verdict)
+        .max()
+        .unwrap_or(Verdict::Pass);
+    match worst {
+        Verdict::Pass => ExitCode::SUCCESS,
+        Verdict::Inconclusive => ExitCode::from(EXIT_GATE_INCONCLUSIVE),
+        Verdict::Fail => ExitCode::from(EXIT_GATE),
     }
-    ExitCode::SUCCESS
 }
 
 fn audit_candidates(
@@ -862,31 +617,29 @@ fn audit_candidates(
     };
     let mut candidates: Vec<Candidate> = views
         .into_iter()
-        .map(|view| Candidate {
-            name: view.as_str().to_string(),
-            view,
-            mechanism: Some(Mechanism::None),
-        })
+        .map(|view| Candidate::uniform(view.as_str(), Some(view), Some(Mechanism::None)))
         .collect();
     // The contract's own release, when it is more than a plain view.
-    if let Some(rule) = contracts.first().and_then(|c| c.questions.values().next())
-        && !matches!(rule.mechanism, Mechanism::None)
+    if let Some(rule) = contracts
+        .iter()
+        .flat_map(|c| c.questions.values())
+        .find(|rule| !matches!(rule.mechanism, Mechanism::None))
     {
-        candidates.push(Candidate {
-            name: format!("{} (contract)", rule.mechanism.kind()),
-            view: rule.view,
-            mechanism: None,
-        });
+        candidates.push(Candidate::uniform(
+            format!("{} (contract)", rule.mechanism.kind()),
+            None,
+            None,
+        ));
     }
     for spec in &args.mechanisms {
         let raw = Raw::from_spec(spec, args.seed)?;
         let mechanism = Mechanism::from_raw(raw, &[], None, Path::new("."), &|p| std::fs::read(p))
             .map_err(|reason| format!("`{spec}`: {reason}"))?;
-        candidates.push(Candidate {
-            name: spec.trim().to_string(),
-            view: View::FullNative,
-            mechanism: Some(mechanism),
-        });
+        candidates.push(Candidate::uniform(
+            spec.trim(),
+            Some(View::FullNative),
+            Some(mechanism),
+        ));
     }
     Ok(candidates)
 }

@@ -386,7 +386,12 @@ fn audit_gate_fails_a_contract_over_its_leakage_budget_or_missing_a_keep_field()
                 "{ hide = [\"secret\"], max_recovery_gain = 0.0 }",
             )
             + &contract("free", "choice", "{ keep = [\"choice\"] }")
-            + "caller_text = true\n",
+            + "caller_text = true\n"
+            + &contract(
+                "unsure",
+                "full_native",
+                "{ hide = [\"secret\"], max_recovery_gain = 0.2 }",
+            ),
     )
     .unwrap();
     let run = |name: &str| {
@@ -447,6 +452,17 @@ fn audit_gate_fails_a_contract_over_its_leakage_budget_or_missing_a_keep_field()
         "{stdout}"
     );
     assert_eq!(free["not_certifiable"], serde_json::json!(["coarse_cause"]));
+
+    // Too few pairs to resolve a 20-point budget: neither pass nor fail, with the pairs needed.
+    let (code, stdout, unsure) = run("unsure");
+    assert_eq!(code, Some(4), "{stdout}");
+    assert!(
+        stdout.contains("gate unsure: INCONCLUSIVE") && stdout.contains("would resolve it"),
+        "{stdout}"
+    );
+    assert_eq!(unsure["verdict"], "inconclusive");
+    let pairs = unsure["pairs"].as_u64().unwrap();
+    assert!(unsure["pairs_needed"].as_u64().unwrap() > pairs, "{unsure}");
 }
 
 #[test]
@@ -486,7 +502,31 @@ fn audit_sweeps_wcpq_budgets_into_a_frontier() {
     assert_eq!(frontier.len(), 4);
     for point in frontier {
         let budget = point["budget"].as_f64().unwrap();
-        assert!(point["codewords"].as_u64().unwrap() <= point["max_codewords"].as_u64().unwrap());
+        // The three contracts share the shipped strict codebook and the same workflows up
+        // to labels: they pool into one learned codebook, which serves each of them.
+        let codebooks = point["codebooks"].as_array().unwrap();
+        assert_eq!(codebooks.len(), 1, "{point}");
+        assert_eq!(
+            codebooks[0]["serves"].as_array().unwrap().len(),
+            3,
+            "{point}"
+        );
+        let codewords = codebooks[0]["codewords"].as_u64().unwrap();
+        assert!(
+            codewords <= point["max_codewords"].as_u64().unwrap(),
+            "{point}"
+        );
+        let questions = point["questions"].as_array().unwrap();
+        assert_eq!(questions.len(), 3, "{point}");
+        for question in questions {
+            assert!(question["test_answers"].as_u64().unwrap() > 0, "{question}");
+            if point["max_codewords"] == 64 && budget > 0.0 {
+                assert!(
+                    question["covered_test_answers"].as_u64().unwrap() > 0,
+                    "{question}"
+                );
+            }
+        }
         assert!(point["recovery"]["mean"].is_number(), "{point}");
         assert!(point["recovery_gain"]["upper"].is_number(), "{point}");
         let worst = point["worst_relative_increase"].as_object().unwrap();

@@ -16,6 +16,8 @@
 pub mod bootstrap;
 pub mod decoders;
 pub mod ensemble;
+pub mod frontier;
+pub mod gate;
 pub mod group;
 pub mod intake;
 pub mod logistic;

@@ -5,6 +5,7 @@
 use serde_json::Value;
 
 use crate::worlds::World;
+use releasegate_core::codebook;
 use releasegate_core::contract::{Contract, QuestionRule};
 use releasegate_core::mechanism::ClassVector;
 use releasegate_core::release;
@@ -31,6 +32,36 @@ pub struct NativeAnswer {
     pub kind: Kind,
     /// The native answer (coarsened when the contract coarsens).
     pub vector: ClassVector,
+}
+
+/// One world's training answer for a WCPQ codebook of `question` under `contract`: the
+/// response a compact codebook is learned from (the native answer with its public request
+/// features for `spec`) and the answer a strict codebook's pool takes. The one reading of
+/// saved worlds the codebook builder and the audit's frontier share.
+pub fn training_answer(
+    contract: &Contract,
+    question: &str,
+    world: &World,
+    spec: &releasegate_core::workflow::Spec,
+) -> Result<(codebook::Response, codebook::TrainingAnswer), Skip> {
+    let answer = native_answer(contract, question, world)?;
+    let state = world.request.get("state").unwrap_or(&Value::Null);
+    Ok((
+        codebook::Response {
+            pair_id: world.pair_id.clone(),
+            native: releasegate_core::workflow::Release {
+                choice: answer.vector.choice,
+                probabilities: Some(answer.vector.probabilities.clone()),
+                confidence: answer.vector.confidence,
+            },
+            public: spec.public_features(state),
+        },
+        codebook::TrainingAnswer {
+            pair_id: world.pair_id.clone(),
+            probabilities: answer.vector.probabilities,
+            confidence: answer.vector.confidence,
+        },
+    ))
 }
 
 /// Reads `question`'s native answer of `world` under `contract`.

@@ -28,15 +28,49 @@ use releasegate_core::wire;
 use releasegate_core::workflow::{self, Spec};
 use releasegate_sim::worlds::{self, World};
 
-/// One candidate release.
+/// One candidate release: the contract with its views and mechanisms replaced.
 #[derive(Debug, Clone)]
 pub struct Candidate {
     /// Unique name in the report.
     pub name: String,
-    /// The view every question is released under.
-    pub view: View,
-    /// The mechanism, or `None` for "as the contract says".
+    /// The view every question is released under, or `None` for each question's own.
+    pub view: Option<View>,
+    /// The mechanism of every question, or `None` for each question's own.
     pub mechanism: Option<Mechanism>,
+    /// Mechanisms of single questions, by (contract, question): they take precedence over
+    /// `mechanism` (the frontier's codebooks, learned per contract question).
+    pub mechanisms: BTreeMap<(String, String), Mechanism>,
+}
+
+impl Candidate {
+    /// A candidate with one view and mechanism for every question.
+    pub fn uniform(
+        name: impl Into<String>,
+        view: Option<View>,
+        mechanism: Option<Mechanism>,
+    ) -> Candidate {
+        Candidate {
+            name: name.into(),
+            view,
+            mechanism,
+            mechanisms: BTreeMap::new(),
+        }
+    }
+
+    /// `contract` released as this candidate releases it.
+    pub fn apply(&self, contract: &Contract) -> Contract {
+        let mut out = contract.clone();
+        for (question, rule) in out.questions.iter_mut() {
+            if let Some(view) = self.view {
+                rule.view = view;
+            }
+            let key = (contract.name.clone(), question.clone());
+            if let Some(mechanism) = self.mechanisms.get(&key).or(self.mechanism.as_ref()) {
+                rule.mechanism = mechanism.clone();
+            }
+        }
+        out
+    }
 }
 
 /// Which fields of a released answer the attacker reads.
@@ -128,10 +162,7 @@ pub fn build(
 
     let mut input = Input::default();
     for candidate in candidates {
-        let variants: Vec<Contract> = contracts
-            .iter()
-            .map(|c| c.with_release(candidate.view, candidate.mechanism.as_ref()))
-            .collect();
+        let variants: Vec<Contract> = contracts.iter().map(|c| candidate.apply(c)).collect();
         let mut examples = Vec::with_capacity(usable.len());
         let mut consumer: Vec<Option<workflow::Release>> = Vec::with_capacity(usable.len());
         let outcomes = intake.mechanisms.entry(candidate.name.clone()).or_default();
@@ -356,7 +387,8 @@ fn costs(
             if members.is_empty() {
                 continue;
             }
-            let posteriors = recipient_posteriors(spec, candidate.view, usable, consumer, &members);
+            let view = candidate.view.unwrap_or(rule.view);
+            let posteriors = recipient_posteriors(spec, view, usable, consumer, &members);
             for (p, policy) in spec.policies().iter().enumerate() {
                 let name = format!("{}/{}", policy.family.name(), policy.profile.name());
                 // Pick the posterior with the lowest mean validation cost (ties: the first).

@@ -36,17 +36,13 @@ fn contracts(shape: Shape) -> Vec<Arc<Contract>> {
 fn candidates() -> Vec<Candidate> {
     let mut out: Vec<Candidate> = View::ALL
         .iter()
-        .map(|&view| Candidate {
-            name: view.as_str().to_string(),
-            view,
-            mechanism: Some(Mechanism::None),
-        })
+        .map(|&view| Candidate::uniform(view.as_str(), Some(view), Some(Mechanism::None)))
         .collect();
-    out.push(Candidate {
-        name: "wcpq (contract)".into(),
-        view: View::FullNative,
-        mechanism: None,
-    });
+    out.push(Candidate::uniform(
+        "wcpq (contract)",
+        Some(View::FullNative),
+        None,
+    ));
     for (name, mechanism) in [
         (
             "top_k",
@@ -64,11 +60,11 @@ fn candidates() -> Vec<Candidate> {
         ),
     ] {
         for view in [View::FullProbabilities, View::FullNative] {
-            out.push(Candidate {
-                name: format!("{name} {view}"),
-                view,
-                mechanism: Some(mechanism.clone()),
-            });
+            out.push(Candidate::uniform(
+                format!("{name} {view}"),
+                Some(view),
+                Some(mechanism.clone()),
+            ));
         }
     }
     out

@@ -1,0 +1,537 @@
+//! The WCPQ privacy-utility frontier: for every admissibility budget α and codebook size K,
+//! a compact codebook learned for **each contract question** from that question's own
+//! training split and frozen workflows (`codebook::learn`). Questions share one learned
+//! codebook only where they already share their strict codebook and `Codebook::can_pool`
+//! says their specs are the same (the class count and the frozen workflows up to labels);
+//! never across specs. Each setting is one audit candidate (the contracts with
+//! those codebooks), and its worst per-output cost increase is measured on the test split
+//! through the proxy's release path (`release::release`: the contract's view, withholding,
+//! shape and fallback, the bytes read back as a recipient reads them), so the frontier has
+//! no release rules of its own.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::bootstrap::Estimate;
+use super::intake::Candidate;
+use super::report::Report;
+use releasegate_core::codebook;
+use releasegate_core::contract::Contract;
+use releasegate_core::mechanism::{self, Mechanism, WcpqMechanism};
+use releasegate_core::release::{self, Options};
+use releasegate_core::rng::Rng;
+use releasegate_core::wcpq::{Admissibility, Mapper};
+use releasegate_core::wire;
+use releasegate_core::workflow;
+use releasegate_sim::dataset;
+use releasegate_sim::worlds::{Split, World};
+
+/// Why the frontier cannot be drawn.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A contract audited with `--budgets` has no WCPQ question to learn a codebook for.
+    #[error("contract `{0}` has no wcpq question: every contract audited with --budgets needs one")]
+    NoWcpq(String),
+    /// No training world fits a contract question.
+    #[error(
+        "contract `{contract}`, question `{question}`: no training world fits it, so no codebook can be learned"
+    )]
+    NoTraining {
+        /// The contract.
+        contract: String,
+        /// The question.
+        question: String,
+    },
+    /// Learning or mapping failed.
+    #[error(
+        "contract `{contract}`, question `{question}`, budget {budget}, K {max_codewords}: {reason}"
+    )]
+    Learn {
+        /// The contract.
+        contract: String,
+        /// The question.
+        question: String,
+        /// α.
+        budget: f64,
+        /// K.
+        max_codewords: usize,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One setting of the frontier.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    /// The candidate's name in the report (`wcpq a=α K=K`).
+    pub release: String,
+    /// α.
+    pub budget: f64,
+    /// K.
+    pub max_codewords: usize,
+    /// The learned codebooks: one per contract question, or per group of questions that
+    /// pool (the same strict codebook and specs `Codebook::can_pool` accepts).
+    pub codebooks: Vec<CodebookPoint>,
+    /// Every contract question's figures.
+    pub questions: Vec<QuestionPoint>,
+    /// Pooled test recovery (filled in after the audit).
+    pub recovery: Option<Estimate>,
+    /// Pooled recovery gain over no output.
+    pub recovery_gain: Option<Estimate>,
+    /// Per workflow (`family/profile`): mean realized cost of this release minus that of the
+    /// `full_native` release (None when full_native is not audited or no costs exist).
+    pub mean_cost_increase: BTreeMap<String, Option<f64>>,
+    /// Per workflow: the worst realized-cost increase of one output over every hypothetical
+    /// true class, on the test split, over every question (absolute).
+    pub worst_increase: BTreeMap<String, f64>,
+    /// The same relative to the workflow's κ (at most α for covered answers).
+    pub worst_relative_increase: BTreeMap<String, f64>,
+    /// Test answers released, and how many of them were covered.
+    pub test_answers: usize,
+    /// Covered test answers.
+    pub covered_test_answers: usize,
+}
+
+/// One learned codebook at one setting.
+#[derive(Debug, Clone, Serialize)]
+pub struct CodebookPoint {
+    /// The questions it serves (`contract.question`).
+    pub serves: Vec<String>,
+    /// Codewords it kept (at most K).
+    pub codewords: usize,
+    /// Training responses it was learned from (its questions' train splits).
+    pub training_responses: usize,
+    /// Training responses it covers.
+    pub covered_training_responses: usize,
+}
+
+/// One contract question at one setting.
+#[derive(Debug, Clone, Serialize)]
+pub struct QuestionPoint {
+    /// The contract.
+    pub contract: String,
+    /// The question.
+    pub question: String,
+    /// Its codebook (an index into `Point::codebooks`).
+    pub codebook: usize,
+    /// Test answers released under it, and how many were covered.
+    pub test_answers: usize,
+    /// Covered test answers.
+    pub covered_test_answers: usize,
+}
+
+/// The frontier's candidate releases, one per (α, K), from the train split of `worlds`.
+pub fn candidates(
+    contracts: &[Arc<Contract>],
+    worlds: &[World],
+    budgets: &[f64],
+    sizes: &[usize],
+) -> Result<Vec<(Candidate, Point)>, Error> {
+    // Every contract's WCPQ questions and their training responses (read once).
+    let mut questions = Vec::new();
+    for contract in contracts {
+        let mut any = false;
+        for (id, rule) in &contract.questions {
+            let Mechanism::Wcpq(strict) = &rule.mechanism else {
+                continue;
+            };
+            any = true;
+            let spec = strict.mapper.spec();
+            let responses: Vec<codebook::Response> = worlds
+                .iter()
+                .filter(|world| world.split == Split::Train)
+                .filter_map(|world| dataset::training_answer(contract, id, world, spec).ok())
+                .map(|(response, _)| response)
+                .collect();
+            if responses.is_empty() {
+                return Err(Error::NoTraining {
+                    contract: contract.name.clone(),
+                    question: id.clone(),
+                });
+            }
+            questions.push((contract.clone(), id.clone(), strict.clone(), responses));
+        }
+        if !any {
+            return Err(Error::NoWcpq(contract.name.clone()));
+        }
+    }
+    // Questions pool only where they share the strict codebook and their specs pool.
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (index, (_, _, strict, _)) in questions.iter().enumerate() {
+        let joins = groups.iter_mut().find(|group| {
+            let first = &questions[group[0]].2;
+            first.codebook_sha256 == strict.codebook_sha256
+                && codebook::Codebook::can_pool(first.mapper.spec(), strict.mapper.spec())
+        });
+        match joins {
+            Some(group) => group.push(index),
+            None => groups.push(vec![index]),
+        }
+    }
+    let mut out = Vec::new();
+    for &budget in budgets {
+        for &max_codewords in sizes {
+            let release = format!("wcpq a={budget} K={max_codewords}");
+            let mut candidate = Candidate::uniform(release.clone(), None, None);
+            let mut codebooks = Vec::new();
+            let mut points = Vec::new();
+            for (group_index, group) in groups.iter().enumerate() {
+                let (contract, question, strict, _) = &questions[group[0]];
+                let fail = |reason: String| Error::Learn {
+                    contract: contract.name.clone(),
+                    question: question.clone(),
+                    budget,
+                    max_codewords,
+                    reason,
+                };
+                let responses: Vec<codebook::Response> = group
+                    .iter()
+                    .flat_map(|&i| questions[i].3.iter().cloned())
+                    .collect();
+                let (learned, stats) = codebook::learn(
+                    strict.mapper.codebook(),
+                    strict.mapper.spec(),
+                    &responses,
+                    budget,
+                    max_codewords,
+                    codebook::DEFAULT_PAIR_WEIGHT,
+                )
+                .map_err(|error| fail(error.to_string()))?;
+                let sha = workflow::sha256_hex(&learned.to_json_bytes());
+                codebooks.push(CodebookPoint {
+                    serves: group
+                        .iter()
+                        .map(|&i| format!("{}.{}", questions[i].0.name, questions[i].1))
+                        .collect(),
+                    codewords: stats.codewords,
+                    training_responses: responses.len(),
+                    covered_training_responses: stats.covered_responses,
+                });
+                for &i in group {
+                    let (contract, question, strict, _) = &questions[i];
+                    let mapper = Mapper::with_admissibility(
+                        learned.clone(),
+                        strict.mapper.spec().clone(),
+                        Admissibility::Budget(budget),
+                    )
+                    .map_err(|error| fail(error.to_string()))?;
+                    candidate.mechanisms.insert(
+                        (contract.name.clone(), question.clone()),
+                        Mechanism::Wcpq(Arc::new(WcpqMechanism {
+                            mapper,
+                            fallback: strict.fallback,
+                            confidence: strict.confidence,
+                            codebook_sha256: sha.clone(),
+                        })),
+                    );
+                    points.push(QuestionPoint {
+                        contract: contract.name.clone(),
+                        question: question.clone(),
+                        codebook: group_index,
+                        test_answers: 0,
+                        covered_test_answers: 0,
+                    });
+                }
+            }
+            let mut point = Point {
+                release,
+                budget,
+                max_codewords,
+                codebooks,
+                questions: points,
+                recovery: None,
+                recovery_gain: None,
+                mean_cost_increase: BTreeMap::new(),
+                worst_increase: BTreeMap::new(),
+                worst_relative_increase: BTreeMap::new(),
+                test_answers: 0,
+                covered_test_answers: 0,
+            };
+            measure(contracts, worlds, &candidate, &mut point);
+            out.push((candidate, point));
+        }
+    }
+    Ok(out)
+}
+
+/// Coverage and the worst per-output cost increase on the test split, through the release
+/// path: each test world released under the first contract it fits, exactly as the proxy
+/// would, with the native and released answers read back as the frozen workflows read them.
+fn measure(
+    contracts: &[Arc<Contract>],
+    worlds: &[World],
+    candidate: &Candidate,
+    point: &mut Point,
+) {
+    let variants: Vec<Contract> = contracts.iter().map(|c| candidate.apply(c)).collect();
+    for world in worlds.iter().filter(|w| w.split == Split::Test) {
+        let Some((contract, asked)) = variants
+            .iter()
+            .find_map(|c| wire::check_request(&world.request, c).ok().map(|a| (c, a)))
+        else {
+            continue;
+        };
+        // WCPQ never draws randomness; a fixed generator keeps the release pure.
+        let mut rng = Rng::new(0);
+        let mut options = Options {
+            rng: &mut rng,
+            evaluate: true,
+        };
+        let Ok(released) = release::release(contract, &asked, &world.response, &mut options) else {
+            continue;
+        };
+        let state = asked
+            .upstream
+            .get("state")
+            .unwrap_or(&serde_json::Value::Null);
+        for record in &released.answers {
+            let Some(rule) = contract.questions.get(&record.question) else {
+                continue;
+            };
+            let Mechanism::Wcpq(wcpq) = &rule.mechanism else {
+                continue;
+            };
+            let Some(entry) = point
+                .questions
+                .iter_mut()
+                .find(|q| q.contract == contract.name && q.question == record.question)
+            else {
+                continue;
+            };
+            entry.test_answers += 1;
+            point.test_answers += 1;
+            if matches!(record.mechanism, mechanism::Outcome::Covered { .. }) {
+                entry.covered_test_answers += 1;
+                point.covered_test_answers += 1;
+            }
+            // A denied answer carries nothing a workflow acts on.
+            let Some(evaluation) = &record.evaluation else {
+                continue;
+            };
+            let spec = wcpq.mapper.spec();
+            let before = spec.plans(&evaluation.native, state);
+            let after = spec.plans(&evaluation.released, state);
+            for (j, policy) in spec.policies().iter().enumerate() {
+                let name = format!("{}/{}", policy.family.name(), policy.profile.name());
+                let mut worst = 0.0f64;
+                for t in 0..spec.class_count() {
+                    worst = worst.max(
+                        policy.realized_cost(&after[j], t) - policy.realized_cost(&before[j], t),
+                    );
+                }
+                let absolute = point.worst_increase.entry(name.clone()).or_insert(0.0);
+                *absolute = absolute.max(worst);
+                let relative = point.worst_relative_increase.entry(name).or_insert(0.0);
+                *relative = relative.max(worst / policy.kappa());
+            }
+        }
+    }
+}
+
+/// Fills the points' recovery and mean cost increase from the audit report.
+pub fn fill(points: &mut [Point], report: &Report) {
+    let native = report.releases.iter().find(|r| r.release == "full_native");
+    for point in points {
+        let Some(mine) = report.releases.iter().find(|r| r.release == point.release) else {
+            continue;
+        };
+        point.recovery = Some(mine.pooled.accuracy);
+        point.recovery_gain = Some(mine.pooled.gain);
+        for utility in &mine.utility {
+            let base = native.and_then(|n| {
+                n.utility
+                    .iter()
+                    .find(|u| u.workflow == utility.workflow)
+                    .map(|u| u.pooled.mean)
+            });
+            point.mean_cost_increase.insert(
+                utility.workflow.clone(),
+                base.map(|base| utility.pooled.mean - base),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use releasegate_core::config::{Config, Inputs};
+    use releasegate_core::workflow::Spec;
+    use releasegate_sim::simulate;
+    use serde_json::Value;
+
+    /// A cost matrix for `n` classes: n + 1 rows (the last is review), 0 on the diagonal.
+    fn matrix(n: usize) -> String {
+        let rows: Vec<String> = (0..=n)
+            .map(|r| {
+                let row: Vec<String> = (0..n)
+                    .map(|c| match (r, c) {
+                        (r, _) if r == n => "1.8".to_string(),
+                        (r, c) if r == c => "0.0".to_string(),
+                        (r, c) => format!("{}.0", 4 + (r + 2 * c) % 7),
+                    })
+                    .collect();
+                format!("[{}]", row.join(", "))
+            })
+            .collect();
+        format!("[{}]", rows.join(", "))
+    }
+
+    /// Three contracts over one question id with 3, 4 and 5 classes, each with a strict
+    /// codebook built from its own training worlds, and the worlds (the simulator's delivery
+    /// cases, a third per contract, asked with that contract's labels and answered by the
+    /// simulated provider).
+    fn setup() -> (Vec<Arc<Contract>>, Vec<World>, tempfile::TempDir) {
+        let label_sets: [&[&str]; 3] = [
+            &["DELAY", "ADDRESS", "DAMAGE"],
+            &["DELAY", "ADDRESS", "DAMAGE", "DELIVERY_RECORD"],
+            &["DELAY", "ADDRESS", "DAMAGE", "DELIVERY_RECORD", "OTHER"],
+        ];
+        let generated = simulate::generate(&simulate::Options {
+            pairs_per_domain: 60,
+            seed: 3,
+        })
+        .unwrap();
+        let mut worlds = Vec::new();
+        for (index, world) in generated
+            .into_iter()
+            .filter(|w| w.domain == "delivery")
+            .enumerate()
+        {
+            let labels = label_sets[(index / 2) % 3];
+            let mut world = world;
+            let criteria: serde_json::Map<String, Value> = labels
+                .iter()
+                .map(|l| (l.to_string(), Value::Null))
+                .collect();
+            world.request["questions"][simulate::COARSE_QUESTION] =
+                serde_json::json!({"type": "choice", "criteria": criteria});
+            world.response = simulate::respond(&world.request).unwrap();
+            worlds.push(world);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut text = "[providers.p]\nkind = \"simulated\"\n".to_string();
+        for labels in label_sets {
+            let n = labels.len();
+            let quoted: Vec<String> = labels.iter().map(|l| format!("\"{l}\"")).collect();
+            text.push_str(&format!(
+                "[contracts.c{n}]\nprovider = \"p\"\n[contracts.c{n}.questions.coarse_cause]\n\
+                 classes = [{}]\nview = \"full_native\"\n\
+                 mechanism = {{ kind = \"wcpq\", codebook = \"c{n}.json\" }}\n\
+                 workflows = {{ costs = {{ matrix = {} }} }}\n",
+                quoted.join(", "),
+                matrix(n)
+            ));
+        }
+        // Strict codebooks from each contract's own training answers.
+        let bare = Config::from_toml_with(
+            &text,
+            "test",
+            dir.path(),
+            Inputs {
+                env: None,
+                files: &|path| std::fs::read(path),
+                codebooks: false,
+            },
+        )
+        .unwrap();
+        for (name, contract) in &bare.contracts {
+            let rule = &contract.questions[simulate::COARSE_QUESTION];
+            let spec: &Spec = rule.workflows.as_ref().unwrap();
+            let training: Vec<codebook::TrainingAnswer> = worlds
+                .iter()
+                .filter(|w| w.split == Split::Train)
+                .filter_map(|w| {
+                    dataset::training_answer(contract, simulate::COARSE_QUESTION, w, spec).ok()
+                })
+                .map(|(_, answer)| answer)
+                .collect();
+            assert!(!training.is_empty(), "{name}");
+            let built = codebook::build(&rule.classes, 10, spec, &training, "test".into()).unwrap();
+            std::fs::write(
+                dir.path().join(format!("{name}.json")),
+                built.codebook.to_json_bytes(),
+            )
+            .unwrap();
+        }
+        let config = Config::from_toml_with(
+            &text,
+            "test",
+            dir.path(),
+            Inputs {
+                env: None,
+                files: &|path| std::fs::read(path),
+                codebooks: true,
+            },
+        )
+        .unwrap();
+        (config.contracts.values().cloned().collect(), worlds, dir)
+    }
+
+    #[test]
+    fn every_contract_question_gets_its_own_codebook_whatever_its_class_count() {
+        let (contracts, worlds, _dir) = setup();
+        let settings = candidates(&contracts, &worlds, &[0.04, 0.2], &[16]).unwrap();
+        assert_eq!(settings.len(), 2);
+        for (candidate, point) in &settings {
+            assert_eq!(point.questions.len(), 3, "{point:?}");
+            assert_eq!(candidate.mechanisms.len(), 3);
+            // Three class counts: three codebooks, none pooled across specs.
+            assert_eq!(point.codebooks.len(), 3, "{point:?}");
+            for codebook in &point.codebooks {
+                assert_eq!(codebook.serves.len(), 1, "{codebook:?}");
+                assert!(
+                    codebook.codewords > 0 && codebook.codewords <= 16,
+                    "{codebook:?}"
+                );
+            }
+            for question in &point.questions {
+                // Served: answers of every class count are covered by their own codebook.
+                assert!(question.test_answers > 0, "{question:?}");
+                assert!(question.covered_test_answers > 0, "{question:?}");
+            }
+            // The per-output bound holds for every workflow of every question.
+            for (workflow, worst) in &point.worst_relative_increase {
+                assert!(
+                    *worst <= point.budget + 1e-9,
+                    "{workflow}: {worst} > {}",
+                    point.budget
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_contract_the_frontier_cannot_serve_is_an_error_naming_it() {
+        let (mut contracts, worlds, _dir) = setup();
+        let plain = Contract {
+            name: "plain".into(),
+            ..(*contracts[0]).clone()
+        }
+        .with_release(
+            releasegate_core::contract::View::Choice,
+            Some(&Mechanism::None),
+        );
+        contracts.push(Arc::new(plain));
+        let error = candidates(&contracts, &worlds, &[0.04], &[16]).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("contract `plain` has no wcpq question"),
+            "{error}"
+        );
+        // A contract no training world fits.
+        let (contracts, worlds, _dir) = setup();
+        let test_only: Vec<World> = worlds
+            .into_iter()
+            .filter(|w| w.split != Split::Train)
+            .collect();
+        let error = candidates(&contracts, &test_only, &[0.04], &[16]).unwrap_err();
+        assert!(
+            error.to_string().contains("no training world fits it"),
+            "{error}"
+        );
+    }
+}
