@@ -93,7 +93,18 @@ async fn serve_systemone(
     let mut trail = Trail::new(trace_id);
     let selection = Selection::new(&headers, path_contract.as_deref());
     let result = answer(&state, selection, body, &mut trail).await;
-    finish(&state, "systemone", id, trail, started, result)
+    let body_read = trail.body_read;
+    let mut response = finish(&state, "systemone", id, trail, started, result);
+    if !body_read {
+        // Refused before the body was read (authentication, rate limit, a declared length
+        // over the cap, a body cut short): the connection cannot serve another request, and
+        // saying so keeps a client from sending its next request on it.
+        response.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+    }
+    response
 }
 
 async fn serve_models(
@@ -169,6 +180,8 @@ struct Trail {
     answers: Vec<release::AnswerRecord>,
     /// The request's W3C trace id (for its log lines).
     trace_id: Option<TraceId>,
+    /// Whether the request body was read to its end.
+    body_read: bool,
 }
 
 impl Trail {
@@ -303,6 +316,7 @@ async fn answer(
     let live = state.live();
     let contract = select_contract(&live, selection, trail)?;
     let bytes = body::read(headers, body, &state.inner.server).await?;
+    trail.body_read = true;
     // Like the real API (FastAPI), a body that is not JSON is a 422 `json_invalid`.
     let request: Value = serde_json::from_slice(&bytes).map_err(|error| {
         let reason = error.to_string();

@@ -400,32 +400,37 @@ impl Connection {
             move |request: Request<Incoming>| {
                 let guard = activity.begin_request();
                 let router = router.clone();
-                async move {
+                // Boxed so the connection is `Unpin` and can hand its socket back at the end
+                // (`poll_without_shutdown`, then `linger`).
+                Box::pin(async move {
                     let response = router.oneshot(request).await?;
                     Ok::<_, Infallible>(response.map(|body| TrackedBody {
                         body,
                         _guard: guard,
                     }))
-                }
+                })
             }
         });
-        let connection = hyper::server::conn::http1::Builder::new()
+        let mut connection = hyper::server::conn::http1::Builder::new()
             .keep_alive(true)
             .serve_connection(io, service);
-        let mut connection = std::pin::pin!(connection);
         let mut draining = false;
+        let mut finished = false;
         loop {
             match *self.stage.borrow_and_update() {
                 Stage::Serving => {}
                 Stage::Draining if draining => {}
                 Stage::Draining => {
                     draining = true;
-                    connection.as_mut().graceful_shutdown();
+                    Pin::new(&mut connection).graceful_shutdown();
                 }
                 Stage::Closing => break,
             }
             tokio::select! {
-                _ = connection.as_mut() => break,
+                done = std::future::poll_fn(|cx| connection.poll_without_shutdown(cx)) => {
+                    finished = done.is_ok();
+                    break;
+                }
                 reason = activity.expired(self.limits) => {
                     self.metrics.count_closed(self.name, reason);
                     break;
@@ -437,8 +442,42 @@ impl Connection {
                 }
             }
         }
+        // Not while draining: shutdown waits for connections, and none waits on a client.
+        if finished && matches!(*self.stage.borrow(), Stage::Serving) {
+            linger(connection.into_parts().io.into_inner().stream).await;
+        }
         open.dec();
     }
+}
+
+/// How long a closing connection keeps reading what the client still sends (see [`linger`]).
+const LINGER: Duration = Duration::from_secs(2);
+/// How much a closing connection reads and discards at most.
+const LINGER_BYTES: usize = 1 << 20;
+
+/// Closes a connection the way a client can read the last response: the write side first,
+/// then what the client still sends is read and discarded (at most [`LINGER`] and
+/// [`LINGER_BYTES`]) before the socket is dropped. A response sent before the request body
+/// was read (401, 429, a declared length over the cap) leaves body bytes unread; closing
+/// the socket with unread data makes the kernel reset the connection, and a client still
+/// writing its body then sees a broken pipe instead of the response (nginx's lingering
+/// close does the same).
+async fn linger(mut stream: TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if stream.shutdown().await.is_err() {
+        return;
+    }
+    let mut buffer = [0u8; 8192];
+    let mut read = 0usize;
+    let _ = tokio::time::timeout(LINGER, async {
+        while read < LINGER_BYTES {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read += n,
+            }
+        }
+    })
+    .await;
 }
 
 /// What a connection is doing, for its header and idle deadlines.
