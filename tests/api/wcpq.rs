@@ -323,3 +323,58 @@ fn a_contract_chooses_strict_or_a_budget_matching_its_codebook() {
         );
     }
 }
+
+/// A bounded contract's codebook carries its strict stage: an answer no compact codeword
+/// covers goes out as a strict codeword (every plan kept), never native first, and the
+/// metrics count it by stage.
+#[tokio::test]
+async fn a_bounded_codebook_covers_through_its_strict_stage_before_falling_back() {
+    let spec = Spec::standard(classes()).unwrap();
+    let strict = codebook::build(&classes(), 20, &spec, &[], "test".into())
+        .unwrap()
+        .codebook;
+    // One compact codeword, learned from an answer selecting A: nothing for a B answer.
+    let responses = vec![codebook::Response {
+        pair_id: "p0".into(),
+        native: releasegate_core::workflow::Release {
+            choice: 0,
+            probabilities: Some(vec![0.7, 0.1, 0.1, 0.1]),
+            confidence: Some(0.9),
+        },
+        public: Vec::new(),
+    }];
+    let (learned, _) = codebook::learn(&strict, &spec, &responses, 0.04, 1, 4).unwrap();
+    assert!(learned.strict_stage().is_some());
+    let path = std::env::temp_dir().join(format!(
+        "releasegate-{}-strict-stage.json",
+        std::process::id()
+    ));
+    std::fs::write(&path, learned.to_json_bytes()).unwrap();
+    let extra = format!(
+        "mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"native\", admissibility = {{ budget = 0.04 }} }}\nworkflows = {{}}",
+        path.display()
+    );
+    let (cause, _, metrics) = cause_of("full_native", &extra, native_answer()).await;
+    // Not the native vector: a strict codeword with the native answer's behaviour signature.
+    assert_ne!(cause["probabilities"]["B"], json!(0.7), "{cause}");
+    assert_eq!(cause["choice"], "B");
+    for (line, value) in [
+        (
+            "releasegate_wcpq_covered_total{contract=\"main\",question=\"cause\",stage=\"strict\"}",
+            1,
+        ),
+        (
+            "releasegate_wcpq_covered_total{contract=\"main\",question=\"cause\",stage=\"compact\"}",
+            0,
+        ),
+        (
+            "releasegate_wcpq_answers_total{contract=\"main\",outcome=\"fallback\",question=\"cause\"}",
+            0,
+        ),
+    ] {
+        assert!(
+            metrics.contains(&format!("{line} {value}\n")),
+            "{line}:\n{metrics}"
+        );
+    }
+}

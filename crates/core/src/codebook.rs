@@ -129,6 +129,11 @@ pub struct Codebook {
     /// Set for a learned compact codebook (`build-codebook --budget`); None for a strict full one.
     learned: Option<Learned>,
     codewords: Vec<Codeword>,
+    /// A learned codebook's strict stage: the strict codebook it was learned from (same
+    /// classes, grid, workflows and training data), tried when no compact codeword is
+    /// admissible, before the contract's fallback. None for a strict codebook, and for a
+    /// learned one written before the stage existed.
+    strict_stage: Option<Vec<Codeword>>,
 }
 
 /// How a learned compact codebook was selected: it serves only contracts with the same budget.
@@ -195,6 +200,10 @@ struct CodebookFile {
     pair_weight: Option<u32>,
     codeword_count: usize,
     codewords: Vec<Codeword>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    strict_stage_count: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    strict_stage: Option<Vec<Codeword>>,
 }
 
 /// Builds the ordered codebook of one question with the default grid limit.
@@ -314,9 +323,47 @@ pub fn build_with_limit(
             source_sha256,
             learned: None,
             codewords,
+            strict_stage: None,
         },
         stats,
     })
+}
+
+/// Checks an ordered list of codewords over `n` classes (`field` names it in errors).
+fn check_codewords(field: &str, codewords: &[Codeword], n: usize) -> Result<(), Error> {
+    let invalid = |field: &str, message: String| Error::Invalid {
+        field: field.to_string(),
+        message,
+    };
+    if codewords.is_empty() {
+        return Err(invalid(field, "empty".to_string()));
+    }
+    for (i, cw) in codewords.iter().enumerate() {
+        let field = format!("{field}[{i}]");
+        if cw.p.len() != n {
+            return Err(invalid(
+                &field,
+                format!("expected {n} probabilities, got {}", cw.p.len()),
+            ));
+        }
+        if !cw.p.iter().all(|v| v.is_finite() && *v >= 0.0) {
+            return Err(invalid(
+                &field,
+                "probabilities must be finite and non-negative".to_string(),
+            ));
+        }
+        let sum: f64 = cw.p.iter().sum();
+        if (sum - 1.0).abs() > DISTRIBUTION_TOLERANCE {
+            return Err(invalid(&field, format!("probabilities sum to {sum}")));
+        }
+        if !cw.c.is_finite() {
+            return Err(invalid(&field, "confidence is not finite".to_string()));
+        }
+        if i > 0 && codeword_order(&codewords[i - 1], cw) != Ordering::Less {
+            return Err(invalid(&field, "out of order or duplicate".to_string()));
+        }
+    }
+    Ok(())
 }
 
 fn push_with_confidence(items: &mut Vec<Codeword>, p: Vec<f64>, c: Option<f64>) {
@@ -418,6 +465,17 @@ impl Codebook {
         self.learned
     }
 
+    /// A learned codebook's strict stage as a strict codebook of its own (`None` for a strict
+    /// codebook, or a learned one without the stage).
+    pub fn strict_stage(&self) -> Option<Codebook> {
+        self.strict_stage.as_ref().map(|codewords| Codebook {
+            learned: None,
+            codewords: codewords.clone(),
+            strict_stage: None,
+            ..self.clone()
+        })
+    }
+
     /// The ordered codewords.
     pub fn codewords(&self) -> &[Codeword] {
         &self.codewords
@@ -450,6 +508,8 @@ impl Codebook {
             pair_weight: self.learned.map(|l| l.pair_weight),
             codeword_count: self.codewords.len(),
             codewords: self.codewords.clone(),
+            strict_stage_count: self.strict_stage.as_ref().map(Vec::len),
+            strict_stage: self.strict_stage.clone(),
         };
         // Serializing plain structs of strings, numbers and Values to a Vec cannot fail.
         let mut bytes = serde_json::to_vec(&file).unwrap_or_default();
@@ -503,34 +563,42 @@ impl Codebook {
                 ),
             ));
         }
-        if file.codewords.is_empty() {
-            return Err(invalid("codewords", "empty".to_string()));
-        }
         let n = file.classes.len();
-        for (i, cw) in file.codewords.iter().enumerate() {
-            let field = format!("codewords[{i}]");
-            if cw.p.len() != n {
+        check_codewords("codewords", &file.codewords, n)?;
+        if let Some(stage) = &file.strict_stage {
+            if file.budget.is_none() {
                 return Err(invalid(
-                    &field,
-                    format!("expected {n} probabilities, got {}", cw.p.len()),
+                    "strict_stage",
+                    "only a learned codebook carries a strict stage".to_string(),
                 ));
             }
-            if !cw.p.iter().all(|v| v.is_finite() && *v >= 0.0) {
+            if file.strict_stage_count != Some(stage.len()) {
                 return Err(invalid(
-                    &field,
-                    "probabilities must be finite and non-negative".to_string(),
+                    "strict_stage_count",
+                    format!(
+                        "recorded {:?}, found {}",
+                        file.strict_stage_count,
+                        stage.len()
+                    ),
                 ));
             }
-            let sum: f64 = cw.p.iter().sum();
-            if (sum - 1.0).abs() > DISTRIBUTION_TOLERANCE {
-                return Err(invalid(&field, format!("probabilities sum to {sum}")));
+            check_codewords("strict_stage", stage, n)?;
+            // The compact codewords are selected from the strict stage.
+            if let Some(missing) = file.codewords.iter().position(|cw| {
+                stage
+                    .binary_search_by(|other| codeword_order(other, cw))
+                    .is_err()
+            }) {
+                return Err(invalid(
+                    &format!("codewords[{missing}]"),
+                    "is not in the strict stage it was learned from".to_string(),
+                ));
             }
-            if !cw.c.is_finite() {
-                return Err(invalid(&field, "confidence is not finite".to_string()));
-            }
-            if i > 0 && codeword_order(&file.codewords[i - 1], cw) != Ordering::Less {
-                return Err(invalid(&field, "out of order or duplicate".to_string()));
-            }
+        } else if file.strict_stage_count.is_some() {
+            return Err(invalid(
+                "strict_stage_count",
+                "recorded without a strict stage".to_string(),
+            ));
         }
         for set in &file.other_class_sets {
             validate_classes(set)?;
@@ -582,6 +650,7 @@ impl Codebook {
             workflows_sha256: file.workflows_sha256,
             source_sha256: file.source_sha256,
             codewords: file.codewords,
+            strict_stage: file.strict_stage,
         })
     }
 

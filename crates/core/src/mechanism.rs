@@ -59,8 +59,11 @@ pub enum Outcome {
     Applied,
     /// WCPQ released a codeword.
     Covered {
-        /// Position of the codeword in the codebook order.
+        /// Position of the codeword in its stage's codebook order.
         codeword_index: usize,
+        /// The codebook stage that covered it (a learned codebook's compact codewords, or a
+        /// strict codebook: a strict contract's, or a learned codebook's strict stage).
+        stage: wcpq::Stage,
     },
     /// WCPQ fell back; the contract's fallback was applied.
     Fallback(wcpq::Reason),
@@ -655,6 +658,7 @@ impl WcpqMechanism {
             wcpq::Outcome::Covered {
                 release,
                 codeword_index,
+                stage,
             } => (
                 Released {
                     probabilities: release
@@ -663,7 +667,10 @@ impl WcpqMechanism {
                     confidence: release.confidence,
                     deny: false,
                 },
-                Outcome::Covered { codeword_index },
+                Outcome::Covered {
+                    codeword_index,
+                    stage,
+                },
             ),
             wcpq::Outcome::Fallback(reason) => {
                 let released = match self.fallback {

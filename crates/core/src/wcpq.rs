@@ -61,6 +61,29 @@ pub enum Reason {
     },
 }
 
+/// Which stage of a codebook covered an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// A learned compact codebook, under its admissibility budget.
+    Compact,
+    /// A strict codebook: a strict contract's, or a learned codebook's strict stage.
+    Strict,
+}
+
+impl Stage {
+    /// The stage's metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Stage::Compact => "compact",
+            Stage::Strict => "strict",
+        }
+    }
+
+    /// Every stage, for pre-registering metric series.
+    pub const ALL: [Stage; 2] = [Stage::Compact, Stage::Strict];
+}
+
 /// The result of mapping one answer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -68,8 +91,10 @@ pub enum Outcome {
     Covered {
         /// The replacement answer to serialize and send.
         release: Release,
-        /// Index of the codeword in the codebook order.
+        /// Index of the codeword in its stage's codebook order.
         codeword_index: usize,
+        /// The stage whose codeword went out.
+        stage: Stage,
     },
     /// Apply the contract's fallback (native, choice_only or deny).
     Fallback(Reason),
@@ -90,6 +115,9 @@ pub struct Mapper {
     /// being released. For those, a candidate read back bit for bit as it was sent has the
     /// target signature by construction of the table, and its plans are not recomputed.
     invariant: Vec<ConfidenceInvariant>,
+    /// A learned codebook's strict stage, mapped strictly when no compact codeword is
+    /// admissible (before the contract's fallback).
+    strict_stage: Option<Box<Mapper>>,
 }
 
 /// For one selected class: `[without probabilities, with probabilities]`, each mapping plans to
@@ -189,6 +217,13 @@ impl Mapper {
                     })
                     .collect()
             });
+        let strict_stage =
+            match (admissibility, codebook.strict_stage()) {
+                (Admissibility::Budget(_), Some(stage)) => Some(Box::new(
+                    Mapper::with_admissibility(stage, spec.clone(), Admissibility::Strict)?,
+                )),
+                _ => None,
+            };
         Ok(Mapper {
             spec,
             codebook,
@@ -196,7 +231,13 @@ impl Mapper {
             candidates,
             table,
             invariant,
+            strict_stage,
         })
+    }
+
+    /// The strict stage of a learned codebook's mapper, if it has one.
+    pub fn strict_stage(&self) -> Option<&Mapper> {
+        self.strict_stage.as_deref()
     }
 
     /// The frozen workflows.
@@ -233,8 +274,26 @@ impl Mapper {
 
     /// Maps one answer. `native` is D with the availability that would be released; `state` is
     /// the public request state; `roundtrip` serializes a candidate exactly as the proxy will send
-    /// it and parses it back through the consumer path (None if that fails).
+    /// it and parses it back through the consumer path (None if that fails). A learned
+    /// codebook's mapper that finds no admissible compact codeword maps D against its strict
+    /// stage before giving up: bounded mappings never fall back to native first.
     pub fn map(
+        &self,
+        native: &Release,
+        state: &Value,
+        roundtrip: &dyn Fn(&Release) -> Option<Release>,
+    ) -> Outcome {
+        match (self.map_own(native, state, roundtrip), &self.strict_stage) {
+            (Outcome::Fallback(Reason::InvalidNative(error)), _) => {
+                Outcome::Fallback(Reason::InvalidNative(error))
+            }
+            (Outcome::Fallback(_), Some(strict)) => strict.map(native, state, roundtrip),
+            (outcome, _) => outcome,
+        }
+    }
+
+    /// Maps one answer with this mapper's own codebook and rule (no second stage).
+    fn map_own(
         &self,
         native: &Release,
         state: &Value,
@@ -483,6 +542,10 @@ impl Mapper {
                     return Outcome::Covered {
                         release,
                         codeword_index: index,
+                        stage: match self.admissibility {
+                            Admissibility::Strict => Stage::Strict,
+                            Admissibility::Budget(_) => Stage::Compact,
+                        },
                     };
                 }
                 _ => {

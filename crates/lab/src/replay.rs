@@ -91,6 +91,9 @@ pub struct MechanismSummary {
     /// WCPQ: covered / answers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub coverage: Option<f64>,
+    /// WCPQ: covered answers by codebook stage (`compact`, `strict`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub covered_by_stage: BTreeMap<String, u64>,
     /// WCPQ: fallbacks by reason.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub fallbacks: BTreeMap<String, u64>,
@@ -155,6 +158,9 @@ impl MechanismSummary {
         for (reason, n) in other.fallbacks {
             *self.fallbacks.entry(reason).or_default() += n;
         }
+        for (stage, n) in other.covered_by_stage {
+            *self.covered_by_stage.entry(stage).or_default() += n;
+        }
         match (&mut self.workflows, other.workflows) {
             (_, None) => {}
             (None, Some(theirs)) => self.workflows = Some(theirs),
@@ -188,7 +194,13 @@ impl MechanismSummary {
         self.answers += 1;
         match record.mechanism {
             mechanism::Outcome::Applied => {}
-            mechanism::Outcome::Covered { .. } => *self.covered.get_or_insert(0) += 1,
+            mechanism::Outcome::Covered { stage, .. } => {
+                *self.covered.get_or_insert(0) += 1;
+                *self
+                    .covered_by_stage
+                    .entry(stage.label().to_string())
+                    .or_default() += 1;
+            }
             mechanism::Outcome::Fallback(reason) => {
                 self.covered.get_or_insert(0);
                 *self

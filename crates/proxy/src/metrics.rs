@@ -33,6 +33,8 @@ pub struct Metrics {
     pub wcpq_answers: IntCounterVec,
     /// WCPQ fallbacks by contract, question and reason.
     pub wcpq_fallbacks: IntCounterVec,
+    /// Covered WCPQ answers by contract, question and codebook stage (`compact`, `strict`).
+    pub wcpq_covered: IntCounterVec,
     /// Time spent in the WCPQ mapper by contract and question.
     pub wcpq_mapping: HistogramVec,
     /// One series per WCPQ question: the codebook's SHA-256 as a label, its codeword count as value.
@@ -114,6 +116,13 @@ impl Metrics {
             ),
             &["contract", "question", "reason"],
         )?;
+        let wcpq_covered = IntCounterVec::new(
+            Opts::new(
+                "releasegate_wcpq_covered_total",
+                "Covered WCPQ answers by contract, question and codebook stage (compact: a learned codebook's codewords; strict: a strict codebook or a learned codebook's strict stage)",
+            ),
+            &["contract", "question", "stage"],
+        )?;
         let wcpq_mapping = HistogramVec::new(
             HistogramOpts::new(
                 "releasegate_wcpq_mapping_seconds",
@@ -168,6 +177,7 @@ impl Metrics {
         registry.register(Box::new(config_info.clone()))?;
         registry.register(Box::new(wcpq_answers.clone()))?;
         registry.register(Box::new(wcpq_fallbacks.clone()))?;
+        registry.register(Box::new(wcpq_covered.clone()))?;
         registry.register(Box::new(wcpq_mapping.clone()))?;
         registry.register(Box::new(codebook_info.clone()))?;
         registry.register(Box::new(requests.clone()))?;
@@ -186,6 +196,7 @@ impl Metrics {
             rejected_answers,
             wcpq_answers,
             wcpq_fallbacks,
+            wcpq_covered,
             wcpq_mapping,
             codebook_info,
             config_reloads,
@@ -234,6 +245,13 @@ impl Metrics {
                             name.as_str(),
                             question.as_str(),
                             outcome,
+                        ]);
+                    }
+                    for stage in releasegate_core::wcpq::Stage::ALL {
+                        self.wcpq_covered.with_label_values(&[
+                            name.as_str(),
+                            question.as_str(),
+                            stage.label(),
                         ]);
                     }
                     for reason in releasegate_core::wcpq::Reason::LABELS {

@@ -218,6 +218,9 @@ pub fn learn(
             max_codewords,
             pair_weight,
         }),
+        // The strict codebook goes along as the second stage: an answer no compact codeword
+        // covers is tried against it before the contract's fallback.
+        strict_stage: Some(codewords.to_vec()),
         ..strict.clone()
     };
     Ok((codebook, stats))

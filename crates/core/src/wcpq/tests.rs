@@ -124,6 +124,7 @@ fn check_answer(mapper: &Mapper, native: &Release, state: &Value) -> bool {
     let Outcome::Covered {
         release,
         codeword_index,
+        ..
     } = outcome
     else {
         return false;
@@ -518,6 +519,7 @@ fn check_budget_answer(mapper: &Mapper, alpha: f64, native: &Release) -> Option<
     let Outcome::Covered {
         release,
         codeword_index,
+        ..
     } = outcome
     else {
         return None;
@@ -644,4 +646,89 @@ fn a_budget_must_be_finite_and_non_negative() {
         .unwrap_err();
         assert!(matches!(err, Error::Budget(_)));
     }
+}
+
+/// A bounded mapping never falls back to native first: an answer no compact codeword covers is
+/// mapped against the learned codebook's strict stage, and only then falls back. A learned
+/// codebook written before the stage existed keeps working, without it.
+#[test]
+fn a_learned_codebook_tries_its_strict_stage_before_the_fallback() {
+    let strict = cached_native_mapper(4, 20);
+    let spec = strict.spec().clone();
+    let train: Vec<codebook::Response> = (0..24u64)
+        .map(|seed| codebook::Response {
+            pair_id: format!("p{}", seed / 2),
+            native: native_from(vector(4, (seed % 3) as u8, seed), true, Some(0.7)),
+            public: Vec::new(),
+        })
+        .collect();
+    let (learned, _) = codebook::learn(strict.codebook(), &spec, &train, 0.04, 2, 4).unwrap();
+    // The artifact carries its strict stage and reads back byte for byte.
+    let bytes = learned.to_json_bytes();
+    let back = Codebook::from_json(&bytes).unwrap();
+    assert_eq!(back.to_json_bytes(), bytes);
+    assert_eq!(
+        back.strict_stage().unwrap().codewords(),
+        strict.codebook().codewords()
+    );
+    let staged =
+        Mapper::with_admissibility(back, spec.clone(), Admissibility::Budget(0.04)).unwrap();
+    // The same file without the stage.
+    let mut file: Value = serde_json::from_slice(&bytes).unwrap();
+    let object = file.as_object_mut().unwrap();
+    object.remove("strict_stage");
+    object.remove("strict_stage_count");
+    let old = Codebook::from_json(&serde_json::to_vec(&file).unwrap()).unwrap();
+    assert!(old.strict_stage().is_none());
+    let compact_only =
+        Mapper::with_admissibility(old, spec.clone(), Admissibility::Budget(0.04)).unwrap();
+    let roundtrip = json_roundtrip(spec.classes());
+    let (mut by_compact, mut by_strict, mut fell_back) = (0, 0, 0);
+    for seed in 100..220u64 {
+        let native = native_from(vector(4, (seed % 3) as u8, seed), true, Some(0.7));
+        let state = json!({});
+        match (
+            compact_only.map(&native, &state, &roundtrip),
+            staged.map(&native, &state, &roundtrip),
+        ) {
+            (
+                Outcome::Covered { release: a, .. },
+                Outcome::Covered {
+                    release: b, stage, ..
+                },
+            ) => {
+                assert_eq!(a, b);
+                assert_eq!(stage, Stage::Compact);
+                by_compact += 1;
+            }
+            (Outcome::Fallback(_), staged_outcome) => {
+                match (strict.map(&native, &state, &roundtrip), staged_outcome) {
+                    (
+                        Outcome::Covered { release: a, .. },
+                        Outcome::Covered {
+                            release: b, stage, ..
+                        },
+                    ) => {
+                        // The strict stage releases what the strict mapper would: plans kept.
+                        assert_eq!(a, b);
+                        assert_eq!(stage, Stage::Strict);
+                        assert_eq!(spec.plans(&b, &state), spec.plans(&native, &state));
+                        by_strict += 1;
+                    }
+                    (Outcome::Fallback(_), Outcome::Fallback(_)) => fell_back += 1,
+                    (strict_outcome, staged_outcome) => {
+                        panic!("strict {strict_outcome:?}, staged {staged_outcome:?}")
+                    }
+                }
+            }
+            (compact, staged) => panic!("compact {compact:?}, staged {staged:?}"),
+        }
+    }
+    eprintln!("compact {by_compact}, strict stage {by_strict}, fallback {fell_back}");
+    assert!(by_compact > 0 && by_strict > 0, "both stages cover answers");
+    // A stage is only for learned codebooks.
+    let mut file: Value = serde_json::from_slice(&strict.codebook().to_json_bytes()).unwrap();
+    file["strict_stage"] = file["codewords"].clone();
+    file["strict_stage_count"] = json!(strict.codebook().len());
+    assert!(Codebook::from_json(&serde_json::to_vec(&file).unwrap()).is_err());
 }

@@ -57,7 +57,10 @@ fn a_line_names_the_decision_and_nothing_of_the_content() {
         vec![
             answer(
                 "coarse_cause",
-                Outcome::Covered { codeword_index: 7 },
+                Outcome::Covered {
+                    codeword_index: 7,
+                    stage: releasegate_core::wcpq::Stage::Strict,
+                },
                 false,
             ),
             answer(

@@ -389,10 +389,14 @@ fn record_released(state: &AppState, contract: &Contract, released: &release::Re
             .inc();
         match record.mechanism {
             mechanism::Outcome::Applied => {}
-            mechanism::Outcome::Covered { .. } => {
+            mechanism::Outcome::Covered { stage, .. } => {
                 metrics
                     .wcpq_answers
                     .with_label_values(&[labels[0], labels[1], "covered"])
+                    .inc();
+                metrics
+                    .wcpq_covered
+                    .with_label_values(&[labels[0], labels[1], stage.label()])
                     .inc();
             }
             mechanism::Outcome::Fallback(reason) => {
