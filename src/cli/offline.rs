@@ -309,8 +309,16 @@ pub(super) struct AuditArgs {
     #[arg(long)]
     pub config: std::path::PathBuf,
     /// The contract; repeat to audit several (each world uses the first that fits).
-    #[arg(long = "contract", required = true)]
+    #[arg(
+        long = "contract",
+        required_unless_present = "recipient",
+        conflicts_with = "recipient"
+    )]
     pub contracts: Vec<String>,
+    /// Audit what one recipient learns: its contracts (each world under the first it fits),
+    /// and with --gate also every release it can ask for of the same world, read together.
+    #[arg(long)]
+    pub recipient: Option<String>,
     /// Labelled worlds (train, validation and test splits).
     #[arg(long)]
     pub worlds: std::path::PathBuf,
@@ -374,8 +382,16 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
             return super::usage_error(&format!("unknown shape `{name}` (complete or minimal)"));
         }
     };
+    let recipient = match &args.recipient {
+        None => None,
+        Some(name) => match config.recipients.iter().find(|r| &r.name == name) {
+            Some(recipient) => Some(recipient),
+            None => return super::usage_error(&format!("no recipient named `{name}`")),
+        },
+    };
+    let names: &[String] = recipient.map_or(&args.contracts, |r| &r.contracts);
     let mut contracts = Vec::new();
-    for name in &args.contracts {
+    for name in names {
         match config.contract(name) {
             Some(contract) => contracts.push(match shape {
                 Some(shape) => Arc::new(Contract {
@@ -505,13 +521,35 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
         );
     }
     let gate_results = if args.gate {
-        match releasegate_lab::audit::gate::gate(&contracts, &all, reading, &settings) {
-            Ok(results) => Some(results),
-            Err(message) => {
-                eprintln!("error: {message}");
-                return ExitCode::FAILURE;
+        let mut results =
+            match releasegate_lab::audit::gate::gate(&contracts, &all, reading, &settings) {
+                Ok(results) => results,
+                Err(message) => {
+                    eprintln!("error: {message}");
+                    return ExitCode::FAILURE;
+                }
+            };
+        if let Some(recipient) = recipient {
+            match releasegate_lab::audit::gate::recipient(
+                &recipient.name,
+                recipient.policy.as_ref(),
+                &contracts,
+                &all,
+                reading,
+                &settings,
+            ) {
+                Ok(Some(result)) => results.push(result),
+                Ok(None) => println!(
+                    "gate recipient {}: no budget (neither the recipient nor its contracts declare max_recovery_gain)",
+                    recipient.name
+                ),
+                Err(message) => {
+                    eprintln!("error: {message}");
+                    return ExitCode::FAILURE;
+                }
             }
         }
+        Some(results)
     } else {
         None
     };
@@ -568,7 +606,8 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
         let value = serde_json::json!({
             "report": report,
             "intake": intake,
-            "contracts": args.contracts,
+            "contracts": names,
+            "recipient": args.recipient,
             "attacker_reads_fills": args.read_fills,
             "shapes": contracts
                 .iter()

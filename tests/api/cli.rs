@@ -564,3 +564,76 @@ fn audit_sweeps_wcpq_budgets_into_a_frontier() {
         .unwrap();
     assert_eq!(plain.status.code(), Some(64));
 }
+
+#[test]
+fn audit_gates_a_recipient_on_everything_its_contracts_release() {
+    let dir = scratch("recipient");
+    let worlds = dir.join("worlds.jsonl");
+    simulate(30, 4, &worlds);
+    let delivery = releasegate_sim::simulate::ontology::domain("delivery").unwrap();
+    let question = |name: &str, view: &str| {
+        format!(
+            "[contracts.{name}]\nprovider = \"sim\"\n[contracts.{name}.questions.coarse_cause]\n\
+             classes = [\"DELAY\", \"ADDRESS\", \"DAMAGE\", \"DELIVERY_RECORD\"]\nview = \"{view}\"\n{}",
+            releasegate_sim::simulate::pinned_text_toml(delivery)
+        )
+    };
+    let config = dir.join("recipient.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[providers.sim]\nkind = \"simulated\"\n\
+             [[recipients]]\nname = \"analyst\"\nkey_sha256 = \"{}\"\ncontracts = [\"coarse\", \"fine\"]\n\
+             policy = {{ hide = [\"secret\"], max_recovery_gain = 0.0 }}\n{}{}",
+            "0".repeat(64),
+            question("coarse", "choice"),
+            question("fine", "full_native"),
+        ),
+    )
+    .unwrap();
+    let json = dir.join("recipient.json");
+    let output = Command::new(BIN)
+        .arg("audit")
+        .arg("--config")
+        .arg(&config)
+        .args([
+            "--recipient",
+            "analyst",
+            "--views",
+            "no_output",
+            "--bootstrap",
+            "50",
+        ])
+        .args(["--gate", "--worlds"])
+        .arg(&worlds)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // The recipient's own zero budget: what it reads from both releases together leaks.
+    assert_eq!(output.status.code(), Some(3), "{stdout}");
+    assert!(stdout.contains("gate recipient analyst: FAIL"), "{stdout}");
+    let value: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(value["recipient"], "analyst");
+    assert_eq!(value["contracts"], serde_json::json!(["coarse", "fine"]));
+    let gate = value["gate"].as_array().unwrap();
+    assert_eq!(gate.last().unwrap()["contract"], "recipient analyst");
+    // --recipient and --contract exclude each other (clap's usage error, 2); an unknown
+    // recipient is the audit's usage error (64).
+    for (args, code) in [
+        (vec!["--recipient", "analyst", "--contract", "coarse"], 2),
+        (vec!["--recipient", "nobody"], 64),
+    ] {
+        let output = Command::new(BIN)
+            .arg("audit")
+            .arg("--config")
+            .arg(&config)
+            .args(args)
+            .arg("--worlds")
+            .arg(&worlds)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(code));
+    }
+}

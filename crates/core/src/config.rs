@@ -322,6 +322,9 @@ pub struct Recipient {
     pub contracts: Vec<String>,
     /// Its request rate limit on this replica, if any.
     pub rate_limit: Option<RateLimit>,
+    /// Its leakage budget over everything its contracts release together (`audit --recipient
+    /// NAME --gate`); never read by the proxy at request time.
+    pub policy: Option<crate::contract::LeakagePolicy>,
 }
 
 /// A token bucket: `burst` requests at once, refilled at `requests_per_second` (built by

@@ -118,6 +118,25 @@ pub struct ReleasedFeatures {
     pub probabilities: Option<Vec<Option<f64>>>,
     /// Native confidence, if released.
     pub confidence: Option<f64>,
+    /// What the same recipient received for the same world under its other contracts
+    /// (`audit --recipient`): the attacker reads them together with this release.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub joint: Vec<JointPart>,
+}
+
+/// One more release of the same world to the same recipient, under another of its contracts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JointPart {
+    /// Selected class index in that contract's label order, if released.
+    pub choice: Option<usize>,
+    /// Probabilities in that contract's label order, if released (`None`: omitted).
+    pub probabilities: Option<Vec<Option<f64>>>,
+    /// Confidence, if released.
+    pub confidence: Option<f64>,
+    /// Index of the authorized class among that contract's labels.
+    pub t_index: usize,
+    /// That contract's label count.
+    pub class_count: usize,
 }
 
 /// One world as seen by the attacker, plus its label.

@@ -134,12 +134,14 @@ mod tests {
                 key_sha256: digest("k1"),
                 contracts: vec!["a".into()],
                 rate_limit: None,
+                policy: None,
             },
             Recipient {
                 name: "two".into(),
                 key_sha256: digest("k2"),
                 contracts: vec!["a".into(), "b".into()],
                 rate_limit: None,
+                policy: None,
             },
         ])
     }

@@ -93,6 +93,7 @@ mod tests {
             key_sha256: [0; 32],
             contracts: vec!["c".to_string()],
             rate_limit: limit.map(|(rps, burst)| RateLimit::new(rps, burst).unwrap()),
+            policy: None,
         }
     }
 

@@ -88,6 +88,9 @@ struct RawRecipient {
     contracts: Vec<String>,
     #[serde(default)]
     rate_limit: Option<RawRateLimit>,
+    /// A leakage budget for everything the recipient can ask for, together.
+    #[serde(default)]
+    policy: Option<RawPolicy>,
 }
 
 /// `rate_limit = { requests_per_second = 10, burst = 20 }` of a recipient.
@@ -488,11 +491,25 @@ impl RawConfig {
             let rate_limit = raw
                 .rate_limit
                 .map(|limit| validate_rate_limit(&key, limit, &mut problems));
+            let policy = raw.policy.and_then(|policy| {
+                if !policy.keep.is_empty() {
+                    problems.push(format!(
+                        "{key}.policy.keep: KEEP is a contract's; a recipient's policy bounds what it learns (hide, max_recovery_gain)"
+                    ));
+                }
+                build_policy(
+                    &format!("{key}.policy"),
+                    policy,
+                    &BTreeMap::new(),
+                    &mut problems,
+                )
+            });
             recipients.push(Recipient {
                 name: raw.name,
                 key_sha256: digest,
                 contracts: raw.contracts,
                 rate_limit,
+                policy,
             });
         }
 

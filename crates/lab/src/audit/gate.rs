@@ -137,6 +137,76 @@ pub fn gate(
     Ok(results)
 }
 
+/// The recipient's gate: everything its contracts release for the same world, read
+/// together (`intake::build_joint`: each world under the first of `contracts` it fits, joined
+/// by what the others release for it), against the recipient's own budget, or else the
+/// smallest budget of its contracts' policies (the recipient receives each of their releases,
+/// so together they may leak no more than the strictest allows). `None` when no budget
+/// applies. It fails when any contract is not certifiable, whatever each contract's gate says.
+pub fn recipient(
+    name: &str,
+    policy: Option<&releasegate_core::contract::LeakagePolicy>,
+    contracts: &[Arc<Contract>],
+    worlds: &[World],
+    reading: Reading,
+    settings: &Config,
+) -> Result<Option<GateResult>, String> {
+    let own = policy
+        .filter(|p| !p.hide.is_empty())
+        .map(|p| p.max_recovery_gain);
+    let strictest = contracts
+        .iter()
+        .filter_map(|c| c.policy.as_ref())
+        .filter(|p| !p.hide.is_empty())
+        .map(|p| p.max_recovery_gain)
+        .reduce(f64::min);
+    let Some(budget) = own.or(strictest) else {
+        return Ok(None);
+    };
+    let Some((main, joint)) = contracts.split_first() else {
+        return Ok(None);
+    };
+    let label = format!("recipient {name}");
+    let candidate = Candidate::uniform(format!("{label} (joint)"), None, None);
+    let (input, _) = intake::build_joint(
+        std::slice::from_ref(main),
+        joint,
+        worlds,
+        &[candidate],
+        reading,
+        settings.seed,
+    )
+    .map_err(|error| format!("gate {label}: {error}"))?;
+    let report = run(&input, settings).map_err(|error| format!("gate {label}: {error}"))?;
+    let gain = report.releases.first().map(|r| r.pooled.gain);
+    let not_certifiable: Vec<String> = contracts
+        .iter()
+        .flat_map(|c| {
+            c.not_certifiable()
+                .into_iter()
+                .map(move |q| format!("{}.{q}", c.name))
+        })
+        .collect();
+    let measured = gain.map_or(Verdict::Inconclusive, |gain| verdict(&gain, budget));
+    let verdict = if not_certifiable.is_empty() {
+        measured
+    } else {
+        Verdict::Fail
+    };
+    Ok(Some(GateResult {
+        contract: label,
+        verdict,
+        passed: verdict == Verdict::Pass,
+        dropped_keep: Vec::new(),
+        not_certifiable,
+        max_recovery_gain: Some(budget),
+        recovery_gain: gain,
+        interval_width: gain.map(|g| g.upper - g.lower),
+        pairs: gain.map(|g| g.n_pairs),
+        pairs_needed: gain.and_then(|g| pairs_needed(g.upper - g.lower, g.n_pairs, budget)),
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,6 +235,116 @@ mod tests {
         assert_eq!(verdict(&estimate(-0.03, 0.09), 0.05), Verdict::Inconclusive);
         assert_eq!(verdict(&estimate(-0.01, 0.01), 0.0), Verdict::Inconclusive);
     }
+
+    /// Worlds where the secret shifts the native probability of A and, independently, the
+    /// provider's confidence: a release of either carries part of it, both together more.
+    fn two_channel_worlds(pairs: usize) -> Vec<World> {
+        use releasegate_core::rng::Rng;
+        use releasegate_sim::worlds::{Labels, Split};
+        let mut rng = Rng::new(11);
+        let mut normal = move || {
+            // Box-Muller from two uniforms.
+            let (u, v) = (rng.uniform().max(1e-12), rng.uniform());
+            (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+        };
+        let mut worlds = Vec::new();
+        for p in 0..pairs {
+            let split = match p % 5 {
+                0..=2 => Split::Train,
+                3 => Split::Validation,
+                _ => Split::Test,
+            };
+            for (w, secret) in ["h0", "h1"].into_iter().enumerate() {
+                let sign = if secret == "h1" { 1.0 } else { -1.0 };
+                let a = (0.7 + 0.06 * sign + 0.1 * normal()).clamp(0.01, 0.99);
+                let a = (a * 1e4).round() / 1e4;
+                let confidence = (0.5 + 0.06 * sign + 0.1 * normal()).clamp(0.0, 1.0);
+                let confidence = (confidence * 1e4).round() / 1e4;
+                let b = ((1.0 - a) * 1e4).round() / 1e4;
+                let choice = if a >= b { "A" } else { "B" };
+                worlds.push(World {
+                    world_id: format!("p{p}-w{w}"),
+                    pair_id: format!("p{p}"),
+                    split,
+                    domain: "d".into(),
+                    request: serde_json::json!({"model": "m", "state": {"case": p},
+                        "questions": {"q": {"type": "choice", "criteria": {"A": null, "B": null}}}}),
+                    response: serde_json::json!({"model": "m", "answers": {"q": {"type": "choice",
+                        "choice": choice, "confidence": confidence, "probabilities": {"A": a, "B": b}}},
+                        "usage": {}}),
+                    labels: Some(Labels {
+                        question: "q".into(),
+                        t: "A".into(),
+                        s: secret.into(),
+                        hypotheses: ["h0".into(), "h1".into()],
+                        extra: Default::default(),
+                    }),
+                    extra: Default::default(),
+                });
+            }
+        }
+        worlds
+    }
+
+    /// A recipient holding a contract that releases the probabilities and one that releases
+    /// the confidence: each passes its budget alone, and what the recipient reads from both
+    /// together exceeds it.
+    #[test]
+    fn a_recipient_fails_its_budget_when_each_of_its_contracts_passes() {
+        let budget = BUDGET;
+        let text = format!(
+            "[providers.p]\nkind = \"simulated\"\n\
+             [[recipients]]\nname = \"both\"\nkey_sha256 = \"{}\"\ncontracts = [\"probs\", \"conf\"]\n\
+             [contracts.probs]\nprovider = \"p\"\npolicy = {{ hide = [\"secret\"], max_recovery_gain = {budget} }}\n\
+             [contracts.probs.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"full_probabilities\"\n\
+             [contracts.conf]\nprovider = \"p\"\npolicy = {{ hide = [\"secret\"], max_recovery_gain = {budget} }}\n\
+             [contracts.conf.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice_confidence\"\n",
+            "0".repeat(64)
+        );
+        let config = releasegate_core::config::Config::from_toml_with(
+            &text,
+            "test",
+            std::path::Path::new("."),
+            releasegate_core::config::Inputs {
+                env: None,
+                files: &|path| std::fs::read(path),
+                codebooks: true,
+            },
+        )
+        .unwrap();
+        let contracts = vec![
+            config.contract("probs").unwrap().clone(),
+            config.contract("conf").unwrap().clone(),
+        ];
+        let worlds = two_channel_worlds(PAIRS);
+        let settings = Config {
+            n_bootstrap: 300,
+            threads: 1,
+            ..Config::default()
+        };
+        let alone = gate(&contracts, &worlds, Reading::Released, &settings).unwrap();
+        let joint = recipient(
+            "both",
+            config.recipients[0].policy.as_ref(),
+            &contracts,
+            &worlds,
+            Reading::Released,
+            &settings,
+        )
+        .unwrap()
+        .unwrap();
+        eprintln!("alone: {alone:#?}\njoint: {joint:#?}");
+        for result in &alone {
+            assert_eq!(result.verdict, Verdict::Pass, "{result:?}");
+        }
+        assert_eq!(joint.verdict, Verdict::Fail, "{joint:?}");
+        assert_eq!(joint.contract, "recipient both");
+        assert!(joint.recovery_gain.unwrap().mean > alone[0].recovery_gain.unwrap().mean);
+        assert!(joint.recovery_gain.unwrap().mean > alone[1].recovery_gain.unwrap().mean);
+    }
+
+    const BUDGET: f64 = 0.285;
+    const PAIRS: usize = 3000;
 
     #[test]
     fn the_pairs_needed_scale_with_the_square_of_the_width() {

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use sha2::{Digest, Sha256};
 
 use super::representation::FieldSet;
-use super::{Error, Example, ReleasedFeatures, Split};
+use super::{Error, Example, JointPart, ReleasedFeatures, Split};
 
 /// Largest accepted class count.
 pub const MAX_CLASSES: usize = 255;
@@ -109,6 +109,32 @@ impl Group {
                     "probability vector length differs from class count",
                 ));
             }
+            for part in &ex.release.joint {
+                let fits = (2..=MAX_CLASSES).contains(&part.class_count)
+                    && part.t_index < part.class_count
+                    && part.choice.is_none_or(|c| c < part.class_count)
+                    && part
+                        .probabilities
+                        .as_ref()
+                        .is_none_or(|p| p.len() == part.class_count);
+                if !fits {
+                    return Err(invalid(
+                        index,
+                        "a joint release does not fit its class count",
+                    ));
+                }
+            }
+            let shape: Vec<usize> = ex.release.joint.iter().map(|p| p.class_count).collect();
+            let first: Vec<usize> = examples
+                .first()
+                .map(|(_, first)| first.release.joint.iter().map(|p| p.class_count).collect())
+                .unwrap_or_default();
+            if shape != first {
+                return Err(invalid(
+                    index,
+                    "joint releases differ in number or class count",
+                ));
+            }
             if ex.hypotheses[0] == ex.hypotheses[1] {
                 return Err(invalid(index, "the two hypotheses are equal"));
             }
@@ -151,6 +177,19 @@ impl Group {
                     .as_ref()
                     .map(|p| p.iter().map(|v| v.filter(|x| x.is_finite())).collect()),
                 confidence: ex.release.confidence.filter(|v| v.is_finite()),
+                joint: ex
+                    .release
+                    .joint
+                    .iter()
+                    .map(|part| JointPart {
+                        probabilities: part
+                            .probabilities
+                            .as_ref()
+                            .map(|p| p.iter().map(|v| v.filter(|x| x.is_finite())).collect()),
+                        confidence: part.confidence.filter(|v| v.is_finite()),
+                        ..part.clone()
+                    })
+                    .collect(),
             };
             rows.push(Row {
                 source: index,

@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::logistic;
-use super::{CostObservation, Example, Input, Release, ReleasedFeatures, WorkflowCosts};
+use super::{CostObservation, Example, Input, JointPart, Release, ReleasedFeatures, WorkflowCosts};
 use releasegate_core::contract::{Contract, PublicKind, View};
 use releasegate_core::features::{self, PublicFeature, PublicFeatureSpec};
 use releasegate_core::mechanism::{self, Mechanism};
@@ -134,6 +134,21 @@ pub fn build(
     reading: Reading,
     seed: u64,
 ) -> Result<(Input, Intake), Error> {
+    build_joint(contracts, &[], worlds, candidates, reading, seed)
+}
+
+/// As [`build`], and every example also carries what the same recipient receives for the
+/// same world under each of `joint` (its other contracts, released as they say): the
+/// attacker of `audit --recipient` reads all of them together. A world a joint contract
+/// refuses (its request does not fit) contributes an empty part.
+pub fn build_joint(
+    contracts: &[Arc<Contract>],
+    joint: &[Arc<Contract>],
+    worlds: &[World],
+    candidates: &[Candidate],
+    reading: Reading,
+    seed: u64,
+) -> Result<(Input, Intake), Error> {
     let mut intake = Intake::default();
     let mut usable = Vec::new();
     for world in worlds {
@@ -214,7 +229,10 @@ pub fn build(
                     .map(|l| l.hypotheses.clone())
                     .unwrap_or_default(),
                 s_index: Some(u.s_index),
-                release: features_of(&form, reading, answer),
+                release: ReleasedFeatures {
+                    joint: joint_parts(joint, u, reading, seed)?,
+                    ..features_of(&form, reading, answer)
+                },
                 public: u.public.clone(),
                 class_count: u.labels.len(),
             });
@@ -234,6 +252,68 @@ pub fn build(
         });
     }
     Ok((input, intake))
+}
+
+/// What the recipient receives for `u`'s world under each joint contract.
+fn joint_parts(
+    joint: &[Arc<Contract>],
+    u: &Usable<'_>,
+    reading: Reading,
+    seed: u64,
+) -> Result<Vec<JointPart>, Error> {
+    let t = &u.labels[u.t_index];
+    let mut parts = Vec::with_capacity(joint.len());
+    for contract in joint {
+        let rule = contract.questions.get(&u.question).ok_or_else(|| {
+            world_error(
+                u.world,
+                &format!(
+                    "contract `{}` has no question `{}` to join",
+                    contract.name, u.question
+                ),
+            )
+        })?;
+        let labels = rule.released_labels();
+        // The authorized class in that contract's labels (its coarse label when it coarsens).
+        let t_index = labels.iter().position(|l| l == t).or_else(|| {
+            let fine = rule.classes.iter().position(|c| c == t)?;
+            rule.coarsen.as_ref()?.map.get(fine).copied()
+        });
+        let mut part = JointPart {
+            t_index: t_index.unwrap_or(0),
+            class_count: labels.len(),
+            ..JointPart::default()
+        };
+        if let Ok(asked) = wire::check_request(&u.world.request, contract) {
+            let mut rng = Rng::from_bytes(
+                format!("{seed}/joint/{}/{}", contract.name, u.world.world_id).as_bytes(),
+            );
+            let mut options = Options {
+                rng: &mut rng,
+                evaluate: false,
+            };
+            let released = release::release(contract, &asked, &u.world.response, &mut options)
+                .map_err(|e| {
+                    world_error(
+                        u.world,
+                        &format!(
+                            "the saved answer failed validation under `{}` ({e})",
+                            contract.name
+                        ),
+                    )
+                })?;
+            if let Some(question) = asked.questions.iter().find(|q| q.id == u.question) {
+                let form = release::Form::new(question, rule, contract.shape);
+                let answer = &released.body["answers"][u.question.as_str()];
+                let features = features_of(&form, reading, answer);
+                part.choice = features.choice;
+                part.probabilities = features.probabilities;
+                part.confidence = features.confidence;
+            }
+        }
+        parts.push(part);
+    }
+    Ok(parts)
 }
 
 fn world_error(world: &World, reason: &str) -> Error {
@@ -305,6 +385,7 @@ fn features_of(form: &release::Form<'_>, reading: Reading, answer: &Value) -> Re
         choice: observed.choice,
         probabilities: observed.probabilities,
         confidence: observed.confidence,
+        joint: Vec::new(),
     }
 }
 

@@ -86,6 +86,11 @@ impl FieldSet {
             set.choice |= ex.release.choice.is_some();
             set.probabilities |= ex.release.probabilities.is_some();
             set.confidence |= ex.release.confidence.is_some();
+            for part in &ex.release.joint {
+                set.choice |= part.choice.is_some();
+                set.probabilities |= part.probabilities.is_some();
+                set.confidence |= part.confidence.is_some();
+            }
         }
         set
     }
@@ -236,6 +241,19 @@ pub fn release_row(
         push(&mut row, conf.unwrap_or(0.0), true);
         push(&mut row, if conf.is_some() { 1.0 } else { 0.0 }, false);
     }
+    // The recipient's other releases of the same world, each in its own label space, under
+    // the same fields and representation.
+    for part in &release.joint {
+        let single = ReleasedFeatures {
+            choice: part.choice,
+            probabilities: part.probabilities.clone(),
+            confidence: part.confidence,
+            joint: Vec::new(),
+        };
+        let more = release_row(&single, part.t_index, part.class_count, fields, rep);
+        row.values.extend(more.values);
+        row.numeric.extend(more.numeric);
+    }
     row
 }
 
@@ -253,6 +271,7 @@ mod tests {
             choice: Some(1),
             probabilities: p,
             confidence: Some(0.7),
+            joint: Vec::new(),
         }
     }
 

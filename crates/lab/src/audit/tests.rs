@@ -77,6 +77,7 @@ fn signature_release(t: usize, mech: usize, _hi: bool, rng: &mut Rng) -> Release
         choice: Some(t),
         probabilities: Some(p.iter().map(|v| Some(v / total)).collect()),
         confidence: Some(0.8),
+        joint: Vec::new(),
     }
 }
 
@@ -90,6 +91,7 @@ fn noise_release(t: usize, _mech: usize, _hi: bool, rng: &mut Rng) -> ReleasedFe
         choice: Some(rng.below(k)),
         probabilities: Some(raw.iter().map(|v| Some(v / total)).collect()),
         confidence: Some(rng.uniform()),
+        joint: Vec::new(),
     }
 }
 
@@ -361,6 +363,7 @@ fn degenerate_data_runs() {
         choice: Some(0),
         probabilities: Some(vec![Some(0.25), Some(f64::NAN), None, Some(0.25)]),
         confidence: Some(f64::INFINITY),
+        joint: Vec::new(),
     };
     let mut examples = dataset(30, 4, 3, 2, &constant);
     for ex in &mut examples {
@@ -402,6 +405,7 @@ fn degenerate_data_runs() {
             choice: Some(t),
             probabilities: Some(p),
             confidence: None,
+            joint: Vec::new(),
         }
     };
     let mut examples = dataset(15, 255, 3, 4, &wide);
