@@ -315,6 +315,10 @@ pub(super) struct AuditArgs {
         conflicts_with = "recipient"
     )]
     pub contracts: Vec<String>,
+    /// A release every other release is compared with, paired over the same test pairs
+    /// (repeatable; `no_output` and `wcpq (contract)` are always references when audited).
+    #[arg(long = "compare-to")]
+    pub compare_to: Vec<String>,
     /// Audit what one recipient learns: its contracts (each world under the first it fits),
     /// and with --gate also every release it can ask for of the same world, read together.
     #[arg(long)]
@@ -464,11 +468,12 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
         }
     };
     bar.set_message("fitting attackers");
-    let settings = releasegate_lab::audit::Config {
+    let mut settings = releasegate_lab::audit::Config {
         seed: args.seed,
         n_bootstrap: args.bootstrap,
         ..releasegate_lab::audit::Config::default()
     };
+    settings.references.extend(args.compare_to.iter().cloned());
     let report = releasegate_lab::audit::run(&input, &settings);
     bar.finish_and_clear();
     let report = match report {
@@ -499,7 +504,7 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
             .copied()
             .fold(0.0f64, f64::max);
         println!(
-            "frontier {}: codewords {}; covered {}/{} test answers, recovery {}, gain {}, worst per-output increase {:.3} x kappa",
+            "frontier {}: codewords {}; covered {}/{} test answers, recovery {}, gain {}, worst per-output increase {:.3} x kappa{}",
             point.release,
             point
                 .codebooks
@@ -517,7 +522,15 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
                 || "-".to_string(),
                 |e| format!("{:.3} [{:.3}, {:.3}]", e.mean, e.lower, e.upper)
             ),
-            worst
+            worst,
+            point
+                .paired
+                .iter()
+                .map(|(reference, e)| format!(
+                    "; vs {reference} {:+.3} [{:+.3}, {:+.3}]",
+                    e.mean, e.lower, e.upper
+                ))
+                .collect::<String>()
         );
     }
     let gate_results = if args.gate {

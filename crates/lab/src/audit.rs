@@ -217,6 +217,9 @@ pub struct Config {
     pub threads: usize,
     /// Keep per-world test predictions in the report.
     pub keep_predictions: bool,
+    /// Releases every other release is compared with, paired over the same test pairs
+    /// (`ReleaseReport::paired`); names not audited are skipped.
+    pub references: Vec<String>,
 }
 
 // === impl Config ===
@@ -229,6 +232,7 @@ impl Default for Config {
             n_folds: 4,
             threads: 0,
             keep_predictions: false,
+            references: vec!["no_output".to_string(), "wcpq (contract)".to_string()],
         }
     }
 }
@@ -314,6 +318,7 @@ pub fn run(input: &Input, config: &Config) -> Result<Report, Error> {
     let fits = fit_all(&jobs, config)?;
     // 3. Selection, scoring, pooling, utility.
     let mut releases = Vec::new();
+    let mut all_series = Vec::new();
     for (release, release_groups) in input.releases.iter().zip(&groups) {
         let mut domains = Vec::new();
         let mut pooled = PooledSeries::default();
@@ -330,6 +335,7 @@ pub fn run(input: &Input, config: &Config) -> Result<Report, Error> {
         }
         let mut rng = Rng::new(config.seed).fork(&format!("recovery/{}/pooled", release.name));
         let pooled_recovery = pooled.recovery(config.n_bootstrap, &mut rng)?;
+        all_series.push(pooled.series);
         let macro_accuracy = domains
             .iter()
             .map(|d| d.recovery.accuracy.mean)
@@ -344,7 +350,36 @@ pub fn run(input: &Input, config: &Config) -> Result<Report, Error> {
             pooled: pooled_recovery,
             macro_accuracy,
             utility,
+            paired: Vec::new(),
         });
+    }
+    // 4. Paired differences: each release minus each reference, world by world over the same
+    // test pairs (each release with its own validation-selected attacker), resampling pairs.
+    for (i, release) in input.releases.iter().enumerate() {
+        for reference in &config.references {
+            let Some(j) = input.releases.iter().position(|r| &r.name == reference) else {
+                continue;
+            };
+            if i == j || all_series[i].pair_ids != all_series[j].pair_ids {
+                continue;
+            }
+            let difference: Vec<f64> = all_series[i]
+                .correct
+                .iter()
+                .zip(&all_series[j].correct)
+                .map(|(a, b)| a - b)
+                .collect();
+            let ids: Vec<&str> = all_series[i].pair_ids.iter().map(String::as_str).collect();
+            let clusters = Clusters::new(&ids, &[&difference])?;
+            let mut rng =
+                Rng::new(config.seed).fork(&format!("paired/{}/{}", release.name, reference));
+            if let Some(estimate) = clusters.estimate(config.n_bootstrap, &mut rng).first() {
+                releases[i].paired.push(report::Paired {
+                    reference: reference.clone(),
+                    difference: *estimate,
+                });
+            }
+        }
     }
     Ok(Report {
         seed: config.seed,

@@ -80,6 +80,9 @@ pub struct Point {
     pub recovery: Option<Estimate>,
     /// Pooled recovery gain over no output.
     pub recovery_gain: Option<Estimate>,
+    /// Recovery minus each reference release's (strict WCPQ as `wcpq (contract)`, no
+    /// output), paired over the same test pairs.
+    pub paired: BTreeMap<String, Estimate>,
     /// Per workflow (`family/profile`): mean realized cost of this release minus that of the
     /// `full_native` release (None when full_native is not audited or no costs exist).
     pub mean_cost_increase: BTreeMap<String, Option<f64>>,
@@ -243,6 +246,7 @@ pub fn candidates(
                 questions: points,
                 recovery: None,
                 recovery_gain: None,
+                paired: BTreeMap::new(),
                 mean_cost_increase: BTreeMap::new(),
                 worst_increase: BTreeMap::new(),
                 worst_relative_increase: BTreeMap::new(),
@@ -339,6 +343,11 @@ pub fn fill(points: &mut [Point], report: &Report) {
         };
         point.recovery = Some(mine.pooled.accuracy);
         point.recovery_gain = Some(mine.pooled.gain);
+        point.paired = mine
+            .paired
+            .iter()
+            .map(|p| (p.reference.clone(), p.difference))
+            .collect();
         for utility in &mine.utility {
             let base = native.and_then(|n| {
                 n.utility

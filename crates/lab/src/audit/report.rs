@@ -42,6 +42,20 @@ pub struct ReleaseReport {
     pub equivariance_passed: bool,
     /// Mean realized cost per workflow (empty when no costs were supplied).
     pub utility: Vec<UtilityReport>,
+    /// Recovery minus each reference release's, paired over the same test pairs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paired: Vec<Paired>,
+}
+
+/// A release's recovery minus a reference release's, world by world over the same test
+/// pairs, with its pair-clustered interval: the comparison that decides between two releases
+/// (two intervals of their own may overlap where the paired difference does not).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Paired {
+    /// The reference release.
+    pub reference: String,
+    /// Recovery of this release minus the reference's.
+    pub difference: super::bootstrap::Estimate,
 }
 
 /// Results for one (release, domain).
@@ -235,6 +249,27 @@ impl Report {
                         clip(&u.workflow, 20),
                         u.pooled.n,
                         num(&u.pooled)
+                    );
+                }
+            }
+        }
+        if self.releases.iter().any(|r| !r.paired.is_empty()) {
+            let _ = writeln!(
+                out,
+                "\nPaired differences (recovery minus the reference's, same test pairs; 95% pair-clustered intervals)"
+            );
+            for rel in &self.releases {
+                for paired in &rel.paired {
+                    let d = &paired.difference;
+                    let _ = writeln!(
+                        out,
+                        "{} - {}: {:+.2} [{:+.2}, {:+.2}] points on {} pairs",
+                        rel.release,
+                        paired.reference,
+                        100.0 * d.mean,
+                        100.0 * d.lower,
+                        100.0 * d.upper,
+                        d.n_pairs
                     );
                 }
             }

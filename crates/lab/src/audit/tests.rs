@@ -473,3 +473,51 @@ fn test_split_never_influences_selection() {
         assert_eq!(da.no_output_strategy, db.no_output_strategy);
     }
 }
+
+#[test]
+fn paired_differences_compare_releases_over_the_same_test_pairs() {
+    let mut input = small_input(2.5);
+    // A copy of `full` under another name: its paired difference to `full` is exactly zero.
+    let copy = Release {
+        name: "full copy".to_string(),
+        examples: input
+            .releases
+            .iter()
+            .find(|r| r.name == "full")
+            .unwrap()
+            .examples
+            .clone(),
+    };
+    input.releases.push(copy);
+    let config = Config {
+        references: vec!["no_output".into(), "full".into()],
+        ..quick_config()
+    };
+    let report = run(&input, &config).unwrap();
+    let of = |name: &str| report.releases.iter().find(|r| r.release == name).unwrap();
+    let paired = |name: &str, reference: &str| {
+        of(name)
+            .paired
+            .iter()
+            .find(|p| p.reference == reference)
+            .map(|p| p.difference)
+    };
+    let same = paired("full copy", "full").unwrap();
+    assert_eq!((same.mean, same.lower, same.upper), (0.0, 0.0, 0.0));
+    // Against no output: the accuracy difference itself, with its own interval.
+    let full = of("full");
+    let versus = paired("full", "no_output").unwrap();
+    let expected = full.pooled.accuracy.mean - of("no_output").pooled.accuracy.mean;
+    assert!(
+        (versus.mean - expected).abs() < 1e-12,
+        "{versus:?} vs {expected}"
+    );
+    assert!(
+        versus.lower > 0.0,
+        "a leaking release is above no output: {versus:?}"
+    );
+    assert_eq!(versus.n_pairs, full.pooled.accuracy.n_pairs);
+    // No release is compared with itself, and an absent reference is skipped.
+    assert!(paired("full", "full").is_none());
+    assert!(report.to_text().contains("Paired differences"));
+}
