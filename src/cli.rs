@@ -234,6 +234,17 @@ fn decisions(files: &[PathBuf], json: bool) -> ExitCode {
     } else {
         print!("{}", summary.to_text());
     }
+    if summary.requests == 0 {
+        return usage_error(&format!(
+            "no decision line in {} ({} other lines): expected the JSON lines [decision_log] writes, one per request",
+            files
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            summary.invalid_count
+        ));
+    }
     ExitCode::SUCCESS
 }
 

@@ -68,6 +68,19 @@ pub(super) fn replay_command(
                 Ok(text) => println!("{text}"),
                 Err(error) => return super::failure(&error),
             }
+            if summary.worlds_read == 0 {
+                return super::usage_error(&format!(
+                    "{} holds no world: expected saved worlds, one JSON object per line (docs/worlds.md)",
+                    input.display()
+                ));
+            }
+            if summary.rejected_requests.total == summary.worlds_read {
+                return super::usage_error(&format!(
+                    "none of the {} worlds fits contract `{contract_name}` (its questions, classes and \
+                     pinned text): see rejected_requests above",
+                    summary.worlds_read
+                ));
+            }
             ExitCode::SUCCESS
         }
         Err(error) => super::failure(&error),
@@ -238,6 +251,16 @@ pub(super) fn build_codebook_command(
                 *skipped.entry(reason).or_default() += 1;
             }
         }
+    }
+    if training.is_empty() {
+        bar.finish_and_clear();
+        return super::usage_error(&format!(
+            "no train-split world of {} fits question `{question}` of {}: a codebook is built from \
+             the contract's own native answers (worlds asked with the contract's question, its \
+             classes and pinned text, split \"train\"); skipped: {skipped:?}",
+            input.display(),
+            contract_names.join(", ")
+        ));
     }
     bar.set_message("building");
     let built = codebook::build(classes, denominator, spec, &training, source_sha256);

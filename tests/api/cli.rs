@@ -637,3 +637,83 @@ fn audit_gates_a_recipient_on_everything_its_contracts_release() {
         assert_eq!(output.status.code(), Some(code));
     }
 }
+
+#[test]
+fn offline_commands_fail_clearly_on_input_they_cannot_use() {
+    let dir = scratch("empty-input");
+    let root = env!("CARGO_MANIFEST_DIR");
+    let empty = dir.join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let worlds = dir.join("worlds.jsonl");
+    simulate(5, 1, &worlds);
+    // The simulator's worlds, asked with other text than this contract pins: none fits.
+    let mismatched = dir.join("mismatched.toml");
+    let shipped = std::fs::read_to_string(format!("{root}/config/tuple-bench.toml")).unwrap();
+    std::fs::write(
+        &mismatched,
+        shipped.replace("Choose the coarse route", "Pick any route"),
+    )
+    .unwrap();
+    let codebooks = format!("{root}/config/codebooks");
+    let mismatched_text = std::fs::read_to_string(&mismatched)
+        .unwrap()
+        .replace("codebooks/", &format!("{codebooks}/"));
+    std::fs::write(&mismatched, mismatched_text).unwrap();
+    let run = |args: Vec<String>| {
+        let output = Command::new(BIN).args(&args).output().unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).to_string(),
+        )
+    };
+    let build = |config: &str, input: &std::path::Path| {
+        run(vec![
+            "build-codebook".into(),
+            "--config".into(),
+            config.into(),
+            "--contract".into(),
+            "delivery".into(),
+            "--question".into(),
+            "coarse_cause".into(),
+            "--worlds".into(),
+            input.display().to_string(),
+            "--out".into(),
+            dir.join("c.json").display().to_string(),
+            "--denominator".into(),
+            "4".into(),
+        ])
+    };
+    let tuple_bench = format!("{root}/config/tuple-bench.toml");
+    for (code, stderr) in [
+        build(&tuple_bench, &empty),
+        build(&mismatched.display().to_string(), &worlds),
+    ] {
+        assert_eq!(code, Some(64), "{stderr}");
+        assert!(stderr.contains("no train-split world"), "{stderr}");
+    }
+    let replay = |config: &str, input: &std::path::Path| {
+        run(vec![
+            "replay".into(),
+            "--config".into(),
+            config.into(),
+            "--contract".into(),
+            "delivery".into(),
+            "--worlds".into(),
+            input.display().to_string(),
+            "--out".into(),
+            dir.join("out.jsonl").display().to_string(),
+        ])
+    };
+    let (code, stderr) = replay(&tuple_bench, &empty);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("holds no world"), "{stderr}");
+    let (code, stderr) = replay(&mismatched.display().to_string(), &worlds);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("none of the"), "{stderr}");
+    // A decision log with no decision line.
+    let log = dir.join("not-decisions.jsonl");
+    std::fs::write(&log, "{\"hello\": 1}\nplain text\n").unwrap();
+    let (code, stderr) = run(vec!["decisions".into(), log.display().to_string()]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("no decision line"), "{stderr}");
+}
