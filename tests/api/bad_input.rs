@@ -186,3 +186,30 @@ async fn unknown_routes_get_a_json_404() {
     assert_eq!((status, error_type.as_str()), (404, "not_found"));
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_model_that_is_not_a_plain_id_is_refused_before_the_provider_is_asked() {
+    let app = crate::helpers::spawn("choice", "").await;
+    for model in ["x y", "é", " jev-latest", &"m".repeat(129), "-jev", "a\"b"] {
+        let mut body = crate::helpers::request();
+        body["model"] = serde_json::json!(model);
+        let response = app.post(&body).await;
+        let (status, error_type, message) = crate::helpers::error_of(response).await;
+        assert_eq!(
+            (status, error_type.as_str()),
+            (400, "invalid_request"),
+            "{model:?}"
+        );
+        assert!(
+            message.contains("plain model id") && !message.contains(model),
+            "{message}"
+        );
+    }
+    assert!(
+        app.upstream.seen.lock().unwrap().is_empty(),
+        "a refused request went upstream"
+    );
+    let metrics = app.metrics().await;
+    assert!(!metrics.contains("reason=\"bad_model\"} 1"), "{metrics}");
+    app.stop().await;
+}

@@ -57,11 +57,20 @@ impl Logs {
 #[tokio::test]
 async fn retry_hints_are_rewritten_capped_or_dropped() {
     let app = spawn("choice", "").await;
-    let cases: [(&str, &str, Option<&str>, Option<&str>); 4] = [
+    // Both hints go out whenever either is valid: one derives from the other (seconds
+    // rounded up from milliseconds).
+    let cases: [(&str, &str, Option<&str>, Option<&str>); 6] = [
         ("99999999", "99999999999", Some("86400"), Some("86400000")),
         ("0042", "7000", Some("42"), Some("7000")),
         ("7; UPSTREAM", "7 000", None, None),
-        ("Fri, 01 Jan 2100 00:00:00 GMT", "-5", Some("86400"), None),
+        (
+            "Fri, 01 Jan 2100 00:00:00 GMT",
+            "-5",
+            Some("86400"),
+            Some("86400000"),
+        ),
+        ("soon", "1500", Some("2"), Some("1500")),
+        ("3", "", Some("3"), Some("3000")),
     ];
     for (seconds, millis, want_seconds, want_millis) in cases {
         app.upstream.script(

@@ -55,7 +55,10 @@ async fn every_view_releases_only_its_fields() {
         let body: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(body["answers"], expected, "view {view}");
         // The contract does not mention `usage`: deny by default drops the token counts.
-        assert_eq!(body["usage"], json!({}));
+        assert_eq!(
+            body["usage"],
+            json!({"input_tokens": 0, "output_tokens": 0})
+        );
         let metrics = app.metrics().await;
         assert!(
             metrics.contains(&format!(
@@ -178,7 +181,10 @@ async fn usage_drop_and_model_override_and_forwarded_request() {
         .await;
     assert_eq!(response.status(), 200);
     let body: Value = response.json().await.unwrap();
-    assert_eq!(body["usage"], json!({}));
+    assert_eq!(
+        body["usage"],
+        json!({"input_tokens": 0, "output_tokens": 0})
+    );
     let seen = app.upstream.last();
     let forwarded: Value = serde_json::from_slice(&seen.body).unwrap();
     let mut expected = request();

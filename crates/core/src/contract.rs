@@ -197,7 +197,8 @@ pub struct Coarsening {
 pub enum Usage {
     /// Forward `usage.input_tokens` and `usage.output_tokens`.
     Keep,
-    /// Release an empty `usage` object (client libraries accept it; token counts leak input size).
+    /// Release `usage` with both counts 0: schema-complete, and nothing of the input size
+    /// (token counts reveal it).
     Drop,
 }
 

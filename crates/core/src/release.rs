@@ -767,6 +767,10 @@ fn release_usage(
 ) -> Result<Map<String, Value>, Invalid> {
     let mut out = Map::new();
     if !contract.usage.keeps() {
+        // Schema-complete and carrying nothing: the published schema and the SDKs' strict
+        // models require both counts, and zero says nothing about the input.
+        out.insert("input_tokens".into(), Value::from(0u64));
+        out.insert("output_tokens".into(), Value::from(0u64));
         return Ok(out);
     }
     for key in ["input_tokens", "output_tokens"] {

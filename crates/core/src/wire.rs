@@ -174,6 +174,13 @@ pub fn check_request(body: &Value, contract: &Contract) -> Result<Asked, Request
         Some(Value::String(model)) if !model.trim().is_empty() => model.clone(),
         _ => return Err(refuse("`model` must name a model".into())),
     };
+    // Checked here, not only in the provider's answer: a model id the proxy could not release
+    // would otherwise cost a provider call and come back as a 502. A pinned model replaces it.
+    if contract.model.is_none() && !is_model_id(&model) {
+        return Err(refuse(format!(
+            "`model` must be a plain model id: 1 to {MAX_MODEL_ID_LEN} ASCII letters, digits and `. _ : / -`, a letter or digit first"
+        )));
+    }
     let questions = body
         .get("questions")
         .and_then(Value::as_object)

@@ -432,10 +432,7 @@ impl Remote {
             let status = response.status().as_u16();
             if !(200..300).contains(&status) {
                 let (retry_after, retry_after_ms) = if status == 429 || status == 529 {
-                    (
-                        retry_after(response.headers().get("retry-after"), SystemTime::now()),
-                        retry_after_ms(response.headers().get("retry-after-ms")),
-                    )
+                    retry_hints(response.headers(), SystemTime::now())
                 } else {
                     (None, None)
                 };
@@ -514,6 +511,29 @@ fn retry_after_ms(value: Option<&HeaderValue>) -> Option<HeaderValue> {
     Some(HeaderValue::from(
         millis.min(MAX_RETRY_AFTER_SECONDS.saturating_mul(1000)),
     ))
+}
+
+/// Both retry hints whenever either is valid: the SDKs read `retry-after-ms` first and others
+/// only `retry-after`, so one is derived from the other (seconds rounded up from
+/// milliseconds); both re-written, never the provider's bytes.
+fn retry_hints(
+    headers: &axum::http::HeaderMap,
+    now: SystemTime,
+) -> (Option<HeaderValue>, Option<HeaderValue>) {
+    let number =
+        |value: Option<HeaderValue>| value.and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let seconds = number(retry_after(headers.get("retry-after"), now));
+    let millis = number(retry_after_ms(headers.get("retry-after-ms")));
+    let (seconds, millis) = match (seconds, millis) {
+        (Some(s), Some(m)) => (Some(s), Some(m)),
+        (Some(s), None) => (Some(s), Some(s.saturating_mul(1000))),
+        (None, Some(m)) => (Some(m.div_ceil(1000)), Some(m)),
+        (None, None) => (None, None),
+    };
+    (
+        seconds.map(HeaderValue::from),
+        millis.map(HeaderValue::from),
+    )
 }
 
 /// A non-negative integer written with ASCII digits only; saturates instead of overflowing.

@@ -127,7 +127,10 @@ fn usage_is_kept_or_dropped() {
         released("choice", "", "keep")["usage"],
         json!({"input_tokens": 392, "output_tokens": 1})
     );
-    assert_eq!(released("choice", "", "drop")["usage"], json!({}));
+    assert_eq!(
+        released("choice", "", "drop")["usage"],
+        json!({"input_tokens": 0, "output_tokens": 0})
+    );
 }
 
 #[test]

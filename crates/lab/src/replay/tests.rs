@@ -60,7 +60,8 @@ fn replay_releases_rejects_and_keeps_unknown_keys() {
     assert_eq!(
         out[0]["response"],
         json!({"model": "m", "answers": {"q": {"type": "choice", "choice": "B",
-            "probabilities": {"A": 0.0, "B": 1.0}, "confidence": 1.0}}, "usage": {}})
+            "probabilities": {"A": 0.0, "B": 1.0}, "confidence": 1.0}},
+            "usage": {"input_tokens": 0, "output_tokens": 0}})
     );
     assert_eq!(out[0]["custom_key"], json!({"kept": true}));
     assert_eq!(out[0]["labels"]["S"], json!("x"));
