@@ -185,20 +185,8 @@ pub fn build_joint(
             let contract = &variants[u.contract];
             let asked = wire::check_request(&u.world.request, contract)
                 .map_err(|e| world_error(u.world, &e.to_string()))?;
-            let mut rng = Rng::from_bytes(
-                format!("{seed}/{}/{}", candidate.name, u.world.world_id).as_bytes(),
-            );
-            let mut options = Options {
-                rng: &mut rng,
-                evaluate: false,
-            };
-            let released = release::release(contract, &asked, &u.world.response, &mut options)
-                .map_err(|e| {
-                    world_error(
-                        u.world,
-                        &format!("the saved answer failed validation ({e})"),
-                    )
-                })?;
+            let stream = format!("{seed}/{}/{}", candidate.name, u.world.world_id);
+            let released = release_saved(contract, &asked, u.world, &stream)?;
             if let Some(record) = released.answers.iter().find(|r| r.question == u.question) {
                 let outcome = match record.mechanism {
                     mechanism::Outcome::Applied => "applied".to_string(),
@@ -285,23 +273,8 @@ fn joint_parts(
             ..JointPart::default()
         };
         if let Ok(asked) = wire::check_request(&u.world.request, contract) {
-            let mut rng = Rng::from_bytes(
-                format!("{seed}/joint/{}/{}", contract.name, u.world.world_id).as_bytes(),
-            );
-            let mut options = Options {
-                rng: &mut rng,
-                evaluate: false,
-            };
-            let released = release::release(contract, &asked, &u.world.response, &mut options)
-                .map_err(|e| {
-                    world_error(
-                        u.world,
-                        &format!(
-                            "the saved answer failed validation under `{}` ({e})",
-                            contract.name
-                        ),
-                    )
-                })?;
+            let stream = format!("{seed}/joint/{}/{}", contract.name, u.world.world_id);
+            let released = release_saved(contract, &asked, u.world, &stream)?;
             if let Some(question) = asked.questions.iter().find(|q| q.id == u.question) {
                 let form = release::Form::new(question, rule, contract.shape);
                 let answer = &released.body["answers"][u.question.as_str()];
@@ -314,6 +287,30 @@ fn joint_parts(
         parts.push(part);
     }
     Ok(parts)
+}
+
+/// Releases a world's saved answer under `contract` as the proxy would, with the random
+/// stream named `stream` (unseeded noise stays reproducible per candidate and world).
+fn release_saved(
+    contract: &Contract,
+    asked: &wire::Asked,
+    world: &World,
+    stream: &str,
+) -> Result<release::Release, Error> {
+    let mut rng = Rng::from_bytes(stream.as_bytes());
+    let mut options = Options {
+        rng: &mut rng,
+        evaluate: false,
+    };
+    release::release(contract, asked, &world.response, &mut options).map_err(|e| {
+        world_error(
+            world,
+            &format!(
+                "the saved answer failed validation under `{}` ({e})",
+                contract.name
+            ),
+        )
+    })
 }
 
 fn world_error(world: &World, reason: &str) -> Error {
