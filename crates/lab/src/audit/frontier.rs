@@ -434,18 +434,21 @@ mod tests {
                 matrix(n)
             ));
         }
+        let load = |codebooks: bool| {
+            Config::from_toml_with(
+                &text,
+                "test",
+                dir.path(),
+                Inputs {
+                    env: None,
+                    files: &|path| std::fs::read(path),
+                    codebooks,
+                },
+            )
+            .unwrap()
+        };
         // Strict codebooks from each contract's own training answers.
-        let bare = Config::from_toml_with(
-            &text,
-            "test",
-            dir.path(),
-            Inputs {
-                env: None,
-                files: &|path| std::fs::read(path),
-                codebooks: false,
-            },
-        )
-        .unwrap();
+        let bare = load(false);
         for (name, contract) in &bare.contracts {
             let rule = &contract.questions[simulate::COARSE_QUESTION];
             let spec: &Spec = rule.workflows.as_ref().unwrap();
@@ -465,17 +468,7 @@ mod tests {
             )
             .unwrap();
         }
-        let config = Config::from_toml_with(
-            &text,
-            "test",
-            dir.path(),
-            Inputs {
-                env: None,
-                files: &|path| std::fs::read(path),
-                codebooks: true,
-            },
-        )
-        .unwrap();
+        let config = load(true);
         (config.contracts.values().cloned().collect(), worlds, dir)
     }
 
