@@ -264,7 +264,14 @@ fn learned_codebook_file(name: &str, alpha: f64) -> PathBuf {
             public: Vec::new(),
         })
         .collect();
-    let (learned, _) = codebook::learn(&strict, &spec, &responses, alpha, 8, 4).unwrap();
+    let (learned, _) = codebook::learn(
+        &strict,
+        &spec,
+        &responses,
+        &[],
+        &codebook::Settings::new(alpha, 8),
+    )
+    .unwrap();
     let path = std::env::temp_dir().join(format!("releasegate-{}-{name}.json", std::process::id()));
     std::fs::write(&path, learned.to_json_bytes()).unwrap();
     path
@@ -343,7 +350,14 @@ async fn a_bounded_codebook_covers_through_its_strict_stage_before_falling_back(
         },
         public: Vec::new(),
     }];
-    let (learned, _) = codebook::learn(&strict, &spec, &responses, 0.04, 1, 4).unwrap();
+    let (learned, _) = codebook::learn(
+        &strict,
+        &spec,
+        &responses,
+        &[],
+        &codebook::Settings::new(0.04, 1),
+    )
+    .unwrap();
     assert!(learned.strict_stage().is_some());
     let path = std::env::temp_dir().join(format!(
         "releasegate-{}-strict-stage.json",

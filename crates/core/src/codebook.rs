@@ -18,12 +18,17 @@ use crate::workflow::{self, Spec};
 
 pub use grid::{codeword_order, distance_to_uniform, grid_size, largest_denominator_within};
 use grid::{order_and_dedup, simplex_grid};
-pub use learn::{DEFAULT_MAX_CODEWORDS, DEFAULT_PAIR_WEIGHT, LearnStats, Response, learn};
+pub use learn::{
+    Assignment, CLEAR_IMPROVEMENT, DEFAULT_MAX_CODEWORDS, DEFAULT_PAIR_WEIGHT, LearnStats,
+    Response, Settings, Trial, learn,
+};
 
 /// Format tag of the codebook artifact.
 pub const FORMAT: &str = "releasegate.wcpq.codebook.v1";
 /// Default simplex grid denominator.
 pub const DEFAULT_DENOMINATOR: u32 = 20;
+/// `order` of a learned codebook whose codewords are in its assignment's order.
+const PRIORITY_ORDER: &str = "priority";
 /// Confidence levels paired with every grid vector.
 pub const CONFIDENCE_LEVELS: [f64; 3] = [0.0, 0.5, 1.0];
 /// Default limit on the number of grid vectors C(d+n-1, n-1).
@@ -143,8 +148,10 @@ pub struct Learned {
     pub budget: f64,
     /// The largest number of codewords the greedy selection could keep.
     pub max_codewords: usize,
-    /// Weight of a jointly covered training pair in the greedy gain.
+    /// Weight of a training pair in the greedy gain.
     pub pair_weight: u32,
+    /// Which admissible codeword is released (the file order of the codewords).
+    pub assignment: Assignment,
 }
 
 /// Counts describing one build.
@@ -198,6 +205,11 @@ struct CodebookFile {
     max_codewords: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pair_weight: Option<u32>,
+    /// `"priority"`: the codewords are in the learned assignment's order, not strict order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    order: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    split_penalty: Option<u32>,
     codeword_count: usize,
     codewords: Vec<Codeword>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -329,8 +341,14 @@ pub fn build_with_limit(
     })
 }
 
-/// Checks an ordered list of codewords over `n` classes (`field` names it in errors).
-fn check_codewords(field: &str, codewords: &[Codeword], n: usize) -> Result<(), Error> {
+/// Checks a list of codewords over `n` classes (`field` names it in errors): in strict order
+/// when `ordered`, otherwise free of duplicates (a learned assignment's order).
+fn check_codewords(
+    field: &str,
+    codewords: &[Codeword],
+    n: usize,
+    ordered: bool,
+) -> Result<(), Error> {
     let invalid = |field: &str, message: String| Error::Invalid {
         field: field.to_string(),
         message,
@@ -359,8 +377,18 @@ fn check_codewords(field: &str, codewords: &[Codeword], n: usize) -> Result<(), 
         if !cw.c.is_finite() {
             return Err(invalid(&field, "confidence is not finite".to_string()));
         }
-        if i > 0 && codeword_order(&codewords[i - 1], cw) != Ordering::Less {
+        if ordered && i > 0 && codeword_order(&codewords[i - 1], cw) != Ordering::Less {
             return Err(invalid(&field, "out of order or duplicate".to_string()));
+        }
+    }
+    if !ordered {
+        let mut sorted: Vec<&Codeword> = codewords.iter().collect();
+        sorted.sort_by(|a, b| codeword_order(a, b));
+        if sorted
+            .windows(2)
+            .any(|w| codeword_order(w[0], w[1]) == Ordering::Equal)
+        {
+            return Err(invalid(field, "holds a duplicate".to_string()));
         }
     }
     Ok(())
@@ -506,6 +534,14 @@ impl Codebook {
             budget: self.learned.map(|l| l.budget),
             max_codewords: self.learned.map(|l| l.max_codewords),
             pair_weight: self.learned.map(|l| l.pair_weight),
+            order: self.learned.and_then(|l| match l.assignment {
+                Assignment::Coverage => None,
+                Assignment::Priority { .. } => Some(PRIORITY_ORDER.to_string()),
+            }),
+            split_penalty: self.learned.and_then(|l| match l.assignment {
+                Assignment::Coverage => None,
+                Assignment::Priority { split_penalty } => Some(split_penalty),
+            }),
             codeword_count: self.codewords.len(),
             codewords: self.codewords.clone(),
             strict_stage_count: self.strict_stage.as_ref().map(Vec::len),
@@ -564,7 +600,26 @@ impl Codebook {
             ));
         }
         let n = file.classes.len();
-        check_codewords("codewords", &file.codewords, n)?;
+        let assignment = match (file.order.as_deref(), file.split_penalty) {
+            (None, None) => Assignment::Coverage,
+            (Some(PRIORITY_ORDER), Some(split_penalty)) if file.budget.is_some() => {
+                Assignment::Priority { split_penalty }
+            }
+            _ => {
+                return Err(invalid(
+                    "order",
+                    format!(
+                        "a learned codebook records order {PRIORITY_ORDER:?} and split_penalty together, or neither"
+                    ),
+                ));
+            }
+        };
+        check_codewords(
+            "codewords",
+            &file.codewords,
+            n,
+            assignment == Assignment::Coverage,
+        )?;
         if let Some(stage) = &file.strict_stage {
             if file.budget.is_none() {
                 return Err(invalid(
@@ -582,7 +637,7 @@ impl Codebook {
                     ),
                 ));
             }
-            check_codewords("strict_stage", stage, n)?;
+            check_codewords("strict_stage", stage, n, true)?;
             // The compact codewords are selected from the strict stage.
             if let Some(missing) = file.codewords.iter().position(|cw| {
                 stage
@@ -631,6 +686,7 @@ impl Codebook {
                     budget,
                     max_codewords,
                     pair_weight,
+                    assignment,
                 })
             }
             _ => {

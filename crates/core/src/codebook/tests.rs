@@ -299,6 +299,16 @@ fn responses(n: usize, count: usize, seed: u64) -> Vec<Response> {
         .collect()
 }
 
+/// The greedy coverage selection alone (the kept codewords in strict order).
+fn coverage(budget: f64, max_codewords: usize, pair_weight: u32) -> Settings {
+    Settings {
+        budget,
+        max_codewords,
+        pair_weight,
+        assignments: vec![Assignment::Coverage],
+    }
+}
+
 fn strict4(d: u32) -> Codebook {
     build(&labels(4), d, &spec4(), &[], "grid".into())
         .unwrap()
@@ -309,8 +319,8 @@ fn strict4(d: u32) -> Codebook {
 fn learning_is_deterministic_bounded_and_recorded() {
     let strict = strict4(10);
     let train = responses(4, 80, 3);
-    let (a, stats) = learn(&strict, &spec4(), &train, 0.2, 12, 4).unwrap();
-    let (b, _) = learn(&strict, &spec4(), &train, 0.2, 12, 4).unwrap();
+    let (a, stats) = learn(&strict, &spec4(), &train, &[], &coverage(0.2, 12, 4)).unwrap();
+    let (b, _) = learn(&strict, &spec4(), &train, &[], &coverage(0.2, 12, 4)).unwrap();
     assert_eq!(a.to_json_bytes(), b.to_json_bytes());
     assert!(a.len() <= 12 && a.len() == stats.codewords);
     assert_eq!(
@@ -318,7 +328,8 @@ fn learning_is_deterministic_bounded_and_recorded() {
         Some(Learned {
             budget: 0.2,
             max_codewords: 12,
-            pair_weight: 4
+            pair_weight: 4,
+            assignment: Assignment::Coverage,
         })
     );
     // Kept codewords stay in strict order and come from the pool.
@@ -355,7 +366,7 @@ fn greedy_coverage_covers_what_the_bounded_mapper_releases() {
     let strict = strict4(10);
     let spec = spec4();
     let train = responses(4, 60, 9);
-    let (learned, stats) = learn(&strict, &spec, &train, 0.04, 40, 4).unwrap();
+    let (learned, stats) = learn(&strict, &spec, &train, &[], &coverage(0.04, 40, 4)).unwrap();
     assert!(stats.covered_responses > 0);
     let mapper = crate::wcpq::Mapper::with_admissibility(
         learned,
@@ -375,11 +386,11 @@ fn greedy_coverage_covers_what_the_bounded_mapper_releases() {
         .count();
     assert_eq!(covered, stats.covered_responses);
     // More codewords never cover fewer responses; K = 1 keeps one codeword.
-    let (one, one_stats) = learn(&strict, &spec, &train, 0.04, 1, 4).unwrap();
+    let (one, one_stats) = learn(&strict, &spec, &train, &[], &coverage(0.04, 1, 4)).unwrap();
     assert_eq!(one.len(), 1);
     assert!(one_stats.covered_responses <= stats.covered_responses);
     // A larger budget covers at least as many with the same K.
-    let (_, wide) = learn(&strict, &spec, &train, 0.2, 40, 4).unwrap();
+    let (_, wide) = learn(&strict, &spec, &train, &[], &coverage(0.2, 40, 4)).unwrap();
     assert!(wide.covered_responses >= stats.covered_responses);
 }
 
@@ -390,7 +401,7 @@ fn the_first_pick_maximizes_responses_plus_weighted_pairs() {
     let spec = spec4();
     let train = responses(4, 8, 21);
     for weight in [0, 4] {
-        let (one, _) = learn(&strict, &spec, &train, 0.2, 1, weight).unwrap();
+        let (one, _) = learn(&strict, &spec, &train, &[], &coverage(0.2, 1, weight)).unwrap();
         // Recompute every candidate's gain independently and check the pick is the first best.
         let gain = |cw: &Codeword| {
             let admits = |r: &Response| {
@@ -430,9 +441,9 @@ fn the_first_pick_maximizes_responses_plus_weighted_pairs() {
 fn learning_refuses_a_bad_budget_or_k() {
     let strict = strict4(4);
     let train = responses(4, 4, 1);
-    assert!(learn(&strict, &spec4(), &train, -0.5, 4, 4).is_err());
-    assert!(learn(&strict, &spec4(), &train, 0.1, 0, 4).is_err());
-    assert!(learn(&strict, &spec4(), &[], 0.1, 4, 4).is_err());
+    assert!(learn(&strict, &spec4(), &train, &[], &coverage(-0.5, 4, 4)).is_err());
+    assert!(learn(&strict, &spec4(), &train, &[], &coverage(0.1, 0, 4)).is_err());
+    assert!(learn(&strict, &spec4(), &[], &[], &coverage(0.1, 4, 4)).is_err());
 }
 
 #[test]
@@ -466,4 +477,229 @@ fn questions_pool_only_with_the_same_class_count_and_workflows_up_to_labels() {
         .with_other_class_sets(vec![renamed.classes().to_vec()])
         .unwrap();
     assert!(cb.check_matches(&renamed, renamed.classes()).is_ok());
+}
+
+/// Counterfactual-like pairs: the two members share a base vector, each with its own noise.
+fn paired_responses(count: usize, seed: u64) -> Vec<Response> {
+    let mut rng = crate::rng::Rng::new(seed);
+    let mut out = Vec::new();
+    for i in 0..count / 2 {
+        let base: Vec<f64> = (0..4).map(|_| rng.uniform().powi(2)).collect();
+        for _ in 0..2 {
+            let raw: Vec<f64> = base.iter().map(|b| b + 0.15 * rng.uniform()).collect();
+            let sum: f64 = raw.iter().sum();
+            let p: Vec<f64> = raw.iter().map(|v| v / sum).collect();
+            out.push(Response {
+                pair_id: format!("pair{i}"),
+                native: crate::workflow::Release {
+                    choice: crate::wcpq::argmax_set(&p)[0],
+                    probabilities: Some(p),
+                    confidence: Some(0.5),
+                },
+                public: Vec::new(),
+            });
+        }
+    }
+    out
+}
+
+fn priority(budget: f64, max_codewords: usize, split_penalty: u32) -> Settings {
+    Settings {
+        assignments: vec![Assignment::Priority { split_penalty }],
+        ..Settings::new(budget, max_codewords)
+    }
+}
+
+/// Pairs of the training responses the mapper releases as the same codeword.
+fn mapped_collisions(mapper: &crate::wcpq::Mapper, responses: &[Response]) -> usize {
+    let identity = |r: &crate::workflow::Release| Some(r.clone());
+    let released: Vec<Option<(crate::wcpq::Stage, usize)>> = responses
+        .iter()
+        .map(
+            |r| match mapper.map(&r.native, &serde_json::Value::Null, &identity) {
+                crate::wcpq::Outcome::Covered {
+                    codeword_index,
+                    stage,
+                    ..
+                } => Some((stage, codeword_index)),
+                crate::wcpq::Outcome::Fallback(_) => None,
+            },
+        )
+        .collect();
+    responses
+        .chunks(2)
+        .zip(released.chunks(2))
+        .filter(|(pair, out)| {
+            pair.len() == 2
+                && pair[0].native.choice == pair[1].native.choice
+                && matches!(out[0], Some((crate::wcpq::Stage::Compact, _)))
+                && out[0] == out[1]
+        })
+        .count()
+}
+
+#[test]
+fn a_priority_assignment_keeps_its_pick_order_and_the_mapper_follows_it() {
+    let strict = strict4(10);
+    let spec = spec4();
+    let train = responses(4, 120, 5);
+    let (learned, stats) = learn(&strict, &spec, &train, &[], &priority(0.2, 24, 1)).unwrap();
+    assert_eq!(
+        stats.assignment,
+        Some(Assignment::Priority { split_penalty: 1 })
+    );
+    let text = String::from_utf8(learned.to_json_bytes()).unwrap();
+    assert!(
+        text.contains("\"pair_weight\":4,\"order\":\"priority\",\"split_penalty\":1,"),
+        "{text:.300}"
+    );
+    assert_eq!(Codebook::from_json(text.as_bytes()).unwrap(), learned);
+    // The file keeps the pick order, which is not the strict order here.
+    let pool = strict.codewords();
+    let positions: Vec<usize> = learned
+        .codewords()
+        .iter()
+        .map(|cw| pool.iter().position(|x| x == cw).unwrap())
+        .collect();
+    assert!(positions.windows(2).any(|w| w[0] > w[1]), "{positions:?}");
+    // The mapper releases the first codeword of the file that admits the answer, so the pairs
+    // it makes collide are the ones the learning counted.
+    let mapper = crate::wcpq::Mapper::with_admissibility(
+        learned.clone(),
+        spec.clone(),
+        crate::wcpq::Admissibility::Budget(0.2),
+    )
+    .unwrap();
+    assert!(stats.collided_pairs > 0);
+    assert_eq!(mapped_collisions(&mapper, &train), stats.collided_pairs);
+    // Inconsistent records are refused: an order without its penalty, a duplicate codeword,
+    // an order on a strict codebook.
+    let first = serde_json::to_string(&learned.codewords()[0]).unwrap();
+    let duplicated = text
+        .replacen(&first, &format!("{first},{first}"), 1)
+        .replace(
+            &format!("\"codeword_count\":{}", learned.len()),
+            &format!("\"codeword_count\":{}", learned.len() + 1),
+        );
+    for bad in [
+        text.replace(",\"split_penalty\":1", ""),
+        duplicated,
+        String::from_utf8(strict.to_json_bytes()).unwrap().replace(
+            "\"codeword_count\"",
+            "\"order\":\"priority\",\"split_penalty\":1,\"codeword_count\"",
+        ),
+    ] {
+        assert!(Codebook::from_json(bad.as_bytes()).is_err(), "{bad:.300}");
+    }
+}
+
+#[test]
+fn the_validation_split_chooses_the_assignment() {
+    let strict = strict4(10);
+    let spec = spec4();
+    let train = paired_responses(160, 11);
+    let validation = paired_responses(80, 12);
+    let (learned, stats) =
+        learn(&strict, &spec, &train, &validation, &Settings::new(0.2, 24)).unwrap();
+    assert_eq!(stats.trials.len(), Assignment::CHOICES.len());
+    assert_eq!(stats.validation_responses, 80);
+    // The incumbent (the first) is kept unless a later one is clearly closer.
+    let mut kept = &stats.trials[0];
+    for trial in &stats.trials[1..] {
+        if (trial.pair_distance_micro as f64) < CLEAR_IMPROVEMENT * kept.pair_distance_micro as f64
+            && trial.covered_responses >= kept.covered_responses
+        {
+            kept = trial;
+        }
+    }
+    assert_eq!(stats.assignment, Some(kept.assignment));
+    assert_eq!(learned.learned().unwrap().assignment, kept.assignment);
+    // Measured again through the mapper on the validation responses.
+    let mapper = crate::wcpq::Mapper::with_admissibility(
+        learned,
+        spec.clone(),
+        crate::wcpq::Admissibility::Budget(0.2),
+    )
+    .unwrap();
+    assert_eq!(mapped_collisions(&mapper, &validation), kept.collided_pairs);
+}
+
+mod bound {
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::OnceLock;
+
+    /// A learned priority codebook (α = 0.2, K = 16) with its strict stage, and the strict
+    /// mapper of the same grid.
+    fn mappers() -> &'static (crate::wcpq::Mapper, crate::wcpq::Mapper) {
+        static MAPPERS: OnceLock<(crate::wcpq::Mapper, crate::wcpq::Mapper)> = OnceLock::new();
+        MAPPERS.get_or_init(|| {
+            let strict = strict4(10);
+            let train = responses(4, 200, 17);
+            let (learned, _) =
+                learn(&strict, &spec4(), &train, &[], &priority(0.2, 16, 1)).unwrap();
+            (
+                crate::wcpq::Mapper::with_admissibility(
+                    learned,
+                    spec4(),
+                    crate::wcpq::Admissibility::Budget(0.2),
+                )
+                .unwrap(),
+                crate::wcpq::Mapper::new(strict, spec4()).unwrap(),
+            )
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
+
+        /// A priority codebook's releases, compact or through its strict stage, never raise
+        /// any workflow's realized cost by more than α·κ for any truth; an answer no compact
+        /// codeword admits gets exactly the strict mapper's release.
+        #[test]
+        fn priority_releases_stay_within_alpha_kappa(
+            raw in prop::collection::vec(0.0f64..1.0, 4),
+            confidence in prop::option::of(0.0f64..=1.0),
+        ) {
+            let sum: f64 = raw.iter().sum();
+            prop_assume!(sum > 1e-6);
+            let p: Vec<f64> = raw.iter().map(|v| v / sum).collect();
+            let native = crate::workflow::Release {
+                choice: crate::wcpq::argmax_set(&p)[0],
+                probabilities: Some(p),
+                confidence,
+            };
+            let (bounded, strict) = mappers();
+            let spec = bounded.spec();
+            let identity = |r: &crate::workflow::Release| Some(r.clone());
+            let state = serde_json::Value::Null;
+            match bounded.map(&native, &state, &identity) {
+                crate::wcpq::Outcome::Covered { release, stage, .. } => {
+                    let before = spec.plans_with_public(&native, &[]);
+                    let after = spec.plans_with_public(&release, &[]);
+                    for (j, policy) in spec.policies().iter().enumerate() {
+                        for t in 0..spec.class_count() {
+                            let rise = policy.realized_cost(&after[j], t)
+                                - policy.realized_cost(&before[j], t);
+                            prop_assert!(rise <= 0.2 * policy.kappa() + 1e-9, "{j} {t} {rise}");
+                        }
+                    }
+                    if stage == crate::wcpq::Stage::Strict {
+                        let crate::wcpq::Outcome::Covered { release: own, .. } =
+                            strict.map(&native, &state, &identity)
+                        else {
+                            panic!("the strict stage covered what the strict mapper did not");
+                        };
+                        prop_assert_eq!(own, release);
+                    }
+                }
+                crate::wcpq::Outcome::Fallback(_) => {
+                    prop_assert!(matches!(
+                        strict.map(&native, &state, &identity),
+                        crate::wcpq::Outcome::Fallback(_)
+                    ));
+                }
+            }
+        }
+    }
 }

@@ -662,7 +662,14 @@ fn a_learned_codebook_tries_its_strict_stage_before_the_fallback() {
             public: Vec::new(),
         })
         .collect();
-    let (learned, _) = codebook::learn(strict.codebook(), &spec, &train, 0.04, 2, 4).unwrap();
+    let (learned, _) = codebook::learn(
+        strict.codebook(),
+        &spec,
+        &train,
+        &[],
+        &codebook::Settings::new(0.04, 2),
+    )
+    .unwrap();
     // The artifact carries its strict stage and reads back byte for byte.
     let bytes = learned.to_json_bytes();
     let back = Codebook::from_json(&bytes).unwrap();

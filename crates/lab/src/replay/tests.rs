@@ -213,9 +213,14 @@ fn a_wcpq_budget_reports_the_worst_cost_increase() {
         })
         .collect();
     assert!(responses.len() > 50);
-    let (learned, _) =
-        releasegate_core::codebook::learn(wcpq.mapper.codebook(), &spec, &responses, 0.2, 64, 4)
-            .unwrap();
+    let (learned, _) = releasegate_core::codebook::learn(
+        wcpq.mapper.codebook(),
+        &spec,
+        &responses,
+        &[],
+        &releasegate_core::codebook::Settings::new(0.2, 64),
+    )
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("learned.json");
     std::fs::write(&path, learned.to_json_bytes()).unwrap();
