@@ -142,6 +142,16 @@ pub(super) struct LearnOptions {
     pub pair_weight: u32,
 }
 
+/// How the text output names a learned codebook's assignment.
+fn assignment_name(assignment: codebook::Assignment) -> String {
+    match assignment {
+        codebook::Assignment::Coverage => "coverage order".to_string(),
+        codebook::Assignment::Priority { split_penalty } => {
+            format!("priority, split penalty {split_penalty}")
+        }
+    }
+}
+
 /// `releasegate build-codebook`.
 ///
 /// With several contracts the codebook is pooled: their questions must share
@@ -219,6 +229,8 @@ pub(super) fn build_codebook_command(
     let source_sha256 = workflow::sha256_hex(&bytes);
     let mut training = Vec::new();
     let mut responses = Vec::new();
+    // Validation answers choose the learned codebook's assignment (never the test split).
+    let mut validation = Vec::new();
     let mut skipped: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
     let bar = progress("worlds");
     for (index, world) in worlds::Reader::new(bytes.as_slice()).enumerate() {
@@ -230,6 +242,14 @@ pub(super) fn build_codebook_command(
             }
         };
         bar.set_position(index as u64 + 1);
+        if world.split == Split::Validation && learn.is_some() {
+            if let Some((response, _)) = contracts.iter().find_map(|contract| {
+                dataset::training_answer(contract, question, &world, spec).ok()
+            }) {
+                validation.push(response);
+            }
+            continue;
+        }
         if world.split != Split::Train {
             continue;
         }
@@ -279,14 +299,11 @@ pub(super) fn build_codebook_command(
     };
     let mut learned = None;
     if let Some(options) = learn {
-        match codebook::learn(
-            &built.codebook,
-            spec,
-            &responses,
-            options.budget,
-            options.max_codewords,
-            options.pair_weight,
-        ) {
+        let settings = codebook::Settings {
+            pair_weight: options.pair_weight,
+            ..codebook::Settings::new(options.budget, options.max_codewords)
+        };
+        match codebook::learn(&built.codebook, spec, &responses, &validation, &settings) {
             Ok((codebook, stats)) => {
                 built.codebook = codebook;
                 learned = Some(stats);
@@ -532,7 +549,13 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
             point
                 .codebooks
                 .iter()
-                .map(|c| format!("{} for {}", c.codewords, c.serves.join("+")))
+                .map(|c| format!(
+                    "{} for {} ({})",
+                    c.codewords,
+                    c.serves.join("+"),
+                    c.assignment
+                        .map_or_else(|| "-".to_string(), assignment_name)
+                ))
                 .collect::<Vec<_>>()
                 .join(", "),
             point.covered_test_answers,
@@ -554,6 +577,17 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
                     e.mean, e.lower, e.upper
                 ))
                 .collect::<String>()
+        );
+        println!(
+            "frontier {}: answers moved per family (of {}): {}",
+            point.release,
+            point.test_answers,
+            point
+                .moved
+                .iter()
+                .map(|(family, n)| format!("{family} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     let gate_results = if args.gate {

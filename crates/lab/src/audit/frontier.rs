@@ -91,6 +91,9 @@ pub struct Point {
     pub worst_increase: BTreeMap<String, f64>,
     /// The same relative to the workflow's κ (at most α for covered answers).
     pub worst_relative_increase: BTreeMap<String, f64>,
+    /// Per workflow family: test answers whose release changes the plan of at least one of
+    /// the family's workflows (strict WCPQ changes none; each one is an answer the budget moved).
+    pub moved: BTreeMap<String, usize>,
     /// Test answers released, and how many of them were covered.
     pub test_answers: usize,
     /// Covered test answers.
@@ -108,6 +111,19 @@ pub struct CodebookPoint {
     pub training_responses: usize,
     /// Training responses it covers.
     pub covered_training_responses: usize,
+    /// The assignment chosen on the validation split.
+    pub assignment: Option<codebook::Assignment>,
+    /// Every assignment tried, with its validation figures.
+    pub trials: Vec<codebook::Trial>,
+}
+
+/// A contract's WCPQ question with its training and validation responses.
+struct Question {
+    contract: Arc<Contract>,
+    id: String,
+    strict: Arc<WcpqMechanism>,
+    train: Vec<codebook::Response>,
+    validation: Vec<codebook::Response>,
 }
 
 /// One contract question at one setting.
@@ -142,19 +158,29 @@ pub fn candidates(
             };
             any = true;
             let spec = strict.mapper.spec();
-            let responses: Vec<codebook::Response> = worlds
-                .iter()
-                .filter(|world| world.split == Split::Train)
-                .filter_map(|world| dataset::training_answer(contract, id, world, spec).ok())
-                .map(|(response, _)| response)
-                .collect();
+            let of_split = |split: Split| -> Vec<codebook::Response> {
+                worlds
+                    .iter()
+                    .filter(|world| world.split == split)
+                    .filter_map(|world| dataset::training_answer(contract, id, world, spec).ok())
+                    .map(|(response, _)| response)
+                    .collect()
+            };
+            let responses = of_split(Split::Train);
             if responses.is_empty() {
                 return Err(Error::NoTraining {
                     contract: contract.name.clone(),
                     question: id.clone(),
                 });
             }
-            questions.push((contract.clone(), id.clone(), strict.clone(), responses));
+            let validation = of_split(Split::Validation);
+            questions.push(Question {
+                contract: contract.clone(),
+                id: id.clone(),
+                strict: strict.clone(),
+                train: responses,
+                validation,
+            });
         }
         if !any {
             return Err(Error::NoWcpq(contract.name.clone()));
@@ -162,9 +188,9 @@ pub fn candidates(
     }
     // Questions pool only where they share the strict codebook and their specs pool.
     let mut groups: Vec<Vec<usize>> = Vec::new();
-    for (index, (_, _, strict, _)) in questions.iter().enumerate() {
+    for (index, Question { strict, .. }) in questions.iter().enumerate() {
         let joins = groups.iter_mut().find(|group| {
-            let first = &questions[group[0]].2;
+            let first = &questions[group[0]].strict;
             first.codebook_sha256 == strict.codebook_sha256
                 && codebook::Codebook::can_pool(first.mapper.spec(), strict.mapper.spec())
         });
@@ -181,7 +207,12 @@ pub fn candidates(
             let mut codebooks = Vec::new();
             let mut points = Vec::new();
             for (group_index, group) in groups.iter().enumerate() {
-                let (contract, question, strict, _) = &questions[group[0]];
+                let Question {
+                    contract,
+                    id: question,
+                    strict,
+                    ..
+                } = &questions[group[0]];
                 let fail = |reason: String| Error::Learn {
                     contract: contract.name.clone(),
                     question: question.clone(),
@@ -189,31 +220,41 @@ pub fn candidates(
                     max_codewords,
                     reason,
                 };
-                let responses: Vec<codebook::Response> = group
-                    .iter()
-                    .flat_map(|&i| questions[i].3.iter().cloned())
-                    .collect();
+                let pooled = |part: fn(&Question) -> &[codebook::Response]| {
+                    group
+                        .iter()
+                        .flat_map(|&i| part(&questions[i]).iter().cloned())
+                        .collect::<Vec<_>>()
+                };
+                let responses = pooled(|q| &q.train);
+                let validation = pooled(|q| &q.validation);
                 let (learned, stats) = codebook::learn(
                     strict.mapper.codebook(),
                     strict.mapper.spec(),
                     &responses,
-                    budget,
-                    max_codewords,
-                    codebook::DEFAULT_PAIR_WEIGHT,
+                    &validation,
+                    &codebook::Settings::new(budget, max_codewords),
                 )
                 .map_err(|error| fail(error.to_string()))?;
                 let sha = workflow::sha256_hex(&learned.to_json_bytes());
                 codebooks.push(CodebookPoint {
                     serves: group
                         .iter()
-                        .map(|&i| format!("{}.{}", questions[i].0.name, questions[i].1))
+                        .map(|&i| format!("{}.{}", questions[i].contract.name, questions[i].id))
                         .collect(),
                     codewords: stats.codewords,
                     training_responses: responses.len(),
                     covered_training_responses: stats.covered_responses,
+                    assignment: stats.assignment,
+                    trials: stats.trials,
                 });
                 for &i in group {
-                    let (contract, question, strict, _) = &questions[i];
+                    let Question {
+                        contract,
+                        id: question,
+                        strict,
+                        ..
+                    } = &questions[i];
                     let mapper = Mapper::with_admissibility(
                         learned.clone(),
                         strict.mapper.spec().clone(),
@@ -250,6 +291,7 @@ pub fn candidates(
                 mean_cost_increase: BTreeMap::new(),
                 worst_increase: BTreeMap::new(),
                 worst_relative_increase: BTreeMap::new(),
+                moved: BTreeMap::new(),
                 test_answers: 0,
                 covered_test_answers: 0,
             };
@@ -317,6 +359,24 @@ fn measure(
             let spec = wcpq.mapper.spec();
             let before = spec.plans(&evaluation.native, state);
             let after = spec.plans(&evaluation.released, state);
+            let mut families: Vec<&str> = spec
+                .policies()
+                .iter()
+                .zip(before.iter().zip(&after))
+                .filter(|(_, (b, a))| b != a)
+                .map(|(policy, _)| policy.family.name())
+                .collect();
+            families.sort_unstable();
+            families.dedup();
+            for policy in spec.policies() {
+                point
+                    .moved
+                    .entry(policy.family.name().to_string())
+                    .or_insert(0);
+            }
+            for family in families {
+                *point.moved.entry(family.to_string()).or_insert(0) += 1;
+            }
             for (j, policy) in spec.policies().iter().enumerate() {
                 let name = format!("{}/{}", policy.family.name(), policy.profile.name());
                 let mut worst = 0.0f64;
@@ -493,6 +553,15 @@ mod tests {
                 // Served: answers of every class count are covered by their own codebook.
                 assert!(question.test_answers > 0, "{question:?}");
                 assert!(question.covered_test_answers > 0, "{question:?}");
+            }
+            // The larger budget moves some answers of some family; none moves more answers
+            // than were released; the assignment was chosen on the validation split.
+            if point.budget > 0.1 {
+                assert!(point.moved.values().any(|&m| m > 0), "{point:?}");
+            }
+            assert!(point.moved.values().all(|&m| m <= point.test_answers));
+            for codebook in &point.codebooks {
+                assert!(codebook.assignment.is_some() && !codebook.trials.is_empty());
             }
             // The per-output bound holds for every workflow of every question.
             for (workflow, worst) in &point.worst_relative_increase {

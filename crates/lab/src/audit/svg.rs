@@ -1,128 +1,205 @@
-//! Hand-written SVG of the privacy-utility picture: pooled secret recovery (x)
-//! against mean realized cost (y), one panel per workflow, one labelled point
-//! per release with 95% interval whiskers on both axes. Lower-left is better.
+//! Hand-written SVG of the privacy-utility picture, in two parts:
+//!
+//! - paired differences: each release's recovery minus each reference release's (strict WCPQ,
+//!   no output), paired over the same test pairs, as a point with its 95% interval per row;
+//! - one panel per workflow family: pooled secret recovery (x, with its interval) against the
+//!   mean realized cost averaged over the family's workflows (y). Lower-left is better.
+//!
+//! Every release keeps one colour and marker across the picture, named in the legend.
 
 use std::fmt::Write as _;
 
 use super::report::Report;
 
-const PANEL_W: f64 = 440.0;
-/// Panels per row (the default workflow set is 3 families x 6 profiles: one family per row).
-const COLUMNS: usize = 6;
-const PANEL_H: f64 = 360.0;
-const MARGIN_L: f64 = 64.0;
+const PANEL_W: f64 = 520.0;
+/// Family panels per row (the default workflow set has three families).
+const COLUMNS: usize = 3;
+const PANEL_H: f64 = 420.0;
+const MARGIN_L: f64 = 72.0;
 const MARGIN_R: f64 = 24.0;
 const MARGIN_T: f64 = 40.0;
 const MARGIN_B: f64 = 52.0;
 const TITLE_H: f64 = 36.0;
-const LEGEND_ROW: f64 = 18.0;
-const PALETTE: [&str; 10] = [
-    "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2",
-    "#7f7f7f", "#bcbd22",
+const LEGEND_ROW: f64 = 20.0;
+/// Height of one row of the paired-difference plot.
+const FOREST_ROW: f64 = 22.0;
+/// Width reserved for the release names left of the paired-difference axes.
+const FOREST_LABELS: f64 = 220.0;
+/// Colours that stay distinct for colour-blind readers (Okabe–Ito, then Tol's muted).
+const PALETTE: [&str; 12] = [
+    "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#882255",
+    "#117733", "#999933", "#332288", "#AA4499",
 ];
 
 /// One plotted point.
 struct Point {
-    label: String,
-    color: &'static str,
+    release: usize,
     x: (f64, f64, f64),
-    y: (f64, f64, f64),
+    y: f64,
 }
 
-/// Renders the report as a standalone SVG document. Without any workflow
-/// costs a single panel plots recovery against the release index.
+fn color(release: usize) -> &'static str {
+    PALETTE[release % PALETTE.len()]
+}
+
+/// A marker: circle, square or diamond (the shape changes when the colours repeat).
+fn marker(out: &mut String, release: usize, cx: f64, cy: f64) {
+    let c = color(release);
+    let _ = match (release / PALETTE.len()) % 3 {
+        0 => writeln!(
+            out,
+            r#"<circle cx="{cx:.1}" cy="{cy:.1}" r="5.5" fill="{c}" stroke="white"/>"#
+        ),
+        1 => writeln!(
+            out,
+            r#"<rect x="{:.1}" y="{:.1}" width="10" height="10" fill="{c}" stroke="white"/>"#,
+            cx - 5.0,
+            cy - 5.0
+        ),
+        _ => writeln!(
+            out,
+            r#"<path d="M {cx:.1} {:.1} L {:.1} {cy:.1} L {cx:.1} {:.1} L {:.1} {cy:.1} Z" fill="{c}" stroke="white"/>"#,
+            cy - 6.5,
+            cx + 6.5,
+            cy + 6.5,
+            cx - 6.5
+        ),
+    };
+}
+
+/// The family of a workflow named `family/profile` (the whole name otherwise).
+fn family(workflow: &str) -> &str {
+    workflow.split('/').next().unwrap_or(workflow)
+}
+
+/// Renders the report as a standalone SVG document. Without any workflow costs a single panel
+/// plots recovery against the release index.
 pub fn render(report: &Report) -> String {
-    let mut workflows: Vec<String> = Vec::new();
+    let mut families: Vec<String> = Vec::new();
     for rel in &report.releases {
         for u in &rel.utility {
-            if !workflows.contains(&u.workflow) {
-                workflows.push(u.workflow.clone());
+            let f = family(&u.workflow);
+            if !families.iter().any(|g| g == f) {
+                families.push(f.to_string());
             }
         }
     }
-    let n_panels = workflows.len().max(1);
-    let columns = n_panels.min(COLUMNS);
-    let rows = n_panels.div_ceil(columns);
+    let mut references: Vec<String> = Vec::new();
+    for rel in &report.releases {
+        for p in &rel.paired {
+            if !references.contains(&p.reference) {
+                references.push(p.reference.clone());
+            }
+        }
+    }
+    let n_panels = families.len().max(1);
+    let columns = n_panels.min(COLUMNS).max(references.len().min(COLUMNS));
+    let rows = n_panels.div_ceil(n_panels.min(COLUMNS));
     let width = PANEL_W * columns as f64;
-    let legend_h = LEGEND_ROW * report.releases.len().div_ceil(4) as f64 + 12.0;
-    let height = TITLE_H + PANEL_H * rows as f64 + legend_h;
+    let forest_h = if references.is_empty() {
+        0.0
+    } else {
+        MARGIN_T + FOREST_ROW * report.releases.len() as f64 + MARGIN_B
+    };
+    let legend_columns = 3;
+    let legend_h = LEGEND_ROW * report.releases.len().div_ceil(legend_columns) as f64 + 16.0;
+    let height = TITLE_H + forest_h + PANEL_H * rows as f64 + legend_h;
     let mut out = String::new();
     let _ = writeln!(
         out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="Helvetica, Arial, sans-serif" font-size="12">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="Helvetica, Arial, sans-serif" font-size="13">"#
     );
     let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
     let _ = writeln!(
         out,
-        r#"<text x="{:.1}" y="22" text-anchor="middle" font-size="15" font-weight="bold">Secret recovery vs mean realized cost per release (lower-left is better)</text>"#,
+        r#"<text x="{:.1}" y="24" text-anchor="middle" font-size="16" font-weight="bold">What each release lets a recipient recover, and what it costs</text>"#,
         width / 2.0
     );
-    if workflows.is_empty() {
+    if !references.is_empty() {
+        let panel_w = width / references.len() as f64;
+        for (r, reference) in references.iter().enumerate() {
+            forest(
+                &mut out,
+                report,
+                reference,
+                panel_w * r as f64,
+                TITLE_H,
+                panel_w,
+                r == 0,
+            );
+        }
+    }
+    let top = TITLE_H + forest_h;
+    if families.is_empty() {
         let points: Vec<Point> = report
             .releases
             .iter()
             .enumerate()
             .map(|(i, rel)| Point {
-                label: rel.release.clone(),
-                color: PALETTE[i % PALETTE.len()],
+                release: i,
                 x: (
                     rel.pooled.accuracy.mean,
                     rel.pooled.accuracy.lower,
                     rel.pooled.accuracy.upper,
                 ),
-                y: (i as f64, i as f64, i as f64),
+                y: i as f64,
             })
             .collect();
         panel(
             &mut out,
             0.0,
-            0.0,
+            top,
             "recovery only (no workflow costs supplied)",
             "release index",
             &points,
         );
     } else {
-        for (w, workflow) in workflows.iter().enumerate() {
+        let per_row = n_panels.min(COLUMNS);
+        for (f, name) in families.iter().enumerate() {
             let points: Vec<Point> = report
                 .releases
                 .iter()
                 .enumerate()
                 .filter_map(|(i, rel)| {
-                    let u = rel.utility.iter().find(|u| &u.workflow == workflow)?;
-                    Some(Point {
-                        label: rel.release.clone(),
-                        color: PALETTE[i % PALETTE.len()],
+                    let costs: Vec<f64> = rel
+                        .utility
+                        .iter()
+                        .filter(|u| family(&u.workflow) == name)
+                        .map(|u| u.pooled.mean)
+                        .collect();
+                    (!costs.is_empty()).then(|| Point {
+                        release: i,
                         x: (
                             rel.pooled.accuracy.mean,
                             rel.pooled.accuracy.lower,
                             rel.pooled.accuracy.upper,
                         ),
-                        y: (u.pooled.mean, u.pooled.lower, u.pooled.upper),
+                        y: costs.iter().sum::<f64>() / costs.len() as f64,
                     })
                 })
                 .collect();
-            let (column, row) = (w % columns, w / columns);
+            let (column, row) = (f % per_row, f / per_row);
             panel(
                 &mut out,
                 PANEL_W * column as f64,
-                PANEL_H * row as f64,
-                workflow,
-                "mean cost",
+                top + PANEL_H * row as f64,
+                &format!("{name} workflows"),
+                "mean realized cost (family average)",
                 &points,
             );
         }
     }
     // Legend.
-    let top = TITLE_H + PANEL_H * rows as f64 + 6.0;
+    let top = top + PANEL_H * rows as f64 + 8.0;
     for (i, rel) in report.releases.iter().enumerate() {
-        let x = 16.0 + (i % 4) as f64 * (width - 32.0) / 4.0;
-        let y = top + LEGEND_ROW * (i / 4) as f64 + 8.0;
+        let x = 20.0 + (i % legend_columns) as f64 * (width - 40.0) / legend_columns as f64;
+        let y = top + LEGEND_ROW * (i / legend_columns) as f64 + 8.0;
+        marker(&mut out, i, x, y);
         let _ = writeln!(
             out,
-            r#"<circle cx="{x:.1}" cy="{y:.1}" r="5" fill="{}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
-            PALETTE[i % PALETTE.len()],
-            x + 10.0,
-            y + 4.0,
+            r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
+            x + 12.0,
+            y + 4.5,
             escape(&rel.release)
         );
     }
@@ -130,19 +207,102 @@ pub fn render(report: &Report) -> String {
     out
 }
 
+/// The paired differences against one reference: one row per release that has one.
+fn forest(
+    out: &mut String,
+    report: &Report,
+    reference: &str,
+    left: f64,
+    top: f64,
+    panel_w: f64,
+    labels: bool,
+) {
+    let rows: Vec<(usize, &super::bootstrap::Estimate)> = report
+        .releases
+        .iter()
+        .enumerate()
+        .filter_map(|(i, rel)| {
+            rel.paired
+                .iter()
+                .find(|p| p.reference == reference)
+                .map(|p| (i, &p.difference))
+        })
+        .collect();
+    let x0 = left + if labels { FOREST_LABELS } else { MARGIN_L };
+    let x1 = left + panel_w - MARGIN_R;
+    let y0 = top + MARGIN_T;
+    let y1 = y0 + FOREST_ROW * report.releases.len() as f64;
+    let (mut lo, mut hi) = (0.0f64, 0.0f64);
+    for (_, e) in &rows {
+        lo = lo.min(e.lower);
+        hi = hi.max(e.upper);
+    }
+    let (lo, hi) = nice_range(lo, hi);
+    let sx = |v: f64| x0 + (v - lo) / (hi - lo) * (x1 - x0);
+    let _ = writeln!(
+        out,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="14" font-weight="bold">recovery minus {}, paired (points, 95% CI)</text>"#,
+        (x0 + x1) / 2.0,
+        y0 - 14.0,
+        escape(reference)
+    );
+    let _ = writeln!(
+        out,
+        r##"<rect x="{x0:.1}" y="{y0:.1}" width="{:.1}" height="{:.1}" fill="none" stroke="#444"/>"##,
+        x1 - x0,
+        y1 - y0
+    );
+    for v in ticks(lo, hi) {
+        let _ = writeln!(
+            out,
+            r##"<line x1="{0:.1}" y1="{y0:.1}" x2="{0:.1}" y2="{y1:.1}" stroke="#e4e4e4"/><text x="{0:.1}" y="{1:.1}" text-anchor="middle">{2}</text>"##,
+            sx(v),
+            y1 + 16.0,
+            tick(100.0 * v)
+        );
+    }
+    let _ = writeln!(
+        out,
+        r##"<line x1="{0:.1}" y1="{y0:.1}" x2="{0:.1}" y2="{y1:.1}" stroke="#666" stroke-dasharray="4 3"/>"##,
+        sx(0.0)
+    );
+    for (i, rel) in report.releases.iter().enumerate() {
+        let cy = y0 + FOREST_ROW * (i as f64 + 0.5);
+        if labels {
+            let _ = writeln!(
+                out,
+                r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+                x0 - 8.0,
+                cy + 4.5,
+                escape(&rel.release)
+            );
+        }
+        if let Some((_, e)) = rows.iter().find(|(r, _)| *r == i) {
+            let _ = writeln!(
+                out,
+                r#"<line x1="{:.1}" y1="{cy:.1}" x2="{:.1}" y2="{cy:.1}" stroke="{}" stroke-width="2"/>"#,
+                sx(e.lower),
+                sx(e.upper),
+                color(i)
+            );
+            marker(out, i, sx(e.mean), cy);
+        }
+    }
+}
+
 fn panel(out: &mut String, left: f64, top: f64, title: &str, y_label: &str, points: &[Point]) {
     let x0 = left + MARGIN_L;
     let x1 = left + PANEL_W - MARGIN_R;
-    let y0 = top + TITLE_H + MARGIN_T;
-    let y1 = top + TITLE_H + PANEL_H - MARGIN_B;
+    let y0 = top + MARGIN_T;
+    let y1 = top + PANEL_H - MARGIN_B;
     // Recovery axis always shows the 50% reference.
     let (mut xmin, mut xmax) = (0.5_f64, 0.5_f64);
     let (mut ymin, mut ymax) = (f64::INFINITY, f64::NEG_INFINITY);
     for p in points {
         xmin = xmin.min(p.x.1).min(p.x.0);
         xmax = xmax.max(p.x.2).max(p.x.0);
-        ymin = ymin.min(p.y.1).min(p.y.0);
-        ymax = ymax.max(p.y.2).max(p.y.0);
+        ymin = ymin.min(p.y);
+        ymax = ymax.max(p.y);
     }
     if !ymin.is_finite() || !ymax.is_finite() {
         (ymin, ymax) = (0.0, 1.0);
@@ -207,59 +367,18 @@ fn panel(out: &mut String, left: f64, top: f64, title: &str, y_label: &str, poin
         escape(y_label)
     );
     for p in points {
-        let (cx, cy) = (sx(p.x.0), sy(p.y.0));
+        let cy = sy(p.y);
         let _ = writeln!(
             out,
-            r#"<line x1="{:.1}" y1="{cy:.1}" x2="{:.1}" y2="{cy:.1}" stroke="{c}" stroke-width="1.5"/><line x1="{cx:.1}" y1="{:.1}" x2="{cx:.1}" y2="{:.1}" stroke="{c}" stroke-width="1.5"/>"#,
+            r#"<line x1="{:.1}" y1="{cy:.1}" x2="{:.1}" y2="{cy:.1}" stroke="{}" stroke-width="1.5"/>"#,
             sx(p.x.1),
             sx(p.x.2),
-            sy(p.y.1),
-            sy(p.y.2),
-            c = p.color
+            color(p.release)
         );
     }
-    // Points above whiskers; labels placed where they overlap no earlier label.
-    let mut placed: Vec<(f64, f64, f64, f64)> = Vec::new();
+    // Markers above whiskers; the legend names them (labels inside the panel would overlap).
     for p in points {
-        let (cx, cy) = (sx(p.x.0), sy(p.y.0));
-        let _ = writeln!(
-            out,
-            r#"<circle cx="{cx:.1}" cy="{cy:.1}" r="5" fill="{}" stroke="white"/>"#,
-            p.color
-        );
-        let w = 6.2 * p.label.chars().count() as f64;
-        let options = [
-            (7.0, -7.0, false),
-            (7.0, 15.0, false),
-            (-7.0, -7.0, true),
-            (-7.0, 15.0, true),
-            (7.0, -21.0, false),
-            (7.0, 29.0, false),
-        ];
-        for (dx, dy, end) in options {
-            let left_x = if end { cx + dx - w } else { cx + dx };
-            let bx = (left_x, cy + dy - 10.0, left_x + w, cy + dy + 2.0);
-            let inside = bx.0 >= left
-                && bx.2 <= left + PANEL_W
-                && bx.1 >= TITLE_H
-                && bx.3 <= TITLE_H + PANEL_H;
-            let clear = placed
-                .iter()
-                .all(|o| bx.2 < o.0 || bx.0 > o.2 || bx.3 < o.1 || bx.1 > o.3);
-            if inside && clear {
-                placed.push(bx);
-                let _ = writeln!(
-                    out,
-                    r#"<text x="{:.1}" y="{:.1}" font-size="11" fill="{}"{}>{}</text>"#,
-                    cx + dx,
-                    cy + dy,
-                    p.color,
-                    if end { r#" text-anchor="end""# } else { "" },
-                    escape(&p.label)
-                );
-                break;
-            }
-        }
+        marker(out, p.release, sx(p.x.0), sy(p.y));
     }
 }
 
