@@ -80,6 +80,43 @@ pub struct Config {
     pub origin: Origin,
     /// `[decision_log]`: where one JSON line per request goes (`None`: off). Fixed at start.
     pub decision_log: Option<DecisionLog>,
+    /// `contracts.NAME.capture`, by contract name: live capture of native answers (worlds
+    /// format). Fixed at start, like the decision log.
+    pub captures: BTreeMap<String, Capture>,
+}
+
+/// A contract's live capture (`contracts.NAME.capture`, built by validation only): a sample of
+/// its native answers, with the requests that went upstream, appended to a worlds file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Capture {
+    path: PathBuf,
+    sample_rate: f64,
+    max_bytes: u64,
+    max_files: usize,
+    queue_capacity: usize,
+}
+
+impl Capture {
+    /// The worlds file (resolved against the configuration's directory).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// The fraction of released answers kept, in (0, 1].
+    pub fn sample_rate(&self) -> f64 {
+        self.sample_rate
+    }
+    /// A file is rotated before it would grow beyond this many bytes.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+    /// Rotated files kept (`PATH.1` newest .. `PATH.N` oldest).
+    pub fn max_files(&self) -> usize {
+        self.max_files
+    }
+    /// Worlds waiting for the writer; beyond it they are dropped and counted.
+    pub fn queue_capacity(&self) -> usize {
+        self.queue_capacity
+    }
 }
 
 /// The release decision log's settings (built by validation only).
@@ -449,6 +486,16 @@ impl Config {
                 log.queue_capacity
             )),
         }
+        for (name, capture) in &self.captures {
+            out.push_str(&format!(
+                "capture {name}: {} · sample rate {} · rotated at {} bytes, {} files kept · queue {}\n",
+                capture.path.display(),
+                capture.sample_rate,
+                capture.max_bytes,
+                capture.max_files,
+                capture.queue_capacity
+            ));
+        }
         for (name, provider) in &self.providers {
             match provider {
                 Provider::Simulated => out.push_str(&format!("provider {name}: simulated\n")),
@@ -535,10 +582,21 @@ impl Config {
     }
 
     /// Settings that weaken a contract on purpose, each naming its key (printed by
-    /// `check-config` and logged at start-up): a question whose text the caller writes, and
-    /// a baseline that releases the provider's own confidence.
+    /// `check-config` and logged at start-up): a live capture (it stores native answers), a
+    /// question whose text the caller writes, and a baseline that releases the provider's own
+    /// confidence.
     pub fn warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
+        for (name, capture) in &self.captures {
+            warnings.push(format!(
+                "contracts.{name}.capture: {} stores a sample ({}) of this contract's native answers \
+                 with the requests that produced them (state included): the very answers the contract \
+                 releases only in part. The file is created with mode 0600; keep it, its rotations \
+                 and any copies to the people who may read native answers",
+                capture.path.display(),
+                capture.sample_rate
+            ));
+        }
         for (name, contract) in &self.contracts {
             for (id, rule) in &contract.questions {
                 let key = format!("contracts.{name}.questions.{id}");

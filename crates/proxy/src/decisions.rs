@@ -300,12 +300,29 @@ pub struct Rotating {
     max_files: usize,
     file: BufWriter<File>,
     written: u64,
+    /// Files are created (and an existing one is set to) mode 0600: owner only.
+    private: bool,
 }
 
 impl Rotating {
     /// Opens `path` for appending (its size counts towards the first rotation).
     pub fn open(path: PathBuf, max_bytes: u64, max_files: usize) -> io::Result<Rotating> {
-        let file = append(&path)?;
+        Rotating::open_with(path, max_bytes, max_files, false)
+    }
+
+    /// Like [`Rotating::open`], for files only their owner may read: every file is created
+    /// with mode 0600, and an existing one is set to it (on Unix).
+    pub fn open_private(path: PathBuf, max_bytes: u64, max_files: usize) -> io::Result<Rotating> {
+        Rotating::open_with(path, max_bytes, max_files, true)
+    }
+
+    fn open_with(
+        path: PathBuf,
+        max_bytes: u64,
+        max_files: usize,
+        private: bool,
+    ) -> io::Result<Rotating> {
+        let file = append(&path, private)?;
         let written = file.metadata()?.len();
         Ok(Rotating {
             path,
@@ -313,6 +330,7 @@ impl Rotating {
             max_files: max_files.max(1),
             file: BufWriter::new(file),
             written,
+            private,
         })
     }
 
@@ -333,14 +351,27 @@ impl Rotating {
             }
         }
         std::fs::rename(&self.path, Rotating::rotated(&self.path, 1))?;
-        self.file = BufWriter::new(append(&self.path)?);
+        self.file = BufWriter::new(append(&self.path, self.private)?);
         self.written = 0;
         Ok(())
     }
 }
 
-fn append(path: &Path) -> io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
+fn append(path: &Path, private: bool) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.create(true).append(true);
+    #[cfg(unix)]
+    if private {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        options.mode(0o600);
+        let file = options.open(path)?;
+        // A file that existed before keeps its mode through `open`: narrow it.
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        return Ok(file);
+    }
+    #[cfg(not(unix))]
+    let _ = private;
+    options.open(path)
 }
 
 impl Write for Rotating {

@@ -47,6 +47,11 @@ pub struct Metrics {
     pub decision_log_dropped: IntCounterVec,
     /// Requests refused by a recipient's rate limit, by recipient.
     pub rate_limited: IntCounterVec,
+    /// Worlds written by a contract's live capture, by contract.
+    pub captured: IntCounterVec,
+    /// Worlds of a contract's live capture dropped, by contract and reason (`queue_full`,
+    /// `write_error`).
+    pub capture_dropped: IntCounterVec,
 }
 
 /// Errors building metrics (only on programming mistakes such as duplicate names).
@@ -173,6 +178,23 @@ impl Metrics {
             &["recipient"],
         )?;
         registry.register(Box::new(rate_limited.clone()))?;
+        let captured = IntCounterVec::new(
+            Opts::new(
+                "releasegate_captured_total",
+                "Worlds (a native answer and its upstream request) written by a contract's live capture",
+            ),
+            &["contract"],
+        )?;
+        registry.register(Box::new(captured.clone()))?;
+        let capture_dropped = IntCounterVec::new(
+            Opts::new(
+                "releasegate_capture_dropped_total",
+                "Sampled worlds of a contract's live capture that were not written, by reason: \
+                 queue_full (the writer fell behind) or write_error",
+            ),
+            &["contract", "reason"],
+        )?;
+        registry.register(Box::new(capture_dropped.clone()))?;
         registry.register(Box::new(config_reloads.clone()))?;
         registry.register(Box::new(config_info.clone()))?;
         registry.register(Box::new(wcpq_answers.clone()))?;
@@ -203,6 +225,8 @@ impl Metrics {
             config_info,
             decision_log_dropped,
             rate_limited,
+            captured,
+            capture_dropped,
         })
     }
 
@@ -217,6 +241,13 @@ impl Metrics {
             if recipient.rate_limit.is_some() {
                 self.rate_limited
                     .with_label_values(&[recipient.name.as_str()]);
+            }
+        }
+        for name in config.captures.keys() {
+            self.captured.with_label_values(&[name.as_str()]);
+            for reason in ["queue_full", "write_error"] {
+                self.capture_dropped
+                    .with_label_values(&[name.as_str(), reason]);
             }
         }
         for provider in config.providers.keys() {

@@ -55,6 +55,9 @@ struct Inner {
     reloading: std::sync::Mutex<()>,
     /// The release decision log, started by `Application::build` when configured.
     decisions: std::sync::OnceLock<crate::decisions::DecisionLog>,
+    /// The contracts' live captures by contract name, started by `Application::build`
+    /// (fixed at start: a reload that changes one is refused).
+    captures: std::sync::OnceLock<std::collections::BTreeMap<String, crate::capture::Capture>>,
 }
 
 /// One configuration generation and what is built from it.
@@ -126,6 +129,17 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    /// A contract's capture file cannot be written where configured.
+    #[error("contracts.{contract}.capture.path: cannot write {path}")]
+    Capture {
+        /// The contract.
+        contract: String,
+        /// The file.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 // === impl Application ===
@@ -159,6 +173,17 @@ impl Application {
             })?;
             let _ = state.inner.decisions.set(log);
         }
+        let mut captures = std::collections::BTreeMap::new();
+        for (contract, settings) in &live.config.captures {
+            let capture = crate::capture::Capture::start(contract, settings, &state.inner.metrics)
+                .map_err(|source| StartError::Capture {
+                    contract: contract.clone(),
+                    path: settings.path().display().to_string(),
+                    source,
+                })?;
+            captures.insert(contract.clone(), capture);
+        }
+        let _ = state.inner.captures.set(captures);
         let config = &live.config;
         let server = &state.inner.server;
         let upstream_fds = config
@@ -361,6 +386,20 @@ impl Application {
                 tracing::warn!("the decision log did not flush in time");
             }
         }
+        if state.inner.captures.get().is_some_and(|c| !c.is_empty()) {
+            let flushing = state.clone();
+            let flushed = tokio::task::spawn_blocking(move || {
+                flushing
+                    .inner
+                    .captures
+                    .get()
+                    .is_none_or(|captures| captures.values().all(|c| c.flush(ADMIN_DRAIN)))
+            })
+            .await;
+            if !matches!(flushed, Ok(true)) {
+                tracing::warn!("a capture file did not flush in time");
+            }
+        }
         drop(event_loops);
         tracing::info!("drained; stopped");
         Ok(())
@@ -528,6 +567,23 @@ impl AppState {
                 });
             }
         }
+        for (contract, capture) in &config.captures {
+            let parent = capture
+                .path()
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            if !parent.is_dir() {
+                return Err(StartError::Capture {
+                    contract: contract.clone(),
+                    path: capture.path().display().to_string(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "its directory does not exist",
+                    ),
+                });
+            }
+        }
         let live = Live::new(config, &metrics, None)?;
         let request_ids = middleware::RequestIds::from_os().map_err(StartError::Random)?;
         Ok(AppState {
@@ -539,6 +595,7 @@ impl AppState {
                 request_ids,
                 reloading: std::sync::Mutex::new(()),
                 decisions: std::sync::OnceLock::new(),
+                captures: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -557,6 +614,11 @@ impl AppState {
     /// The SHA-256 of the configuration text in force (`releasegate_config_info`).
     pub fn config_sha256(&self) -> String {
         self.inner.live.load().config.origin.sha256.clone()
+    }
+
+    /// The live capture of contract `name`, when it declares one and the server started it.
+    fn capture(&self, name: &str) -> Option<&crate::capture::Capture> {
+        self.inner.captures.get()?.get(name)
     }
 
     /// A fresh request id (`middleware::RequestIds`).

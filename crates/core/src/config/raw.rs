@@ -117,6 +117,24 @@ struct RawContract {
     public: Vec<crate::contract::PublicField>,
     #[serde(default)]
     policy: Option<RawPolicy>,
+    /// `capture = { path = "...", sample_rate = 0.1, max_bytes = ... }`: live capture of a
+    /// sample of native answers (off when absent).
+    #[serde(default)]
+    capture: Option<RawCapture>,
+}
+
+/// A contract's `capture` table: where and how much of its native traffic is kept as worlds.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCapture {
+    path: String,
+    sample_rate: f64,
+    #[serde(default = "default_decision_log_max_bytes")]
+    max_bytes: u64,
+    #[serde(default = "default_decision_log_max_files")]
+    max_files: u64,
+    #[serde(default = "default_capture_queue_capacity")]
+    queue_capacity: u64,
 }
 
 /// A contract's `policy = { keep = [...], hide = [...], max_recovery_gain = 0.05 }`.
@@ -336,6 +354,10 @@ fn default_decision_log_queue_capacity() -> u64 {
     4096
 }
 
+fn default_capture_queue_capacity() -> u64 {
+    1024
+}
+
 fn default_timeout_ms() -> u64 {
     30_000
 }
@@ -400,9 +422,15 @@ impl RawConfig {
         }
 
         let mut contracts = BTreeMap::new();
+        let mut captures = BTreeMap::new();
         let mut files = Vec::new();
         for (name, raw) in self.contracts {
             let key = format!("contracts.{name}");
+            if let Some(capture) = raw.capture {
+                let capture =
+                    validate_capture(&format!("{key}.capture"), capture, base_dir, &mut problems);
+                captures.insert(name.clone(), capture);
+            }
             // A declared but invalid provider has its own problem already.
             if !declared.contains(&raw.provider) {
                 problems.push(format!(
@@ -513,6 +541,25 @@ impl RawConfig {
             });
         }
 
+        // One writer per file: two captures (or a capture and the decision log) never share one.
+        let mut paths: BTreeMap<&Path, &str> = BTreeMap::new();
+        if let Some(super::DecisionSink::File(path)) = decision_log.as_ref().map(|l| l.sink()) {
+            paths.insert(path.as_path(), "decision_log.path");
+        }
+        for (name, capture) in &captures {
+            if let Some(other) = paths.insert(capture.path.as_path(), name.as_str()) {
+                problems.push(format!(
+                    "contracts.{name}.capture.path: {} is already written by {}",
+                    capture.path.display(),
+                    if other == "decision_log.path" {
+                        other.to_string()
+                    } else {
+                        format!("contracts.{other}.capture")
+                    }
+                ));
+            }
+        }
+
         if problems.is_empty() {
             Ok(Config {
                 server,
@@ -521,6 +568,7 @@ impl RawConfig {
                 contracts,
                 source,
                 decision_log,
+                captures,
                 origin: super::Origin {
                     files,
                     ..super::Origin::default()
@@ -697,6 +745,60 @@ fn validate_decision_log(
     };
     super::DecisionLog {
         sink,
+        max_bytes: raw.max_bytes.clamp(
+            limits::DECISION_LOG_MAX_BYTES.0,
+            limits::DECISION_LOG_MAX_BYTES.1,
+        ),
+        max_files: size(raw.max_files, limits::DECISION_LOG_MAX_FILES),
+        queue_capacity: size(raw.queue_capacity, limits::DECISION_LOG_QUEUE),
+    }
+}
+
+fn validate_capture(
+    key: &str,
+    raw: RawCapture,
+    base_dir: &Path,
+    problems: &mut Vec<String>,
+) -> super::Capture {
+    check_range(
+        problems,
+        &format!("{key}.max_bytes"),
+        raw.max_bytes,
+        limits::DECISION_LOG_MAX_BYTES,
+    );
+    check_range(
+        problems,
+        &format!("{key}.max_files"),
+        raw.max_files,
+        limits::DECISION_LOG_MAX_FILES,
+    );
+    check_range(
+        problems,
+        &format!("{key}.queue_capacity"),
+        raw.queue_capacity,
+        limits::DECISION_LOG_QUEUE,
+    );
+    if !(raw.sample_rate.is_finite() && raw.sample_rate > 0.0 && raw.sample_rate <= 1.0) {
+        problems.push(format!(
+            "{key}.sample_rate: must be a fraction in (0, 1] (1 keeps every answer), got {}",
+            raw.sample_rate
+        ));
+    }
+    if raw.path.trim().is_empty() || raw.path == "stdout" {
+        problems.push(format!(
+            "{key}.path: must name a file (captured answers never go to stdout)"
+        ));
+    }
+    let size = |value: u64, (min, max): (u64, u64)| {
+        usize::try_from(value.clamp(min, max)).unwrap_or(usize::MAX)
+    };
+    super::Capture {
+        path: base_dir.join(&raw.path),
+        sample_rate: if raw.sample_rate.is_finite() {
+            raw.sample_rate.clamp(0.0, 1.0)
+        } else {
+            0.0
+        },
         max_bytes: raw.max_bytes.clamp(
             limits::DECISION_LOG_MAX_BYTES.0,
             limits::DECISION_LOG_MAX_BYTES.1,

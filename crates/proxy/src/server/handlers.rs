@@ -182,6 +182,8 @@ struct Trail {
     trace_id: Option<TraceId>,
     /// Whether the request body was read to its end.
     body_read: bool,
+    /// A sampled request's world for the contract's live capture, once its answer is released.
+    capture: Option<crate::capture::Pending>,
 }
 
 impl Trail {
@@ -270,6 +272,14 @@ fn finish(
             "request"
         );
     }
+    // Only a released answer is captured, after the response is built: nothing of the
+    // capture changes what the recipient gets.
+    if let (Some(pending), Some(contract), true) =
+        (trail.capture, &trail.contract, (200..300).contains(&status))
+        && let Some(capture) = state.capture(&contract.name)
+    {
+        capture.offer(request_id.to_string(), pending);
+    }
     if let Some(log) = state.inner.decisions.get() {
         log.record(crate::decisions::Record {
             time: std::time::SystemTime::now(),
@@ -333,17 +343,30 @@ async fn answer(
     drop(request);
     // Never the caller's bytes: the contract's questions, the caller's content.
     let forward = Bytes::from(serde_json::to_vec(&asked.upstream).map_err(|_| Error::Internal)?);
+    // Sampled for the live capture: keep the two buffers (reference counts, no copies).
+    let captured = state
+        .capture(&contract.name)
+        .filter(|capture| capture.sample())
+        .map(|_| forward.clone());
     let reply = live
         .upstreams
         .systemone(&contract.provider, forward, headers)
         .await
         .map_err(|error| upstream_error(&live, contract, error))?;
+    let captured = match (captured, &reply) {
+        (Some(request), Reply::Success(response)) => Some(crate::capture::Pending {
+            request,
+            response: response.clone(),
+        }),
+        _ => None,
+    };
     let native = success_json(state, contract, reply)?;
     let released = release_off_thread(contract, asked, native)
         .await?
         .map_err(|reason| reject(state, contract, reason))?;
     record_released(state, contract, &released);
     trail.answers = released.answers;
+    trail.capture = captured;
     Ok(released.body)
 }
 

@@ -98,6 +98,19 @@ impl AppState {
         if current.config.decision_log != config.decision_log {
             changed.push("decision_log".to_string());
         }
+        // A capture's file and writer are started once: adding, removing or changing one needs
+        // a restart.
+        let names: std::collections::BTreeSet<&String> = current
+            .config
+            .captures
+            .keys()
+            .chain(config.captures.keys())
+            .collect();
+        for name in names {
+            if current.config.captures.get(name) != config.captures.get(name) {
+                changed.push(format!("contracts.{name}.capture"));
+            }
+        }
         if !changed.is_empty() {
             return Err(ReloadError::Fixed(changed));
         }
