@@ -1,5 +1,6 @@
 //! The `releasegate` command line: the proxy and its offline tools.
 
+mod collect;
 mod offline;
 
 use std::io::Read;
@@ -52,6 +53,9 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Ask a contract's provider every request of a requests file; write the native answers as
+    /// worlds (resumable; failures go to an errors file).
+    Collect(collect::CollectArgs),
     /// Build the WCPQ codebook of a contract question from the train split of saved worlds.
     BuildCodebook {
         /// Configuration file holding the contract (its codebooks are not loaded).
@@ -148,6 +152,7 @@ pub(crate) fn main() -> ExitCode {
             }),
         ),
         Command::Audit(args) => offline::audit_command(&args),
+        Command::Collect(args) => collect::collect_command(&args),
         Command::Decisions { files, json } => decisions(&files, json),
         Command::Replay {
             config,

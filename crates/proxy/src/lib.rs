@@ -4,11 +4,13 @@
 //! - [`load`]: reading the configuration file, the environment and the files it names.
 //! - [`auth`]: recipient keys; rate limits and providers are internal to the server.
 //! - [`decisions`]: the release decision log and its summary.
+//! - [`collect`]: asking a contract's provider for native answers (`releasegate collect`).
 //! - `capture`: live capture of sampled native answers as worlds (internal to the server).
 //! - [`telemetry`]: logging set-up.
 
 pub mod auth;
 pub(crate) mod capture;
+pub mod collect;
 pub mod decisions;
 pub mod load;
 pub(crate) mod metrics;

@@ -44,6 +44,17 @@ pub fn load_offline(path: Option<&Path>) -> Result<Config, Error> {
 /// codebook a contract will name. WCPQ questions come back with the
 /// mechanism `none`; never serve such a configuration.
 pub fn load_without_codebooks(path: &Path) -> Result<Config, Error> {
+    load_codebook_free(path, false)
+}
+
+/// Like [`load_without_codebooks`], reading provider keys from the environment as `serve`
+/// does: for `releasegate collect`, which calls a contract's provider (to gather the answers
+/// its codebook will be built from) but releases nothing.
+pub fn load_for_collect(path: &Path) -> Result<Config, Error> {
+    load_codebook_free(path, true)
+}
+
+fn load_codebook_free(path: &Path, read_keys: bool) -> Result<Config, Error> {
     if !path.exists() {
         return Err(Error::Load(format!(
             "configuration file {} does not exist",
@@ -57,7 +68,7 @@ pub fn load_without_codebooks(path: &Path) -> Result<Config, Error> {
         source,
         &base_dir(Some(path)),
         Inputs {
-            env: None,
+            env: if read_keys { Some(&process_env) } else { None },
             files: &read_file,
             codebooks: false,
         },

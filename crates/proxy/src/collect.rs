@@ -1,0 +1,241 @@
+//! Asking a contract's provider for native answers, for `releasegate collect`: the request
+//! goes through the contract's request check (`wire::check_request`, so the contract's pinned
+//! question text is what is asked) and to the provider through the proxy's own upstream
+//! client (the provider's `timeout_ms`, `max_concurrency`, `queue_timeout_ms`, the server's
+//! `max_upstream_body_bytes`, the key from the environment, TLS and no redirects, as under
+//! `serve`); the answer must pass the release path's validation (`release::release`), so a
+//! collected world is one the proxy would have released.
+//!
+//! Transient failures are retried (timeouts, unreachable or broken connections, a saturated
+//! provider, 429, 529 and 5xx): after 0.5 s, doubling, or after the provider's `retry-after`
+//! on 429/529, at most [`MAX_RETRY_WAIT`] each. Everything else fails at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::metrics::Metrics;
+use crate::upstream::{self, Reply, Upstreams};
+use releasegate_core::config::{Config, Provider};
+use releasegate_core::contract::Contract;
+use releasegate_core::release;
+use releasegate_core::rng::Rng;
+use releasegate_core::wire;
+
+/// The longest wait before one retry (a longer `retry-after` is cut to it).
+pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
+
+/// The first retry's wait when the provider gives no hint; each further one doubles it.
+const FIRST_RETRY_WAIT: Duration = Duration::from_millis(500);
+
+/// One contract's provider, as `serve` would call it.
+#[derive(Debug)]
+pub struct Collector {
+    upstreams: Upstreams,
+    contract: Arc<Contract>,
+    retries: u32,
+    max_concurrency: Option<usize>,
+}
+
+/// A native answer the provider gave and the proxy would release.
+#[derive(Debug, Clone)]
+pub struct Collected {
+    /// What went upstream: the contract's questions, the request's `state` and `assets`.
+    pub request: Value,
+    /// The provider's answer body.
+    pub response: Value,
+    /// Calls made (1 without retries).
+    pub attempts: u32,
+}
+
+/// Why a request yielded no world.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct Failure {
+    /// A fixed slug: `invalid_request`, an upstream kind (`timeout`, `connect`, `transport`,
+    /// `too_large`, `saturated`, `rejected`, `auth`, `status_429`, `status_529`,
+    /// `status_4xx`, `status_5xx`, `status_other`) or `invalid_answer`.
+    pub kind: &'static str,
+    /// The proxy's own description (never the provider's body).
+    pub message: String,
+    /// Calls made to the provider (0 when the request was refused before any).
+    pub attempts: u32,
+}
+
+/// Why a collector cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// No contract of that name.
+    #[error("no contract named `{name}` (known: {known})")]
+    NoContract {
+        /// The name asked for.
+        name: String,
+        /// The configured contracts.
+        known: String,
+    },
+    /// Metrics could not be registered.
+    #[error("cannot register metrics")]
+    Metrics(#[from] prometheus::Error),
+    /// The providers could not be set up.
+    #[error(transparent)]
+    Upstream(#[from] upstream::SetupError),
+}
+
+// === impl Collector ===
+
+impl Collector {
+    /// The collector of contract `name`, retrying transient failures up to `retries` times.
+    pub fn new(config: &Config, name: &str, retries: u32) -> Result<Collector, SetupError> {
+        let contract = config
+            .contract(name)
+            .cloned()
+            .ok_or_else(|| SetupError::NoContract {
+                name: name.to_string(),
+                known: config
+                    .contracts
+                    .keys()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })?;
+        let max_concurrency = match config.providers.get(&contract.provider) {
+            Some(Provider::SystemOne(remote)) => Some(remote.max_concurrency()),
+            _ => None,
+        };
+        let upstreams = Upstreams::new(config, Metrics::new()?)?;
+        Ok(Collector {
+            upstreams,
+            contract,
+            retries,
+            max_concurrency,
+        })
+    }
+
+    /// The provider's `max_concurrency` (`None` for the in-process simulator): more requests
+    /// in flight would only wait for its slots.
+    pub fn max_concurrency(&self) -> Option<usize> {
+        self.max_concurrency
+    }
+
+    /// Asks the provider one request.
+    pub async fn collect(&self, request: &Value) -> Result<Collected, Failure> {
+        let contract = &*self.contract;
+        let asked = wire::check_request(request, contract).map_err(|error| Failure {
+            kind: "invalid_request",
+            message: error.to_string(),
+            attempts: 0,
+        })?;
+        let body = Bytes::from(serde_json::to_vec(&asked.upstream).map_err(|_| Failure {
+            kind: "invalid_request",
+            message: "the request cannot be serialized".into(),
+            attempts: 0,
+        })?);
+        let headers = HeaderMap::new();
+        let mut attempts = 0;
+        let mut wait = FIRST_RETRY_WAIT;
+        loop {
+            attempts += 1;
+            let reply = self
+                .upstreams
+                .systemone(&contract.provider, body.clone(), &headers)
+                .await;
+            let (kind, message, hint) = match reply {
+                Ok(Reply::Success(bytes)) => {
+                    return answer(contract, &asked, &bytes).map_or_else(
+                        |reason| {
+                            Err(Failure {
+                                kind: "invalid_answer",
+                                message: format!("the provider's answer fails validation: {reason}"),
+                                attempts,
+                            })
+                        },
+                        |response| {
+                            Ok(Collected {
+                                request: asked.upstream.clone(),
+                                response,
+                                attempts,
+                            })
+                        },
+                    );
+                }
+                Ok(Reply::Status {
+                    status,
+                    retry_after,
+                    retry_after_ms,
+                }) => {
+                    let hint = retry_after_ms
+                        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                        .map(Duration::from_millis)
+                        .or_else(|| {
+                            retry_after
+                                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                                .map(Duration::from_secs)
+                        });
+                    (
+                        upstream::status_kind(status),
+                        format!("the provider answered {status}"),
+                        hint,
+                    )
+                }
+                Err(error) => (error.kind(), error_chain(&error), None),
+            };
+            if !retryable(kind) || attempts > self.retries {
+                return Err(Failure {
+                    kind,
+                    message,
+                    attempts,
+                });
+            }
+            tokio::time::sleep(hint.unwrap_or(wait).min(MAX_RETRY_WAIT)).await;
+            wait = wait.saturating_mul(2);
+        }
+    }
+}
+
+/// The answer body, when it parses and the release path accepts it.
+fn answer(contract: &Contract, asked: &wire::Asked, bytes: &[u8]) -> Result<Value, wire::Invalid> {
+    let native: Value = serde_json::from_slice(bytes).map_err(|_| wire::Invalid::NotJson)?;
+    let mut rng = Rng::new(0);
+    let mut options = release::Options {
+        rng: &mut rng,
+        evaluate: false,
+    };
+    release::release(contract, asked, &native, &mut options)?;
+    Ok(native)
+}
+
+/// Failures worth another try: the provider may answer later.
+fn retryable(kind: &str) -> bool {
+    matches!(
+        kind,
+        "timeout" | "connect" | "transport" | "saturated" | "status_429" | "status_529" | "status_5xx"
+    )
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retryable;
+
+    #[test]
+    fn only_transient_failures_are_retried() {
+        for kind in crate::upstream::ERROR_KINDS {
+            let transient = !matches!(kind, "too_large" | "rejected" | "auth" | "status_4xx" | "status_other");
+            assert_eq!(retryable(kind), transient, "{kind}");
+        }
+        assert!(!retryable("invalid_answer"));
+        assert!(!retryable("invalid_request"));
+    }
+}

@@ -1,0 +1,453 @@
+//! `releasegate collect`: ask a contract's provider every request of a requests file and
+//! write the native answers as worlds (`docs/collect.md`). The glue only: the requests
+//! file's format and its worlds are `releasegate_sim::requests`, the provider call (request
+//! check, upstream client, retries, answer validation) is `releasegate_proxy::collect`.
+//!
+//! Rules:
+//! - a world goes to `--out` as soon as its answer arrives (completion order), one line,
+//!   flushed; the file is appended to, created with mode 0600 (it holds native answers);
+//! - resumable: ids already in `--out` are not asked again; a torn last line (an
+//!   interrupted write) is cut off with a warning, any other unreadable line stops the run;
+//! - every line that yields no world is recorded in the errors file (`--errors`, default
+//!   `OUT.errors.jsonl`, rewritten by every run: it lists the failures of the latest run,
+//!   which a rerun asks again), with its line number, id, error kind and message;
+//! - exit 0 when every request of the file is in `--out`, 75 (EX_TEMPFAIL) when some failed
+//!   (rerun to retry them), 1 when `--out` holds no world at all, 64 on unusable arguments.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+
+use releasegate_proxy::collect::{Collected, Collector, Failure};
+use releasegate_sim::requests::Line;
+use releasegate_sim::worlds::World;
+
+/// Exit status when some requests failed and a rerun may collect them (EX_TEMPFAIL).
+pub(super) const EXIT_PARTIAL: u8 = 75;
+
+/// Arguments of `releasegate collect`.
+#[derive(Debug, clap::Args)]
+pub(super) struct CollectArgs {
+    /// Configuration file holding the contract and its provider (codebooks are not loaded;
+    /// the provider key is read from the environment, as by `serve`).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// The contract whose questions are asked and whose provider answers.
+    #[arg(long)]
+    pub contract: String,
+    /// Requests file: one `{"id": ..., "request": {...}}` per line, optional labels.
+    #[arg(long)]
+    pub requests: PathBuf,
+    /// Output worlds file (appended to; ids already in it are skipped).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Errors file (default: OUT.errors.jsonl), rewritten by every run.
+    #[arg(long)]
+    pub errors: Option<PathBuf>,
+    /// Requests in flight at once (at most the provider's `max_concurrency`).
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+    /// Retries of a transient failure (timeout, connection, 429, 529, 5xx).
+    #[arg(long, default_value_t = 2)]
+    pub retries: u32,
+}
+
+/// `releasegate collect`.
+pub(super) fn collect_command(args: &CollectArgs) -> ExitCode {
+    if args.concurrency == 0 {
+        return super::usage_error(&"--concurrency must be at least 1");
+    }
+    let config = match releasegate_proxy::load::load_for_collect(&args.config) {
+        Ok(config) => config,
+        Err(error) => return super::usage_error(&error),
+    };
+    let collector = match Collector::new(&config, &args.contract, args.retries) {
+        Ok(collector) => collector,
+        Err(error) => return super::usage_error(&error),
+    };
+    let errors_path = args.errors.clone().unwrap_or_else(|| {
+        let mut name = args.out.as_os_str().to_owned();
+        name.push(".errors.jsonl");
+        PathBuf::from(name)
+    });
+    let existing = match already_collected(&args.out) {
+        Ok(existing) => existing,
+        Err(message) => return super::usage_error(&message),
+    };
+    let text = match std::fs::read_to_string(&args.requests) {
+        Ok(text) => text,
+        Err(error) => {
+            return super::usage_error(&format!(
+                "cannot read {}: {error}",
+                args.requests.display()
+            ));
+        }
+    };
+    let mut errors = match Errors::create(&errors_path) {
+        Ok(errors) => errors,
+        Err(message) => return super::usage_error(&message),
+    };
+    let mut seen = HashSet::new();
+    let mut todo = Vec::new();
+    let (mut lines, mut skipped) = (0usize, 0usize);
+    for (index, text) in text.lines().enumerate() {
+        if text.trim().is_empty() {
+            continue;
+        }
+        lines += 1;
+        let line = match Line::parse(text, index + 1) {
+            Ok(line) => line,
+            Err(error) => {
+                errors.record(error.line, error.id.as_deref(), "invalid_line", &error.reason, 0);
+                continue;
+            }
+        };
+        if !seen.insert(line.id.clone()) {
+            errors.record(
+                index + 1,
+                Some(&line.id),
+                "duplicate_id",
+                "the id is already used by an earlier line of this file",
+                0,
+            );
+            continue;
+        }
+        if existing.contains(&line.id) {
+            skipped += 1;
+            continue;
+        }
+        todo.push((index + 1, line));
+    }
+    if lines == 0 {
+        return super::usage_error(&format!(
+            "{} holds no request line: expected one JSON object per line, \
+             {{\"id\": ..., \"request\": {{a System One request}}}} (docs/collect.md)",
+            args.requests.display()
+        ));
+    }
+    let concurrency = match collector.max_concurrency() {
+        Some(max) if max < args.concurrency => {
+            eprintln!(
+                "note: --concurrency {} is above the provider's max_concurrency {max}; using {max}",
+                args.concurrency
+            );
+            max
+        }
+        _ => args.concurrency,
+    };
+    eprintln!(
+        "collect: {} requests to ask ({skipped} already in {}, {} unusable lines), concurrency {concurrency}",
+        todo.len(),
+        args.out.display(),
+        errors.count
+    );
+    let mut out = match open_out(&args.out) {
+        Ok(out) => out,
+        Err(message) => return super::usage_error(&message),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => return super::usage_error(&format!("cannot start the runtime: {error}")),
+    };
+    let progress = Progress::new(todo.len());
+    let domain = args.contract.clone();
+    let mut collected = 0usize;
+    let mut retried = 0usize;
+    let written = runtime.block_on(run(
+        Arc::new(collector),
+        todo,
+        concurrency,
+        |line, number, result| {
+            match result {
+                Ok(Collected {
+                    request,
+                    response,
+                    attempts,
+                }) => {
+                    let world: World = line.world(&domain, request, response);
+                    let text = world.to_line().map_err(|error| error.to_string())?;
+                    out.write_all(text.as_bytes())
+                        .and_then(|()| out.write_all(b"\n"))
+                        .and_then(|()| out.flush())
+                        .map_err(|error| format!("cannot write {}: {error}", args.out.display()))?;
+                    collected += 1;
+                    retried += usize::from(attempts > 1);
+                }
+                Err(Failure {
+                    kind,
+                    message,
+                    attempts,
+                }) => errors.record(number, Some(&line.id), kind, &message, attempts),
+            }
+            progress.advance(collected, errors.count);
+            Ok(())
+        },
+    ));
+    progress.finish(collected, errors.count);
+    if let Err(message) = written {
+        eprintln!("error: {message}");
+        return ExitCode::FAILURE;
+    }
+    if let Err(message) = errors.finish() {
+        return super::usage_error(&message);
+    }
+    let in_out = existing.len() + collected;
+    let summary = json!({
+        "out": args.out.display().to_string(),
+        "errors": errors_path.display().to_string(),
+        "contract": args.contract,
+        "request_lines": lines,
+        "collected": collected,
+        "already_collected": skipped,
+        "retried": retried,
+        "failed": errors.count,
+        "failures": errors.kinds,
+        "worlds_in_out": in_out,
+    });
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&summary).unwrap_or_default()
+    );
+    if in_out == 0 {
+        eprintln!(
+            "error: nothing was collected: all {} request lines failed (see {})",
+            lines,
+            errors_path.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    if errors.count > 0 {
+        eprintln!(
+            "warning: {} request lines yielded no world (see {}); rerun the same command to retry them",
+            errors.count,
+            errors_path.display()
+        );
+        return ExitCode::from(EXIT_PARTIAL);
+    }
+    ExitCode::SUCCESS
+}
+
+/// Asks every request, at most `concurrency` at once, and hands each result (in completion
+/// order) to `done`; stops at the first error `done` returns.
+async fn run(
+    collector: Arc<Collector>,
+    todo: Vec<(usize, Line)>,
+    concurrency: usize,
+    mut done: impl FnMut(&Line, usize, Result<Collected, Failure>) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut lines: Vec<Option<Line>> = Vec::with_capacity(todo.len());
+    let mut numbers = Vec::with_capacity(todo.len());
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut pending = todo.into_iter().enumerate();
+    let mut spawn = |tasks: &mut tokio::task::JoinSet<_>,
+                     lines: &mut Vec<Option<Line>>,
+                     numbers: &mut Vec<usize>| {
+        if let Some((slot, (number, line))) = pending.next() {
+            let collector = collector.clone();
+            let request = line.request.clone();
+            lines.push(Some(line));
+            numbers.push(number);
+            tasks.spawn(async move { (slot, collector.collect(&request).await) });
+        }
+    };
+    for _ in 0..concurrency {
+        spawn(&mut tasks, &mut lines, &mut numbers);
+    }
+    while let Some(joined) = tasks.join_next().await {
+        let (slot, result) = joined.map_err(|error| format!("a request task failed: {error}"))?;
+        let line = lines[slot].take().ok_or("a request finished twice")?;
+        done(&line, numbers[slot], result)?;
+        spawn(&mut tasks, &mut lines, &mut numbers);
+    }
+    Ok(())
+}
+
+/// The ids of the worlds already in `path` (none when it does not exist). A last line cut
+/// short by an interrupted run is removed; any other unreadable line is an error.
+fn already_collected(path: &Path) -> Result<HashSet<String>, String> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(HashSet::new()),
+        Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
+    };
+    let mut ids = HashSet::new();
+    let mut start = 0usize;
+    let mut number = 0usize;
+    while start < bytes.len() {
+        number += 1;
+        let end = bytes[start..]
+            .iter()
+            .position(|b| *b == b'\n')
+            .map(|at| start + at);
+        let text = &bytes[start..end.unwrap_or(bytes.len())];
+        let parsed = std::str::from_utf8(text)
+            .map_err(|_| "not valid utf-8".to_string())
+            .and_then(|text| {
+                if text.trim().is_empty() {
+                    Ok(None)
+                } else {
+                    World::from_line(text, number)
+                        .map(Some)
+                        .map_err(|error| error.to_string())
+                }
+            });
+        match (parsed, end) {
+            (Ok(world), _) => {
+                if let Some(world) = world {
+                    ids.insert(world.world_id);
+                }
+            }
+            (Err(_), None) => {
+                eprintln!(
+                    "warning: {} line {number} is cut short (an interrupted run); removing it",
+                    path.display()
+                );
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .and_then(|file| file.set_len(start as u64));
+                if let Err(error) = file {
+                    return Err(format!("cannot repair {}: {error}", path.display()));
+                }
+                break;
+            }
+            (Err(reason), Some(_)) => {
+                return Err(format!(
+                    "{} is not a worlds file collect can resume: {reason}; collect appends to the worlds it wrote",
+                    path.display()
+                ));
+            }
+        }
+        start = end.map_or(bytes.len(), |end| end + 1);
+    }
+    Ok(ids)
+}
+
+/// Opens the output for appending; a new file is created with mode 0600.
+fn open_out(path: &Path) -> Result<std::fs::File, String> {
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true).append(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options
+        .open(path)
+        .map_err(|error| format!("cannot open {}: {error}", path.display()))
+}
+
+/// The errors file of this run.
+struct Errors {
+    path: PathBuf,
+    file: std::io::BufWriter<std::fs::File>,
+    count: usize,
+    kinds: BTreeMap<&'static str, usize>,
+    failed: Option<std::io::Error>,
+}
+
+impl Errors {
+    fn create(path: &Path) -> Result<Errors, String> {
+        let file = std::fs::File::create(path)
+            .map_err(|error| format!("cannot create {}: {error}", path.display()))?;
+        Ok(Errors {
+            path: path.to_path_buf(),
+            file: std::io::BufWriter::new(file),
+            count: 0,
+            kinds: BTreeMap::new(),
+            failed: None,
+        })
+    }
+
+    fn record(
+        &mut self,
+        line: usize,
+        id: Option<&str>,
+        kind: &'static str,
+        message: &str,
+        attempts: u32,
+    ) {
+        self.count += 1;
+        *self.kinds.entry(kind).or_default() += 1;
+        let record = json!({"line": line, "id": id, "kind": kind, "message": message, "attempts": attempts});
+        let written = serde_json::to_writer(&mut self.file, &record)
+            .map_err(std::io::Error::other)
+            .and_then(|()| self.file.write_all(b"\n"))
+            .and_then(|()| self.file.flush());
+        if let Err(error) = written {
+            self.failed.get_or_insert(error);
+        }
+    }
+
+    fn finish(&mut self) -> Result<(), String> {
+        if let Some(error) = self.failed.take() {
+            return Err(format!("cannot write {}: {error}", self.path.display()));
+        }
+        self.file
+            .flush()
+            .map_err(|error| format!("cannot write {}: {error}", self.path.display()))
+    }
+}
+
+/// A progress bar on a terminal, plain lines (about every tenth of the work) otherwise.
+struct Progress {
+    bar: Option<ProgressBar>,
+    total: usize,
+    step: usize,
+    done: std::cell::Cell<usize>,
+}
+
+impl Progress {
+    fn new(total: usize) -> Progress {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::new(total as u64);
+            if let Ok(style) = ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} requests ({per_sec}, eta {eta}) {msg}",
+            ) {
+                bar.set_style(style);
+            }
+            bar
+        });
+        Progress {
+            bar,
+            total,
+            step: total.div_ceil(10).max(1),
+            done: std::cell::Cell::new(0),
+        }
+    }
+
+    fn advance(&self, collected: usize, failed: usize) {
+        let done = self.done.get() + 1;
+        self.done.set(done);
+        match &self.bar {
+            Some(bar) => {
+                bar.set_position(done as u64);
+                bar.set_message(format!("{failed} failed"));
+            }
+            None if done % self.step == 0 && done < self.total => eprintln!(
+                "collect: {done}/{} requests, {collected} collected, {failed} failed",
+                self.total
+            ),
+            None => {}
+        }
+    }
+
+    fn finish(&self, collected: usize, failed: usize) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+        eprintln!(
+            "collect: {}/{} requests, {collected} collected, {failed} failed",
+            self.done.get(),
+            self.total
+        );
+    }
+}
