@@ -103,7 +103,13 @@ pub(super) fn collect_command(args: &CollectArgs) -> ExitCode {
         let line = match Line::parse(text, index + 1) {
             Ok(line) => line,
             Err(error) => {
-                errors.record(error.line, error.id.as_deref(), "invalid_line", &error.reason, 0);
+                errors.record(
+                    error.line,
+                    error.id.as_deref(),
+                    "invalid_line",
+                    &error.reason,
+                    0,
+                );
                 continue;
             }
         };
@@ -377,7 +383,8 @@ impl Errors {
     ) {
         self.count += 1;
         *self.kinds.entry(kind).or_default() += 1;
-        let record = json!({"line": line, "id": id, "kind": kind, "message": message, "attempts": attempts});
+        let record =
+            json!({"line": line, "id": id, "kind": kind, "message": message, "attempts": attempts});
         let written = serde_json::to_writer(&mut self.file, &record)
             .map_err(std::io::Error::other)
             .and_then(|()| self.file.write_all(b"\n"))

@@ -4,6 +4,7 @@ mod access_log;
 mod auth;
 mod bad_input;
 mod cli;
+mod collect;
 mod connections;
 mod decisions;
 mod deploy;

@@ -154,11 +154,7 @@ impl Capture {
         if self.sample_rate >= 1.0 {
             return true;
         }
-        let draw = self
-            .rng
-            .lock()
-            .map(|mut rng| rng.uniform())
-            .unwrap_or(1.0);
+        let draw = self.rng.lock().map(|mut rng| rng.uniform()).unwrap_or(1.0);
         draw < self.sample_rate
     }
 

@@ -148,7 +148,9 @@ impl Collector {
                         |reason| {
                             Err(Failure {
                                 kind: "invalid_answer",
-                                message: format!("the provider's answer fails validation: {reason}"),
+                                message: format!(
+                                    "the provider's answer fails validation: {reason}"
+                                ),
                                 attempts,
                             })
                         },
@@ -211,7 +213,13 @@ fn answer(contract: &Contract, asked: &wire::Asked, bytes: &[u8]) -> Result<Valu
 fn retryable(kind: &str) -> bool {
     matches!(
         kind,
-        "timeout" | "connect" | "transport" | "saturated" | "status_429" | "status_529" | "status_5xx"
+        "timeout"
+            | "connect"
+            | "transport"
+            | "saturated"
+            | "status_429"
+            | "status_529"
+            | "status_5xx"
     )
 }
 
@@ -232,7 +240,10 @@ mod tests {
     #[test]
     fn only_transient_failures_are_retried() {
         for kind in crate::upstream::ERROR_KINDS {
-            let transient = !matches!(kind, "too_large" | "rejected" | "auth" | "status_4xx" | "status_other");
+            let transient = !matches!(
+                kind,
+                "too_large" | "rejected" | "auth" | "status_4xx" | "status_other"
+            );
             assert_eq!(retryable(kind), transient, "{kind}");
         }
         assert!(!retryable("invalid_answer"));

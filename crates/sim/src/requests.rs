@@ -114,7 +114,10 @@ impl Line {
                 let question = match raw.question {
                     Some(question) => question,
                     None => only_question(&raw.request).ok_or_else(|| {
-                        fail("the request asks several questions: name the labels' `question`".into())
+                        fail(
+                            "the request asks several questions: name the labels' `question`"
+                                .into(),
+                        )
                     })?,
                 };
                 hypotheses.sort();
@@ -179,7 +182,10 @@ mod tests {
     const REQUEST: &str = r#"{"model": "m", "state": {"x": 1}, "questions": {"route": {"type": "choice", "criteria": {"A": null, "B": null}}}}"#;
 
     fn parse(extra: &str) -> Result<Line, Error> {
-        Line::parse(&format!(r#"{{"id": "w1", "request": {REQUEST}{extra}}}"#), 7)
+        Line::parse(
+            &format!(r#"{{"id": "w1", "request": {REQUEST}{extra}}}"#),
+            7,
+        )
     }
 
     #[test]
@@ -190,7 +196,11 @@ mod tests {
             ("w1", "w1", Split::Train)
         );
         assert!(line.labels.is_none());
-        let world = line.world("loans", serde_json::json!({"q": 1}), serde_json::json!({"a": 2}));
+        let world = line.world(
+            "loans",
+            serde_json::json!({"q": 1}),
+            serde_json::json!({"a": 2}),
+        );
         assert_eq!(world.domain, "loans");
         assert_eq!(world.request["q"], 1);
         let text = world.to_line().unwrap();
@@ -213,8 +223,14 @@ mod tests {
 
         for (extra, needle) in [
             (r#", "coarse": "A""#, "labels come together"),
-            (r#", "coarse": "A", "secret": "s3", "hypotheses": ["s1", "s2"]"#, "not one of the hypotheses"),
-            (r#", "coarse": "A", "secret": "s1", "hypotheses": ["s1", "s1"]"#, "distinct"),
+            (
+                r#", "coarse": "A", "secret": "s3", "hypotheses": ["s1", "s2"]"#,
+                "not one of the hypotheses",
+            ),
+            (
+                r#", "coarse": "A", "secret": "s1", "hypotheses": ["s1", "s1"]"#,
+                "distinct",
+            ),
             (r#", "question": "route""#, "give `coarse`"),
             (r#", "secrte": "s1""#, "unknown field `secrte`"),
             (r#", "split": "dev""#, "unknown variant `dev`"),
@@ -242,6 +258,11 @@ mod tests {
         }
         // Two questions need the labels' question named.
         let two = r#"{"id": "a", "request": {"questions": {"x": {}, "y": {}}}, "coarse": "A", "secret": "s1", "hypotheses": ["s1", "s2"]}"#;
-        assert!(Line::parse(two, 1).unwrap_err().reason.contains("name the labels' `question`"));
+        assert!(
+            Line::parse(two, 1)
+                .unwrap_err()
+                .reason
+                .contains("name the labels' `question`")
+        );
     }
 }

@@ -599,20 +599,27 @@ fn every_server_key_is_fixed_at_start() {
 
 #[test]
 fn a_capture_is_validated_summarized_and_warned_about() {
-    let with = |table: &str| MINIMAL.replace(
-        "[contracts.c]\nprovider = \"sim\"\n",
-        &format!("[contracts.c]\nprovider = \"sim\"\ncapture = {table}\n"),
-    );
+    let with = |table: &str| {
+        MINIMAL.replace(
+            "[contracts.c]\nprovider = \"sim\"\n",
+            &format!("[contracts.c]\nprovider = \"sim\"\ncapture = {table}\n"),
+        )
+    };
     let config = Config::from_toml(MINIMAL).unwrap();
     assert!(config.captures.is_empty());
     assert!(!config.summary().contains("capture"));
 
-    let config = Config::from_toml(&with("{ path = \"/data/c.jsonl\", sample_rate = 0.25 }")).unwrap();
+    let config =
+        Config::from_toml(&with("{ path = \"/data/c.jsonl\", sample_rate = 0.25 }")).unwrap();
     let capture = &config.captures["c"];
     assert_eq!(capture.path(), Path::new("/data/c.jsonl"));
     assert_eq!(capture.sample_rate(), 0.25);
     assert_eq!(
-        (capture.max_bytes(), capture.max_files(), capture.queue_capacity()),
+        (
+            capture.max_bytes(),
+            capture.max_files(),
+            capture.queue_capacity()
+        ),
         (100 * 1024 * 1024, 5, 1024)
     );
     let summary = config.summary();
@@ -626,14 +633,38 @@ fn a_capture_is_validated_summarized_and_warned_about() {
     );
 
     for (table, key) in [
-        ("{ path = \"c.jsonl\", sample_rate = 0 }", "contracts.c.capture.sample_rate"),
-        ("{ path = \"c.jsonl\", sample_rate = 1.5 }", "contracts.c.capture.sample_rate"),
-        ("{ path = \"c.jsonl\", sample_rate = nan }", "contracts.c.capture.sample_rate"),
-        ("{ path = \"\", sample_rate = 1 }", "contracts.c.capture.path"),
-        ("{ path = \"stdout\", sample_rate = 1 }", "contracts.c.capture.path"),
-        ("{ path = \"c.jsonl\", sample_rate = 1, max_bytes = 10 }", "contracts.c.capture.max_bytes"),
-        ("{ path = \"c.jsonl\", sample_rate = 1, queue_capacity = 0 }", "contracts.c.capture.queue_capacity"),
-        ("{ path = \"c.jsonl\", sample_rate = 1, every = 3 }", "every"),
+        (
+            "{ path = \"c.jsonl\", sample_rate = 0 }",
+            "contracts.c.capture.sample_rate",
+        ),
+        (
+            "{ path = \"c.jsonl\", sample_rate = 1.5 }",
+            "contracts.c.capture.sample_rate",
+        ),
+        (
+            "{ path = \"c.jsonl\", sample_rate = nan }",
+            "contracts.c.capture.sample_rate",
+        ),
+        (
+            "{ path = \"\", sample_rate = 1 }",
+            "contracts.c.capture.path",
+        ),
+        (
+            "{ path = \"stdout\", sample_rate = 1 }",
+            "contracts.c.capture.path",
+        ),
+        (
+            "{ path = \"c.jsonl\", sample_rate = 1, max_bytes = 10 }",
+            "contracts.c.capture.max_bytes",
+        ),
+        (
+            "{ path = \"c.jsonl\", sample_rate = 1, queue_capacity = 0 }",
+            "contracts.c.capture.queue_capacity",
+        ),
+        (
+            "{ path = \"c.jsonl\", sample_rate = 1, every = 3 }",
+            "every",
+        ),
         ("{ sample_rate = 1 }", "path"),
     ] {
         let found = problems(&with(table));
@@ -647,7 +678,9 @@ fn a_capture_is_validated_summarized_and_warned_about() {
     );
     let found = problems(&shared);
     assert!(
-        found.iter().any(|p| p.contains("contracts.c.capture.path") && p.contains("decision_log.path")),
+        found
+            .iter()
+            .any(|p| p.contains("contracts.c.capture.path") && p.contains("decision_log.path")),
         "{found:?}"
     );
 }

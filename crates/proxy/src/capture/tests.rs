@@ -96,8 +96,7 @@ impl Write for Gate {
 fn a_full_queue_drops_and_counts_without_waiting() {
     let metrics = Metrics::new().unwrap();
     let gate = Arc::new((Mutex::new(false), Condvar::new()));
-    let capture =
-        Capture::with_sink("c", 1.0, 2, Box::new(Gate(gate.clone())), &metrics).unwrap();
+    let capture = Capture::with_sink("c", 1.0, 2, Box::new(Gate(gate.clone())), &metrics).unwrap();
     // The writer takes one world and blocks on it; two more fill the queue; the rest drop.
     for n in 0..10 {
         capture.offer(format!("rg-{n}"), world());
@@ -137,7 +136,10 @@ fn the_file_is_private_and_rotated_by_size() {
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&path), 0o600);
     let rotated = Rotating::rotated(&path, 1);
-    assert!(rotated.exists(), "40 worlds of ~300 bytes exceed 4096 bytes");
+    assert!(
+        rotated.exists(),
+        "40 worlds of ~300 bytes exceed 4096 bytes"
+    );
     assert_eq!(mode(&rotated), 0o600);
     assert!(std::fs::metadata(&path).unwrap().len() <= 4096);
     let lines: usize = [path.clone(), rotated, Rotating::rotated(&path, 2)]
