@@ -11,6 +11,7 @@ mod deploy;
 mod hardening;
 mod helpers;
 mod jev_client;
+mod own_provider;
 mod pinning;
 mod process;
 mod ratelimit;

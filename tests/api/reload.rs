@@ -387,3 +387,49 @@ async fn watch_config_follows_a_configmap_symlink_swap() {
     assert_eq!(proxy.status(CLIENT_KEY).await, 200);
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_that_adds_or_changes_a_capture_is_refused() {
+    let (_upstream, base_url) = spawn_upstream().await;
+    let dir = scratch("capture-reload");
+    let path = dir.join("releasegate.toml");
+    let with_capture = |rate: &str| {
+        config_text(Version::Added, &base_url, "").replace(
+            "[contracts.main]\nprovider = \"up\"\n",
+            &format!(
+                "[contracts.main]\nprovider = \"up\"\ncapture = {{ path = \"captured.jsonl\", sample_rate = {rate} }}\n"
+            ),
+        )
+    };
+    std::fs::write(&path, config_text(Version::Base, &base_url, "")).unwrap();
+    let proxy = Running::start(&path).await;
+    std::fs::write(&path, with_capture("1")).unwrap();
+    let error = proxy.reload(&path).await.unwrap_err();
+    assert!(
+        error.contains("contracts.main.capture: cannot change on reload"),
+        "{error}"
+    );
+    assert_eq!(proxy.status(ADDED_KEY).await, 401, "nothing of it applies");
+    proxy.stop().await;
+
+    // Started with a capture, a reload that keeps it applies; one that changes it does not.
+    std::fs::write(
+        &path,
+        with_capture("1")
+            .replace("name = \"added\"", "name = \"later\"")
+            .replace(
+                &releasegate_proxy::auth::hash_key(ADDED_KEY),
+                &"0".repeat(64),
+            ),
+    )
+    .unwrap();
+    let proxy = Running::start(&path).await;
+    assert!(dir.join("captured.jsonl").exists());
+    std::fs::write(&path, with_capture("1")).unwrap();
+    proxy.reload(&path).await.unwrap();
+    assert_eq!(proxy.status(ADDED_KEY).await, 200);
+    std::fs::write(&path, with_capture("0.5")).unwrap();
+    let error = proxy.reload(&path).await.unwrap_err();
+    assert!(error.contains("contracts.main.capture"), "{error}");
+    proxy.stop().await;
+}
