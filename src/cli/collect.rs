@@ -439,7 +439,7 @@ impl Progress {
                 bar.set_position(done as u64);
                 bar.set_message(format!("{failed} failed"));
             }
-            None if done % self.step == 0 && done < self.total => eprintln!(
+            None if done.is_multiple_of(self.step) && done < self.total => eprintln!(
                 "collect: {done}/{} requests, {collected} collected, {failed} failed",
                 self.total
             ),

@@ -340,3 +340,47 @@ async fn live_capture_writes_released_answers_and_changes_nothing_a_recipient_se
         assert_eq!(mode & 0o777, 0o600);
     }
 }
+
+#[test]
+fn check_config_names_a_capture_creates_nothing_and_refuses_a_path_it_cannot_write() {
+    let dir = scratch("check-capture");
+    let config = |path: &str| {
+        format!(
+            "[providers.sim]\nkind = \"simulated\"\n\
+             [contracts.c]\nprovider = \"sim\"\ncapture = {{ path = \"{path}\", sample_rate = 0.1 }}\n\
+             [contracts.c.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice\"\n"
+        )
+    };
+    let check = |text: String| {
+        let path = dir.join("c.toml");
+        std::fs::write(&path, text).unwrap();
+        Command::new(BIN)
+            .args(["check-config", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    let output = check(config("captured.jsonl"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    let file = dir.join("captured.jsonl");
+    assert!(
+        stdout.contains(&format!("capture c: {} · sample rate 0.1", file.display())),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("warning: contracts.c.capture:") && stdout.contains("native answers"),
+        "{stdout}"
+    );
+    assert!(!file.exists(), "check-config creates no capture file");
+
+    for path in [
+        "/nonexistent-releasegate-dir/c.jsonl".to_string(),
+        dir.display().to_string(),
+    ] {
+        let output = check(config(&path));
+        assert_eq!(output.status.code(), Some(64));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("contracts.c.capture.path"), "{stderr}");
+    }
+}

@@ -6,7 +6,7 @@
 //! `RELEASEGATE_*` environment overrides, reads provider keys from the
 //! environment and the files a configuration names from disk (or from the
 //! binary, for the embedded default), and checks what only the file system
-//! can tell (a decision log path that is a directory).
+//! can tell (a decision log or capture path that is a directory).
 
 use std::path::{Path, PathBuf};
 
@@ -203,6 +203,20 @@ fn check_paths(config: Config) -> Result<Config, Error> {
             "decision_log.path: {} is a directory; name a file",
             path.display()
         )]));
+    }
+    let directories: Vec<String> = config
+        .captures
+        .iter()
+        .filter(|(_, capture)| capture.path().is_dir())
+        .map(|(name, capture)| {
+            format!(
+                "contracts.{name}.capture.path: {} is a directory; name a file",
+                capture.path().display()
+            )
+        })
+        .collect();
+    if !directories.is_empty() {
+        return Err(Error::Invalid(directories));
     }
     Ok(config)
 }
