@@ -306,9 +306,19 @@ fn already_collected(path: &Path) -> Result<HashSet<String>, String> {
                 }
             });
         match (parsed, end) {
-            (Ok(world), _) => {
+            (Ok(world), end) => {
                 if let Some(world) = world {
                     ids.insert(world.world_id);
+                }
+                if end.is_none() {
+                    // A whole last line without its newline: end it before appending.
+                    let ended = std::fs::OpenOptions::new()
+                        .append(true)
+                        .open(path)
+                        .and_then(|mut file| file.write_all(b"\n"));
+                    if let Err(error) = ended {
+                        return Err(format!("cannot repair {}: {error}", path.display()));
+                    }
                 }
             }
             (Err(_), None) => {

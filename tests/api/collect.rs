@@ -178,7 +178,11 @@ async fn collect_writes_worlds_records_every_failure_and_resumes() {
     assert_eq!(errors[0]["kind"], "invalid_answer");
     assert_eq!(lines(&dir.join("worlds.jsonl")).len(), 3);
 
-    // Now `e` succeeds: everything is collected, exit 0.
+    // Now `e` succeeds: everything is collected, exit 0; a last line without its newline is
+    // ended before the next world is appended.
+    let mut text = std::fs::read(dir.join("worlds.jsonl")).unwrap();
+    assert_eq!(text.pop(), Some(b'\n'));
+    std::fs::write(dir.join("worlds.jsonl"), text).unwrap();
     let output = collect(&dir, &[]).await;
     assert!(
         output.status.success(),
