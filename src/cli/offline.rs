@@ -403,7 +403,17 @@ pub(super) struct AuditArgs {
     /// With --budgets: codebook sizes K to sweep (comma-separated; default 128).
     #[arg(long = "max-codewords", value_delimiter = ',', requires = "budgets")]
     pub max_codewords: Vec<usize>,
+    /// Report gains even when the pairs fail the input checks (marked as unchecked); without
+    /// it such an audit exits 65 and reports nothing.
+    #[arg(long = "allow-unpaired")]
+    pub allow_unpaired: bool,
+    /// Fitting threads (default 0: every core); the results do not depend on it.
+    #[arg(long)]
+    pub threads: Option<usize>,
 }
+
+/// Exit code of `audit` when its pairs fail the input checks (EX_DATAERR).
+pub(super) const EXIT_UNPAIRED: u8 = 65;
 
 /// Exit code of `audit --gate` when a contract fails: it exceeds its leakage budget, drops a
 /// KEEP field or has a question that is not certifiable.
@@ -511,6 +521,7 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
     let mut settings = releasegate_lab::audit::Config {
         seed: args.seed,
         n_bootstrap: args.bootstrap,
+        threads: args.threads.unwrap_or(0),
         ..releasegate_lab::audit::Config::default()
     };
     settings.references.extend(args.compare_to.iter().cloned());
@@ -520,7 +531,38 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
         Ok(report) => report,
         Err(error) => return super::failure(&error),
     };
+    let mut checks = input
+        .releases
+        .first()
+        .map(|r| releasegate_lab::audit::checks::pairs(&r.examples))
+        .unwrap_or_default();
+    releasegate_lab::audit::checks::baseline(&mut checks, &report);
+    let unchecked = checks.iter().any(|c| !c.passed());
+    for check in &checks {
+        if !check.passed() {
+            eprintln!(
+                "input check: domain {}: {}",
+                check.domain,
+                check.problems.join("; ")
+            );
+        }
+    }
+    if unchecked && !args.allow_unpaired {
+        eprintln!(
+            "error: the worlds fail the audit's pair checks (see above and docs/pairs.md): a gain \
+             over no output assumes pairs of two worlds with the same coarse class and public \
+             context and different secrets; fix the pairs, or pass --allow-unpaired to report \
+             the figures marked as unchecked"
+        );
+        return ExitCode::from(EXIT_UNPAIRED);
+    }
+    if unchecked {
+        println!(
+            "UNCHECKED INPUT: the pairs fail the checks above; every gain below is reported as asked (--allow-unpaired) and certifies nothing"
+        );
+    }
     println!("{}", report.to_text());
+    print_sample_size(&report, &input, &contracts);
     println!(
         "worlds used: {}; left out: {:?}",
         intake.worlds_used, intake.skipped
@@ -686,6 +728,8 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
             "worlds": args.worlds.display().to_string(),
             "gate": gate_results,
             "frontier": frontier,
+            "checks": checks,
+            "unchecked": unchecked,
         });
         let text = serde_json::to_string_pretty(&value).unwrap_or_default();
         if let Err(error) = std::fs::write(path, text + "\n") {
@@ -703,10 +747,68 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
         .map(|result| result.verdict)
         .max()
         .unwrap_or(Verdict::Pass);
+    // A gate on unchecked pairs certifies nothing: at best it is inconclusive.
+    let worst = if unchecked && gate_results.is_some() {
+        worst.max(Verdict::Inconclusive)
+    } else {
+        worst
+    };
     match worst {
         Verdict::Pass => ExitCode::SUCCESS,
         Verdict::Inconclusive => ExitCode::from(EXIT_GATE_INCONCLUSIVE),
         Verdict::Fail => ExitCode::from(EXIT_GATE),
+    }
+}
+
+/// For each release: the width of its gain interval on the test pairs it was measured on, and
+/// the pairs a budget needs (the contracts' smallest `max_recovery_gain`, else 5 points).
+fn print_sample_size(
+    report: &releasegate_lab::audit::report::Report,
+    input: &releasegate_lab::audit::Input,
+    contracts: &[Arc<Contract>],
+) {
+    let pairs: std::collections::BTreeSet<(&str, &str)> = input
+        .releases
+        .first()
+        .map(|r| {
+            r.examples
+                .iter()
+                .filter(|e| e.split == Split::Test)
+                .map(|e| (e.domain.as_str(), e.pair_id.as_str()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let declared = contracts
+        .iter()
+        .filter_map(|c| c.policy.as_ref().map(|p| p.max_recovery_gain))
+        .filter(|b| *b > 0.0)
+        .fold(None, |least: Option<f64>, b| {
+            Some(least.map_or(b, |l| l.min(b)))
+        });
+    let (budget, source) = match declared {
+        Some(budget) => (budget, "the contracts' max_recovery_gain"),
+        None => (
+            0.05,
+            "a budget of 5 points (no contract declares max_recovery_gain)",
+        ),
+    };
+    for release in &report.releases {
+        let gain = release.pooled.gain;
+        let width = gain.upper - gain.lower;
+        let needed = releasegate_lab::audit::gate::pairs_needed(width, pairs.len(), budget);
+        println!(
+            "sample size {}: gain interval {:.1} points wide on {} test pairs; {} of {:.1} points needs {}",
+            release.release,
+            100.0 * width,
+            pairs.len(),
+            source,
+            100.0 * budget,
+            match needed {
+                Some(n) if n <= pairs.len() => "no more pairs".to_string(),
+                Some(n) => format!("about {n} test pairs"),
+                None => "an interval that this data cannot give".to_string(),
+            }
+        );
     }
 }
 

@@ -717,3 +717,81 @@ fn offline_commands_fail_clearly_on_input_they_cannot_use() {
     assert_eq!(code, Some(64), "{stderr}");
     assert!(stderr.contains("no decision line"), "{stderr}");
 }
+
+#[test]
+fn audit_refuses_gains_on_pairs_that_fail_its_checks_unless_allowed() {
+    let dir = scratch("unpaired");
+    let worlds = dir.join("worlds.jsonl");
+    let text = String::from_utf8(simulate(40, 8, &worlds)).unwrap();
+    // Break two pairs of the delivery domain: one world leaves its pair (two groups of one),
+    // and another pair's second world gets the first one's secret.
+    let mut lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut delivery = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| w["domain"] == "delivery" && w["split"] == "test")
+        .map(|(i, _)| i);
+    let (alone, _, first, second) = (
+        delivery.next().unwrap(),
+        delivery.next().unwrap(),
+        delivery.next().unwrap(),
+        delivery.next().unwrap(),
+    );
+    lines[alone]["pair_id"] = serde_json::json!("left-alone");
+    assert_eq!(lines[first]["pair_id"], lines[second]["pair_id"]);
+    lines[second]["labels"]["S"] = lines[first]["labels"]["S"].clone();
+    let broken = dir.join("broken.jsonl");
+    let body: String = lines.iter().map(|w| format!("{w}\n")).collect();
+    std::fs::write(&broken, body).unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let audit = |worlds: &std::path::Path, extra: &[&str]| {
+        Command::new(BIN)
+            .args([
+                "audit",
+                "--config",
+                &format!("{root}/config/tuple-bench.toml"),
+                "--contract",
+                "delivery",
+                "--views",
+                "no_output,choice",
+                "--bootstrap",
+                "50",
+            ])
+            .args(extra)
+            .arg("--worlds")
+            .arg(worlds)
+            .output()
+            .unwrap()
+    };
+    // The generator's own pairs pass, and each release says what its interval needs.
+    let good = audit(&worlds, &[]);
+    assert_eq!(good.status.code(), Some(0), "{good:?}");
+    let stdout = String::from_utf8_lossy(&good.stdout);
+    assert!(
+        stdout.contains("sample size choice: gain interval")
+            && stdout.contains(" test pairs; ")
+            && stdout.contains(" needs "),
+        "{stdout}"
+    );
+    assert!(!String::from_utf8_lossy(&good.stderr).contains("input check"));
+    let refused = audit(&broken, &[]);
+    assert_eq!(refused.status.code(), Some(65), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("domain delivery")
+            && stderr.contains("pair ids that do not group exactly two worlds")
+            && stderr.contains("pairs whose two worlds hold the same secret"),
+        "{stderr}"
+    );
+    assert!(!String::from_utf8_lossy(&refused.stdout).contains("Secret recovery"));
+    let allowed = audit(&broken, &["--allow-unpaired", "--threads", "1"]);
+    assert_eq!(allowed.status.code(), Some(0), "{allowed:?}");
+    let stdout = String::from_utf8_lossy(&allowed.stdout);
+    assert!(
+        stdout.contains("UNCHECKED INPUT") && stdout.contains("Secret recovery"),
+        "{stdout}"
+    );
+}

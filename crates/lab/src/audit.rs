@@ -14,6 +14,7 @@
 //! Method and paper mapping: `docs/audit.md`.
 
 pub mod bootstrap;
+pub mod checks;
 pub mod decoders;
 pub mod ensemble;
 pub mod frontier;

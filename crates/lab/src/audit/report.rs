@@ -166,8 +166,29 @@ impl Report {
                 "FAILED"
             }
         );
+        // Columns as wide as their longest name: nothing is truncated.
+        let rw = self
+            .releases
+            .iter()
+            .map(|r| r.release.chars().count())
+            .fold(24, usize::max);
+        let dw = self
+            .releases
+            .iter()
+            .flat_map(|r| r.domains.iter().map(|d| d.domain.chars().count()))
+            .fold(12, usize::max);
+        let sw = self
+            .releases
+            .iter()
+            .flat_map(|r| r.domains.iter().map(|d| d.strategy.name.chars().count()))
+            .fold(44, usize::max);
+        let ww = self
+            .releases
+            .iter()
+            .flat_map(|r| r.utility.iter().map(|u| u.workflow.chars().count()))
+            .fold(20, usize::max);
         let header = format!(
-            "{:<24} {:<12} {:>5} {:<26} {:<22} {:<22} {:<22} {:>5}",
+            "{:<rw$} {:<dw$} {:>5} {:<26} {:<22} {:<22} {:<22} {:>5}",
             "release",
             "domain",
             "n",
@@ -183,9 +204,9 @@ impl Report {
             for d in &rel.domains {
                 let _ = writeln!(
                     out,
-                    "{:<24} {:<12} {:>5} {:<26} {:<22} {:<22} {:<22} {:>5}",
-                    clip(&rel.release, 24),
-                    clip(&d.domain, 12),
+                    "{:<rw$} {:<dw$} {:>5} {:<26} {:<22} {:<22} {:<22} {:>5}",
+                    rel.release,
+                    d.domain,
                     d.n_test,
                     pct(&d.recovery.accuracy),
                     num(&d.recovery.log_loss),
@@ -196,8 +217,8 @@ impl Report {
             }
             let _ = writeln!(
                 out,
-                "{:<24} {:<12} {:>5} {:<26} {:<22} {:<22} {:<22} {:>5}",
-                clip(&rel.release, 24),
+                "{:<rw$} {:<dw$} {:>5} {:<26} {:<22} {:<22} {:<22} {:>5}",
+                rel.release,
                 "pooled",
                 rel.pooled.accuracy.n,
                 pct(&rel.pooled.accuracy),
@@ -220,10 +241,10 @@ impl Report {
             for d in &rel.domains {
                 let _ = writeln!(
                     out,
-                    "{:<24} {:<12} {:<44} val acc {:>6.2}%  val loss {:.4}",
-                    clip(&rel.release, 24),
-                    clip(&d.domain, 12),
-                    clip(&d.strategy.name, 44),
+                    "{:<rw$} {:<dw$} {:<sw$} val acc {:>6.2}%  val loss {:.4}",
+                    rel.release,
+                    d.domain,
+                    d.strategy.name,
                     100.0 * d.strategy.validation_accuracy,
                     d.strategy.validation_log_loss
                 );
@@ -237,16 +258,16 @@ impl Report {
             );
             let _ = writeln!(
                 out,
-                "{:<24} {:<20} {:>5} {:<28}",
+                "{:<rw$} {:<ww$} {:>5} {:<28}",
                 "release", "workflow", "n", "mean cost [95% CI]"
             );
             for rel in &self.releases {
                 for u in &rel.utility {
                     let _ = writeln!(
                         out,
-                        "{:<24} {:<20} {:>5} {:<28}",
-                        clip(&rel.release, 24),
-                        clip(&u.workflow, 20),
+                        "{:<rw$} {:<ww$} {:>5} {:<28}",
+                        rel.release,
+                        u.workflow,
                         u.pooled.n,
                         num(&u.pooled)
                     );
@@ -275,16 +296,6 @@ impl Report {
             }
         }
         out
-    }
-}
-
-fn clip(s: &str, width: usize) -> String {
-    if s.chars().count() <= width {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(width.saturating_sub(1)).collect();
-        t.push('~');
-        t
     }
 }
 

@@ -521,3 +521,22 @@ fn paired_differences_compare_releases_over_the_same_test_pairs() {
     assert!(paired("full", "full").is_none());
     assert!(report.to_text().contains("Paired differences"));
 }
+
+#[test]
+fn text_tables_never_truncate_names() {
+    let mut input = small_input(1.0);
+    let long = "a release named at some length to the end".to_string();
+    let last = input.releases.len() - 1;
+    for costs in &mut input.costs {
+        if costs.release == input.releases[last].name {
+            costs.release = long.clone();
+        }
+        costs.workflow = format!("{} with a long workflow name", costs.workflow);
+    }
+    input.releases[last].name = long.clone();
+    let report = run(&input, &quick_config()).unwrap();
+    let text = report.to_text();
+    assert!(text.contains(&long), "{text}");
+    assert!(text.contains("with a long workflow name"), "{text}");
+    assert!(!text.contains('~'), "{text}");
+}
