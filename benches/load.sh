@@ -67,7 +67,7 @@ TOML
       choice) echo 'view = "choice"' ;;
       full_native) echo 'view = "full_native"' ;;
       wcpq) echo 'view = "full_native"'
-            echo "mechanism = { kind = \"wcpq\", codebook = \"$3\" }"
+            echo "mechanism = { kind = \"wcpq\", codebook = \"$3\", fallback = \"native\" }"
             echo 'workflows = {}' ;;
     esac
   done

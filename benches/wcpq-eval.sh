@@ -26,7 +26,7 @@ MECHANISMS=(
   'gaussian|{ kind = "gaussian", sigma = 0.05, seed = 1, confidence = "native" }'
 )
 for d in "${DENOMINATORS[@]}"; do
-  MECHANISMS+=("wcpq-d$d|{ kind = \"wcpq\", codebook = \"pooled-d$d.json\" }")
+  MECHANISMS+=("wcpq-d$d|{ kind = \"wcpq\", codebook = \"pooled-d$d.json\", fallback = \"native\" }")
 done
 # The coarse question of domain $1 as config/tuple-bench.toml pins it (the simulator's
 # text), for contract $2.

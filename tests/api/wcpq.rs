@@ -177,7 +177,7 @@ fn the_proxy_refuses_a_codebook_built_for_other_workflows() {
     let text = format!(
         "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n\
          [contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"full_native\"\n\
-         mechanism = {{ kind = \"wcpq\", codebook = \"{}\" }}\nworkflows = {{ profiles = [\"authored\"] }}\n",
+         mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"native\" }}\nworkflows = {{ profiles = [\"authored\"] }}\n",
         path.display()
     );
     let error = releasegate_proxy::load::from_toml(&text)
@@ -192,6 +192,19 @@ fn the_proxy_refuses_a_codebook_built_for_other_workflows() {
         "[\"B\", \"A\", \"C\", \"D\"]",
     );
     assert!(releasegate_proxy::load::from_toml(&other_classes).is_err());
+    // A WCPQ mechanism states its fallback: no default, and the error lists what each reveals.
+    let without_fallback = text.replace(", fallback = \"native\"", "");
+    let error = releasegate_proxy::load::from_toml(&without_fallback)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("contracts.c.questions.q.mechanism")
+            && error.contains("must state its `fallback`")
+            && error.contains("\"native\"")
+            && error.contains("\"choice_only\"")
+            && error.contains("\"deny\""),
+        "{error}"
+    );
     let without_workflows = text.replace("workflows = { profiles = [\"authored\"] }\n", "");
     assert!(
         releasegate_proxy::load::from_toml(&without_workflows)
@@ -285,7 +298,7 @@ fn a_contract_chooses_strict_or_a_budget_matching_its_codebook() {
         format!(
             "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n\
              [contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"full_native\"\n\
-             mechanism = {{ kind = \"wcpq\", codebook = \"{}\"{admissibility} }}\nworkflows = {{}}\n",
+             mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"native\"{admissibility} }}\nworkflows = {{}}\n",
             path.display()
         )
     };

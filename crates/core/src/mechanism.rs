@@ -138,17 +138,22 @@ impl ConfidenceSource {
 /// | `native` | a covered answer's, in both shapes | the native values instead of a codeword's |
 /// | `choice_only` | complete: a covered answer's; minimal: no `probabilities`, no `confidence` | complete: one-hot, confidence 1 |
 /// | `deny` | complete: the answer is left out of `answers`; minimal: `type` only | none |
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Fallback {
     /// Release the native answer unchanged (keeps the utility guarantee).
-    #[default]
     Native,
     /// Release the choice only.
     ChoiceOnly,
     /// Release no prediction field.
     Deny,
 }
+
+/// The error of a WCPQ mechanism that does not state its fallback.
+pub const FALLBACK_REQUIRED: &str = "a wcpq mechanism must state its `fallback`, the release of an answer no codeword covers: \
+     \"native\" (the native answer: keeps every workflow's decisions, and reveals the residual scores WCPQ exists to hide), \
+     \"choice_only\" (the choice alone, one-hot with confidence 1: reveals the choice only, workflows that read scores may decide otherwise), \
+     or \"deny\" (no prediction: the answer is left out, which a typed client must handle)";
 
 // === impl Fallback ===
 
@@ -266,9 +271,10 @@ pub enum Raw {
         /// `"strict"` (default) or `{budget = α}`.
         #[serde(default)]
         admissibility: RawAdmissibility,
-        /// Default `native`.
+        /// Required: what an answer no codeword covers becomes (no default: each option
+        /// reveals something different, [`FALLBACK_REQUIRED`]).
         #[serde(default)]
-        fallback: Fallback,
+        fallback: Option<Fallback>,
         /// Default `codeword`.
         #[serde(default)]
         confidence: ConfidenceMode,
@@ -464,6 +470,7 @@ impl Mechanism {
                 fallback,
                 confidence,
             } => {
+                let fallback = fallback.ok_or_else(|| FALLBACK_REQUIRED.to_string())?;
                 let admissibility = admissibility.validate()?;
                 let spec = workflows.ok_or_else(|| {
                     "wcpq needs the question's frozen workflows: add a `workflows` table"

@@ -488,7 +488,7 @@ mod tests {
             text.push_str(&format!(
                 "[contracts.c{n}]\nprovider = \"p\"\n[contracts.c{n}.questions.coarse_cause]\n\
                  classes = [{}]\nview = \"full_native\"\n\
-                 mechanism = {{ kind = \"wcpq\", codebook = \"c{n}.json\" }}\n\
+                 mechanism = {{ kind = \"wcpq\", codebook = \"c{n}.json\", fallback = \"native\" }}\n\
                  workflows = {{ costs = {{ matrix = {} }} }}\n",
                 quoted.join(", "),
                 matrix(n)

@@ -132,8 +132,8 @@ fn withholding_under_wcpq_keeps_every_plan_on_the_simulators_worlds() {
     );
     for (fallback, evaluated) in [("native", 480), ("deny", 479)] {
         let text = shipped.replace(
-            "codebook = \"",
-            &format!("fallback = \"{fallback}\", codebook = \""),
+            "fallback = \"native\"",
+            &format!("fallback = \"{fallback}\""),
         );
         let config = from_toml(&text).unwrap();
         let contract = &config.contracts["delivery"];
