@@ -94,12 +94,28 @@ pub struct MechanismSummary {
     /// WCPQ: covered answers by codebook stage (`compact`, `strict`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub covered_by_stage: BTreeMap<String, u64>,
+    /// WCPQ: answers and covered answers per split (`train`, `validation`, `test`): a codebook
+    /// built from the train split covers its own answers, so the held-out splits are the ones
+    /// that tell what live traffic will see.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub coverage_by_split: BTreeMap<String, SplitCoverage>,
     /// WCPQ: fallbacks by reason.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub fallbacks: BTreeMap<String, u64>,
     /// With declared workflows: how the released answers change frozen workflows.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workflows: Option<WorkflowSummary>,
+}
+
+/// WCPQ coverage of one split.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SplitCoverage {
+    /// Answers of the split.
+    pub answers: u64,
+    /// Of them, released as a codeword.
+    pub covered: u64,
+    /// covered / answers.
+    pub coverage: f64,
 }
 
 /// Native versus released behaviour of the question's frozen workflows. Both
@@ -161,6 +177,12 @@ impl MechanismSummary {
         for (stage, n) in other.covered_by_stage {
             *self.covered_by_stage.entry(stage).or_default() += n;
         }
+        for (split, theirs) in other.coverage_by_split {
+            let mine = self.coverage_by_split.entry(split).or_default();
+            mine.answers += theirs.answers;
+            mine.covered += theirs.covered;
+            mine.coverage = mine.covered as f64 / mine.answers.max(1) as f64;
+        }
         match (&mut self.workflows, other.workflows) {
             (_, None) => {}
             (None, Some(theirs)) => self.workflows = Some(theirs),
@@ -189,9 +211,30 @@ impl MechanismSummary {
         }
     }
 
-    fn record(&mut self, rule: &QuestionRule, record: &release::AnswerRecord, state: &Value) {
+    fn record(
+        &mut self,
+        rule: &QuestionRule,
+        record: &release::AnswerRecord,
+        state: &Value,
+        split: worlds::Split,
+    ) {
         self.kind = rule.mechanism.kind().to_string();
         self.answers += 1;
+        if matches!(
+            record.mechanism,
+            mechanism::Outcome::Covered { .. } | mechanism::Outcome::Fallback(_)
+        ) {
+            let entry = self
+                .coverage_by_split
+                .entry(split.as_str().to_string())
+                .or_default();
+            entry.answers += 1;
+            entry.covered += u64::from(matches!(
+                record.mechanism,
+                mechanism::Outcome::Covered { .. }
+            ));
+            entry.coverage = entry.covered as f64 / entry.answers as f64;
+        }
         match record.mechanism {
             mechanism::Outcome::Applied => {}
             mechanism::Outcome::Covered { stage, .. } => {
@@ -385,7 +428,7 @@ fn process(contract: &Contract, lines: &[(usize, String)], rng: &mut Rng) -> Res
                                 .mechanisms
                                 .entry(record.question.clone())
                                 .or_default()
-                                .record(rule, record, state);
+                                .record(rule, record, state, world.split);
                         }
                     }
                     released.body

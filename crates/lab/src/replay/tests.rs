@@ -155,6 +155,17 @@ fn withholding_under_wcpq_keeps_every_plan_on_the_simulators_worlds() {
         assert_eq!(mechanism.answers, 480);
         let covered = mechanism.covered.unwrap();
         assert!(covered >= 470, "{fallback}: {covered} covered");
+        // Coverage per split adds up to the total, and every split of the worlds appears.
+        let splits = &mechanism.coverage_by_split;
+        assert_eq!(
+            splits.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["test", "train", "validation"]
+        );
+        assert_eq!(splits.values().map(|s| s.answers).sum::<u64>(), 480);
+        assert_eq!(splits.values().map(|s| s.covered).sum::<u64>(), covered);
+        for split in splits.values() {
+            assert_eq!(split.coverage, split.covered as f64 / split.answers as f64);
+        }
         let workflows = mechanism.workflows.as_ref().unwrap();
         // Every covered answer (and the native fallback) is evaluated; a denied one is not.
         assert_eq!(workflows.answers, evaluated, "{fallback}");
