@@ -499,6 +499,71 @@ async fn a_team_goes_from_its_own_provider_to_a_served_codebook() {
     serving.stop().await;
     assert!(!dir.join("captured.jsonl.1").exists());
 
-    // 5. Audit with checked pairs and the gate over `collected.jsonl` (its labels and pairs):
-    //    the audit's pair checks and sample-size report come with the audit's own changes.
+    // 5. Audit with checked pairs and the gate over `collected.jsonl` (its labels and pairs).
+    let root = dir.to_path_buf();
+    let audit = |worlds: &'static str| {
+        let dir = root.clone();
+        async move {
+            run(
+                &dir,
+                &[
+                    "audit",
+                    "--config",
+                    "loans.toml",
+                    "--contract",
+                    "triage",
+                    "--views",
+                    "no_output,choice,full_native",
+                    "--bootstrap",
+                    "200",
+                    "--gate",
+                    "--worlds",
+                    worlds,
+                ],
+            )
+            .await
+        }
+    };
+    let gated = audit("collected.jsonl").await;
+    let stdout = String::from_utf8_lossy(&gated.stdout);
+    let stderr = String::from_utf8_lossy(&gated.stderr);
+    // The team's pairs pass the checks; 8 test pairs cannot resolve a 10-point budget, so the
+    // gate says inconclusive and how many pairs would.
+    assert!(!stderr.contains("input check"), "{stderr}");
+    assert!(
+        stdout.contains("sample size wcpq (contract): gain interval"),
+        "{stdout}"
+    );
+    let verdict = stdout
+        .lines()
+        .find(|l| l.starts_with("gate triage: "))
+        .unwrap_or_else(|| panic!("no gate line: {stdout}"));
+    match gated.status.code() {
+        Some(4) => assert!(
+            verdict.contains("INCONCLUSIVE") && verdict.contains("would resolve it"),
+            "{verdict}"
+        ),
+        Some(0) => assert!(verdict.contains("pass"), "{verdict}"),
+        other => panic!("gate exit {other:?}: {verdict}\n{stderr}"),
+    }
+    // A file whose pairs are broken (one world dropped) is refused before any figure.
+    let text = std::fs::read_to_string(dir.join("collected.jsonl")).unwrap();
+    let test_world = text
+        .lines()
+        .position(|l| l.contains("\"split\":\"test\""))
+        .unwrap();
+    let kept: String = text
+        .lines()
+        .enumerate()
+        .filter(|(i, _)| *i != test_world)
+        .map(|(_, l)| format!("{l}\n"))
+        .collect();
+    std::fs::write(dir.join("broken.jsonl"), kept).unwrap();
+    let refused = audit("broken.jsonl").await;
+    assert_eq!(refused.status.code(), Some(65), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("domain loans: 1 of 40 pair ids that do not group exactly two worlds"),
+        "{refused:?}"
+    );
 }
