@@ -68,7 +68,7 @@ TOML
       full_native) echo 'view = "full_native"' ;;
       wcpq) echo 'view = "full_native"'
             echo "mechanism = { kind = \"wcpq\", codebook = \"$3\", fallback = \"native\" }"
-            echo 'workflows = {}' ;;
+            echo 'workflows = { preset = "tuple-bench" }' ;;
     esac
   done
 }

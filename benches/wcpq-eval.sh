@@ -54,7 +54,7 @@ provider = "sim"
 classes = [${CLASSES[$domain]}]
 view = "full_native"
 mechanism = $table
-workflows = {}
+workflows = { preset = "tuple-bench" }
 $(pinned "$domain" "$domain-$name")
 TOML
   done

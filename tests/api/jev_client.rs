@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use releasegate_core::workflow::{RawCosts, RawWorkflows, Spec};
+use releasegate_core::workflow::{RawWorkflows, Spec};
 use releasegate_core::{baseline, codebook};
 use serde_json::{Value, json};
 use typesafe_jev::{Choice, Client, Content, Error, Noul, Questions, Response, Score};
@@ -115,13 +115,14 @@ fn codebook_path(classes: &[&str], matrix: Option<&str>) -> PathBuf {
             let spec = match matrix {
                 None => Spec::standard(classes.clone()).unwrap(),
                 Some(matrix) => {
-                    let raw = RawWorkflows {
-                        costs: Some(RawCosts {
-                            matrix: Some(parse_matrix(matrix)),
-                            ..RawCosts::default()
-                        }),
-                        ..RawWorkflows::default()
-                    };
+                    let raw: RawWorkflows = serde_json::from_value(serde_json::json!({
+                        "families": ["selective", "clarification", "asymmetric"],
+                        "profiles": ["authored", "review_half", "review_double", "check_quarter",
+                                     "error_double", "asymmetric_class0_double"],
+                        "costs": {"c_wrong": 10, "c_review": 2, "c_check": 0.4,
+                                  "matrix": parse_matrix(matrix)},
+                    }))
+                    .unwrap();
                     Spec::from_raw(&raw, &classes, Path::new("."), &|path| std::fs::read(path))
                         .unwrap()
                 }
@@ -149,8 +150,10 @@ fn mechanism(mech: Mech, released: &[&str], matrix: Option<&str>) -> String {
         Mech::Wcpq => {
             let path = codebook_path(released, matrix);
             let workflows = match matrix {
-                None => "workflows = {}".to_string(),
-                Some(matrix) => format!("workflows = {{ costs = {{ matrix = {matrix} }} }}"),
+                None => "workflows = { preset = \"tuple-bench\" }".to_string(),
+                Some(matrix) => format!(
+                    "workflows = {{ families = [\"selective\", \"clarification\", \"asymmetric\"], profiles = [\"authored\", \"review_half\", \"review_double\", \"check_quarter\", \"error_double\", \"asymmetric_class0_double\"], costs = {{ c_wrong = 10, c_review = 2, c_check = 0.4, matrix = {matrix} }} }}"
+                ),
             };
             format!(
                 "mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"native\" }}\n{workflows}\n",

@@ -23,7 +23,7 @@ fn codebook_file(name: &str, denominator: u32) -> PathBuf {
 
 fn wcpq(path: &std::path::Path, fallback: &str) -> String {
     format!(
-        "mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"{fallback}\" }}\nworkflows = {{}}",
+        "mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"{fallback}\" }}\nworkflows = {{ preset = \"tuple-bench\" }}",
         path.display()
     )
 }
@@ -174,10 +174,16 @@ async fn fallbacks_differ_from_covered_answers_only_as_documented() {
 #[test]
 fn the_proxy_refuses_a_codebook_built_for_other_workflows() {
     let path = codebook_file("mismatch", 20);
+    // The paper's model with one profile only: other workflows than the codebook's.
+    let workflows = format!(
+        "workflows = {{ families = [\"selective\", \"clarification\", \"asymmetric\"], \
+         profiles = [\"authored\"], costs = {{ c_wrong = 10, c_review = 2, c_check = 0.4, matrix = {} }} }}\n",
+        serde_json::to_string(&releasegate_core::workflow::CostBase::authored_4().matrix).unwrap()
+    );
     let text = format!(
         "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n\
          [contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"full_native\"\n\
-         mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"native\" }}\nworkflows = {{ profiles = [\"authored\"] }}\n",
+         mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"native\" }}\n{workflows}",
         path.display()
     );
     let error = releasegate_proxy::load::from_toml(&text)
@@ -205,7 +211,7 @@ fn the_proxy_refuses_a_codebook_built_for_other_workflows() {
             && error.contains("\"deny\""),
         "{error}"
     );
-    let without_workflows = text.replace("workflows = { profiles = [\"authored\"] }\n", "");
+    let without_workflows = text.replace(&workflows, "");
     assert!(
         releasegate_proxy::load::from_toml(&without_workflows)
             .unwrap_err()
@@ -298,7 +304,7 @@ fn a_contract_chooses_strict_or_a_budget_matching_its_codebook() {
         format!(
             "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n\
              [contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"full_native\"\n\
-             mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"native\"{admissibility} }}\nworkflows = {{}}\n",
+             mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"native\"{admissibility} }}\nworkflows = {{ preset = \"tuple-bench\" }}\n",
             path.display()
         )
     };
@@ -378,7 +384,7 @@ async fn a_bounded_codebook_covers_through_its_strict_stage_before_falling_back(
     ));
     std::fs::write(&path, learned.to_json_bytes()).unwrap();
     let extra = format!(
-        "mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"native\", admissibility = {{ budget = 0.04 }} }}\nworkflows = {{}}",
+        "mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"native\", admissibility = {{ budget = 0.04 }} }}\nworkflows = {{ preset = \"tuple-bench\" }}",
         path.display()
     );
     let (cause, _, metrics) = cause_of("full_native", &extra, native_answer()).await;

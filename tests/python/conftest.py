@@ -196,7 +196,7 @@ def _config(upstream_url):
         + '[contracts.sim_planner]\nprovider = "sim"\n'
         f'[contracts.sim_planner.questions.coarse_cause]\nclasses = {delivery}\nview = "full_native"\n'
         f'mechanism = {{ kind = "wcpq", codebook = "{codebook}", fallback = "native" }}\n'
-        "workflows = {}\n"
+        'workflows = { preset = "tuple-bench" }\n'
         + _delivery_text("sim_planner")
     )
     return text

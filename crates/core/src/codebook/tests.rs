@@ -462,7 +462,11 @@ fn questions_pool_only_with_the_same_class_count_and_workflows_up_to_labels() {
     .unwrap();
     assert!(!Codebook::can_pool(&spec4(), &selective_only));
     let raw: crate::workflow::RawWorkflows = serde_json::from_value(serde_json::json!({
-        "costs": {"matrix": [[0, 1, 1], [1, 0, 1], [1, 1, 0], [0.5, 0.5, 0.5]]}
+        "families": ["selective", "clarification", "asymmetric"],
+        "profiles": ["authored", "review_half", "review_double", "check_quarter", "error_double",
+                     "asymmetric_class0_double"],
+        "costs": {"c_wrong": 10, "c_review": 2, "c_check": 0.4,
+                  "matrix": [[0, 1, 1], [1, 0, 1], [1, 1, 0], [0.5, 0.5, 0.5]]}
     }))
     .unwrap();
     let three = Spec::from_raw(&raw, &labels(3), std::path::Path::new("."), &|_| {

@@ -427,7 +427,7 @@ fn numeric_keys_outside_their_range_are_errors_naming_the_key() {
         ),
         (
             format!(
-                "{MINIMAL}[contracts.c.questions.q.workflows]\ncosts = {{ c_wrong = 1e300 }}\n"
+                "{MINIMAL}[contracts.c.questions.q.workflows]\nfamilies = [\"selective\"]\nprofiles = [\"authored\"]\ncosts = {{ c_wrong = 1e300, c_review = 2, c_check = 0.4, matrix = [[0, 1, 1], [1, 0, 1], [1, 1, 0], [1, 1, 1]] }}\n"
             ),
             "contracts.c.questions.q.workflows.costs",
         ),

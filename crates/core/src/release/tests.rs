@@ -231,7 +231,7 @@ mod wcpq_through_the_release_path {
         let text = format!(
             "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n\
              [contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"{view}\"\n\
-             mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"native\" }}\nworkflows = {{}}\n",
+             mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"native\" }}\nworkflows = {{ preset = \"tuple-bench\" }}\n",
             path.display()
         );
         Config::from_toml(&text).unwrap().contracts["c"].clone()

@@ -12,7 +12,12 @@ use super::{Error, Spec};
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawWorkflows {
-    /// Cost base; every key optional.
+    /// `"tuple-bench"`: the TUPLE-Bench paper's delivery-domain model (all three families, all
+    /// six profiles, its costs and 4-class matrix), for replication; then `families`,
+    /// `profiles` and `costs` must be left out.
+    #[serde(default)]
+    pub preset: Option<String>,
+    /// Cost base: every key required unless `preset` is given.
     #[serde(default)]
     pub costs: Option<RawCosts>,
     /// Family names; default all three.
@@ -69,6 +74,9 @@ pub struct RawPosteriorTable {
     pub model: Option<String>,
 }
 
+/// The name of the TUPLE-Bench paper's delivery-domain workflow model.
+const TUPLE_BENCH_PRESET: &str = "tuple-bench";
+
 /// Tolerance of the prior's sum.
 const PRIOR_SUM_TOLERANCE: f64 = 1e-6;
 
@@ -84,6 +92,60 @@ impl Spec {
         read: crate::config::ReadFile<'_>,
     ) -> Result<Spec, Error> {
         let n = classes.len();
+        match raw.preset.as_deref() {
+            Some(TUPLE_BENCH_PRESET) => {
+                if raw.costs.is_some() || raw.families.is_some() || raw.profiles.is_some() {
+                    return Err(Error::invalid(
+                        "preset",
+                        "the tuple-bench preset fixes families, profiles and costs: leave them out",
+                    ));
+                }
+                if n != 4 {
+                    return Err(Error::invalid(
+                        "preset",
+                        format!(
+                            "the tuple-bench preset is a 4-class model; this question has {n} classes"
+                        ),
+                    ));
+                }
+            }
+            Some(other) => {
+                return Err(Error::invalid(
+                    "preset",
+                    format!("unknown preset {other:?} (the only one is \"{TUPLE_BENCH_PRESET}\")"),
+                ));
+            }
+            None => {
+                let costs = raw.costs.clone().unwrap_or_default();
+                let missing: Vec<&str> = [
+                    ("families", raw.families.is_none()),
+                    ("profiles", raw.profiles.is_none()),
+                    ("costs.c_wrong", costs.c_wrong.is_none()),
+                    ("costs.c_review", costs.c_review.is_none()),
+                    ("costs.c_check", costs.c_check.is_none()),
+                    ("costs.matrix", costs.matrix.is_none()),
+                ]
+                .into_iter()
+                .filter_map(|(key, missing)| missing.then_some(key))
+                .collect();
+                if !missing.is_empty() {
+                    return Err(Error::invalid(
+                        missing[0],
+                        format!(
+                            "declare the recipient's own decision rules; missing: {}. Write \
+                             families = [\"selective\", \"clarification\", \"asymmetric\"] (those its \
+                             workflows use), profiles = [\"authored\", ...] (the cost variants to \
+                             guarantee), costs = {{ c_wrong = ..., c_review = ..., c_check = ..., \
+                             matrix = [{} rows of {n} costs: one per action, the last is review] }} \
+                             (docs/workflows.md); the paper's delivery model is \
+                             preset = \"{TUPLE_BENCH_PRESET}\" (4 classes, for replication only)",
+                            missing.join(", "),
+                            n + 1
+                        ),
+                    ));
+                }
+            }
+        }
         let costs = raw.costs.clone().unwrap_or_default();
         let scalar = |key: &str, v: Option<f64>, default: f64| -> Result<f64, Error> {
             let v = v.unwrap_or(default);

@@ -244,8 +244,78 @@ fn scales_to_255_classes_and_two_classes() {
     );
 }
 
+/// A complete declaration (every family and profile, the authored costs and 4-class matrix)
+/// with `v`'s keys over it (`costs` key by key); `null` removes a key.
 fn raw(v: serde_json::Value) -> RawWorkflows {
-    serde_json::from_value(v).unwrap()
+    let mut base = json!({
+        "families": ["selective", "clarification", "asymmetric"],
+        "profiles": ["authored", "review_half", "review_double", "check_quarter", "error_double",
+                     "asymmetric_class0_double"],
+        "costs": {"c_wrong": 10.0, "c_review": 2.0, "c_check": 0.4,
+                  "matrix": CostBase::authored_4().matrix},
+    });
+    for (key, value) in v.as_object().cloned().unwrap_or_default() {
+        match (key.as_str(), value) {
+            ("costs", serde_json::Value::Object(costs)) => {
+                for (k, c) in costs {
+                    if c.is_null() {
+                        base["costs"].as_object_mut().unwrap().remove(&k);
+                    } else {
+                        base["costs"][k.as_str()] = c;
+                    }
+                }
+            }
+            (_, serde_json::Value::Null) => {
+                base.as_object_mut().unwrap().remove(&key);
+            }
+            (_, value) => base[key.as_str()] = value,
+        }
+    }
+    serde_json::from_value(base).unwrap()
+}
+
+#[test]
+fn workflows_are_declared_in_full_or_by_the_papers_preset() {
+    let dir = Path::new(".");
+    let error = Spec::from_raw(&RawWorkflows::default(), &labels(4), dir, &fs_read)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("missing: families, profiles, costs.c_wrong, costs.c_review, costs.c_check, costs.matrix")
+            && error.contains("preset = \"tuple-bench\"")
+            && error.contains("5 rows of 4 costs"),
+        "{error}"
+    );
+    let one_missing = Spec::from_raw(
+        &raw(json!({"costs": {"c_check": null}})),
+        &labels(4),
+        dir,
+        &fs_read,
+    );
+    assert_eq!(key_of(one_missing.unwrap_err()), "costs.c_check");
+    let preset: RawWorkflows = serde_json::from_value(json!({"preset": "tuple-bench"})).unwrap();
+    let spec = Spec::from_raw(&preset, &labels(4), dir, &fs_read).unwrap();
+    assert_eq!(spec, Spec::standard(labels(4)).unwrap());
+    // The complete declaration of the same model is the same spec.
+    assert_eq!(
+        Spec::from_raw(&raw(json!({})), &labels(4), dir, &fs_read).unwrap(),
+        spec
+    );
+    for (bad, n) in [
+        (json!({"preset": "tuple-bench"}), 3),
+        (
+            json!({"preset": "tuple-bench", "profiles": ["authored"]}),
+            4,
+        ),
+        (json!({"preset": "other"}), 4),
+    ] {
+        let raw: RawWorkflows = serde_json::from_value(bad.clone()).unwrap();
+        assert_eq!(
+            key_of(Spec::from_raw(&raw, &labels(n), dir, &fs_read).unwrap_err()),
+            "preset",
+            "{bad}"
+        );
+    }
 }
 
 fn key_of(err: Error) -> String {
@@ -258,7 +328,7 @@ fn key_of(err: Error) -> String {
 #[test]
 fn from_raw_defaults_and_errors_name_the_key() {
     let dir = Path::new(".");
-    let spec = Spec::from_raw(&RawWorkflows::default(), &labels(4), dir, &fs_read).unwrap();
+    let spec = Spec::from_raw(&raw(json!({})), &labels(4), dir, &fs_read).unwrap();
     assert_eq!(spec, Spec::standard(labels(4)).unwrap());
     let err = |v: serde_json::Value, n: usize| {
         key_of(Spec::from_raw(&raw(v), &labels(n), dir, &fs_read).unwrap_err())
@@ -438,11 +508,13 @@ fn raw_config_reads_from_toml_through_figment() {
     use figment::providers::{Format, Toml};
     let text = r#"
         [contracts.partner.questions.route.workflows]
-        costs = { c_wrong = 10, c_review = 2.5, matrix = [[0, 1], [1, 0], [0.5, 0.5]] }
+        costs = { c_wrong = 10, c_review = 2.5, c_check = 0.4, matrix = [[0, 1], [1, 0], [0.5, 0.5]] }
         families = ["asymmetric", "selective"]
+        profiles = ["authored", "review_half", "review_double", "check_quarter", "error_double", "asymmetric_class0_double"]
         posterior = { kind = "prior", probabilities = [0.25, 0.75] }
 
         [contracts.partner.questions.other.workflows]
+        preset = "tuple-bench"
         posterior = "native"
     "#;
     let figment = Figment::from(Toml::string(text));

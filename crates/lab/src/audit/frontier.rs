@@ -489,7 +489,7 @@ mod tests {
                 "[contracts.c{n}]\nprovider = \"p\"\n[contracts.c{n}.questions.coarse_cause]\n\
                  classes = [{}]\nview = \"full_native\"\n\
                  mechanism = {{ kind = \"wcpq\", codebook = \"c{n}.json\", fallback = \"native\" }}\n\
-                 workflows = {{ costs = {{ matrix = {} }} }}\n",
+                 workflows = {{ families = [\"selective\", \"clarification\", \"asymmetric\"], profiles = [\"authored\", \"review_half\", \"review_double\", \"check_quarter\", \"error_double\", \"asymmetric_class0_double\"], costs = {{ c_wrong = 10, c_review = 2, c_check = 0.4, matrix = {} }} }}\n",
                 quoted.join(", "),
                 matrix(n)
             ));

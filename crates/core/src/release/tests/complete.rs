@@ -37,7 +37,7 @@ fn codebook_path(denominator: u32) -> PathBuf {
 /// `mechanism = wcpq` for question q (denominator 20 covers the fixture, 1 does not).
 fn wcpq(denominator: u32, fallback: &str, confidence: &str) -> String {
     format!(
-        "mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"{fallback}\", confidence = \"{confidence}\" }}\nworkflows = {{}}\n",
+        "mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"{fallback}\", confidence = \"{confidence}\" }}\nworkflows = {{ preset = \"tuple-bench\" }}\n",
         codebook_path(denominator).display()
     )
 }

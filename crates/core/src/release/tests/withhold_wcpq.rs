@@ -84,7 +84,7 @@ fn case(fine_count: usize, seed: u64) -> Case {
             "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\nshape = \"{shape}\"\n\
              [contracts.c.questions.q]\nclasses = [{}]\nview = \"{view}\"\n\
              coarsen = {{ {} }}\nwithhold_labels = [{}]\n{mechanism}\n\
-             workflows = {{ costs = {{ matrix = [{}] }} }}\n",
+             workflows = {{ families = [\"selective\", \"clarification\", \"asymmetric\"], profiles = [\"authored\", \"review_half\", \"review_double\", \"check_quarter\", \"error_double\", \"asymmetric_class0_double\"], costs = {{ c_wrong = 10, c_review = 2, c_check = 0.4, matrix = [{}] }} }}\n",
             fine.iter()
                 .map(|f| format!("\"{f}\""))
                 .collect::<Vec<_>>()
