@@ -276,7 +276,7 @@ section_codebooks() {
   for d in 10 20 40; do
     local cb="$OUT/codebook-d$d.json"
     [ -f "$cb" ] || $RG build-codebook --config config/releasegate.toml --contract planner \
-      --question coarse_cause --worlds "$worlds" --out "$cb" --denominator "$d" >/dev/null 2>&1
+      --question coarse_cause --worlds "$worlds" --out "$cb" --denominator "$d" --pool grid+training >/dev/null 2>&1
     local size; size=$(grep -o '"codeword_count":[0-9]*' "$cb" | cut -d: -f2)
     mkconfig 1 wcpq "$cb" > "$OUT/codebook-d$d.toml"
     start_proxy "$OUT/codebook-d$d.toml"

@@ -63,7 +63,7 @@ done
 for d in "${DENOMINATORS[@]}"; do
   $BIN build-codebook --config "$config" --contract "delivery-wcpq-d$d" --contract "equipment-wcpq-d$d" \
     --contract "it_ops-wcpq-d$d" --question coarse_cause \
-    --worlds "$OUT/worlds.jsonl" --out "$OUT/pooled-d$d.json" --denominator "$d" > "$OUT/pooled-d$d.build.json"
+    --worlds "$OUT/worlds.jsonl" --out "$OUT/pooled-d$d.json" --denominator "$d" --pool grid+training > "$OUT/pooled-d$d.build.json"
 done
 for domain in delivery equipment it_ops; do
   for m in "${MECHANISMS[@]}"; do

@@ -86,6 +86,12 @@ enum Command {
         /// With --budget: weight of a jointly covered training pair in the greedy gain (default 4).
         #[arg(long, requires = "budget")]
         pair_weight: Option<u32>,
+        /// What the codebook may contain: `grid` (the simplex grid only: no training answer
+        /// and no pair midpoint goes into a file that is released to others) or
+        /// `grid+training` (also the training answers verbatim and their pair midpoints:
+        /// derived from data).
+        #[arg(long, value_enum, default_value_t = offline::Pool::Grid)]
+        pool: offline::Pool,
     },
     /// Measure how much each candidate release reveals (secret recovery) and costs (workflow utility).
     Audit(offline::AuditArgs),
@@ -137,13 +143,14 @@ pub(crate) fn main() -> ExitCode {
             budget,
             max_codewords,
             pair_weight,
+            pool,
         } => offline::build_codebook_command(
             &config,
             &contract,
             &question,
             &worlds,
             &out,
-            denominator,
+            offline::BuildOptions { denominator, pool },
             budget.map(|budget| offline::LearnOptions {
                 budget,
                 max_codewords: max_codewords

@@ -152,6 +152,25 @@ fn assignment_name(assignment: codebook::Assignment) -> String {
     }
 }
 
+/// `build-codebook --pool`: what a codebook may contain besides the simplex grid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum Pool {
+    /// The grid alone: nothing of the training data is released.
+    Grid,
+    /// The grid, the training answers verbatim and their pair midpoints.
+    #[value(name = "grid+training")]
+    GridTraining,
+}
+
+/// `build-codebook --denominator D --pool P`: the strict codebook's grid and pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct BuildOptions {
+    /// The simplex grid's denominator.
+    pub denominator: u32,
+    /// What the codebook may contain besides the grid.
+    pub pool: Pool,
+}
+
 /// `releasegate build-codebook`.
 ///
 /// With several contracts the codebook is pooled: their questions must share
@@ -165,7 +184,7 @@ pub(super) fn build_codebook_command(
     question: &str,
     input: &Path,
     output: &Path,
-    denominator: u32,
+    BuildOptions { denominator, pool }: BuildOptions,
     learn: Option<LearnOptions>,
 ) -> ExitCode {
     let config = match releasegate_proxy::load::load_without_codebooks(config) {
@@ -283,7 +302,13 @@ pub(super) fn build_codebook_command(
         ));
     }
     bar.set_message("building");
-    let built = codebook::build(classes, denominator, spec, &training, source_sha256);
+    // The training answers always choose and order what is kept (learning, validation); they
+    // enter the codebook's own codewords only with --pool grid+training.
+    let pooled: &[codebook::TrainingAnswer] = match pool {
+        Pool::Grid => &[],
+        Pool::GridTraining => &training,
+    };
+    let built = codebook::build(classes, denominator, spec, pooled, source_sha256);
     bar.finish_and_clear();
     let mut built = match built {
         Ok(built) => built,
@@ -324,6 +349,10 @@ pub(super) fn build_codebook_command(
         "question": question,
         "class_sets": class_sets,
         "denominator": denominator,
+        "pool": match pool {
+            Pool::Grid => "grid",
+            Pool::GridTraining => "grid+training",
+        },
         "training_answers": training.len(),
         "skipped_train_worlds": skipped,
         "workflows_sha256": built.codebook.workflows_sha256(),

@@ -196,6 +196,8 @@ fn the_shipped_codebooks_rebuild_byte_for_byte_with_the_documented_commands() {
                 "coarse_cause",
                 "--denominator",
                 "20",
+                "--pool",
+                "grid+training",
                 "--worlds",
             ])
             .arg(&worlds)
@@ -794,4 +796,53 @@ fn audit_refuses_gains_on_pairs_that_fail_its_checks_unless_allowed() {
         stdout.contains("UNCHECKED INPUT") && stdout.contains("Secret recovery"),
         "{stdout}"
     );
+}
+
+#[test]
+fn build_codebook_keeps_training_answers_out_unless_asked() {
+    let dir = scratch("pool");
+    let worlds = dir.join("worlds.jsonl");
+    simulate(20, 4, &worlds);
+    let root = env!("CARGO_MANIFEST_DIR");
+    let build = |pool: Option<&str>, out: &str| {
+        let mut command = Command::new(BIN);
+        command
+            .args([
+                "build-codebook",
+                "--config",
+                &format!("{root}/config/releasegate.toml"),
+                "--contract",
+                "planner",
+                "--question",
+                "coarse_cause",
+                "--denominator",
+                "6",
+                "--worlds",
+            ])
+            .arg(&worlds)
+            .arg("--out")
+            .arg(dir.join(out));
+        if let Some(pool) = pool {
+            command.args(["--pool", pool]);
+        }
+        let output = succeed(&mut command);
+        let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        (summary, std::fs::read(dir.join(out)).unwrap())
+    };
+    let (grid, grid_bytes) = build(None, "grid.json");
+    assert_eq!(grid["pool"], "grid");
+    assert!(grid["training_answers"].as_u64().unwrap() > 0);
+    assert_eq!(grid["stats"]["training_codewords"], 0);
+    assert_eq!(grid["stats"]["midpoint_codewords"], 0);
+    let (trained, trained_bytes) = build(Some("grid+training"), "trained.json");
+    assert_eq!(trained["pool"], "grid+training");
+    assert!(trained["stats"]["training_codewords"].as_u64().unwrap() > 0);
+    assert!(trained_bytes.len() > grid_bytes.len());
+    // The grid-only codebook is the grid: every codeword's probabilities are multiples of 1/6.
+    let codebook = releasegate_core::codebook::Codebook::from_json(&grid_bytes).unwrap();
+    for codeword in codebook.codewords() {
+        for p in &codeword.p {
+            assert!(((p * 6.0) - (p * 6.0).round()).abs() < 1e-9, "{p}");
+        }
+    }
 }
