@@ -308,3 +308,239 @@ fn the_kubernetes_manifests_reload_an_edited_configmap() {
     assert!(!deployment.contains("subPath:"));
     assert!(deployment.contains("mountPath: /etc/releasegate"));
 }
+
+/// `kubectl kustomize deploy/kubernetes`, or `None` (saying so) without kubectl.
+fn kustomize() -> Option<String> {
+    let output = match Command::new("kubectl")
+        .args(["kustomize", "deploy/kubernetes"])
+        .current_dir(ROOT)
+        .output()
+    {
+        Ok(output) => output,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("kubectl is not installed: the manifests' sources stand in for the render");
+            return None;
+        }
+        Err(error) => panic!("kubectl: {error}"),
+    };
+    assert!(output.status.success(), "{}", stderr(&output));
+    Some(String::from_utf8(output.stdout).unwrap())
+}
+
+/// The rendered ConfigMap's `releasegate.toml` (the source file's without kubectl).
+fn rendered_config() -> String {
+    let dir = std::path::Path::new(ROOT).join("deploy/kubernetes");
+    let manifest = match kustomize() {
+        Some(rendered) => rendered
+            .split("\n---\n")
+            .find(|doc| doc.lines().any(|l| l == "kind: ConfigMap"))
+            .expect("the render holds the ConfigMap")
+            .to_string(),
+        None => std::fs::read_to_string(dir.join("configmap.yaml")).unwrap(),
+    };
+    configmap_toml(&manifest)
+}
+
+/// The environment the Deployment gives the container from the Secret of
+/// `secret.template.yaml`: `(variable, key in the Secret)`, every key of the template used.
+fn secret_template_variables() -> Vec<(String, String)> {
+    let dir = std::path::Path::new(ROOT).join("deploy/kubernetes");
+    let template = std::fs::read_to_string(dir.join("secret.template.yaml")).unwrap();
+    let keys: Vec<String> = template
+        .lines()
+        .skip_while(|l| l.trim() != "stringData:")
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| {
+            let (key, value) = l.trim().split_once(':').unwrap();
+            assert_eq!(value.trim(), "\"\"", "the template holds no key: {l}");
+            key.to_string()
+        })
+        .collect();
+    assert!(!keys.is_empty(), "the template names the Secret's keys");
+    let deployment = std::fs::read_to_string(dir.join("deployment.yaml")).unwrap();
+    let lines: Vec<&str> = deployment.lines().map(str::trim).collect();
+    keys.into_iter()
+        .map(|key| {
+            let reference = format!("secretKeyRef: {{name: releasegate-provider-keys, key: {key}}}");
+            let at = lines
+                .iter()
+                .position(|l| *l == reference)
+                .unwrap_or_else(|| panic!("the Deployment reads the Secret's {key}"));
+            let variable = lines[..at]
+                .iter()
+                .rev()
+                .find_map(|l| l.strip_prefix("- name: "))
+                .unwrap();
+            (variable.to_string(), key)
+        })
+        .collect()
+}
+
+/// A running `releasegate serve --log-json`, killed when dropped.
+struct Served {
+    child: std::process::Child,
+    public: String,
+    admin: String,
+    logs: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `serve` on `path` (listeners on 127.0.0.1:0) and waits for its "serving" line.
+fn start(path: &std::path::Path, env: &[(String, String)]) -> Served {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--log-json", "--config"])
+        .arg(path)
+        .envs([
+            ("RELEASEGATE_SERVER__LISTEN", "127.0.0.1:0"),
+            ("RELEASEGATE_SERVER__ADMIN_LISTEN", "127.0.0.1:0"),
+            ("RUST_LOG", "releasegate=info"),
+        ])
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let logs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (tx, rx) = mpsc::channel();
+    let kept = logs.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Ok(json) = serde_json::from_str::<serde_json::Value>(&line) {
+                let fields = &json["fields"];
+                if fields["message"] == "releasegate serving" {
+                    let address = |key: &str| fields[key].as_str().unwrap_or("").to_string();
+                    let _ = tx.send((address("listen"), address("admin")));
+                }
+            }
+            kept.lock().unwrap().push(line);
+        }
+    });
+    let mut served = Served {
+        child,
+        public: String::new(),
+        admin: String::new(),
+        logs,
+    };
+    // A hang guard only: a healthy start takes well under a second.
+    match rx.recv_timeout(Duration::from_secs(120)) {
+        Ok((public, admin)) => {
+            served.public = public;
+            served.admin = admin;
+            served
+        }
+        Err(_) => panic!(
+            "the proxy did not start: {:?}",
+            served.logs.lock().unwrap()
+        ),
+    }
+}
+
+/// One HTTP/1.1 request over a fresh connection; the response's status.
+fn status(addr: &str, head: &str, body: &str) -> u16 {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    write!(
+        stream,
+        "{head}\r\nHost: releasegate\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {response:?}"))
+}
+
+#[test]
+fn the_rendered_configmap_starts_with_the_secret_templates_variables_and_knows_no_key() {
+    let toml = rendered_config();
+    assert!(
+        !toml.contains("\n[[recipients]]"),
+        "the shipped configuration binds no key: {toml}"
+    );
+    let scratch = scratch("rendered");
+    let path = scratch.join("releasegate.toml");
+    std::fs::write(&path, &toml).unwrap();
+    // Every key variable the configuration names comes from the Secret the template describes.
+    let variables = secret_template_variables();
+    for line in toml.lines() {
+        if let Some(var) = line.trim().strip_prefix("api_key_env = ") {
+            let var = var.trim_matches('"');
+            assert!(
+                variables.iter().any(|(name, _)| name == var),
+                "{var} is not set from the Secret"
+            );
+        }
+    }
+    // A provider that refuses connections on loopback: nothing leaves the machine.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let mut env: Vec<(String, String)> = variables
+        .iter()
+        .map(|(name, _)| (name.clone(), "sk-placeholder-from-the-template".to_string()))
+        .collect();
+    env.push((
+        "RELEASEGATE_PROVIDERS__TYPESAFE__BASE_URL".into(),
+        upstream.clone(),
+    ));
+    env.extend(
+        SERVICE_LINKS
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+
+    let served = start(&path, &env);
+    assert_eq!(status(&served.admin, "GET /readyz HTTP/1.1", ""), 200);
+    // No key opens it, the old demo key included.
+    for key in ["demo-dispatcher-key", "demo-auditor-key", "anything"] {
+        let head = format!("POST /v1/systemone HTTP/1.1\r\nAuthorization: Bearer {key}");
+        assert_eq!(status(&served.public, &head, "{}"), 401, "{key}");
+    }
+    drop(served);
+
+    // The README's way of adding a recipient: its key's hash from `hash-key`.
+    let key = "a-key-only-this-test-knows-7f3a9c";
+    let mut hashing = Command::new(BIN)
+        .arg("hash-key")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        hashing
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(key.as_bytes())
+            .unwrap();
+    }
+    let hash = String::from_utf8(hashing.wait_with_output().unwrap().stdout).unwrap();
+    let added = format!(
+        "{toml}\n[[recipients]]\nname = \"dispatcher\"\nkey_sha256 = \"{}\"\ncontracts = [\"dispatcher\"]\n",
+        hash.trim()
+    );
+    std::fs::write(&path, added).unwrap();
+    let served = start(&path, &env);
+    let head = format!("GET /v1/models HTTP/1.1\r\nAuthorization: Bearer {key}");
+    // Past authentication: the provider (closed on purpose) is what fails.
+    assert_eq!(status(&served.public, &head, ""), 502);
+    let head = "GET /v1/models HTTP/1.1\r\nAuthorization: Bearer demo-dispatcher-key";
+    assert_eq!(status(&served.public, head, ""), 401);
+}
