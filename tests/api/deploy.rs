@@ -362,7 +362,8 @@ fn secret_template_variables() -> Vec<(String, String)> {
     let lines: Vec<&str> = deployment.lines().map(str::trim).collect();
     keys.into_iter()
         .map(|key| {
-            let reference = format!("secretKeyRef: {{name: releasegate-provider-keys, key: {key}}}");
+            let reference =
+                format!("secretKeyRef: {{name: releasegate-provider-keys, key: {key}}}");
             let at = lines
                 .iter()
                 .position(|l| *l == reference)
@@ -437,10 +438,7 @@ fn start(path: &std::path::Path, env: &[(String, String)]) -> Served {
             served.admin = admin;
             served
         }
-        Err(_) => panic!(
-            "the proxy did not start: {:?}",
-            served.logs.lock().unwrap()
-        ),
+        Err(_) => panic!("the proxy did not start: {:?}", served.logs.lock().unwrap()),
     }
 }
 
@@ -507,6 +505,22 @@ fn the_rendered_configmap_starts_with_the_secret_templates_variables_and_knows_n
 
     let served = start(&path, &env);
     assert_eq!(status(&served.admin, "GET /readyz HTTP/1.1", ""), 200);
+    // worker_threads = 0: one event loop per CPU the process may use, and where that came from.
+    let serving = served
+        .logs
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|json| json["fields"]["message"] == "releasegate serving")
+        .unwrap();
+    let fields = &serving["fields"];
+    assert!(fields["cpus"].as_u64().unwrap() >= 1, "{fields}");
+    assert_eq!(fields["event_loops"], fields["cpus"], "{fields}");
+    assert!(
+        fields["cpus_from"].as_str().unwrap().contains("CPU"),
+        "{fields}"
+    );
     // No key opens it, the old demo key included.
     for key in ["demo-dispatcher-key", "demo-auditor-key", "anything"] {
         let head = format!("POST /v1/systemone HTTP/1.1\r\nAuthorization: Bearer {key}");

@@ -269,7 +269,7 @@ impl Server {
         self.watch_interval
     }
     /// Event-loop threads serving the public listener, each a single-threaded runtime with
-    /// its own accept loop and upstream connections; 0 is one per available core (see
+    /// its own accept loop and upstream connections; 0 is one per available CPU (see
     /// [`Server::event_loops`]).
     pub fn worker_threads(&self) -> usize {
         self.worker_threads
@@ -279,11 +279,12 @@ impl Server {
         self.access_log
     }
 
-    /// How many event loops serve the public listener: `worker_threads`, or
-    /// with 0 one per core available to the process (cgroup limits included).
-    pub fn event_loops(&self) -> usize {
+    /// How many event loops serve the public listener: `worker_threads`, or with 0
+    /// `available`, the CPUs the process may use (the caller reads them: the proxy's
+    /// `cpus` follows the cgroup's CPU quota, rounded up), at least 1.
+    pub fn event_loops(&self, available: usize) -> usize {
         match self.worker_threads {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            0 => available.max(1),
             n => n,
         }
     }
@@ -453,7 +454,7 @@ impl Config {
             self.server.drain_delay.as_millis(),
             self.server.shutdown_grace.as_millis(),
             match self.server.worker_threads {
-                0 => "one per core".to_string(),
+                0 => "one per CPU (the CPU quota rounded up, else the cores)".to_string(),
                 n => n.to_string(),
             },
             if self.server.access_log { "on" } else { "off" },

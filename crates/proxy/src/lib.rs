@@ -11,6 +11,7 @@
 pub mod auth;
 pub(crate) mod capture;
 pub mod collect;
+pub(crate) mod cpus;
 pub mod decisions;
 pub mod load;
 pub(crate) mod metrics;

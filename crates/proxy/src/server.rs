@@ -190,9 +190,10 @@ impl Application {
             .providers
             .values()
             .map(|provider| match provider {
-                Provider::SystemOne(remote) => {
-                    listener::upstream_fds(remote.max_concurrency(), server.event_loops())
-                }
+                Provider::SystemOne(remote) => listener::upstream_fds(
+                    remote.max_concurrency(),
+                    server.event_loops(crate::cpus::available().count),
+                ),
                 Provider::Simulated => 0,
             })
             .fold(0usize, usize::saturating_add);
@@ -243,7 +244,8 @@ impl Application {
 
     /// Serves until `shutdown` resolves, then drains.
     ///
-    /// The public listener is served by `server.event_loops()` event loops:
+    /// The public listener is served by `server.event_loops(cpus)` event loops (with
+    /// `worker_threads = 0`, one per CPU of the cgroup's quota rounded up, `crate::cpus`):
     /// the calling task's runtime and one thread per further loop, each with
     /// its own single-threaded runtime, accept loop and upstream clients, so a
     /// connection and its upstream calls stay on one thread (no wake-ups
@@ -267,7 +269,8 @@ impl Application {
         let public_addr = self.public.tcp.local_addr()?;
         let admin_addr = self.admin.tcp.local_addr()?;
         let public_cap = self.public.limits.max_connections;
-        let loops = server.event_loops().max(1);
+        let cpus = crate::cpus::available();
+        let loops = server.event_loops(cpus.count).max(1);
         let (public_stage, public_rx) = watch::channel(listener::Stage::Serving);
         let (admin_stage, admin_rx) = watch::channel(listener::Stage::Serving);
         // A listener task that ends before the drain is a failure.
@@ -345,6 +348,8 @@ impl Application {
             admin = %admin_addr,
             max_connections = public_cap,
             event_loops = loops,
+            cpus = cpus.count,
+            cpus_from = %cpus.source,
             source = %state.live().config.source,
             "releasegate serving"
         );

@@ -283,7 +283,7 @@ impl Upstreams {
         };
         let clients = Clients {
             first: client()?,
-            others: (1..config.server.event_loops())
+            others: (1..config.server.event_loops(crate::cpus::available().count))
                 .map(|_| client())
                 .collect::<Result<Vec<_>, _>>()?,
         };

@@ -324,7 +324,7 @@ pub mod limits {
     /// `server.max_connections` and `server.admin_max_connections`: far above any
     /// file-descriptor limit a single process gets.
     pub const MAX_CONNECTIONS: (u64, u64) = (1, 1_000_000);
-    /// `server.worker_threads`: 0 (one per core) to 1024 event loops.
+    /// `server.worker_threads`: 0 (one per CPU) to 1024 event loops.
     pub const WORKER_THREADS: (u64, u64) = (0, 1024);
     /// `contracts.*.questions.*.classes`: 2 to 255 options (the API's own limit).
     pub const CLASSES: (usize, usize) = (2, crate::workflow::MAX_CLASSES);
@@ -652,7 +652,7 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
     let (_, max_worker_threads) = limits::WORKER_THREADS;
     if raw.worker_threads > max_worker_threads {
         problems.push(format!(
-            "server.worker_threads: must be between 0 (one per core) and {max_worker_threads}"
+            "server.worker_threads: must be between 0 (one per CPU) and {max_worker_threads}"
         ));
     }
     let (low, high) = limits::MAX_CONNECTIONS;

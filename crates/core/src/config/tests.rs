@@ -86,11 +86,11 @@ fn minimal_config_gets_server_defaults() {
     assert_eq!(config.server.worker_threads, 0);
     let single = Config::from_toml(&format!("[server]\nworker_threads = 1\n{MINIMAL}")).unwrap();
     assert_eq!(single.server.worker_threads, 1);
-    assert_eq!(single.server.event_loops(), 1);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    assert_eq!(config.server.event_loops(), cores);
+    assert_eq!(single.server.event_loops(6), 1);
+    assert_eq!(config.server.event_loops(6), 6);
+    assert_eq!(config.server.event_loops(0), 1);
     assert!(single.summary().contains("worker threads 1"));
-    assert!(config.summary().contains("worker threads one per core"));
+    assert!(config.summary().contains("worker threads one per CPU"));
     assert!(config.server.access_log);
     assert!(config.summary().contains("access log on"));
     let quiet = Config::from_toml(&format!("[server]\naccess_log = false\n{MINIMAL}")).unwrap();
