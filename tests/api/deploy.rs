@@ -444,6 +444,11 @@ fn start(path: &std::path::Path, env: &[(String, String)]) -> Served {
 
 /// One HTTP/1.1 request over a fresh connection; the response's status.
 fn status(addr: &str, head: &str, body: &str) -> u16 {
+    exchange(addr, head, body).0
+}
+
+/// One HTTP/1.1 request over a fresh connection; the response's status and whole text.
+fn exchange(addr: &str, head: &str, body: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     stream
@@ -457,11 +462,12 @@ fn status(addr: &str, head: &str, body: &str) -> u16 {
     .unwrap();
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
-    response
+    let status = response
         .split(' ')
         .nth(1)
         .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("no status line in {response:?}"))
+        .unwrap_or_else(|| panic!("no status line in {response:?}"));
+    (status, response)
 }
 
 #[test]
@@ -557,4 +563,42 @@ fn the_rendered_configmap_starts_with_the_secret_templates_variables_and_knows_n
     assert_eq!(status(&served.public, &head, ""), 502);
     let head = "GET /v1/models HTTP/1.1\r\nAuthorization: Bearer demo-dispatcher-key";
     assert_eq!(status(&served.public, head, ""), 401);
+}
+
+/// The dashboard's namespace and instance variables filter every query (a panel that
+/// ignored them would mix deployments that share a Prometheus).
+#[test]
+fn every_dashboard_query_follows_the_namespace_and_instance_variables() {
+    let root = std::path::Path::new(ROOT);
+    let text =
+        std::fs::read_to_string(root.join("deploy/grafana/releasegate-dashboard.json")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert!(variables.contains(&"namespace") && variables.contains(&"instance"));
+    let mut queries = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().unwrap();
+            // Every series selector: a metric name followed by its matchers.
+            for (at, _) in expr.match_indices(['{']) {
+                let matchers = &expr[at..at + expr[at..].find('}').unwrap()];
+                if expr[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+                    queries += 1;
+                    assert!(
+                        matchers.contains(r#"namespace=~"$namespace""#)
+                            && matchers.contains(r#"instance=~"$instance""#),
+                        "{}: {expr}",
+                        panel["title"]
+                    );
+                }
+            }
+            assert!(expr.contains('{'), "{}: {expr}", panel["title"]);
+        }
+    }
+    assert!(queries > 10);
 }

@@ -52,7 +52,12 @@ pub struct Metrics {
     /// Worlds of a contract's live capture dropped, by contract and reason (`queue_full`,
     /// `write_error`).
     pub capture_dropped: IntCounterVec,
+    /// One series, value 1: the version and source commit of this build.
+    pub build_info: IntGaugeVec,
 }
+
+/// The source commit this binary was built from (`build.rs`): 12 hex digits, or "unknown".
+pub(crate) const BUILD_COMMIT: &str = env!("RELEASEGATE_BUILD_COMMIT");
 
 /// Errors building metrics (only on programming mistakes such as duplicate names).
 pub(crate) type Error = prometheus::Error;
@@ -195,6 +200,23 @@ impl Metrics {
             &["contract", "reason"],
         )?;
         registry.register(Box::new(capture_dropped.clone()))?;
+        let build_info = IntGaugeVec::new(
+            Opts::new(
+                "releasegate_build_info",
+                "The build serving (value 1): its version and source commit",
+            ),
+            &["version", "commit"],
+        )?;
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), BUILD_COMMIT])
+            .set(1);
+        registry.register(Box::new(build_info.clone()))?;
+        // process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds,
+        // process_max_fds, process_start_time_seconds, ... (procfs; Linux only).
+        #[cfg(target_os = "linux")]
+        registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
         registry.register(Box::new(config_reloads.clone()))?;
         registry.register(Box::new(config_info.clone()))?;
         registry.register(Box::new(wcpq_answers.clone()))?;
@@ -227,6 +249,7 @@ impl Metrics {
             rate_limited,
             captured,
             capture_dropped,
+            build_info,
         })
     }
 
