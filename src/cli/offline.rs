@@ -336,7 +336,8 @@ pub(super) fn build_codebook_command(
             Err(error) => return super::usage_error(&error),
         }
     }
-    if let Err(error) = std::fs::write(output, built.codebook.to_json_bytes()) {
+    if let Err(error) = releasegate_proxy::load::write_file(output, &built.codebook.to_json_bytes())
+    {
         return super::failure(&std::io::Error::new(
             error.kind(),
             format!("cannot write codebook file {}: {error}", output.display()),

@@ -602,3 +602,76 @@ fn every_dashboard_query_follows_the_namespace_and_instance_variables() {
     }
     assert!(queries > 10);
 }
+
+/// `build-codebook --out X.json.zst` writes the shipped codebook compressed: decompressed, it
+/// is the shipped file byte for byte, and a configuration naming it passes `check-config`
+/// with the same codebook hash.
+#[test]
+fn build_codebook_writes_a_zstd_codebook_that_the_proxy_reads() {
+    let dir = scratch("zst-codebook");
+    let worlds = dir.join("worlds.jsonl");
+    let run = |command: &mut Command| {
+        let output = command.output().unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        output
+    };
+    run(Command::new(BIN)
+        .args([
+            "simulate",
+            "--pairs-per-domain",
+            "240",
+            "--seed",
+            "0",
+            "--out",
+        ])
+        .arg(&worlds));
+    std::fs::create_dir(dir.join("codebooks")).unwrap();
+    let out = dir.join("codebooks/delivery-coarse_cause.json.zst");
+    run(Command::new(BIN)
+        .args(["build-codebook", "--config"])
+        .arg(format!("{ROOT}/config/releasegate.toml"))
+        .args(["--contract", "planner", "--question", "coarse_cause"])
+        .args(["--denominator", "20", "--worlds"])
+        .arg(&worlds)
+        .arg("--out")
+        .arg(&out));
+    let packed = std::fs::read(&out).unwrap();
+    let shipped = std::fs::read(format!(
+        "{ROOT}/config/codebooks/delivery-coarse_cause.json"
+    ))
+    .unwrap();
+    assert!(packed.len() * 5 < shipped.len(), "{} bytes", packed.len());
+    assert!(
+        zstd::stream::decode_all(&packed[..]).unwrap() == shipped,
+        "the decompressed codebook is the shipped one, byte for byte"
+    );
+    let config = std::fs::read_to_string(format!("{ROOT}/config/releasegate.toml"))
+        .unwrap()
+        .replace(
+            "codebooks/delivery-coarse_cause.json\"",
+            "codebooks/delivery-coarse_cause.json.zst\"",
+        );
+    let path = dir.join("releasegate.toml");
+    std::fs::write(&path, config).unwrap();
+    let checked = check_config(&path, &[]);
+    assert!(checked.status.success(), "{}", stderr(&checked));
+    let plain = check_config(
+        &std::path::Path::new(ROOT).join("config/releasegate.toml"),
+        &[],
+    );
+    // The same summary (the configuration's own path and hash aside).
+    let summary = |output: &Output| -> Vec<String> {
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .skip(1)
+            .filter(|line| !line.starts_with("reload:"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert!(
+        summary(&plain)
+            .iter()
+            .any(|line| line.contains("mechanism wcpq"))
+    );
+    assert_eq!(summary(&checked), summary(&plain));
+}

@@ -163,3 +163,93 @@ mod starts {
         assert!([502, 504].contains(&serve_one(tight).await));
     }
 }
+
+mod compressed {
+    //! Codebooks (and any file a configuration names) as `*.zst`.
+
+    use super::*;
+
+    #[test]
+    fn a_zst_file_reads_back_as_the_bytes_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = b"{\"codewords\": [1, 2, 3]}".repeat(1000);
+        let packed = dir.path().join("c.json.zst");
+        write_file(&packed, &bytes).unwrap();
+        let on_disk = std::fs::read(&packed).unwrap();
+        assert_eq!(&on_disk[..4], &[0x28, 0xb5, 0x2f, 0xfd], "a zstd frame");
+        assert!(on_disk.len() < bytes.len() / 10);
+        assert_eq!(read_file(&packed).unwrap(), bytes);
+        // Other names are written and read as they are.
+        let plain = dir.path().join("c.json");
+        write_file(&plain, &bytes).unwrap();
+        assert_eq!(std::fs::read(&plain).unwrap(), bytes);
+        assert_eq!(read_file(&plain).unwrap(), bytes);
+    }
+
+    #[test]
+    fn a_zst_file_that_is_not_zstd_or_is_cut_short_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.json.zst");
+        std::fs::write(&path, b"{\"plain\": \"json\"}").unwrap();
+        let error = read_file(&path).unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
+        write_file(&path, &[7u8; 100_000]).unwrap();
+        let whole = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &whole[..whole.len() - 4]).unwrap();
+        assert_eq!(
+            read_file(&path).unwrap_err().kind(),
+            std::io::ErrorKind::InvalidData
+        );
+    }
+
+    #[test]
+    fn a_configuration_serves_the_same_codebook_compressed() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("codebooks")).unwrap();
+        let json = std::fs::read(root.join("codebooks/delivery-coarse_cause.json")).unwrap();
+        write_file(
+            &dir.path().join("codebooks/delivery-coarse_cause.json.zst"),
+            &json,
+        )
+        .unwrap();
+        let text = std::fs::read_to_string(root.join("releasegate.toml"))
+            .unwrap()
+            .replace(
+                "codebooks/delivery-coarse_cause.json\"",
+                "codebooks/delivery-coarse_cause.json.zst\"",
+            );
+        assert!(text.contains(".json.zst"));
+        let path = dir.path().join("releasegate.toml");
+        std::fs::write(&path, text).unwrap();
+        let compressed = load_offline(Some(&path)).unwrap();
+        let plain = load_offline(Some(&root.join("releasegate.toml"))).unwrap();
+        let sha =
+            |config: &Config| match &config.contract("planner").unwrap().questions["coarse_cause"]
+                .mechanism
+            {
+                releasegate_core::mechanism::Mechanism::Wcpq(wcpq) => wcpq.codebook_sha256.clone(),
+                other => panic!("{}", other.kind()),
+            };
+        assert_eq!(
+            sha(&compressed),
+            sha(&plain),
+            "the same codebook, the same hash"
+        );
+        // A broken frame names the file, like any unreadable codebook.
+        std::fs::write(
+            dir.path().join("codebooks/delivery-coarse_cause.json.zst"),
+            b"not zstd",
+        )
+        .unwrap();
+        let Err(Error::Invalid(problems)) = load_offline(Some(&path)) else {
+            panic!("a broken codebook must be refused");
+        };
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("delivery-coarse_cause.json.zst") && p.contains("zstd")),
+            "{problems:?}"
+        );
+    }
+}
