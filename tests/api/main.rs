@@ -15,6 +15,7 @@ mod own_provider;
 mod pinning;
 mod process;
 mod ratelimit;
+mod ratelimit_store;
 mod release;
 mod reload;
 mod replay;

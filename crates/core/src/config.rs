@@ -83,6 +83,9 @@ pub struct Config {
     /// `contracts.NAME.capture`, by contract name: live capture of native answers (worlds
     /// format). Fixed at start, like the decision log.
     pub captures: BTreeMap<String, Capture>,
+    /// `[rate_limit_store]`: where the recipients' rate limits are kept so that every replica
+    /// sharing it enforces them together (`None`: each replica on its own).
+    pub rate_limit_store: Option<RateLimitStore>,
 }
 
 /// A contract's live capture (`contracts.NAME.capture`, built by validation only): a sample of
@@ -116,6 +119,44 @@ impl Capture {
     /// Worlds waiting for the writer; beyond it they are dropped and counted.
     pub fn queue_capacity(&self) -> usize {
         self.queue_capacity
+    }
+}
+
+/// `[rate_limit_store] kind = "redis"`: a Redis server holding every recipient's token bucket
+/// (built by validation only: every value is in its range, the URL is a plain
+/// `redis://host[:port][/db]` without credentials).
+#[derive(Debug, Clone)]
+pub struct RateLimitStore {
+    url: String,
+    password: Option<SecretString>,
+    timeout: Duration,
+    retry_interval: Duration,
+    key_prefix: String,
+}
+
+impl RateLimitStore {
+    /// `redis://host[:port][/db]`, without credentials (safe to print).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+    /// The password (Redis `AUTH`), read from the variable `password_env` names.
+    pub fn password(&self) -> Option<&SecretString> {
+        self.password.as_ref()
+    }
+    /// Longest wait for one call to the store (connecting included); beyond it the request
+    /// is limited on this replica alone.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+    /// After a failed call, how long a replica keeps its limits to itself before it asks the
+    /// store again.
+    pub fn retry_interval(&self) -> Duration {
+        self.retry_interval
+    }
+    /// Prefix of the store's keys (`PREFIX:rl:...`): deployments sharing one Redis use
+    /// different prefixes.
+    pub fn key_prefix(&self) -> &str {
+        &self.key_prefix
     }
 }
 
@@ -358,7 +399,8 @@ pub struct Recipient {
     pub key_sha256: [u8; 32],
     /// The contracts the key is bound to.
     pub contracts: Vec<String>,
-    /// Its request rate limit on this replica, if any.
+    /// Its request rate limit (on this replica, or across replicas with
+    /// `[rate_limit_store]`), if any.
     pub rate_limit: Option<RateLimit>,
     /// Its leakage budget over everything its contracts release together (`audit --recipient
     /// NAME --gate`); never read by the proxy at request time.
@@ -471,6 +513,16 @@ impl Config {
             },
             self.origin.sha256,
         ));
+        match &self.rate_limit_store {
+            None => out.push_str("rate limits: per replica\n"),
+            Some(store) => out.push_str(&format!(
+                "rate limits: shared through redis {} (prefix {}, timeout {} ms, password {}); per replica while it is unreachable\n",
+                store.url,
+                store.key_prefix,
+                store.timeout.as_millis(),
+                if store.password.is_some() { "set" } else { "none" },
+            )),
+        }
         match &self.decision_log {
             None => out.push_str("decision log: off\n"),
             Some(log) => out.push_str(&format!(

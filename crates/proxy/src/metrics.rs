@@ -2,7 +2,8 @@
 //! configuration (contract, provider, question ids) and enums.
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 use releasegate_core::config::Config;
@@ -54,6 +55,10 @@ pub struct Metrics {
     pub capture_dropped: IntCounterVec,
     /// One series, value 1: the version and source commit of this build.
     pub build_info: IntGaugeVec,
+    /// 1 while the shared rate limit store does not answer (limits are per replica), else 0.
+    pub rate_limit_store_degraded: IntGauge,
+    /// Failed calls to the shared rate limit store, by kind (`timeout`, `error`).
+    pub rate_limit_store_errors: IntCounterVec,
 }
 
 /// The source commit this binary was built from (`build.rs`): 12 hex digits, or "unknown".
@@ -211,6 +216,19 @@ impl Metrics {
             .with_label_values(&[env!("CARGO_PKG_VERSION"), BUILD_COMMIT])
             .set(1);
         registry.register(Box::new(build_info.clone()))?;
+        let rate_limit_store_degraded = IntGauge::new(
+            "releasegate_rate_limit_store_degraded",
+            "1 while the shared rate limit store does not answer and rate limits are per replica, else 0",
+        )?;
+        registry.register(Box::new(rate_limit_store_degraded.clone()))?;
+        let rate_limit_store_errors = IntCounterVec::new(
+            Opts::new(
+                "releasegate_rate_limit_store_errors_total",
+                "Calls to the shared rate limit store that failed, by kind: timeout or error",
+            ),
+            &["kind"],
+        )?;
+        registry.register(Box::new(rate_limit_store_errors.clone()))?;
         // process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds,
         // process_max_fds, process_start_time_seconds, ... (procfs; Linux only).
         #[cfg(target_os = "linux")]
@@ -250,6 +268,8 @@ impl Metrics {
             captured,
             capture_dropped,
             build_info,
+            rate_limit_store_degraded,
+            rate_limit_store_errors,
         })
     }
 
@@ -260,6 +280,11 @@ impl Metrics {
         self.config_info
             .with_label_values(&[config.origin.sha256.as_str()])
             .set(1);
+        if config.rate_limit_store.is_some() {
+            for kind in ["timeout", "error"] {
+                self.rate_limit_store_errors.with_label_values(&[kind]);
+            }
+        }
         for recipient in &config.recipients {
             if recipient.rate_limit.is_some() {
                 self.rate_limited

@@ -1,10 +1,23 @@
-//! Per-recipient request rate limits: one token bucket (GCRA, `governor`) per recipient
-//! with a `rate_limit`, on this replica. Checked after authentication and before the
-//! request body is read; a request over the limit gets 429 `rate_limited` with
-//! `retry-after` in whole seconds.
+//! Per-recipient request rate limits, checked after authentication and before the request
+//! body is read; a request over the limit gets 429 `rate_limited` with `retry-after` in whole
+//! seconds.
 //!
-//! A reload keeps a recipient's bucket, and the tokens it has used, when its name and limit
-//! are unchanged; a new or changed limit starts with a full bucket.
+//! Without `[rate_limit_store]` each replica keeps one token bucket (GCRA, `governor`) per
+//! recipient with a `rate_limit`: N replicas let N times the limit through. With
+//! `[rate_limit_store] kind = "redis"` every replica sharing the store takes its tokens from
+//! one bucket per recipient in Redis (`store`): a Lua script refills and takes a token
+//! atomically on the store's own clock (`TIME`), so the replicas' clocks do not matter.
+//! When a call to the store fails or takes longer than `timeout_ms`, the replica limits the
+//! request with its own bucket (per replica, never unlimited), shows it in
+//! `releasegate_rate_limit_store_degraded` and asks the store again after
+//! `retry_interval_ms`. Releases never depend on the store: it only decides 429 or not.
+//!
+//! A reload keeps a recipient's local bucket, and the tokens it has used, when its name and
+//! limit are unchanged; a new or changed limit starts with a full bucket (in the store too:
+//! the limit is part of the bucket's key). The store connection survives a reload that leaves
+//! `[rate_limit_store]` unchanged.
+
+mod store;
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -14,7 +27,9 @@ use std::time::Duration;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
-use releasegate_core::config::{RateLimit, Recipient};
+use releasegate_core::config::{RateLimit, RateLimitStore, Recipient};
+
+pub(crate) use store::Store;
 
 /// One recipient's bucket and the limit it was built for.
 #[derive(Debug)]
@@ -23,18 +38,23 @@ struct Bucket {
     limiter: DefaultDirectRateLimiter,
 }
 
-/// The buckets of every limited recipient, by recipient name.
+/// The buckets of every limited recipient, by recipient name, and the shared store if any.
 #[derive(Debug, Default)]
 pub(crate) struct Limits {
     buckets: HashMap<String, Arc<Bucket>>,
+    store: Option<Arc<Store>>,
 }
 
 // === impl Limits ===
 
 impl Limits {
     /// Builds the buckets of `recipients`, taking over those of `previous` whose recipient
-    /// and limit are unchanged.
-    pub(crate) fn new(recipients: &[Recipient], previous: Option<&Limits>) -> Limits {
+    /// and limit are unchanged, and its store when `store` is the same.
+    pub(crate) fn new(
+        recipients: &[Recipient],
+        store: Option<(&RateLimitStore, &crate::metrics::Metrics, usize)>,
+        previous: Option<&Limits>,
+    ) -> Limits {
         let buckets = recipients
             .iter()
             .filter_map(|recipient| {
@@ -52,12 +72,38 @@ impl Limits {
                 Some((recipient.name.clone(), bucket))
             })
             .collect();
-        Limits { buckets }
+        let store = store.map(|(settings, metrics, loops)| {
+            previous
+                .and_then(|previous| previous.store.as_ref())
+                .filter(|kept| kept.serves(settings))
+                .cloned()
+                .unwrap_or_else(|| Arc::new(Store::new(settings, metrics, loops)))
+        });
+        if store.is_none()
+            && let Some(previous) = previous.and_then(|previous| previous.store.as_ref())
+        {
+            previous.retire();
+        }
+        Limits { buckets, store }
     }
 
-    /// Takes one token of `recipient`'s bucket; `Err(seconds)` when it is empty, with the
-    /// whole seconds (at least 1) until a token is back.
-    pub(crate) fn check(&self, recipient: &str) -> Result<(), u64> {
+    /// Takes one token of `recipient`'s bucket: the store's when there is one and it
+    /// answers, else this replica's; `Err(seconds)` when it is empty, with the whole seconds
+    /// (at least 1) until a token is back.
+    pub(crate) async fn check(&self, recipient: &str) -> Result<(), u64> {
+        let Some(bucket) = self.buckets.get(recipient) else {
+            return Ok(());
+        };
+        if let Some(store) = &self.store
+            && let Some(verdict) = store.take(recipient, bucket.limit).await
+        {
+            return verdict.map_err(retry_after_seconds);
+        }
+        self.local(recipient)
+    }
+
+    /// [`Limits::check`] on this replica's bucket alone.
+    fn local(&self, recipient: &str) -> Result<(), u64> {
         let Some(bucket) = self.buckets.get(recipient) else {
             return Ok(());
         };
@@ -103,16 +149,17 @@ mod tests {
         let limits = Limits::new(
             &[recipient("a", Some((0.01, 3))), recipient("b", None)],
             None,
+            None,
         );
         for _ in 0..3 {
-            assert_eq!(limits.check("a"), Ok(()));
+            assert_eq!(limits.local("a"), Ok(()));
         }
-        let wait = limits.check("a").unwrap_err();
+        let wait = limits.local("a").unwrap_err();
         assert!((90..=100).contains(&wait), "{wait}");
         // Unlimited and unknown recipients pass.
         for _ in 0..100 {
-            assert_eq!(limits.check("b"), Ok(()));
-            assert_eq!(limits.check("nobody"), Ok(()));
+            assert_eq!(limits.local("b"), Ok(()));
+            assert_eq!(limits.local("nobody"), Ok(()));
         }
         assert!(limits.buckets.contains_key("a") && !limits.buckets.contains_key("b"));
     }
@@ -125,20 +172,22 @@ mod tests {
                 recipient("changed", Some((0.01, 1))),
             ],
             None,
+            None,
         );
-        assert_eq!(before.check("same"), Ok(()));
-        assert_eq!(before.check("changed"), Ok(()));
-        assert!(before.check("same").is_err() && before.check("changed").is_err());
+        assert_eq!(before.local("same"), Ok(()));
+        assert_eq!(before.local("changed"), Ok(()));
+        assert!(before.local("same").is_err() && before.local("changed").is_err());
         let after = Limits::new(
             &[
                 recipient("same", Some((0.01, 1))),
                 recipient("changed", Some((0.01, 2))),
             ],
+            None,
             Some(&before),
         );
-        assert!(after.check("same").is_err(), "an unchanged bucket is kept");
+        assert!(after.local("same").is_err(), "an unchanged bucket is kept");
         assert_eq!(
-            after.check("changed"),
+            after.local("changed"),
             Ok(()),
             "a changed limit starts full"
         );

@@ -75,8 +75,15 @@ impl Live {
     fn new(config: Config, metrics: &Metrics, previous: Option<&Live>) -> Result<Live, StartError> {
         let upstreams = Upstreams::new(&config, metrics.clone())?;
         let keys = Keys::new(&config.recipients);
-        let limits =
-            crate::ratelimit::Limits::new(&config.recipients, previous.map(|live| &live.limits));
+        let loops = config.server.event_loops(crate::cpus::available().count);
+        let limits = crate::ratelimit::Limits::new(
+            &config.recipients,
+            config
+                .rate_limit_store
+                .as_ref()
+                .map(|store| (store, metrics, loops)),
+            previous.map(|live| &live.limits),
+        );
         Ok(Live {
             config,
             keys,

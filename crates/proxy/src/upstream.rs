@@ -197,6 +197,11 @@ pub(crate) fn set_event_loop(index: usize) {
     EVENT_LOOP.with(|current| current.set(index));
 }
 
+/// The event loop the calling thread runs (0: the first loop and the admin listener).
+pub(crate) fn event_loop() -> usize {
+    EVENT_LOOP.with(Cell::get)
+}
+
 /// All configured providers.
 #[derive(Clone, Debug)]
 pub(crate) struct Upstreams {

@@ -28,6 +28,36 @@ pub struct RawConfig {
     contracts: BTreeMap<String, RawContract>,
     #[serde(default)]
     decision_log: Option<RawDecisionLog>,
+    #[serde(default)]
+    rate_limit_store: Option<RawRateLimitStore>,
+}
+
+/// `[rate_limit_store]`: shared rate limits (absent: per replica).
+#[derive(Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+enum RawRateLimitStore {
+    Redis {
+        url: String,
+        password_env: Option<String>,
+        #[serde(default = "default_store_timeout_ms")]
+        timeout_ms: u64,
+        #[serde(default = "default_store_retry_interval_ms")]
+        retry_interval_ms: u64,
+        #[serde(default = "default_store_key_prefix")]
+        key_prefix: String,
+    },
+}
+
+fn default_store_timeout_ms() -> u64 {
+    100
+}
+
+fn default_store_retry_interval_ms() -> u64 {
+    1000
+}
+
+fn default_store_key_prefix() -> String {
+    "releasegate".to_string()
 }
 
 /// `[decision_log]`: one JSON line per request (off when the section is absent).
@@ -324,6 +354,10 @@ pub mod limits {
     /// `server.max_connections` and `server.admin_max_connections`: far above any
     /// file-descriptor limit a single process gets.
     pub const MAX_CONNECTIONS: (u64, u64) = (1, 1_000_000);
+    /// `rate_limit_store.timeout_ms`: 1 ms to 10 s per call.
+    pub const STORE_TIMEOUT_MS: (u64, u64) = (1, 10_000);
+    /// `rate_limit_store.retry_interval_ms`: 10 ms to 10 minutes.
+    pub const STORE_RETRY_INTERVAL_MS: (u64, u64) = (10, 600_000);
     /// `server.worker_threads`: 0 (one per CPU) to 1024 event loops.
     pub const WORKER_THREADS: (u64, u64) = (0, 1024);
     /// `contracts.*.questions.*.classes`: 2 to 255 options (the API's own limit).
@@ -412,6 +446,9 @@ impl RawConfig {
         let decision_log = self
             .decision_log
             .map(|raw| validate_decision_log(raw, base_dir, &mut problems));
+        let rate_limit_store = self
+            .rate_limit_store
+            .and_then(|raw| validate_rate_limit_store(raw, inputs.env, &mut problems));
 
         let mut providers = BTreeMap::new();
         let declared: std::collections::BTreeSet<String> = self.providers.keys().cloned().collect();
@@ -569,6 +606,7 @@ impl RawConfig {
                 source,
                 decision_log,
                 captures,
+                rate_limit_store,
                 origin: super::Origin {
                     files,
                     ..super::Origin::default()
@@ -806,6 +844,98 @@ fn validate_capture(
         max_files: size(raw.max_files, limits::DECISION_LOG_MAX_FILES),
         queue_capacity: size(raw.queue_capacity, limits::DECISION_LOG_QUEUE),
     }
+}
+
+fn validate_rate_limit_store(
+    raw: RawRateLimitStore,
+    env: Option<EnvLookup<'_>>,
+    problems: &mut Vec<String>,
+) -> Option<super::RateLimitStore> {
+    let RawRateLimitStore::Redis {
+        url,
+        password_env,
+        timeout_ms,
+        retry_interval_ms,
+        key_prefix,
+    } = raw;
+    let n_problems = problems.len();
+    let url = match plain_redis_url(&url) {
+        Ok(url) => url,
+        Err(reason) => {
+            problems.push(format!("rate_limit_store.url: {reason}"));
+            String::new()
+        }
+    };
+    check_range(
+        problems,
+        "rate_limit_store.timeout_ms",
+        timeout_ms,
+        limits::STORE_TIMEOUT_MS,
+    );
+    check_range(
+        problems,
+        "rate_limit_store.retry_interval_ms",
+        retry_interval_ms,
+        limits::STORE_RETRY_INTERVAL_MS,
+    );
+    if key_prefix.is_empty()
+        || key_prefix.len() > 64
+        || !key_prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+    {
+        problems.push("rate_limit_store.key_prefix: 1 to 64 of A-Z a-z 0-9 - _ . :".to_string());
+    }
+    let password = match (password_env, env) {
+        (None, _) | (_, None) => None,
+        (Some(var), Some(env)) => match env(&var) {
+            Some(value) if !value.is_empty() => Some(SecretString::from(value)),
+            _ => {
+                problems.push(format!(
+                    "rate_limit_store.password_env: environment variable `{var}` is not set"
+                ));
+                None
+            }
+        },
+    };
+    (problems.len() == n_problems).then(|| super::RateLimitStore {
+        url,
+        password,
+        timeout: Duration::from_millis(timeout_ms),
+        retry_interval: Duration::from_millis(retry_interval_ms),
+        key_prefix,
+    })
+}
+
+/// A Redis URL the proxy connects to: `redis://host[:port][/db]` only. No credentials (the
+/// password comes from `password_env`, so a ConfigMap never holds it), no TLS (`rediss://`
+/// is not built in), no query or fragment.
+fn plain_redis_url(text: &str) -> Result<String, String> {
+    let url = url::Url::parse(text).map_err(|error| format!("`{text}` is not a URL: {error}"))?;
+    if url.scheme() == "rediss" {
+        return Err(format!(
+            "`{text}`: TLS (rediss://) is not supported; use redis:// on a trusted network"
+        ));
+    }
+    if url.scheme() != "redis" {
+        return Err(format!("`{text}` must start with redis://"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(format!(
+            "`{text}` must not contain a user name or password; set password_env"
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("`{text}` names no host"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(format!("`{text}` must not have a query or fragment"));
+    }
+    let db = url.path().trim_start_matches('/');
+    if !db.is_empty() && db.parse::<u16>().is_err() {
+        return Err(format!("`{text}`: the path must be a database number"));
+    }
+    Ok(url.to_string())
 }
 
 fn validate_provider(

@@ -684,3 +684,102 @@ fn a_capture_is_validated_summarized_and_warned_about() {
         "{found:?}"
     );
 }
+
+#[test]
+fn a_rate_limit_store_is_a_plain_redis_url_with_its_password_from_the_environment() {
+    let config = Config::from_toml(MINIMAL).unwrap();
+    assert!(config.rate_limit_store.is_none());
+    assert!(config.summary().contains("rate limits: per replica"));
+
+    let text = format!(
+        "{MINIMAL}[rate_limit_store]\nkind = \"redis\"\nurl = \"redis://redis.ns.svc:6380/2\"\n"
+    );
+    let store = Config::from_toml(&text).unwrap().rate_limit_store.unwrap();
+    assert_eq!(store.url(), "redis://redis.ns.svc:6380/2");
+    assert_eq!(store.timeout(), Duration::from_millis(100));
+    assert_eq!(store.retry_interval(), Duration::from_secs(1));
+    assert_eq!(store.key_prefix(), "releasegate");
+    assert!(store.password().is_none());
+    assert!(
+        Config::from_toml(&text)
+            .unwrap()
+            .summary()
+            .contains("rate limits: shared through redis redis://redis.ns.svc:6380/2")
+    );
+
+    let with_password = format!(
+        "{MINIMAL}[rate_limit_store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1\"\n\
+         password_env = \"RG_REDIS_PASSWORD\"\ntimeout_ms = 20\nretry_interval_ms = 500\n\
+         key_prefix = \"team-a\"\n"
+    );
+    let env = |name: &str| (name == "RG_REDIS_PASSWORD").then(|| "s3cret".to_string());
+    let config = Config::from_toml_with(
+        &with_password,
+        "test",
+        Path::new("."),
+        Inputs {
+            env: Some(&env),
+            files: &|_| Err(std::io::ErrorKind::NotFound.into()),
+            codebooks: true,
+        },
+    )
+    .unwrap();
+    let store = config.rate_limit_store.as_ref().unwrap();
+    assert_eq!(
+        secrecy::ExposeSecret::expose_secret(store.password().unwrap()),
+        "s3cret"
+    );
+    assert_eq!(store.timeout(), Duration::from_millis(20));
+    assert_eq!(store.key_prefix(), "team-a");
+    assert!(!config.summary().contains("s3cret"));
+    assert!(!format!("{config:?}").contains("s3cret"));
+
+    for (table, needle) in [
+        ("url = \"redis://:pw@host\"", "rate_limit_store.url"),
+        ("url = \"redis://user:pw@host\"", "password_env"),
+        ("url = \"rediss://host\"", "TLS"),
+        ("url = \"http://host\"", "redis://"),
+        ("url = \"redis://host/x\"", "database number"),
+        ("url = \"redis://host?db=1\"", "query"),
+        ("url = \"not a url\"", "rate_limit_store.url"),
+        (
+            "url = \"redis://h\"\ntimeout_ms = 0",
+            "rate_limit_store.timeout_ms",
+        ),
+        (
+            "url = \"redis://h\"\ntimeout_ms = 10001",
+            "rate_limit_store.timeout_ms",
+        ),
+        (
+            "url = \"redis://h\"\nretry_interval_ms = 5",
+            "rate_limit_store.retry_interval_ms",
+        ),
+        (
+            "url = \"redis://h\"\nkey_prefix = \"a b\"",
+            "rate_limit_store.key_prefix",
+        ),
+        (
+            "url = \"redis://h\"\nkey_prefix = \"\"",
+            "rate_limit_store.key_prefix",
+        ),
+        ("url = \"redis://h\"\nkeyprefix = \"x\"", "keyprefix"),
+    ] {
+        let text = format!("{MINIMAL}[rate_limit_store]\nkind = \"redis\"\n{table}\n");
+        let found = problems(&text);
+        assert!(
+            found.iter().any(|p| p.contains(needle)),
+            "{table}: {found:?}"
+        );
+    }
+    let unknown = format!("{MINIMAL}[rate_limit_store]\nkind = \"memcached\"\nurl = \"x\"\n");
+    assert!(!problems(&unknown).is_empty());
+    // An unset password variable is an error where keys are read, and ignored offline.
+    let unset = format!(
+        "{MINIMAL}[rate_limit_store]\nkind = \"redis\"\nurl = \"redis://h\"\npassword_env = \"RG_UNSET_VAR_X\"\n"
+    );
+    assert!(
+        problems(&unset)
+            .iter()
+            .any(|p| p.contains("rate_limit_store.password_env"))
+    );
+}

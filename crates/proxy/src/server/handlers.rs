@@ -296,7 +296,7 @@ fn finish(
     response
 }
 
-fn select_contract<'l>(
+async fn select_contract<'l>(
     live: &'l Live,
     selection: Selection<'_>,
     trail: &mut Trail,
@@ -308,7 +308,7 @@ fn select_contract<'l>(
         .config
         .contract(&caller.contract)
         .ok_or(Error::Internal)?;
-    let limited = live.limits.check(&caller.recipient);
+    let limited = live.limits.check(&caller.recipient).await;
     trail.recipient = Some(caller.recipient);
     trail.contract = Some(contract.clone());
     // After authentication, before the body is read.
@@ -324,7 +324,7 @@ async fn answer(
 ) -> Result<Value, Error> {
     let headers = selection.headers;
     let live = state.live();
-    let contract = select_contract(&live, selection, trail)?;
+    let contract = select_contract(&live, selection, trail).await?;
     let bytes = body::read(headers, body, &state.inner.server).await?;
     trail.body_read = true;
     // Like the real API (FastAPI), a body that is not JSON is a 422 `json_invalid`.
@@ -448,7 +448,7 @@ async fn list_models(
     trail: &mut Trail,
 ) -> Result<Value, Error> {
     let live = state.live();
-    let contract = select_contract(&live, selection, trail)?;
+    let contract = select_contract(&live, selection, trail).await?;
     let reply = live
         .upstreams
         .models(&contract.provider)

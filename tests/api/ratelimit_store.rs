@@ -1,0 +1,310 @@
+//! Rate limits shared across replicas through a real `redis-server` (Debian's package), which
+//! these tests start and stop themselves on a free loopback port: two proxies sharing one
+//! store hold the global limit; the store stopping mid-run degrades each replica to its own
+//! limit (never to none) and raises the gauge; the store coming back restores the global
+//! limit. Skipped, saying why, only when `redis-server` is not installed.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::helpers::{
+    CLIENT_KEY, MULTI_KEY, TestApp, error_of, questions, request, spawn_upstream, start,
+};
+
+/// The key of "refill": one token every 500 ms, a burst of 1.
+const REFILL_KEY: &str = "client-key-refill";
+
+/// A `redis-server` of this test's own, without persistence, on 127.0.0.1.
+struct Redis {
+    child: Child,
+    port: u16,
+}
+
+impl Redis {
+    /// Starts one on a free port; `None` (saying so) when redis-server is not installed.
+    fn start() -> Option<Redis> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        Redis::start_on(port)
+    }
+
+    fn start_on(port: u16) -> Option<Redis> {
+        let child = match Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+        {
+            Ok(child) => child,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                eprintln!(
+                    "SKIPPED: redis-server is not installed (Debian package redis-server; .ci/run installs it)"
+                );
+                return None;
+            }
+            Err(error) => panic!("redis-server: {error}"),
+        };
+        let mut redis = Redis { child, port };
+        // Bounded: a healthy redis-server answers within milliseconds.
+        for _ in 0..200 {
+            if redis.ping() {
+                return Some(redis);
+            }
+            if let Ok(Some(status)) = redis.child.try_wait() {
+                panic!("redis-server exited with {status} (port {port} taken?)");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = redis.child.kill();
+        panic!("redis-server did not answer PING on port {port}");
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+        let mut reply = [0u8; 7];
+        stream.write_all(b"PING\r\n").is_ok()
+            && stream.read_exact(&mut reply).is_ok()
+            && &reply == b"+PONG\r\n"
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Stops it at once (SIGKILL): the store vanishing mid-run.
+    fn kill(mut self) -> u16 {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.port
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A proxy whose recipient "limited" (CLIENT_KEY) has a burst of `burst` and no refill to
+/// speak of (one token per 1000 s), and "probe" (MULTI_KEY) a large limit, all through the
+/// store at `url`.
+async fn proxy(
+    base_url: &str,
+    url: &str,
+    burst: u32,
+    upstream: super::helpers::Upstream,
+) -> TestApp {
+    proxy_with(base_url, url, burst, 2000, upstream).await
+}
+
+async fn proxy_with(
+    base_url: &str,
+    url: &str,
+    burst: u32,
+    timeout_ms: u64,
+    upstream: super::helpers::Upstream,
+) -> TestApp {
+    let digest = releasegate_proxy::auth::hash_key;
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace_ms = 500\nworker_threads = 2\n\
+         [providers.up]\nkind = \"systemone\"\nbase_url = \"{base_url}\"\ntimeout_ms = 5000\n\
+         [rate_limit_store]\nkind = \"redis\"\nurl = \"{url}\"\ntimeout_ms = {timeout_ms}\nretry_interval_ms = 50\n\
+         [[recipients]]\nname = \"limited\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n\
+         rate_limit = {{ requests_per_second = 0.001, burst = {burst} }}\n\
+         [[recipients]]\nname = \"refill\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n\
+         rate_limit = {{ requests_per_second = 2, burst = 1 }}\n\
+         [[recipients]]\nname = \"probe\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n\
+         rate_limit = {{ requests_per_second = 1000, burst = 1000 }}\n\
+         [contracts.main]\nprovider = \"up\"\n{}",
+        digest(CLIENT_KEY),
+        digest(REFILL_KEY),
+        digest(MULTI_KEY),
+        questions("main", "choice", ""),
+    );
+    start(releasegate_proxy::load::from_toml(&text).unwrap(), upstream).await
+}
+
+/// Status of one request by `key` to `app`; a 200 carries the released answer.
+async fn send(app: &TestApp, key: &str) -> u16 {
+    let response = app
+        .post_raw(
+            serde_json::to_vec(&request()).unwrap(),
+            &[("authorization", &format!("Bearer {key}"))],
+        )
+        .await;
+    let status = response.status().as_u16();
+    match status {
+        200 => {
+            let body: serde_json::Value = response.json().await.unwrap();
+            assert!(body["answers"]["cause"]["choice"].is_string(), "{body}");
+        }
+        429 => {
+            assert!(response.headers().contains_key("retry-after"));
+            let (_, error_type, _) = error_of(response).await;
+            assert_eq!(error_type, "rate_limited");
+        }
+        other => panic!("unexpected status {other}"),
+    }
+    status
+}
+
+fn gauge(metrics: &str) -> Option<i64> {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("releasegate_rate_limit_store_degraded "))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+/// Sends probe requests (whose own limit is never reached) until `app`'s gauge reads
+/// `value`; a hang guard only bounds the loop.
+async fn until_gauge(app: &TestApp, value: i64) {
+    for _ in 0..400 {
+        send(app, MULTI_KEY).await;
+        if gauge(&app.metrics().await) == Some(value) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the degraded gauge never read {value}");
+}
+
+/// Alternates `n` requests of "limited" between the two proxies; the statuses in order.
+async fn alternate(a: &TestApp, b: &TestApp, n: usize) -> Vec<u16> {
+    let mut statuses = Vec::new();
+    for i in 0..n {
+        statuses.push(send(if i % 2 == 0 { a } else { b }, CLIENT_KEY).await);
+    }
+    statuses
+}
+
+fn count(statuses: &[u16], status: u16) -> usize {
+    statuses.iter().filter(|s| **s == status).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_share_one_limit_degrade_to_their_own_and_share_it_again() {
+    let Some(redis) = Redis::start() else {
+        return;
+    };
+    let (upstream, base_url) = spawn_upstream().await;
+    let a = proxy(&base_url, &redis.url(), 4, upstream.clone()).await;
+    let b = proxy(&base_url, &redis.url(), 4, upstream.clone()).await;
+
+    // One bucket for both: 4 of 10 requests go through, not 4 per replica.
+    let statuses = alternate(&a, &b, 10).await;
+    assert_eq!(count(&statuses, 200), 4, "{statuses:?}");
+    assert_eq!(&statuses[..4], &[200; 4], "{statuses:?}");
+    assert_eq!(count(&statuses, 429), 6);
+    for app in [&a, &b] {
+        assert_eq!(gauge(&app.metrics().await), Some(0));
+    }
+    let seen = upstream.seen.lock().unwrap().len();
+    assert_eq!(seen, 4, "only allowed requests reach the provider");
+
+    // The store stops: each replica limits on its own (its full local burst of 4), never
+    // unlimited, and says so in its gauge.
+    let port = redis.kill();
+    for app in [&a, &b] {
+        until_gauge(app, 1).await;
+    }
+    let statuses = alternate(&a, &b, 12).await;
+    assert_eq!(count(&statuses, 200), 8, "4 per replica: {statuses:?}");
+    assert_eq!(count(&statuses, 429), 4, "{statuses:?}");
+    let metrics = a.metrics().await;
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("releasegate_rate_limit_store_errors_total{kind=")
+                && !l.ends_with(" 0")
+        ),
+        "{metrics}"
+    );
+
+    // The store comes back (empty, on the same port): the replicas share one bucket again.
+    let redis = Redis::start_on(port).expect("redis-server ran a moment ago");
+    for app in [&a, &b] {
+        until_gauge(app, 0).await;
+    }
+    let statuses = alternate(&a, &b, 10).await;
+    assert_eq!(count(&statuses, 200), 4, "{statuses:?}");
+    assert_eq!(count(&statuses, 429), 6, "{statuses:?}");
+
+    a.stop().await;
+    b.stop().await;
+    drop(redis);
+}
+
+#[tokio::test]
+async fn an_unreachable_store_at_start_limits_per_replica_and_never_blocks_the_start() {
+    // A port nothing listens on: the proxy starts, limits on its own and shows the gauge.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let (upstream, base_url) = spawn_upstream().await;
+    let app = proxy(&base_url, &url, 3, upstream).await;
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(send(&app, CLIENT_KEY).await);
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    assert_eq!(gauge(&app.metrics().await), Some(1));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_store_that_never_answers_costs_a_timeout_and_limits_per_replica() {
+    // Accepts connections (the kernel's backlog) and never answers a byte.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}", silent.local_addr().unwrap());
+    let (upstream, base_url) = spawn_upstream().await;
+    let app = proxy_with(&base_url, &url, 2, 100, upstream).await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(send(&app, CLIENT_KEY).await);
+    }
+    assert_eq!(statuses, [200, 200, 429, 429]);
+    let metrics = app.metrics().await;
+    assert_eq!(gauge(&metrics), Some(1));
+    assert!(
+        metrics.lines().any(|l| l
+            .starts_with("releasegate_rate_limit_store_errors_total{kind=\"timeout\"}")
+            && !l.ends_with(" 0")),
+        "{metrics}"
+    );
+    app.stop().await;
+    drop(silent);
+}
+
+#[tokio::test]
+async fn the_shared_bucket_refills_at_the_recipients_rate() {
+    let Some(redis) = Redis::start() else {
+        return;
+    };
+    let (upstream, base_url) = spawn_upstream().await;
+    let a = proxy(&base_url, &redis.url(), 1, upstream.clone()).await;
+    let b = proxy(&base_url, &redis.url(), 1, upstream).await;
+    // Empty it (two tokens a second: some request soon finds it empty)...
+    let mut refused = false;
+    for i in 0..50 {
+        if send(if i % 2 == 0 { &a } else { &b }, REFILL_KEY).await == 429 {
+            refused = true;
+            break;
+        }
+    }
+    assert!(refused, "the bucket never ran empty");
+    // ...and after more than one token's time, a token is back for either replica.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(send(&b, REFILL_KEY).await, 200);
+    a.stop().await;
+    b.stop().await;
+}
