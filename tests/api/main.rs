@@ -19,6 +19,7 @@ mod ratelimit_store;
 mod release;
 mod reload;
 mod replay;
+mod traces;
 mod tracing;
 mod upstream_failures;
 mod wcpq;

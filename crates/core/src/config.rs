@@ -86,6 +86,27 @@ pub struct Config {
     /// `[rate_limit_store]`: where the recipients' rate limits are kept so that every replica
     /// sharing it enforces them together (`None`: each replica on its own).
     pub rate_limit_store: Option<RateLimitStore>,
+    /// `[tracing]`: where spans are exported (`None`: nowhere). Fixed at start.
+    pub tracing: Option<Tracing>,
+}
+
+/// `[tracing] otlp_endpoint = "http://..."`: OTLP over HTTP (protobuf) span export (built by
+/// validation only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tracing {
+    otlp_endpoint: String,
+    service_name: String,
+}
+
+impl Tracing {
+    /// The collector's base URL, without a trailing slash; spans go to `{it}/v1/traces`.
+    pub fn otlp_endpoint(&self) -> &str {
+        &self.otlp_endpoint
+    }
+    /// The `service.name` resource attribute.
+    pub fn service_name(&self) -> &str {
+        &self.service_name
+    }
 }
 
 /// A contract's live capture (`contracts.NAME.capture`, built by validation only): a sample of
@@ -513,6 +534,13 @@ impl Config {
             },
             self.origin.sha256,
         ));
+        match &self.tracing {
+            None => out.push_str("traces: not exported\n"),
+            Some(tracing) => out.push_str(&format!(
+                "traces: OTLP/HTTP to {}/v1/traces as {}\n",
+                tracing.otlp_endpoint, tracing.service_name
+            )),
+        }
         match &self.rate_limit_store {
             None => out.push_str("rate limits: per replica\n"),
             Some(store) => out.push_str(&format!(

@@ -15,6 +15,7 @@ pub(crate) mod cpus;
 pub mod decisions;
 pub mod load;
 pub(crate) mod metrics;
+pub(crate) mod otel;
 pub(crate) mod ratelimit;
 pub mod server;
 pub mod telemetry;

@@ -58,6 +58,8 @@ struct Inner {
     /// The contracts' live captures by contract name, started by `Application::build`
     /// (fixed at start: a reload that changes one is refused).
     captures: std::sync::OnceLock<std::collections::BTreeMap<String, crate::capture::Capture>>,
+    /// The span exporter, started by `Application::build` when `[tracing]` names one.
+    otel: std::sync::OnceLock<crate::otel::Exporter>,
 }
 
 /// One configuration generation and what is built from it.
@@ -127,6 +129,9 @@ pub enum StartError {
     /// The operating system's random generator failed (request ids need its key).
     #[error("cannot draw a key from the operating system's random generator")]
     Random(#[source] std::io::Error),
+    /// The span exporter could not be set up.
+    #[error("tracing.otlp_endpoint: cannot export spans: {0}")]
+    Tracing(String),
     /// The decision log cannot be written where configured.
     #[error("decision_log.path: cannot write {path}")]
     DecisionLog {
@@ -191,6 +196,14 @@ impl Application {
             captures.insert(contract.clone(), capture);
         }
         let _ = state.inner.captures.set(captures);
+        if let Some(tracing) = &live.config.tracing {
+            let exporter = crate::otel::Exporter::start(tracing).map_err(StartError::Tracing)?;
+            tracing::info!(
+                endpoint = tracing.otlp_endpoint(),
+                "exporting spans over OTLP/HTTP"
+            );
+            let _ = state.inner.otel.set(exporter);
+        }
         let config = &live.config;
         let server = &state.inner.server;
         let upstream_fds = config
@@ -412,6 +425,16 @@ impl Application {
                 tracing::warn!("a capture file did not flush in time");
             }
         }
+        if state.inner.otel.get().is_some() {
+            // The last spans, after every request has ended (blocking: off the event loop).
+            let exporting = state.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                if let Some(exporter) = exporting.inner.otel.get() {
+                    exporter.shutdown();
+                }
+            })
+            .await;
+        }
         drop(event_loops);
         tracing::info!("drained; stopped");
         Ok(())
@@ -608,8 +631,14 @@ impl AppState {
                 reloading: std::sync::Mutex::new(()),
                 decisions: std::sync::OnceLock::new(),
                 captures: std::sync::OnceLock::new(),
+                otel: std::sync::OnceLock::new(),
             }),
         })
+    }
+
+    /// The span exporter, when `[tracing]` names one.
+    pub(crate) fn otel(&self) -> Option<&crate::otel::Exporter> {
+        self.inner.otel.get()
     }
 
     /// The metrics handles.

@@ -30,6 +30,21 @@ pub struct RawConfig {
     decision_log: Option<RawDecisionLog>,
     #[serde(default)]
     rate_limit_store: Option<RawRateLimitStore>,
+    #[serde(default)]
+    tracing: Option<RawTracing>,
+}
+
+/// `[tracing]`: span export (absent: no export).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTracing {
+    otlp_endpoint: Option<String>,
+    #[serde(default = "default_service_name")]
+    service_name: String,
+}
+
+fn default_service_name() -> String {
+    "releasegate".to_string()
 }
 
 /// `[rate_limit_store]`: shared rate limits (absent: per replica).
@@ -449,6 +464,9 @@ impl RawConfig {
         let rate_limit_store = self
             .rate_limit_store
             .and_then(|raw| validate_rate_limit_store(raw, inputs.env, &mut problems));
+        let tracing = self
+            .tracing
+            .and_then(|raw| validate_tracing(raw, &mut problems));
 
         let mut providers = BTreeMap::new();
         let declared: std::collections::BTreeSet<String> = self.providers.keys().cloned().collect();
@@ -607,6 +625,7 @@ impl RawConfig {
                 decision_log,
                 captures,
                 rate_limit_store,
+                tracing,
                 origin: super::Origin {
                     files,
                     ..super::Origin::default()
@@ -844,6 +863,31 @@ fn validate_capture(
         max_files: size(raw.max_files, limits::DECISION_LOG_MAX_FILES),
         queue_capacity: size(raw.queue_capacity, limits::DECISION_LOG_QUEUE),
     }
+}
+
+fn validate_tracing(raw: RawTracing, problems: &mut Vec<String>) -> Option<super::Tracing> {
+    let endpoint = raw.otlp_endpoint?;
+    let n_problems = problems.len();
+    let otlp_endpoint = match plain_base_url(&endpoint) {
+        Ok(url) => url,
+        Err(reason) => {
+            problems.push(format!("tracing.otlp_endpoint: {reason}"));
+            String::new()
+        }
+    };
+    if raw.service_name.is_empty()
+        || raw.service_name.len() > 64
+        || !raw
+            .service_name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        problems.push("tracing.service_name: 1 to 64 of A-Z a-z 0-9 - _ .".to_string());
+    }
+    (problems.len() == n_problems).then_some(super::Tracing {
+        otlp_endpoint,
+        service_name: raw.service_name,
+    })
 }
 
 fn validate_rate_limit_store(

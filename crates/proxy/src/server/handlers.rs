@@ -1,6 +1,6 @@
 //! Request handlers.
 
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use axum::Json;
 use axum::body::Body;
@@ -13,12 +13,15 @@ use serde_json::{Value, json};
 
 use super::error::Error;
 use super::middleware::{Ids, RequestId, request_span};
-use super::trace::TraceId;
+use super::trace::{SpanIds, TraceId};
 use super::{AppState, Live, body};
 use std::sync::Arc;
 
 use crate::metrics::status_class;
+use crate::otel;
 use crate::upstream::{self, Reply};
+use opentelemetry::KeyValue;
+use opentelemetry::trace::SpanKind;
 use releasegate_core::config::Provider;
 use releasegate_core::contract::Contract;
 use releasegate_core::mechanism;
@@ -71,26 +74,26 @@ pub(super) async fn models_for(
     }
 }
 
-/// The request id and trace id the router's middleware gave the request.
-fn request_id(
-    state: &AppState,
-    parts: &axum::http::request::Parts,
-) -> (RequestId, Option<TraceId>) {
+/// The request id, trace id and span ids the router's middleware gave the request.
+fn request_id(state: &AppState, parts: &axum::http::request::Parts) -> RequestIds {
     match parts.extensions.get::<Ids>() {
-        Some(ids) => (ids.request_id.clone(), Some(ids.trace_id)),
-        None => (state.next_request_id(), None),
+        Some(ids) => (ids.request_id.clone(), Some(ids.trace_id), Some(ids.spans)),
+        None => (state.next_request_id(), None, None),
     }
 }
 
+/// A request's ids: its request id, trace id and span ids.
+type RequestIds = (RequestId, Option<TraceId>, Option<SpanIds>);
+
 async fn serve_systemone(
     state: AppState,
-    (id, trace_id): (RequestId, Option<TraceId>),
+    (id, trace_id, spans): RequestIds,
     path_contract: Option<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let started = Instant::now();
-    let mut trail = Trail::new(trace_id);
+    let mut trail = Trail::new(&state, trace_id, spans);
     let selection = Selection::new(&headers, path_contract.as_deref());
     let result = answer(&state, selection, body, &mut trail).await;
     let body_read = trail.body_read;
@@ -109,12 +112,12 @@ async fn serve_systemone(
 
 async fn serve_models(
     state: AppState,
-    (id, trace_id): (RequestId, Option<TraceId>),
+    (id, trace_id, spans): RequestIds,
     path_contract: Option<String>,
     headers: HeaderMap,
 ) -> Response {
     let started = Instant::now();
-    let mut trail = Trail::new(trace_id);
+    let mut trail = Trail::new(&state, trace_id, spans);
     let selection = Selection::new(&headers, path_contract.as_deref());
     let result = list_models(&state, selection, &mut trail).await;
     finish(&state, "models", id, trail, started, result)
@@ -184,16 +187,96 @@ struct Trail {
     body_read: bool,
     /// A sampled request's world for the contract's live capture, once its answer is released.
     capture: Option<crate::capture::Pending>,
+    /// With span export on: the request's span ids, its SERVER span's id and start.
+    spans: Option<(SpanIds, [u8; 8], SystemTime)>,
 }
 
 impl Trail {
-    /// A request's trail before anything is known but its trace id.
-    fn new(trace_id: Option<TraceId>) -> Trail {
+    /// A request's trail before anything is known but its trace ids.
+    fn new(state: &AppState, trace_id: Option<TraceId>, spans: Option<SpanIds>) -> Trail {
+        let spans = spans
+            .filter(|_| state.otel().is_some())
+            .map(|spans| (spans, super::trace::new_span_id(), SystemTime::now()));
         Trail {
             trace_id,
+            spans,
             ..Trail::default()
         }
     }
+
+    /// Exports a finished child span of the request's SERVER span (with export on).
+    fn child(
+        &self,
+        state: &AppState,
+        (kind, name, span_id): (SpanKind, &'static str, [u8; 8]),
+        start: SystemTime,
+        attributes: Vec<KeyValue>,
+        error: bool,
+    ) {
+        if let (Some(exporter), Some((spans, server, _))) = (state.otel(), &self.spans) {
+            exporter.record(otel::Finished {
+                ids: otel::Ids {
+                    trace_id: spans.trace_id,
+                    span_id,
+                    parent: Some((*server, false)),
+                },
+                kind,
+                name,
+                start,
+                end: SystemTime::now(),
+                attributes,
+                error,
+            });
+        }
+    }
+
+    /// The span id of the upstream call's CLIENT span: the parent id the provider receives.
+    fn upstream_span_id(&self) -> [u8; 8] {
+        self.spans.map_or([0; 8], |(spans, _, _)| spans.upstream)
+    }
+}
+
+/// The request's SERVER span, once its status is known (with export on).
+fn export_server_span(
+    state: &AppState,
+    route: &'static str,
+    request_id: &RequestId,
+    trail: &Trail,
+    status: u16,
+    outcome: &'static str,
+) {
+    let (Some(exporter), Some((spans, server, start))) = (state.otel(), &trail.spans) else {
+        return;
+    };
+    let mut attributes = vec![
+        KeyValue::new("releasegate.request_id", request_id.to_string()),
+        KeyValue::new("releasegate.route", route),
+        KeyValue::new("http.response.status_code", i64::from(status)),
+        KeyValue::new("releasegate.outcome", outcome),
+    ];
+    if let Some(recipient) = &trail.recipient {
+        attributes.push(KeyValue::new("releasegate.recipient", recipient.clone()));
+    }
+    if let Some(contract) = &trail.contract {
+        attributes.push(KeyValue::new("releasegate.contract", contract.name.clone()));
+    }
+    exporter.record(otel::Finished {
+        ids: otel::Ids {
+            trace_id: spans.trace_id,
+            span_id: *server,
+            parent: spans.caller.map(|caller| (caller, true)),
+        },
+        kind: SpanKind::Server,
+        name: if route == "models" {
+            "GET /v1/models"
+        } else {
+            "POST /v1/systemone"
+        },
+        start: *start,
+        end: SystemTime::now(),
+        attributes,
+        error: status >= 500,
+    });
 }
 
 fn finish(
@@ -224,6 +307,10 @@ fn finish(
         )
     });
     let _entered = span.as_ref().map(tracing::Span::enter);
+    let outcome = match &result {
+        Ok(_) => "ok",
+        Err(error) => error.error_type(),
+    };
     let response = match result {
         Ok(body) => Json(body).into_response(),
         Err(error) => {
@@ -247,6 +334,7 @@ fn finish(
         }
     };
     let status = response.status().as_u16();
+    export_server_span(state, route, &request_id, &trail, status, outcome);
     state
         .metrics()
         .requests
@@ -348,11 +436,14 @@ async fn answer(
         .capture(&contract.name)
         .filter(|capture| capture.sample())
         .map(|_| forward.clone());
+    let called = SystemTime::now();
     let reply = live
         .upstreams
         .systemone(&contract.provider, forward, headers)
         .await
-        .map_err(|error| upstream_error(&live, contract, error))?;
+        .map_err(|error| upstream_error(&live, contract, error));
+    upstream_span(state, trail, contract, "upstream systemone", called, &reply);
+    let reply = reply?;
     let captured = match (captured, &reply) {
         (Some(request), Reply::Success(response)) => Some(crate::capture::Pending {
             request,
@@ -361,9 +452,30 @@ async fn answer(
         _ => None,
     };
     let native = success_json(state, contract, reply)?;
-    let released = release_off_thread(contract, asked, native)
-        .await?
-        .map_err(|reason| reject(state, contract, reason))?;
+    let releasing = SystemTime::now();
+    let released = release_off_thread(contract, asked, native).await?;
+    trail.child(
+        state,
+        (SpanKind::Internal, "release", super::trace::new_span_id()),
+        releasing,
+        vec![
+            KeyValue::new("releasegate.contract", contract.name.clone()),
+            KeyValue::new(
+                "releasegate.outcome",
+                if released.is_ok() {
+                    "released"
+                } else {
+                    "rejected"
+                },
+            ),
+            KeyValue::new(
+                "releasegate.answers",
+                released.as_ref().map_or(0, |r| r.answers.len() as i64),
+            ),
+        ],
+        released.is_err(),
+    );
+    let released = released.map_err(|reason| reject(state, contract, reason))?;
     record_released(state, contract, &released);
     trail.answers = released.answers;
     trail.capture = captured;
@@ -449,11 +561,14 @@ async fn list_models(
 ) -> Result<Value, Error> {
     let live = state.live();
     let contract = select_contract(&live, selection, trail).await?;
+    let called = SystemTime::now();
     let reply = live
         .upstreams
         .models(&contract.provider)
         .await
-        .map_err(|error| upstream_error(&live, contract, error))?;
+        .map_err(|error| upstream_error(&live, contract, error));
+    upstream_span(state, trail, contract, "upstream models", called, &reply);
+    let reply = reply?;
     let native = success_json(state, contract, reply)?;
     let entries = native
         .get("models")
@@ -490,6 +605,32 @@ async fn list_models(
 /// A shed request (the provider's slots stayed busy) tells the client when to
 /// come back: the provider's queue timeout rounded up to whole seconds, at
 /// least 1, the time in which a slot would have had to free up.
+/// The CLIENT span of an upstream call (with export on).
+fn upstream_span(
+    state: &AppState,
+    trail: &Trail,
+    contract: &Contract,
+    name: &'static str,
+    start: SystemTime,
+    reply: &Result<Reply, Error>,
+) {
+    let outcome = match reply {
+        Ok(_) => "ok",
+        Err(error) => error.error_type(),
+    };
+    trail.child(
+        state,
+        (SpanKind::Client, name, trail.upstream_span_id()),
+        start,
+        vec![
+            KeyValue::new("releasegate.provider", contract.provider.clone()),
+            KeyValue::new("releasegate.contract", contract.name.clone()),
+            KeyValue::new("releasegate.outcome", outcome),
+        ],
+        reply.is_err(),
+    );
+}
+
 fn upstream_error(live: &Live, contract: &Contract, error: upstream::Error) -> Error {
     match error {
         upstream::Error::Saturated => {

@@ -45,6 +45,8 @@ pub(super) struct Ids {
     pub(super) request_id: RequestId,
     /// The request's W3C trace id.
     pub(super) trace_id: super::trace::TraceId,
+    /// The ids of its exported spans.
+    pub(super) spans: super::trace::SpanIds,
 }
 
 /// The proxy's request id, in the request's extensions for handlers and logs.
@@ -189,6 +191,7 @@ where
         request.extensions_mut().insert(Ids {
             request_id: id.clone(),
             trace_id,
+            spans: trace.span_ids(),
         });
         Stamped {
             inner: Ok(self.inner.call(request)),

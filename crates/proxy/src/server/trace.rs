@@ -30,6 +30,8 @@ const MAX_TRACESTATE_MEMBERS: usize = 32;
 pub(super) struct TraceContext {
     trace_id: [u8; 16],
     span_id: [u8; 8],
+    /// The caller's span id, when its `traceparent` was accepted.
+    parent: Option<[u8; 8]>,
     flags: u8,
     tracestate: Option<HeaderValue>,
 }
@@ -103,9 +105,10 @@ impl TraceContext {
             _ => None,
         };
         match parent {
-            Some((trace_id, flags)) => TraceContext {
+            Some((trace_id, parent, flags)) => TraceContext {
                 trace_id,
                 span_id,
+                parent: Some(parent),
                 flags,
                 tracestate: tracestate(headers),
             },
@@ -115,6 +118,7 @@ impl TraceContext {
                 TraceContext {
                     trace_id,
                     span_id,
+                    parent: None,
                     flags: 0,
                     tracestate: None,
                 }
@@ -125,6 +129,16 @@ impl TraceContext {
     /// The trace id (for logs).
     pub(super) fn trace_id(&self) -> TraceId {
         TraceId(self.trace_id)
+    }
+
+    /// The ids exported spans use: the trace, the span id the provider receives as its
+    /// parent (the upstream call's CLIENT span) and the caller's span.
+    pub(super) fn span_ids(&self) -> SpanIds {
+        SpanIds {
+            trace_id: self.trace_id,
+            upstream: self.span_id,
+            caller: self.parent,
+        }
     }
 
     /// The `traceparent` the provider receives: `00-<trace id>-<our span id>-<flags>`.
@@ -152,8 +166,26 @@ impl TraceContext {
     }
 }
 
-/// `00-<32 hex>-<16 hex>-<2 hex>`, lower-case, ids not all zeros: the trace id and flags.
-fn parse_traceparent(text: &[u8]) -> Option<([u8; 16], u8)> {
+/// The ids of a request's exported spans (see [`TraceContext::span_ids`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SpanIds {
+    pub(super) trace_id: [u8; 16],
+    /// The span id sent to the provider as `traceparent`'s parent id.
+    pub(super) upstream: [u8; 8],
+    /// The caller's span id, when its `traceparent` was accepted.
+    pub(super) caller: Option<[u8; 8]>,
+}
+
+/// A fresh random span id, never all zeros.
+pub(super) fn new_span_id() -> [u8; 8] {
+    let mut id = [0u8; 8];
+    random_id(&mut id);
+    id
+}
+
+/// `00-<32 hex>-<16 hex>-<2 hex>`, lower-case, ids not all zeros: the trace id, the
+/// caller's span id and the flags.
+fn parse_traceparent(text: &[u8]) -> Option<([u8; 16], [u8; 8], u8)> {
     if text.len() != 55 || &text[..3] != b"00-" || text[35] != b'-' || text[52] != b'-' {
         return None;
     }
@@ -166,7 +198,7 @@ fn parse_traceparent(text: &[u8]) -> Option<([u8; 16], u8)> {
     if trace_id.iter().all(|b| *b == 0) || parent_id.iter().all(|b| *b == 0) {
         return None;
     }
-    Some((trace_id, flags[0]))
+    Some((trace_id, parent_id, flags[0]))
 }
 
 fn hex_into(text: &[u8], out: &mut [u8]) -> Option<()> {
