@@ -218,3 +218,69 @@ async fn a_full_concurrency_limit_sheds_load_with_503() {
     assert_eq!(error_type, "upstream_saturated");
     app.stop().await;
 }
+
+/// A provider's known error kinds keep their `error_type` and status with the proxy's own
+/// message; its 422 lists stay lists whose `loc` names only what the proxy sent.
+#[tokio::test]
+async fn provider_error_kinds_and_validation_lists_are_released_sanitized() {
+    let app = spawn("full_native", "").await;
+    for (status, kind) in [
+        (400, "max_tokens_exceeded"),
+        (413, "max_tokens_exceeded"),
+        (400, "tokens_exceeded"),
+        (400, "invalid_request"),
+    ] {
+        let body = json!({"detail": {"error_type": kind, "message": SECRET}});
+        app.upstream
+            .script(status, body.to_string().into_bytes(), &[], Duration::ZERO);
+        let response = app.post(&request()).await;
+        assert_eq!(response.status().as_u16(), status, "{kind}");
+        let text = response.text().await.unwrap();
+        assert!(!text.contains(SECRET), "{text}");
+        let body: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(body["detail"]["error_type"], kind);
+        assert!(body["detail"]["message"].as_str().unwrap().len() > 10);
+    }
+    // An unknown kind is the generic upstream error.
+    let body = json!({"detail": {"error_type": SECRET, "message": SECRET}});
+    app.upstream
+        .script(400, body.to_string().into_bytes(), &[], Duration::ZERO);
+    let (status, error_type, _) = error_of(app.post(&request()).await).await;
+    assert_eq!((status, error_type.as_str()), (400, "upstream_error"));
+
+    let list = json!({"detail": [
+        {"loc": ["body", "state", "ticket"], "msg": SECRET, "type": "string_type", "input": SECRET, "ctx": {"x": SECRET}},
+        {"loc": ["body", "questions", "cause", "choice", "criteria", "B"], "msg": SECRET, "type": "too_long"},
+        {"loc": ["body", "questions", "cause", "choice", "criteria", SECRET], "msg": SECRET, "type": "missing"},
+        {"loc": ["body", "state", SECRET], "msg": SECRET, "type": SECRET},
+    ]});
+    app.upstream
+        .script(422, list.to_string().into_bytes(), &[], Duration::ZERO);
+    let response = app.post(&request()).await;
+    assert_eq!(response.status().as_u16(), 422);
+    let text = response.text().await.unwrap();
+    assert!(!text.contains(SECRET), "{text}");
+    let body: Value = serde_json::from_str(&text).unwrap();
+    let entries = body["detail"].as_array().unwrap();
+    let locs: Vec<&Value> = entries.iter().map(|entry| &entry["loc"]).collect();
+    assert_eq!(
+        locs,
+        [
+            &json!(["body", "state", "ticket"]),
+            &json!(["body", "questions", "cause", "choice", "criteria", "B"]),
+            &json!(["body", "questions", "cause", "choice", "criteria"]),
+            &json!(["body", "state"]),
+        ]
+    );
+    let kinds: Vec<&str> = entries
+        .iter()
+        .map(|entry| entry["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["string_type", "too_long", "missing", "value_error"]);
+    for entry in entries {
+        let mut keys: Vec<&String> = entry.as_object().unwrap().keys().collect();
+        keys.sort();
+        assert_eq!(keys, ["loc", "msg", "type"]);
+    }
+    app.stop().await;
+}

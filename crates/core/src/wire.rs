@@ -7,6 +7,8 @@ use serde_json::{Map, Value};
 use crate::contract::{Contract, QuestionRule};
 use crate::mechanism::ClassVector;
 
+pub mod provider;
+
 /// Tolerance on the sum of a native probability vector.
 pub const SUM_TOLERANCE: f64 = 1e-3;
 

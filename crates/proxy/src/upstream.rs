@@ -37,6 +37,23 @@ use tokio::sync::Semaphore;
 
 use crate::metrics::Metrics;
 use releasegate_core::config::{Config, Provider};
+use releasegate_core::wire::provider::{ProviderError, provider_error};
+
+/// Most bytes of a provider's error body the proxy reads to learn its kind
+/// (`wire::provider`); a longer body is not read further and counts as no kind.
+pub(crate) const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// A System One request on its way upstream.
+#[derive(Clone, Copy)]
+pub(crate) struct Post<'r> {
+    /// The body sent (the serialization of `sent`).
+    pub(crate) body: &'r Bytes,
+    /// What the proxy sends (`wire::Asked::upstream`): a provider's validation errors
+    /// may name only what is in it.
+    pub(crate) sent: &'r Value,
+    /// The caller's headers (only `FORWARDED_HEADERS` of them go upstream).
+    pub(crate) headers: &'r HeaderMap,
+}
 
 /// Request headers of real clients that are forwarded upstream (never credentials).
 /// `traceparent` and `tracestate` are the proxy's own by then: the public router's
@@ -157,6 +174,8 @@ pub(crate) enum Reply {
         retry_after: Option<HeaderValue>,
         /// `retry-after-ms` in whole milliseconds (see `retry_after_ms`), when sent with 429/529.
         retry_after_ms: Option<HeaderValue>,
+        /// What the error body says that a recipient may learn (`wire::provider`).
+        problem: Option<ProviderError>,
     },
 }
 
@@ -338,14 +357,8 @@ impl Upstreams {
     }
 
     /// Sends a System One request body to `provider`.
-    pub(crate) async fn systemone(
-        &self,
-        provider: &str,
-        body: Bytes,
-        headers: &HeaderMap,
-    ) -> Result<Reply, Error> {
-        self.call(provider, SYSTEMONE_PATH, Some((body, headers)))
-            .await
+    pub(crate) async fn systemone(&self, provider: &str, post: Post<'_>) -> Result<Reply, Error> {
+        self.call(provider, SYSTEMONE_PATH, Some(post)).await
     }
 
     /// Lists the provider's models.
@@ -357,7 +370,7 @@ impl Upstreams {
         &self,
         provider: &str,
         path: &str,
-        post: Option<(Bytes, &HeaderMap)>,
+        post: Option<Post<'_>>,
     ) -> Result<Reply, Error> {
         let upstream = self
             .providers
@@ -365,7 +378,7 @@ impl Upstreams {
             .ok_or_else(|| Error::Rejected(format!("provider `{provider}` is not configured")))?;
         let started = Instant::now();
         let result = match upstream {
-            Upstream::Simulated => simulated(path, post.map(|(body, _)| body)),
+            Upstream::Simulated => simulated(path, post.map(|post| post.body)),
             Upstream::Remote(remote) => {
                 let client = self.clients.get(EVENT_LOOP.with(Cell::get));
                 remote.call(client, post, self.max_body_bytes).await
@@ -396,7 +409,7 @@ impl Remote {
     async fn call(
         &self,
         client: &Client,
-        post: Option<(Bytes, &HeaderMap)>,
+        post: Option<Post<'_>>,
         max_body: usize,
     ) -> Result<Reply, Error> {
         let deadline = Instant::now() + self.timeout;
@@ -408,7 +421,7 @@ impl Remote {
             .map_err(|_| Error::Saturated)?;
         let json = HeaderValue::from_static("application/json");
         let (method, uri, body) = match &post {
-            Some((body, _)) => (Method::POST, self.systemone_url.clone(), body.clone()),
+            Some(post) => (Method::POST, self.systemone_url.clone(), post.body.clone()),
             None => (Method::GET, self.models_url.clone(), Bytes::new()),
         };
         let mut request = Request::new(Full::new(body));
@@ -416,10 +429,10 @@ impl Remote {
         *request.uri_mut() = uri;
         let upstream_headers = request.headers_mut();
         upstream_headers.reserve(8);
-        if let Some((_, headers)) = post {
+        if let Some(post) = post {
             upstream_headers.insert(CONTENT_TYPE, json.clone());
             for name in FORWARDED {
-                if let Some(value) = headers.get(&name) {
+                if let Some(value) = post.headers.get(&name) {
                     upstream_headers.insert(name, value.clone());
                 }
             }
@@ -441,10 +454,27 @@ impl Remote {
                 } else {
                     (None, None)
                 };
+                // The kind of a client error is read from a bounded body, then the body is
+                // dropped here: only the enum leaves this module.
+                let problem = match post {
+                    Some(post)
+                        if (400..500).contains(&status) && !matches!(status, 401 | 403 | 429) =>
+                    {
+                        match Limited::new(response.into_body(), MAX_ERROR_BODY_BYTES)
+                            .collect()
+                            .await
+                        {
+                            Ok(body) => provider_error(status, &body.to_bytes(), post.sent),
+                            Err(_) => None,
+                        }
+                    }
+                    _ => None,
+                };
                 return Ok(Reply::Status {
                     status,
                     retry_after,
                     retry_after_ms,
+                    problem,
                 });
             }
             let declared = response
@@ -551,7 +581,7 @@ fn digits(text: &str) -> Option<u64> {
     }))
 }
 
-fn simulated(path: &str, body: Option<Bytes>) -> Result<Reply, Error> {
+fn simulated(path: &str, body: Option<&Bytes>) -> Result<Reply, Error> {
     let answer = match (path, body) {
         ("/v1/models", _) => serde_json::json!({"models": [{
             "name": releasegate_sim::simulate::LATEST_MODEL,
@@ -559,7 +589,7 @@ fn simulated(path: &str, body: Option<Bytes>) -> Result<Reply, Error> {
             "release_date": "2026-11-01",
         }]}),
         (_, Some(body)) => {
-            let request: Value = serde_json::from_slice(&body)
+            let request: Value = serde_json::from_slice(body)
                 .map_err(|_| Error::Rejected("the request body is not valid JSON".into()))?;
             releasegate_sim::simulate::respond(&request)
                 .map_err(|error| Error::Rejected(error.to_string()))?
@@ -605,9 +635,13 @@ mod tests {
             Metrics::new().unwrap(),
         )
         .unwrap();
-        let reply = upstreams
-            .systemone("up", Bytes::from_static(b"{}"), &HeaderMap::new())
-            .await;
+        let body = Bytes::from_static(b"{}");
+        let post = Post {
+            body: &body,
+            sent: &Value::Null,
+            headers: &HeaderMap::new(),
+        };
+        let reply = upstreams.systemone("up", post).await;
         assert!(matches!(reply, Err(Error::Connect(_))), "{reply:?}");
         server.abort();
     }

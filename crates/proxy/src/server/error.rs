@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use crate::auth;
 use crate::upstream;
 use releasegate_core::wire;
+use releasegate_core::wire::provider::ProviderError;
 
 /// Errors a handler returns.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +59,15 @@ pub enum Error {
         /// Retry hints forwarded on 429/529.
         retry_after_ms: Option<HeaderValue>,
     },
+    /// The provider refused the request with a known error kind (`wire::provider`): its
+    /// status and `error_type` are kept, the message is the proxy's own.
+    #[error("{}", ProviderError::message(.kind))]
+    ProviderKind {
+        /// The upstream status (a 4xx).
+        status: u16,
+        /// The provider's `error_type`, one of `KNOWN_ERROR_TYPES`.
+        kind: &'static str,
+    },
     /// The provider refused the proxy's own credentials (401 or 403): the proxy's
     /// provider key is wrong, not the caller's (502, so SDKs do not blame the caller's key).
     #[error("the proxy could not authenticate with the provider")]
@@ -97,6 +107,9 @@ impl Error {
             Error::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Error::Saturated(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Error::ProviderKind { status, .. } => {
+                StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST)
+            }
             Error::UpstreamStatus { status, .. } => match *status {
                 400..=499 | 529 => StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY),
                 _ => StatusCode::BAD_GATEWAY,
@@ -129,6 +142,7 @@ impl Error {
             Error::Unsupported(_) => "unsupported_media_type",
             Error::BadBody(_) => "invalid_json",
             Error::Request(_) | Error::Upstream(upstream::Error::Rejected(_)) => "invalid_request",
+            Error::ProviderKind { kind, .. } => kind,
             Error::UpstreamStatus { status: 429, .. } => "rate_limited",
             Error::UpstreamStatus { status: 529, .. } => "overloaded",
             Error::UpstreamStatus { .. } => "upstream_error",

@@ -28,6 +28,7 @@ use releasegate_core::mechanism;
 use releasegate_core::release;
 use releasegate_core::rng::Rng;
 use releasegate_core::wire;
+use releasegate_core::wire::provider::ProviderError;
 
 // The handlers take the whole request and split it: axum's `HeaderMap`
 // extractor would clone every header.
@@ -437,9 +438,14 @@ async fn answer(
         .filter(|capture| capture.sample())
         .map(|_| forward.clone());
     let called = SystemTime::now();
+    let post = upstream::Post {
+        body: &forward,
+        sent: &asked.upstream,
+        headers,
+    };
     let reply = live
         .upstreams
-        .systemone(&contract.provider, forward, headers)
+        .systemone(&contract.provider, post)
         .await
         .map_err(|error| upstream_error(&live, contract, error));
     upstream_span(state, trail, contract, "upstream systemone", called, &reply);
@@ -664,8 +670,18 @@ fn success_json(state: &AppState, contract: &Contract, reply: Reply) -> Result<V
         } => Err(Error::UpstreamAuth { status }),
         Reply::Status {
             status,
+            problem: Some(ProviderError::Kind(kind)),
+            ..
+        } => Err(Error::ProviderKind { status, kind }),
+        Reply::Status {
+            problem: Some(ProviderError::Validation(issues)),
+            ..
+        } => Err(Error::Request(wire::RequestError::Schema(issues))),
+        Reply::Status {
+            status,
             retry_after,
             retry_after_ms,
+            problem: None,
         } => Err(Error::UpstreamStatus {
             status,
             retry_after,
