@@ -296,3 +296,103 @@ async fn the_path_prefix_selects_a_contract_like_the_header() {
     assert!(!metrics.contains("no-such-contract"), "{metrics}");
     app.stop().await;
 }
+
+/// Sends `head` on a fresh connection (whatever the proxy still reads of it) and returns
+/// the response: status, headers (lower-case names) and body.
+async fn raw_exchange(address: &str, head: Vec<u8>) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = address.trim_start_matches("http://");
+    let stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    let writing = tokio::spawn(async move {
+        // The proxy stops reading a refused head: a failed write is expected.
+        let _ = writer.write_all(&head).await;
+        writer
+    });
+    let mut response = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), reader.read_to_end(&mut response))
+        .await
+        .expect("the proxy answered and closed")
+        .unwrap();
+    drop(writing.await);
+    let end = response
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .expect("a complete response head");
+    let head = String::from_utf8(response[..end].to_vec()).unwrap();
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap()[9..12].parse().unwrap();
+    let headers = lines
+        .map(|line| {
+            let (name, value) = line.split_once(':').unwrap();
+            (name.to_ascii_lowercase(), value.trim().to_string())
+        })
+        .collect();
+    (status, headers, response[end + 4..].to_vec())
+}
+
+/// Every head the proxy refuses gets its JSON error and request ids, whether the
+/// middleware refuses it (beyond 32 KiB of fields) or hyper does before any routing
+/// (beyond its 64 KiB read buffer or 100 fields, or not HTTP at all).
+#[tokio::test]
+async fn every_refused_head_gets_json_and_request_ids() {
+    let app = spawn("choice", "").await;
+    let post = |fields: &str| {
+        format!(
+            "POST /v1/systemone HTTP/1.1\r\nhost: x\r\nconnection: close\r\nauthorization: Bearer {CLIENT_KEY}\r\n{fields}content-length: 2\r\n\r\n{{}}"
+        )
+        .into_bytes()
+    };
+    let many: String = (0..150).map(|n| format!("x-field-{n}: v\r\n")).collect();
+    let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
+        (
+            "40 KiB field",
+            post(&format!("x-filler: {}\r\n", "h".repeat(40 * 1024))),
+            431,
+            "request_header_fields_too_large",
+        ),
+        (
+            "300 KiB field",
+            post(&format!("x-filler: {}\r\n", "h".repeat(300 * 1024))),
+            431,
+            "request_header_fields_too_large",
+        ),
+        (
+            "2 MiB field",
+            post(&format!("x-filler: {}\r\n", "h".repeat(2 << 20))),
+            431,
+            "request_header_fields_too_large",
+        ),
+        ("150 fields", post(&many), 431, "request_header_fields_too_large"),
+        (
+            "not HTTP",
+            b"GARBAGE GARBAGE\r\n\r\n".to_vec(),
+            400,
+            "invalid_request_head",
+        ),
+    ];
+    let mut ids = BTreeSet::new();
+    for (name, head, status, error_type) in cases {
+        let (got, headers, body) = raw_exchange(&app.address, head).await;
+        assert_eq!(got, status, "{name}");
+        let header = |wanted: &str| {
+            headers
+                .iter()
+                .find(|(name, _)| name == wanted)
+                .map(|(_, value)| value.clone())
+        };
+        let id = header("x-request-id").unwrap_or_else(|| panic!("{name}: no request id"));
+        assert_eq!(header("x-typesafe-request-id").as_deref(), Some(id.as_str()));
+        assert!(id.starts_with("rg-"), "{id}");
+        assert!(ids.insert(id), "{name}: request ids are unique");
+        assert_eq!(header("content-type").as_deref(), Some("application/json"));
+        let body: Value = serde_json::from_slice(&body)
+            .unwrap_or_else(|_| panic!("{name}: not JSON: {:?}", String::from_utf8_lossy(&body)));
+        assert_eq!(body["detail"]["error_type"], error_type, "{name}");
+        assert!(body["detail"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+    }
+    // The connection limits did not stop the proxy serving.
+    let response = app.post(&request()).await;
+    assert_eq!(response.status(), 200);
+    app.stop().await;
+}

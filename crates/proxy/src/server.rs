@@ -28,6 +28,7 @@ use crate::upstream::Upstreams;
 use releasegate_core::config::{Config, Provider, Server};
 
 pub use error::Error;
+pub use listener::{MAX_HEAD_BUFFER_BYTES, MAX_HEADER_FIELDS};
 pub use middleware::{MAX_HEADER_BYTES, SDK_REQUEST_ID_HEADER};
 pub use reload::ReloadError;
 
@@ -229,6 +230,7 @@ impl Application {
                 header_read_timeout: server.header_read_timeout(),
                 idle_timeout: server.idle_timeout(),
             },
+            refusal: Some(head_refusal(state.clone())),
         };
         let admin = listener::Listener {
             name: "admin",
@@ -238,6 +240,7 @@ impl Application {
                 header_read_timeout: server.header_read_timeout(),
                 idle_timeout: server.idle_timeout(),
             },
+            refusal: None,
         };
         Ok(Application {
             public,
@@ -315,6 +318,7 @@ impl Application {
                         balance: balance.clone(),
                         index,
                     },
+                    self.public.refusal.clone(),
                 );
                 public.push(event_loops.spawn(index, watched("public", ended.clone(), serving))?);
             }
@@ -330,6 +334,7 @@ impl Application {
                     self.connections.clone(),
                     public_rx,
                     listener::Turn { balance, index: 0 },
+                    self.public.refusal.clone(),
                 ),
             ))
         } else {
@@ -441,6 +446,34 @@ impl Application {
     }
 }
 
+/// The public listener's answer to a request head hyper refuses before any routing
+/// (`listener::Refusal`): the proxy's JSON error with a fresh request id in both request
+/// id headers, like every other response of the public listener, and `connection: close`.
+fn head_refusal(state: AppState) -> listener::Refusal {
+    Arc::new(move |status| {
+        let error = Error::HeadRefused(status);
+        let id = state.next_request_id();
+        tracing::warn!(request_id = %id, status, error_type = error.error_type(), "request head refused");
+        let body = serde_json::to_vec(&releasegate_core::release::error_body(
+            error.error_type(),
+            &error.to_string(),
+        ))
+        .ok()?;
+        let reason = axum::http::StatusCode::from_u16(status)
+            .ok()?
+            .canonical_reason()
+            .unwrap_or("Error");
+        let date = httpdate::fmt_http_date(std::time::SystemTime::now());
+        let mut bytes = format!(
+            "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{REQUEST_ID_HEADER}: {id}\r\n{SDK_REQUEST_ID_HEADER}: {id}\r\ndate: {date}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        bytes.extend_from_slice(&body);
+        Some(bytes)
+    })
+}
+
 fn sink_name(sink: &releasegate_core::config::DecisionSink) -> String {
     match sink {
         releasegate_core::config::DecisionSink::Stdout => "stdout".to_string(),
@@ -460,10 +493,16 @@ async fn serve_shared(
     metrics: listener::ConnectionMetrics,
     stage: watch::Receiver<listener::Stage>,
     turn: listener::Turn,
+    refusal: Option<listener::Refusal>,
 ) {
     match TcpListener::from_std(socket) {
         Ok(tcp) => {
-            let listener = listener::Listener { name, tcp, limits };
+            let listener = listener::Listener {
+                name,
+                tcp,
+                limits,
+                refusal,
+            };
             listener::serve(listener, permits, router, metrics, stage, Some(turn)).await;
         }
         Err(error) => tracing::error!(%error, "an event loop cannot register the listener"),

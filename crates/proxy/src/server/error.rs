@@ -43,6 +43,10 @@ pub enum Error {
     /// The request's header fields exceed the proxy's limit.
     #[error("the request header fields exceed {0} bytes")]
     HeadersTooLarge(usize),
+    /// hyper refused the request head before any routing, with this status (431: beyond
+    /// its read buffer or field count, 414: a request target too long, 400: malformed).
+    #[error("{}", head_refused_message(*.0))]
+    HeadRefused(u16),
     /// The recipient's own rate limit on this proxy (429): retry after this many seconds.
     #[error("this key's request rate limit on the proxy is exhausted; retry after {0} s")]
     RateLimited(u64),
@@ -105,6 +109,9 @@ impl Error {
             Error::NotFound => StatusCode::NOT_FOUND,
             Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Error::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            Error::HeadRefused(status) => {
+                StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST)
+            }
             Error::Saturated(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             Error::ProviderKind { status, .. } => {
@@ -134,7 +141,11 @@ impl Error {
             Error::Request(wire::RequestError::Schema(_)) => "validation_error",
             Error::NotFound => "not_found",
             Error::MethodNotAllowed => "method_not_allowed",
-            Error::HeadersTooLarge(_) => "request_header_fields_too_large",
+            Error::HeadersTooLarge(_) | Error::HeadRefused(431) => {
+                "request_header_fields_too_large"
+            }
+            Error::HeadRefused(414) => "uri_too_long",
+            Error::HeadRefused(_) => "invalid_request_head",
             Error::Saturated(_) => "upstream_saturated",
             Error::RateLimited(_) => "rate_limited",
             Error::TooLarge(_) => "request_too_large",
@@ -153,6 +164,19 @@ impl Error {
             Error::InvalidAnswer(_) => "invalid_upstream_answer",
             Error::Internal => "internal_error",
         }
+    }
+}
+
+/// The message of a head hyper refused.
+fn head_refused_message(status: u16) -> String {
+    use super::listener::{MAX_HEAD_BUFFER_BYTES, MAX_HEADER_FIELDS};
+    match status {
+        431 => format!(
+            "the request head exceeds the proxy's limits ({} bytes of header fields, {MAX_HEADER_FIELDS} fields, {MAX_HEAD_BUFFER_BYTES} bytes in all)",
+            super::MAX_HEADER_BYTES
+        ),
+        414 => "the request target is too long".to_string(),
+        _ => "the request head is not valid HTTP/1.1".to_string(),
     }
 }
 

@@ -22,7 +22,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use axum::Router;
@@ -132,7 +132,6 @@ impl ConnectionMetrics {
 }
 
 /// A bound listener and its limits.
-#[derive(Debug)]
 pub(super) struct Listener {
     /// `public` or `admin` (a metric label).
     pub(super) name: &'static str,
@@ -140,7 +139,36 @@ pub(super) struct Listener {
     pub(super) tcp: TcpListener,
     /// Its connection limits.
     pub(super) limits: Limits,
+    /// The proxy's own answer in place of hyper's bare one to a request head hyper
+    /// refuses (the public listener's JSON body and request ids; see [`Refusal`]).
+    pub(super) refusal: Option<Refusal>,
 }
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("name", &self.name)
+            .field("tcp", &self.tcp)
+            .field("limits", &self.limits)
+            .field("refusal", &self.refusal.is_some())
+            .finish()
+    }
+}
+
+/// Most bytes of a request head hyper reads (its `max_buf_size`, which also bounds the
+/// connection's read and write buffers). Heads beyond it, or with more than
+/// [`MAX_HEADER_FIELDS`] fields, are refused by hyper before any routing; the proxy
+/// answers them itself ([`Refusal`]).
+pub const MAX_HEAD_BUFFER_BYTES: usize = 64 * 1024;
+
+/// Most header fields hyper parses in a request head (its default).
+pub const MAX_HEADER_FIELDS: usize = 100;
+
+/// Builds the complete HTTP/1.1 response (head and body) the proxy sends instead of
+/// hyper's automatic one to a request head hyper refused, from hyper's status (400 a
+/// malformed head, 414 a request target too long, 431 a head too large); `None` keeps
+/// hyper's.
+pub(super) type Refusal = Arc<dyn Fn(u16) -> Option<Vec<u8>> + Send + Sync>;
 
 /// The public connection cap that leaves enough file descriptors under the
 /// process's open-file limit for the admin listener (`admin_connections`),
@@ -212,7 +240,12 @@ pub(super) async fn serve(
     mut stage: watch::Receiver<Stage>,
     turn: Option<Turn>,
 ) {
-    let Listener { name, tcp, limits } = listener;
+    let Listener {
+        name,
+        tcp,
+        limits,
+        refusal,
+    } = listener;
     let mut last_warning: Option<Instant> = None;
     let mut last_full: Option<Instant> = None;
     loop {
@@ -246,6 +279,7 @@ pub(super) async fn serve(
         let connection = Connection {
             name,
             limits,
+            refusal: refusal.clone(),
             metrics: metrics.clone(),
             stage: stage.clone(),
             _permit: permit,
@@ -290,6 +324,7 @@ fn once_a_second(last: &mut Option<Instant>) -> bool {
 struct Connection {
     name: &'static str,
     limits: Limits,
+    refusal: Option<Refusal>,
     metrics: ConnectionMetrics,
     stage: watch::Receiver<Stage>,
     _permit: OwnedSemaphorePermit,
@@ -394,6 +429,8 @@ impl Connection {
         let io = TokioIo::new(Tracked {
             stream,
             activity: activity.clone(),
+            refusal: self.refusal.take(),
+            replacement: None,
         });
         let service = hyper::service::service_fn({
             let activity = activity.clone();
@@ -413,9 +450,11 @@ impl Connection {
         });
         let mut connection = hyper::server::conn::http1::Builder::new()
             .keep_alive(true)
+            .max_buf_size(MAX_HEAD_BUFFER_BYTES)
             .serve_connection(io, service);
         let mut draining = false;
         let mut finished = false;
+        let mut refused = false;
         loop {
             match *self.stage.borrow_and_update() {
                 Stage::Serving => {}
@@ -429,6 +468,9 @@ impl Connection {
             tokio::select! {
                 done = std::future::poll_fn(|cx| connection.poll_without_shutdown(cx)) => {
                     finished = done.is_ok();
+                    // A head hyper refused: its answer (the proxy's, see `Refusal`) must
+                    // reach a client that may still be sending.
+                    refused = done.is_err_and(|error| error.is_parse() || error.is_parse_too_large());
                     break;
                 }
                 reason = activity.expired(self.limits) => {
@@ -443,7 +485,15 @@ impl Connection {
             }
         }
         // Not while draining: shutdown waits for connections, and none waits on a client.
-        if finished && matches!(*self.stage.borrow(), Stage::Serving) {
+        if refused {
+            let mut tracked = connection.into_parts().io.into_inner();
+            if std::future::poll_fn(|cx| tracked.poll_replacement(cx))
+                .await
+                .is_ok()
+            {
+                linger(tracked.stream).await;
+            }
+        } else if finished && matches!(*self.stage.borrow(), Stage::Serving) {
             linger(connection.into_parts().io.into_inner().stream).await;
         }
         open.dec();
@@ -641,10 +691,67 @@ impl hyper::body::Body for TrackedBody {
     }
 }
 
-/// The socket, reporting received bytes to the connection's activity.
+/// The socket, reporting received bytes to the connection's activity, and writing the
+/// proxy's own answer instead of hyper's automatic response to a refused head.
 struct Tracked {
     stream: TcpStream,
     activity: Arc<Activity>,
+    refusal: Option<Refusal>,
+    /// The proxy's answer being written in place of hyper's (bytes, bytes written);
+    /// once set, everything hyper writes is dropped (hyper closes the connection after
+    /// its automatic response).
+    replacement: Option<(Vec<u8>, usize)>,
+}
+
+/// The status of hyper's automatic response starting at `bytes`: a response head that
+/// starts the write, has one of the statuses hyper answers parse errors with, and lacks
+/// the request id every response of the public router carries (so it never reached the
+/// router). `None` for anything else.
+fn automatic_status(bytes: &[u8]) -> Option<u16> {
+    let rest = bytes.strip_prefix(b"HTTP/1.1 ")?;
+    let status = match rest.get(..4)? {
+        b"400 " => 400,
+        b"414 " => 414,
+        b"431 " => 431,
+        _ => return None,
+    };
+    let end = bytes.windows(4).position(|window| window == b"\r\n\r\n")?;
+    let head = bytes[..end].to_ascii_lowercase();
+    let marker = format!("\r\n{}:", super::REQUEST_ID_HEADER);
+    let stamped = head
+        .windows(marker.len())
+        .any(|window| window == marker.as_bytes());
+    (!stamped).then_some(status)
+}
+
+impl Tracked {
+    /// Takes over the connection's output when `bytes` start hyper's automatic response.
+    fn check_automatic(&mut self, bytes: &[u8]) {
+        if self.replacement.is_some() {
+            return;
+        }
+        if let (Some(refusal), Some(status)) = (&self.refusal, automatic_status(bytes)) {
+            if let Some(answer) = refusal(status) {
+                self.replacement = Some((answer, 0));
+            }
+        }
+    }
+
+    /// Writes what is left of the replacement (ready at once without one).
+    fn poll_replacement(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let Some((bytes, written)) = &mut self.replacement else {
+            return Poll::Ready(Ok(()));
+        };
+        while *written < bytes.len() {
+            match Pin::new(&mut self.stream).poll_write(cx, &bytes[*written..]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => *written += n,
+                Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
 }
 
 impl AsyncRead for Tracked {
@@ -669,7 +776,13 @@ impl AsyncWrite for Tracked {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+        let this = self.get_mut();
+        this.check_automatic(buf);
+        if this.replacement.is_some() {
+            ready!(this.poll_replacement(cx))?;
+            return Poll::Ready(Ok(buf.len()));
+        }
+        Pin::new(&mut this.stream).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -677,7 +790,15 @@ impl AsyncWrite for Tracked {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        if let Some(first) = bufs.iter().find(|buf| !buf.is_empty()) {
+            this.check_automatic(first);
+        }
+        if this.replacement.is_some() {
+            ready!(this.poll_replacement(cx))?;
+            return Poll::Ready(Ok(bufs.iter().map(|buf| buf.len()).sum()));
+        }
+        Pin::new(&mut this.stream).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -685,17 +806,40 @@ impl AsyncWrite for Tracked {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+        let this = self.get_mut();
+        ready!(this.poll_replacement(cx))?;
+        Pin::new(&mut this.stream).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+        let this = self.get_mut();
+        ready!(this.poll_replacement(cx))?;
+        Pin::new(&mut this.stream).poll_shutdown(cx)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_hypers_own_error_responses_are_replaced() {
+        let auto = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\ndate: x\r\n\r\n";
+        assert_eq!(automatic_status(auto), Some(431));
+        assert_eq!(
+            automatic_status(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n"),
+            Some(400)
+        );
+        // A routed response carries the request id: never replaced.
+        let routed = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\nx-request-id: rg-1\r\n\r\n{}";
+        assert_eq!(automatic_status(routed), None);
+        let routed = b"HTTP/1.1 400 Bad Request\r\nX-Request-Id: rg-1\r\n\r\n";
+        assert_eq!(automatic_status(routed), None);
+        // Other statuses, a head cut short, a body.
+        assert_eq!(automatic_status(b"HTTP/1.1 200 OK\r\n\r\n"), None);
+        assert_eq!(automatic_status(b"HTTP/1.1 431 Request"), None);
+        assert_eq!(automatic_status(b"{\"detail\": 1}"), None);
+    }
 
     #[tokio::test]
     async fn a_loop_with_more_connections_lets_the_others_accept_first() {
