@@ -265,3 +265,69 @@ async fn unknown_answer_types_and_unasked_answers_never_go_out() {
     );
     app.stop().await;
 }
+
+/// A contract's `forward_headers` go upstream as `true` when the caller switches them on;
+/// other contracts' callers, other values and every other header stay out; each
+/// forwarded header is counted by name.
+#[tokio::test]
+async fn contract_allowed_headers_are_forwarded_and_counted() {
+    let app = crate::helpers::spawn_with(
+        "full_native",
+        "",
+        "timeout_ms = 2000",
+        "forward_headers = [\"TypeSafe-Danger-Zone-Images\"]",
+    )
+    .await;
+    let body = serde_json::to_vec(&request()).unwrap();
+    let bearer = format!("Bearer {CLIENT_KEY}");
+    let sent = |app: &crate::helpers::TestApp| app.upstream.last().headers;
+    let response = app
+        .post_raw(
+            body.clone(),
+            &[
+                ("authorization", &bearer),
+                ("typesafe-danger-zone-images", "TRUE"),
+                ("typesafe-danger-zone-long-context", "true"),
+                ("x-secret-header", "CALLER-SECRET"),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let headers = sent(&app);
+    assert_eq!(headers["typesafe-danger-zone-images"], "true");
+    assert!(headers.get("typesafe-danger-zone-long-context").is_none());
+    assert!(headers.get("x-secret-header").is_none());
+    // A value other than `true` is not forwarded.
+    app.post_raw(
+        body.clone(),
+        &[
+            ("authorization", &bearer),
+            ("typesafe-danger-zone-images", "CALLER-SECRET"),
+        ],
+    )
+    .await;
+    assert!(sent(&app).get("typesafe-danger-zone-images").is_none());
+    // Another contract (`other`, chosen by path) does not allow it.
+    let seen_before = app.upstream.seen.lock().unwrap().len();
+    let response = app
+        .client
+        .post(format!("{}/contracts/other/v1/systemone", app.address))
+        .header("authorization", format!("Bearer {}", crate::helpers::MULTI_KEY))
+        .header("typesafe-danger-zone-images", "true")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(app.upstream.seen.lock().unwrap().len(), seen_before + 1);
+    assert!(sent(&app).get("typesafe-danger-zone-images").is_none());
+    let metrics = app.metrics().await;
+    assert!(
+        metrics.contains(
+            "releasegate_forwarded_headers_total{contract=\"main\",header=\"typesafe-danger-zone-images\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("contract=\"other\",header="));
+    app.stop().await;
+}

@@ -35,6 +35,58 @@ pub struct Contract {
     pub public: Vec<PublicField>,
     /// The contract's leakage budget, checked offline by `releasegate audit --gate`.
     pub policy: Option<LeakagePolicy>,
+    /// System One request headers a caller may send through to the provider
+    /// (`forward_headers`); every other caller header stays out.
+    pub forward_headers: Vec<ForwardHeader>,
+}
+
+/// A System One request header a contract may let through (`forward_headers`), from a
+/// fixed list: the provider's opt-in "Danger Zone" switches. Only the value `true` is
+/// forwarded, written by the proxy (never the caller's bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ForwardHeader {
+    /// `TypeSafe-Danger-Zone-Images: true`: requests with images or box questions.
+    DangerZoneImages,
+    /// `TypeSafe-Danger-Zone-Long-Context: true`: the 262k context.
+    DangerZoneLongContext,
+}
+
+impl ForwardHeader {
+    /// Every header a contract may forward.
+    pub const ALL: [ForwardHeader; 2] = [
+        ForwardHeader::DangerZoneImages,
+        ForwardHeader::DangerZoneLongContext,
+    ];
+
+    /// The header's name as System One documents it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ForwardHeader::DangerZoneImages => "TypeSafe-Danger-Zone-Images",
+            ForwardHeader::DangerZoneLongContext => "TypeSafe-Danger-Zone-Long-Context",
+        }
+    }
+
+    /// The header's name in lower case (HTTP header names are case-insensitive; a
+    /// metrics label).
+    pub fn lower(self) -> &'static str {
+        match self {
+            ForwardHeader::DangerZoneImages => "typesafe-danger-zone-images",
+            ForwardHeader::DangerZoneLongContext => "typesafe-danger-zone-long-context",
+        }
+    }
+
+    /// The header a configuration names (any letter case).
+    pub fn parse(name: &str) -> Option<ForwardHeader> {
+        ForwardHeader::ALL
+            .into_iter()
+            .find(|header| header.name().eq_ignore_ascii_case(name))
+    }
+
+    /// Whether a caller's value switches the header on (`true`, any letter case, with
+    /// surrounding blanks); any other value is not forwarded.
+    pub fn is_on(value: &[u8]) -> bool {
+        value.trim_ascii().eq_ignore_ascii_case(b"true")
+    }
 }
 
 /// `policy = { keep = [...], hide = [...], max_recovery_gain = 0.05 }` of a contract: what the

@@ -138,10 +138,13 @@ impl Collector {
         let mut wait = FIRST_RETRY_WAIT;
         loop {
             attempts += 1;
-            let reply = self
-                .upstreams
-                .systemone(&contract.provider, body.clone(), &headers)
-                .await;
+            let post = upstream::Post {
+                body: &body,
+                sent: &asked.upstream,
+                headers: &headers,
+                switches: &[],
+            };
+            let reply = self.upstreams.systemone(&contract.provider, post).await;
             let (kind, message, hint) = match reply {
                 Ok(Reply::Success(bytes)) => {
                     return answer(contract, &asked, &bytes).map_or_else(
@@ -167,6 +170,7 @@ impl Collector {
                     status,
                     retry_after,
                     retry_after_ms,
+                    ..
                 }) => {
                     let hint = retry_after_ms
                         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())

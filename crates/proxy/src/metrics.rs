@@ -59,6 +59,8 @@ pub struct Metrics {
     pub rate_limit_store_degraded: IntGauge,
     /// Failed calls to the shared rate limit store, by kind (`timeout`, `error`).
     pub rate_limit_store_errors: IntCounterVec,
+    /// Contract-allowed request headers forwarded to the provider, by contract and header.
+    pub forwarded_headers: IntCounterVec,
 }
 
 /// The source commit this binary was built from (`build.rs`): 12 hex digits, or "unknown".
@@ -187,6 +189,14 @@ impl Metrics {
             ),
             &["recipient"],
         )?;
+        let forwarded_headers = IntCounterVec::new(
+            Opts::new(
+                "releasegate_forwarded_headers_total",
+                "Requests that sent a contract-allowed header (forward_headers) to the provider, by contract and header",
+            ),
+            &["contract", "header"],
+        )?;
+        registry.register(Box::new(forwarded_headers.clone()))?;
         registry.register(Box::new(rate_limited.clone()))?;
         let captured = IntCounterVec::new(
             Opts::new(
@@ -270,6 +280,7 @@ impl Metrics {
             build_info,
             rate_limit_store_degraded,
             rate_limit_store_errors,
+            forwarded_headers,
         })
     }
 
@@ -305,6 +316,10 @@ impl Metrics {
             }
         }
         for (name, contract) in &config.contracts {
+            for header in &contract.forward_headers {
+                self.forwarded_headers
+                    .with_label_values(&[name.as_str(), header.lower()]);
+            }
             for reason in releasegate_core::wire::Invalid::ALL {
                 self.rejected_answers
                     .with_label_values(&[name.as_str(), &reason.to_string()]);

@@ -37,6 +37,7 @@ use tokio::sync::Semaphore;
 
 use crate::metrics::Metrics;
 use releasegate_core::config::{Config, Provider};
+use releasegate_core::contract::ForwardHeader;
 use releasegate_core::wire::provider::{ProviderError, provider_error};
 
 /// Most bytes of a provider's error body the proxy reads to learn its kind
@@ -53,6 +54,8 @@ pub(crate) struct Post<'r> {
     pub(crate) sent: &'r Value,
     /// The caller's headers (only `FORWARDED_HEADERS` of them go upstream).
     pub(crate) headers: &'r HeaderMap,
+    /// The contract's `forward_headers` the caller switched on: sent as `NAME: true`.
+    pub(crate) switches: &'r [ForwardHeader],
 }
 
 /// Request headers of real clients that are forwarded upstream (never credentials).
@@ -436,6 +439,12 @@ impl Remote {
                     upstream_headers.insert(name, value.clone());
                 }
             }
+            for switch in post.switches {
+                upstream_headers.insert(
+                    HeaderName::from_static(switch.lower()),
+                    HeaderValue::from_static("true"),
+                );
+            }
         }
         upstream_headers.insert(ACCEPT, json);
         if !upstream_headers.contains_key(USER_AGENT) {
@@ -640,6 +649,7 @@ mod tests {
             body: &body,
             sent: &Value::Null,
             headers: &HeaderMap::new(),
+            switches: &[],
         };
         let reply = upstreams.systemone("up", post).await;
         assert!(matches!(reply, Err(Error::Connect(_))), "{reply:?}");

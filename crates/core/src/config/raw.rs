@@ -166,6 +166,8 @@ struct RawContract {
     /// sample of native answers (off when absent).
     #[serde(default)]
     capture: Option<RawCapture>,
+    #[serde(default)]
+    forward_headers: Vec<String>,
 }
 
 /// A contract's `capture` table: where and how much of its native traffic is kept as worlds.
@@ -517,6 +519,23 @@ impl RawConfig {
                     &mut problems,
                 )
             });
+            let mut forward_headers = Vec::new();
+            for (index, name) in raw.forward_headers.iter().enumerate() {
+                match crate::contract::ForwardHeader::parse(name) {
+                    Some(header) if !forward_headers.contains(&header) => {
+                        forward_headers.push(header)
+                    }
+                    Some(_) => problems.push(format!(
+                        "{key}.forward_headers[{index}]: `{name}` is listed twice"
+                    )),
+                    None => problems.push(format!(
+                        "{key}.forward_headers[{index}]: `{name}` is not a header a contract can forward (one of: {})",
+                        crate::contract::ForwardHeader::ALL
+                            .map(|header| header.name())
+                            .join(", ")
+                    )),
+                }
+            }
             let mut questions = BTreeMap::new();
             for (id, question) in raw.questions {
                 files.extend(question.files(base_dir));
@@ -541,6 +560,7 @@ impl RawConfig {
                     questions,
                     public: raw.public,
                     policy,
+                    forward_headers,
                 }),
             );
         }

@@ -783,3 +783,40 @@ fn a_rate_limit_store_is_a_plain_redis_url_with_its_password_from_the_environmen
             .any(|p| p.contains("rate_limit_store.password_env"))
     );
 }
+
+#[test]
+fn contracts_forward_only_headers_of_the_fixed_list() {
+    use crate::contract::ForwardHeader;
+    let with = |list: &str| {
+        MINIMAL.replace(
+            "provider = \"sim\"",
+            &format!("provider = \"sim\"\nforward_headers = {list}"),
+        )
+    };
+    let config = Config::from_toml(&with(
+        r#"["typesafe-danger-zone-images", "TypeSafe-Danger-Zone-Long-Context"]"#,
+    ))
+    .unwrap();
+    assert_eq!(
+        config.contract("c").unwrap().forward_headers,
+        [
+            ForwardHeader::DangerZoneImages,
+            ForwardHeader::DangerZoneLongContext
+        ]
+    );
+    assert!(
+        Config::from_toml(MINIMAL)
+            .unwrap()
+            .contract("c")
+            .unwrap()
+            .forward_headers
+            .is_empty()
+    );
+    let got = problems(&with(r#"["Authorization", "TypeSafe-Danger-Zone-Images", "typesafe-danger-zone-images"]"#));
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(got[0].starts_with("contracts.c.forward_headers[0]: `Authorization` is not a header"));
+    assert!(got[1].starts_with("contracts.c.forward_headers[2]"), "{got:?}");
+    assert!(ForwardHeader::is_on(b" True "));
+    assert!(!ForwardHeader::is_on(b"1"));
+    assert!(!ForwardHeader::is_on(b"true; x"));
+}

@@ -23,7 +23,7 @@ use crate::upstream::{self, Reply};
 use opentelemetry::KeyValue;
 use opentelemetry::trace::SpanKind;
 use releasegate_core::config::Provider;
-use releasegate_core::contract::Contract;
+use releasegate_core::contract::{Contract, ForwardHeader};
 use releasegate_core::mechanism;
 use releasegate_core::release;
 use releasegate_core::rng::Rng;
@@ -438,10 +438,29 @@ async fn answer(
         .filter(|capture| capture.sample())
         .map(|_| forward.clone());
     let called = SystemTime::now();
+    // The contract's `forward_headers` the caller switched on (`true`), counted by name.
+    let switches: Vec<ForwardHeader> = contract
+        .forward_headers
+        .iter()
+        .copied()
+        .filter(|switch| {
+            headers
+                .get(switch.lower())
+                .is_some_and(|value| ForwardHeader::is_on(value.as_bytes()))
+        })
+        .collect();
+    for switch in &switches {
+        state
+            .metrics()
+            .forwarded_headers
+            .with_label_values(&[contract.name.as_str(), switch.lower()])
+            .inc();
+    }
     let post = upstream::Post {
         body: &forward,
         sent: &asked.upstream,
         headers,
+        switches: &switches,
     };
     let reply = live
         .upstreams
