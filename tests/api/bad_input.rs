@@ -94,8 +94,21 @@ async fn contract_violations_get_400_naming_the_problem() {
     wrong_classes["questions"]["cause"]["criteria"] = json!({"A": null, "B": null});
     let mut box_question = request();
     box_question["questions"]["cause"] = json!({"type": "box", "instructions": "Where?"});
+    // A question outside the contract is not released: 403 naming it.
+    let (status, got_type, message) = error_of(
+        app.post_raw(
+            serde_json::to_vec(&uncovered).unwrap(),
+            &[("authorization", &auth)],
+        )
+        .await,
+    )
+    .await;
+    assert_eq!((status, got_type.as_str()), (403, "question_not_released"));
+    assert!(
+        message.contains("question `secret_cause` is not released"),
+        "{message}"
+    );
     let cases: Vec<(Value, &str)> = vec![
-        (uncovered, "`secret_cause` is not covered"),
         (wrong_classes, "classes"),
         (box_question, "type `box`"),
     ];

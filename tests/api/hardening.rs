@@ -176,7 +176,7 @@ async fn request_controlled_text_is_escaped_in_every_log_format() {
         let mut body = request();
         body["questions"][forged] = json!({"type": "noul"});
         let (status, _, _) = error_of(app.post(&body).await).await;
-        assert_eq!(status, 400);
+        assert_eq!(status, 403);
         app.stop().await;
         let text = logs.text();
         assert!(text.contains("forged"), "the question id is logged: {text}");
@@ -276,7 +276,7 @@ async fn a_model_id_the_proxy_cannot_vouch_for_rejects_the_answer() {
 
 #[tokio::test]
 async fn a_pinned_model_is_released_whatever_the_provider_says() {
-    for view in ["no_output", "choice", "full_native"] {
+    for view in ["choice", "full_native"] {
         let app = spawn_with(view, "", "timeout_ms = 2000", "model = \"jev-1.13.0\"").await;
         for upstream_model in ["jev-1.13.0", "jev-9.9.9", "UPSTREAM SECRET \n text"] {
             let mut native = native_answer();

@@ -18,7 +18,7 @@ use figment::Figment;
 use figment::providers::{Format, Toml};
 use secrecy::SecretString;
 
-use crate::contract::{Coarsening, Contract, Pinned, QuestionRule};
+use crate::contract::{Coarsening, Contract, Pinned, QuestionRule, View};
 use crate::mechanism::Mechanism;
 use crate::wire::Kind;
 use crate::workflow::Spec;
@@ -653,6 +653,9 @@ impl Config {
                         wcpq.fallback.as_str(),
                         wcpq.fallback.disclosure(contract.shape)
                     ));
+                    if let Some(effect) = wcpq.fallback.typed_clients(contract.shape) {
+                        out.push_str(&format!("    typed clients: {effect}\n"));
+                    }
                 }
             }
         }
@@ -755,6 +758,14 @@ pub(crate) fn build_question(
         if !seen.insert(class.as_str()) {
             problems.push(format!("{key}.classes: `{class}` is listed twice"));
         }
+    }
+    if raw.view == View::NoOutput {
+        // Typed clients read every asked question's answer (Python `answers[id]`, the JS
+        // SDK's types): an allowed question that releases nothing breaks them. The
+        // audit's candidate views still include `no_output` (`Contract::with_release`).
+        problems.push(format!(
+            "{key}.view: `no_output` on a question the contract allows leaves its answer out, which typed clients cannot read; remove the question from the contract instead (asking it is then 403 `question_not_released`)"
+        ));
     }
     let question = pin_question(key, &raw, &classes, problems);
     let coarsen = if raw.coarsen.is_empty() {

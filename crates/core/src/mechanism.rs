@@ -190,6 +190,19 @@ impl Fallback {
             }
         }
     }
+
+    /// What the fallback does to the official typed clients, when it breaks them (for
+    /// `check-config` and the docs): `deny` leaves answers out or incomplete.
+    pub fn typed_clients(self, shape: Shape) -> Option<&'static str> {
+        match (self, shape) {
+            (Fallback::Deny, Shape::Complete) => Some(
+                "a denied answer is missing from `answers`: Python `response.answers[id]` raises \
+                 KeyError, the JS SDK's `answers[id]` is undefined (reading a field throws \
+                 TypeError); check for the id before reading it, or use fallback \"choice_only\"",
+            ),
+            _ => None,
+        }
+    }
 }
 
 /// Whether WCPQ releases the codeword's confidence.

@@ -64,6 +64,16 @@ pub enum RequestError {
     /// contract's classes, a type the contract cannot release, a blank model.
     #[error("{0}")]
     Contract(String),
+    /// A question the contract does not release (it does not list it): 403
+    /// `question_not_released`, naming the question. Typed clients get an error they can
+    /// read instead of an answer missing from `answers`.
+    #[error("question `{question}` is not released by release contract `{contract}` (it is not covered)")]
+    NotReleased {
+        /// The caller's question id.
+        question: String,
+        /// The contract's name.
+        contract: String,
+    },
     /// A question's instructions or a description differ from the text its contract
     /// pins (400 `question_text_mismatch`). Names the question and the field, never
     /// the text.
@@ -190,12 +200,13 @@ pub fn check_request(body: &Value, contract: &Contract) -> Result<Asked, Request
     let mut asked = Vec::with_capacity(questions.len());
     let mut upstream_questions = Map::with_capacity(questions.len());
     for (id, question) in questions {
-        let rule = contract.questions.get(id).ok_or_else(|| {
-            refuse(format!(
-                "question `{id}` is not covered by release contract `{}`",
-                contract.name
-            ))
-        })?;
+        let rule = contract
+            .questions
+            .get(id)
+            .ok_or_else(|| RequestError::NotReleased {
+                question: id.clone(),
+                contract: contract.name.clone(),
+            })?;
         let (checked, upstream) = check_question(id, question, rule)?;
         asked.push(checked);
         upstream_questions.insert(id.clone(), upstream);
@@ -466,7 +477,7 @@ impl RequestError {
             RequestError::Contract(message) => {
                 serde_json::json!({"detail": {"error_type": "invalid_request", "message": message}})
             }
-            RequestError::TextMismatch { .. } => {
+            RequestError::TextMismatch { .. } | RequestError::NotReleased { .. } => {
                 serde_json::json!({"detail": {"error_type": self.error_type(), "message": self.to_string()}})
             }
         }
@@ -478,6 +489,7 @@ impl RequestError {
             RequestError::Schema(_) => "validation_error",
             RequestError::Contract(_) => "invalid_request",
             RequestError::TextMismatch { .. } => "question_text_mismatch",
+            RequestError::NotReleased { .. } => "question_not_released",
         }
     }
 }

@@ -820,3 +820,24 @@ fn contracts_forward_only_headers_of_the_fixed_list() {
     assert!(!ForwardHeader::is_on(b"1"));
     assert!(!ForwardHeader::is_on(b"true; x"));
 }
+
+#[test]
+fn an_allowed_question_must_release_something_and_deny_is_explained() {
+    let got = problems(&MINIMAL.replace("view = \"full_native\"", "view = \"no_output\""));
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].starts_with("contracts.c.questions.q.view: `no_output`")
+            && got[0].contains("question_not_released"),
+        "{got:?}"
+    );
+    assert_eq!(
+        crate::mechanism::Fallback::Deny.typed_clients(crate::contract::Shape::Complete),
+        Some(
+            "a denied answer is missing from `answers`: Python `response.answers[id]` raises KeyError, the JS SDK's `answers[id]` is undefined (reading a field throws TypeError); check for the id before reading it, or use fallback \"choice_only\""
+        )
+    );
+    assert_eq!(
+        crate::mechanism::Fallback::Native.typed_clients(crate::contract::Shape::Complete),
+        None
+    );
+}

@@ -191,10 +191,6 @@ fn well_formed_requests_outside_the_contract_are_contract_errors() {
             "`model`",
         ),
         (
-            json!({"model": "m", "state": "s", "questions": {"other": {"type": "noul"}}}),
-            "`other` is not covered",
-        ),
-        (
             json!({"model": "m", "state": "s", "questions": {"q": {"type": "box"}}}),
             "type `box`",
         ),
@@ -218,6 +214,31 @@ fn well_formed_requests_outside_the_contract_are_contract_errors() {
             other => panic!("{body}: expected a contract error, got {other:?}"),
         }
     }
+}
+
+#[test]
+fn questions_outside_the_contract_are_not_released_by_name() {
+    let c = contract(CHOICE);
+    let body = json!({"model": "m", "state": "s", "questions": {
+        "q": {"type": "choice", "criteria": {"A": null, "B": null, "C": null}},
+        "other": {"type": "noul"}}});
+    let error = check_request(&body, &c).unwrap_err();
+    assert_eq!(
+        error,
+        RequestError::NotReleased {
+            question: "other".into(),
+            contract: "c".into()
+        }
+    );
+    assert_eq!(error.error_type(), "question_not_released");
+    let body = error.body();
+    assert_eq!(body["detail"]["error_type"], "question_not_released");
+    assert!(
+        body["detail"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("question `other` is not released")
+    );
 }
 
 #[test]

@@ -44,6 +44,11 @@ fn wcpq(denominator: u32, fallback: &str, confidence: &str) -> String {
 
 /// The contract of q (A..D), s (levels 0..2) and n (noul) under one view and shape.
 fn contract(shape: &str, view: &str, q: &str, s: &str, n: &str) -> Arc<Contract> {
+    // A configuration cannot say `no_output`; the audit's candidate releases can.
+    if view == "no_output" {
+        let contract = contract(shape, "choice", q, s, n);
+        return Arc::new(contract.with_release(crate::contract::View::NoOutput, None));
+    }
     let text = format!(
         "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\nshape = \"{shape}\"\n\
          [contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"{view}\"\n{q}\n\
