@@ -9,6 +9,7 @@ mod connections;
 mod decisions;
 mod deploy;
 mod hardening;
+mod images;
 mod helpers;
 mod jev_client;
 mod own_provider;

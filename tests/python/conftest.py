@@ -157,6 +157,7 @@ def _questions(contract, view, provider="up"):
     SDK sends for it: the proxy asks exactly the contract's question upstream."""
     return (
         f'[contracts.{contract}]\nprovider = "{provider}"\nusage = "keep"\n'
+        'forward_headers = ["TypeSafe-Danger-Zone-Images"]\n'
         f'[contracts.{contract}.questions.cause]\nclasses = ["A", "B", "C", "D"]\nview = "{view}"\n'
         'instructions = "Why?"\ndescriptions = { B = "b" }\n'
         f'[contracts.{contract}.questions.level]\nclasses = ["0", "1", "2"]\nview = "{view}"\n'

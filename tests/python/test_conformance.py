@@ -14,6 +14,7 @@ import pytest
 from conftest import KEY, MULTI_KEY, REPO, VIEWS, wait_until
 from typesafe_sdk import (
     AsyncTypeSafeClient,
+    Image,
     Choice,
     Noul,
     RetryPolicy,
@@ -285,3 +286,92 @@ def test_the_simulated_provider_through_the_sdk(proxy, upstream, contract):
     assert 0 <= cause.confidence <= 1
     assert result.request_id.startswith("rg-")
     assert upstream.count() == 0, "answered in-process"
+
+
+# A tiny PNG and JPEG (their signatures and some bytes: the proxy checks the signature, the
+# scripted upstream only compares bytes).
+PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + b"py-conformance-png" * 80
+JPEG = b"\xff\xd8\xff\xe0\x00\x10JFIF" + b"py-conformance-jpeg" * 80
+
+
+def multipart_parts(seen):
+    """The (name, content type, bytes) parts of a multipart body the upstream received."""
+    content_type = seen.headers["content-type"]
+    assert content_type.startswith("multipart/form-data; boundary="), content_type
+    delimiter = b"--" + content_type.split("boundary=", 1)[1].encode()
+    parts = []
+    for chunk in seen.body.split(delimiter)[1:]:
+        if chunk.startswith(b"--"):
+            break
+        head, _, content = chunk.partition(b"\r\n\r\n")
+        headers = dict(line.split(": ", 1) for line in head.decode().strip().split("\r\n"))
+        name = headers["Content-Disposition"].split('name="', 1)[1].split('"', 1)[0]
+        parts.append((name, headers["Content-Type"], content[: -len(b"\r\n")]))
+    return parts
+
+
+def assert_images_forwarded(seen):
+    parts = multipart_parts(seen)
+    assert [name for name, _, _ in parts] == ["request", "asset-0", "asset-1"]
+    request = json.loads(parts[0][2])
+    # The contract's questions went up, and the assets name the proxy's own parts.
+    assert request["questions"]["cause"]["instructions"] == "Why?"
+    assert sorted(entry["part"] for entry in request["assets"].values()) == ["asset-0", "asset-1"]
+    assert {(kind, data) for _, kind, data in parts[1:]} == {("image/png", PNG), ("image/jpeg", JPEG)}
+    # The proxy decoded the caller's body; what goes upstream is its own, uncompressed.
+    assert "content-encoding" not in seen.headers
+
+
+@pytest.mark.parametrize("compression", ["zstd", False])
+def test_image_requests_go_through_as_multipart(proxy, upstream, compression):
+    photo, label = Image(PNG), Image(JPEG)
+    state = {**STATE, "photo": photo, "label": label}
+    with client(proxy, compression=compression) as sdk:
+        result = sdk.system_one(state, questions())
+    assert_full_native(result)
+    seen = upstream.seen[-1]
+    assert_images_forwarded(seen)
+    # Images passed by name in `assets` work the same way.
+    with client(proxy, compression=compression) as sdk:
+        result = sdk.system_one({**STATE, "photo": "<photo>", "label": "<label>"}, questions(), assets={"<photo>": photo, "<label>": label})
+    assert_full_native(result)
+    assert_images_forwarded(upstream.seen[-1])
+
+
+@pytest.mark.parametrize("compression", ["zstd", False])
+def test_async_image_requests_go_through_as_multipart(proxy, upstream, compression):
+    async def main():
+        async with AsyncTypeSafeClient(api_key=KEY, base_url=proxy.url, retry=NO_RETRY, model="jev-latest", compression=compression) as sdk:
+            return await sdk.system_one({**STATE, "photo": Image(PNG), "label": Image(JPEG)}, questions())
+
+    assert_full_native(asyncio.run(main()))
+    assert_images_forwarded(upstream.seen[-1])
+
+
+def test_an_image_that_is_not_png_or_jpeg_is_refused(proxy, upstream):
+    with client(proxy) as sdk:
+        error = error_of(lambda: sdk.system_one({**STATE, "photo": Image(b"GIF89a" * 100)}, questions()), TypeSafeBadRequestError)
+    assert error.body["detail"]["error_type"] == "invalid_asset"
+    assert upstream.count() == 0
+
+
+def test_danger_zone_headers_are_forwarded_when_the_contract_allows_them(proxy, upstream):
+    with client(proxy) as sdk:
+        sdk.system_one(STATE, questions(), extra_headers={"TypeSafe-Danger-Zone-Images": "true", "X-Other": "CALLER-SECRET"})
+    seen = upstream.seen[-1]
+    assert seen.headers["typesafe-danger-zone-images"] == "true"
+    assert "x-other" not in seen.headers
+    assert proxy.metric("releasegate_forwarded_headers_total", 'contract="full"', "typesafe-danger-zone-images") >= 1
+
+
+def test_provider_error_kinds_reach_the_sdk_without_the_providers_text(proxy, upstream):
+    upstream.once(400, json.dumps({"detail": {"error_type": "max_tokens_exceeded", "message": "UPSTREAM-SECRET"}}).encode())
+    with client(proxy) as sdk:
+        error = error_of(lambda: sdk.system_one(STATE, questions()), TypeSafeBadRequestError)
+    assert error.body["detail"]["error_type"] == "max_tokens_exceeded"
+    assert "token limit" in str(error) and "UPSTREAM-SECRET" not in str(error)
+    upstream.once(422, json.dumps({"detail": [{"loc": ["body", "state", "order"], "msg": "UPSTREAM-SECRET", "type": "string_type"}]}).encode())
+    with client(proxy) as sdk:
+        error = error_of(lambda: sdk.system_one(STATE, questions()), TypeSafeUnprocessableEntityError)
+    assert "state.order: Input should be a valid string" in str(error)
+    assert "UPSTREAM-SECRET" not in json.dumps(error.body)

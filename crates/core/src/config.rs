@@ -244,6 +244,8 @@ pub struct Server {
     admin_listen: SocketAddr,
     max_body_bytes: usize,
     max_upstream_body_bytes: usize,
+    max_image_bytes: usize,
+    max_asset_bytes: usize,
     #[serde(rename = "shutdown_grace_ms", serialize_with = "millis")]
     shutdown_grace: Duration,
     #[serde(rename = "header_read_timeout_ms", serialize_with = "millis")]
@@ -290,6 +292,25 @@ impl Server {
     /// Largest accepted upstream response body.
     pub fn max_upstream_body_bytes(&self) -> usize {
         self.max_upstream_body_bytes
+    }
+
+    /// Most bytes of one image of a request (`server.max_image_bytes`).
+    pub fn max_image_bytes(&self) -> usize {
+        self.max_image_bytes
+    }
+
+    /// Most bytes of all a request's images together (`server.max_asset_bytes`), besides
+    /// `max_body_bytes` for its JSON.
+    pub fn max_asset_bytes(&self) -> usize {
+        self.max_asset_bytes
+    }
+
+    /// The images' limits, as the wire format's asset check takes them.
+    pub fn asset_limits(&self) -> crate::wire::assets::Limits {
+        crate::wire::assets::Limits {
+            max_image_bytes: self.max_image_bytes,
+            max_asset_bytes: self.max_asset_bytes,
+        }
     }
     /// How long shutdown waits for in-flight requests.
     pub fn shutdown_grace(&self) -> Duration {

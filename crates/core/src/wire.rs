@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 use crate::contract::{Contract, QuestionRule};
 use crate::mechanism::ClassVector;
 
+pub mod assets;
 pub mod provider;
 
 /// Tolerance on the sum of a native probability vector.

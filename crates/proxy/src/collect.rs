@@ -134,12 +134,15 @@ impl Collector {
             attempts: 0,
         })?);
         let headers = HeaderMap::new();
+        let json = axum::http::HeaderValue::from_static("application/json");
         let mut attempts = 0;
         let mut wait = FIRST_RETRY_WAIT;
         loop {
             attempts += 1;
             let post = upstream::Post {
                 body: &body,
+                content_type: &json,
+                json: &body,
                 sent: &asked.upstream,
                 headers: &headers,
                 switches: &[],

@@ -8,6 +8,7 @@ mod error;
 mod handlers;
 mod listener;
 mod middleware;
+mod multipart;
 mod reload;
 mod trace;
 

@@ -47,8 +47,13 @@ pub(crate) const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 /// A System One request on its way upstream.
 #[derive(Clone, Copy)]
 pub(crate) struct Post<'r> {
-    /// The body sent (the serialization of `sent`).
+    /// The body sent: the serialization of `sent`, or a multipart body holding it and the
+    /// request's images.
     pub(crate) body: &'r Bytes,
+    /// The body's content type (`application/json` or `multipart/form-data; boundary=`).
+    pub(crate) content_type: &'r HeaderValue,
+    /// The serialization of `sent` (what the simulated provider reads).
+    pub(crate) json: &'r Bytes,
     /// What the proxy sends (`wire::Asked::upstream`): a provider's validation errors
     /// may name only what is in it.
     pub(crate) sent: &'r Value,
@@ -381,7 +386,7 @@ impl Upstreams {
             .ok_or_else(|| Error::Rejected(format!("provider `{provider}` is not configured")))?;
         let started = Instant::now();
         let result = match upstream {
-            Upstream::Simulated => simulated(path, post.map(|post| post.body)),
+            Upstream::Simulated => simulated(path, post.map(|post| post.json)),
             Upstream::Remote(remote) => {
                 let client = self.clients.get(EVENT_LOOP.with(Cell::get));
                 remote.call(client, post, self.max_body_bytes).await
@@ -433,7 +438,7 @@ impl Remote {
         let upstream_headers = request.headers_mut();
         upstream_headers.reserve(8);
         if let Some(post) = post {
-            upstream_headers.insert(CONTENT_TYPE, json.clone());
+            upstream_headers.insert(CONTENT_TYPE, post.content_type.clone());
             for name in FORWARDED {
                 if let Some(value) = post.headers.get(&name) {
                     upstream_headers.insert(name, value.clone());
@@ -645,8 +650,11 @@ mod tests {
         )
         .unwrap();
         let body = Bytes::from_static(b"{}");
+        let json = HeaderValue::from_static("application/json");
         let post = Post {
             body: &body,
+            content_type: &json,
+            json: &body,
             sent: &Value::Null,
             headers: &HeaderMap::new(),
             switches: &[],

@@ -95,6 +95,8 @@ pub(crate) struct RawServer {
     admin_listen: String,
     max_body_bytes: u64,
     max_upstream_body_bytes: u64,
+    max_image_bytes: u64,
+    max_asset_bytes: u64,
     shutdown_grace_ms: u64,
     header_read_timeout_ms: u64,
     body_read_timeout_ms: u64,
@@ -345,7 +347,8 @@ pub(crate) fn field_names<T: serde::de::DeserializeOwned>() -> &'static [&'stati
 /// serve: these keep every value far from the limits of what uses it (tokio's semaphore,
 /// timers, buffers) and catch typos such as an extra three zeros.
 pub mod limits {
-    /// `server.max_body_bytes`, `server.max_upstream_body_bytes`: 1 byte to 1 GiB.
+    /// `server.max_body_bytes`, `server.max_upstream_body_bytes`, `server.max_image_bytes`,
+    /// `server.max_asset_bytes`: 1 byte to 1 GiB.
     pub const BODY_BYTES: (u64, u64) = (1, 1 << 30);
     /// `server.shutdown_grace_ms` and `server.drain_delay_ms`: up to one hour.
     pub const SHUTDOWN_GRACE_MS: (u64, u64) = (0, 3_600_000);
@@ -433,6 +436,8 @@ impl Default for RawServer {
             admin_listen: "127.0.0.1:9090".to_string(),
             max_body_bytes: 1024 * 1024,
             max_upstream_body_bytes: 8 * 1024 * 1024,
+            max_image_bytes: 16 * 1024 * 1024,
+            max_asset_bytes: 32 * 1024 * 1024,
             shutdown_grace_ms: 10_000,
             header_read_timeout_ms: 10_000,
             body_read_timeout_ms: 30_000,
@@ -683,6 +688,18 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
     );
     check_range(
         problems,
+        "server.max_image_bytes",
+        raw.max_image_bytes,
+        limits::BODY_BYTES,
+    );
+    check_range(
+        problems,
+        "server.max_asset_bytes",
+        raw.max_asset_bytes,
+        limits::BODY_BYTES,
+    );
+    check_range(
+        problems,
         "server.shutdown_grace_ms",
         raw.shutdown_grace_ms,
         limits::SHUTDOWN_GRACE_MS,
@@ -739,6 +756,8 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
         admin_listen,
         max_body_bytes: usize::try_from(raw.max_body_bytes).unwrap_or(usize::MAX),
         max_upstream_body_bytes: usize::try_from(raw.max_upstream_body_bytes).unwrap_or(usize::MAX),
+        max_image_bytes: usize::try_from(raw.max_image_bytes).unwrap_or(usize::MAX),
+        max_asset_bytes: usize::try_from(raw.max_asset_bytes).unwrap_or(usize::MAX),
         shutdown_grace: Duration::from_millis(raw.shutdown_grace_ms),
         header_read_timeout: Duration::from_millis(raw.header_read_timeout_ms),
         body_read_timeout: Duration::from_millis(raw.body_read_timeout_ms),

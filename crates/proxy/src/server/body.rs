@@ -1,7 +1,8 @@
 //! Reading request bodies: a declared `Content-Length` above the limit is
 //! refused before any byte is read, the body must arrive within a total
 //! deadline, size limits hold before and after decompression,
-//! `Content-Encoding: zstd | gzip | identity`, JSON only.
+//! `Content-Encoding: zstd | gzip | identity`, JSON or `multipart/form-data` (whose
+//! cap is `max_body_bytes` plus `max_asset_bytes` plus framing: `multipart`).
 
 use std::io::Read;
 
@@ -13,26 +14,64 @@ use bytes::Bytes;
 use super::error::Error;
 use releasegate_core::config::Server;
 
-/// Reads the body, enforcing `max_body_bytes` on the declared length, the
-/// wire bytes and the decoded bytes, and `body_read_timeout` on the whole transfer.
-pub(super) async fn read(headers: &HeaderMap, body: Body, server: &Server) -> Result<Bytes, Error> {
-    let limit = server.max_body_bytes();
-    if declared_length(headers).is_some_and(|length| length > limit as u64) {
-        return Err(Error::TooLarge(limit));
-    }
+/// A request body, read and decoded.
+pub(super) enum Received {
+    /// A JSON body.
+    Json(Bytes),
+    /// A `multipart/form-data` body and its boundary.
+    Multipart {
+        /// The decoded body.
+        bytes: Bytes,
+        /// Its boundary.
+        boundary: String,
+    },
+}
+
+/// Reads the body, enforcing its cap (`max_body_bytes`; for multipart see `multipart`)
+/// on the declared length, the wire bytes and the decoded bytes, and `body_read_timeout`
+/// on the whole transfer.
+pub(super) async fn read(
+    headers: &HeaderMap,
+    body: Body,
+    server: &Server,
+) -> Result<Received, Error> {
+    let mut boundary = None;
     if let Some(content_type) = headers.get(CONTENT_TYPE) {
         let text = content_type.to_str().unwrap_or("").to_ascii_lowercase();
         let json_like = text.is_empty()
             || text.starts_with("application/json")
             || text.starts_with("text/plain")
             || text.starts_with("application/x-www-form-urlencoded");
-        if !json_like {
+        if text.starts_with("multipart/form-data") {
+            let original = content_type.to_str().unwrap_or("");
+            boundary = Some(super::multipart::boundary(original)?);
+        } else if !json_like {
             return Err(Error::Unsupported(format!(
-                "content type `{}` is not supported; send application/json",
+                "content type `{}` is not supported; send application/json or multipart/form-data",
                 text.split(';').next().unwrap_or("")
             )));
         }
     }
+    let limit = match boundary {
+        Some(_) => super::multipart::body_limit(server),
+        None => server.max_body_bytes(),
+    };
+    if declared_length(headers).is_some_and(|length| length > limit as u64) {
+        return Err(Error::TooLarge(limit));
+    }
+    let bytes = read_bytes(headers, body, server, limit).await?;
+    Ok(match boundary {
+        Some(boundary) => Received::Multipart { bytes, boundary },
+        None => Received::Json(bytes),
+    })
+}
+
+async fn read_bytes(
+    headers: &HeaderMap,
+    body: Body,
+    server: &Server,
+    limit: usize,
+) -> Result<Bytes, Error> {
     let deadline = server.body_read_timeout();
     let wire = tokio::time::timeout(deadline, axum::body::to_bytes(body, limit))
         .await

@@ -31,6 +31,12 @@ pub enum Error {
     /// The body is not valid JSON or cannot be decompressed.
     #[error("{0}")]
     BadBody(String),
+    /// A malformed `multipart/form-data` body (400 `invalid_multipart`).
+    #[error("{0}")]
+    BadMultipart(String),
+    /// The request's image assets are refused (`wire::assets`).
+    #[error(transparent)]
+    Asset(#[from] wire::assets::AssetError),
     /// The request breaks the System One schema (422) or does not fit its contract (400).
     #[error(transparent)]
     Request(#[from] wire::RequestError),
@@ -106,7 +112,14 @@ impl Error {
             Error::Unsupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Error::Request(wire::RequestError::Schema(_)) => StatusCode::UNPROCESSABLE_ENTITY,
             Error::Request(wire::RequestError::NotReleased { .. }) => StatusCode::FORBIDDEN,
-            Error::BadBody(_) | Error::Request(_) => StatusCode::BAD_REQUEST,
+            Error::BadBody(_) | Error::Request(_) | Error::BadMultipart(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            Error::Asset(wire::assets::AssetError::Invalid(_)) => StatusCode::BAD_REQUEST,
+            Error::Asset(wire::assets::AssetError::TooLarge(_)) => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::Asset(wire::assets::AssetError::Unsupported(_)) => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
             Error::NotFound => StatusCode::NOT_FOUND,
             Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Error::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -153,6 +166,10 @@ impl Error {
             Error::BodyTimeout(_) => "request_timeout",
             Error::Unsupported(_) => "unsupported_media_type",
             Error::BadBody(_) => "invalid_json",
+            Error::BadMultipart(_) => "invalid_multipart",
+            Error::Asset(wire::assets::AssetError::Invalid(_)) => "invalid_asset",
+            Error::Asset(wire::assets::AssetError::TooLarge(_)) => "request_too_large",
+            Error::Asset(wire::assets::AssetError::Unsupported(_)) => "unsupported_media_type",
             Error::Upstream(upstream::Error::Rejected(_)) => "invalid_request",
             Error::ProviderKind { kind, .. } => kind,
             Error::UpstreamStatus { status: 429, .. } => "rate_limited",

@@ -414,8 +414,16 @@ async fn answer(
     let headers = selection.headers;
     let live = state.live();
     let contract = select_contract(&live, selection, trail).await?;
-    let bytes = body::read(headers, body, &state.inner.server).await?;
+    let server = &state.inner.server;
+    let received = body::read(headers, body, server).await?;
     trail.body_read = true;
+    let (bytes, parts) = match received {
+        body::Received::Json(bytes) => (bytes, Default::default()),
+        body::Received::Multipart { bytes, boundary } => {
+            let parts = super::multipart::parse(bytes, &boundary, server).await?;
+            (parts.request, parts.others)
+        }
+    };
     // Like the real API (FastAPI), a body that is not JSON is a 422 `json_invalid`.
     let request: Value = serde_json::from_slice(&bytes).map_err(|error| {
         let reason = error.to_string();
@@ -428,15 +436,55 @@ async fn answer(
             reason,
         )])
     })?;
-    let asked = wire::check_request(&request, contract)?;
+    let mut asked = wire::check_request(&request, contract)?;
     drop(request);
+    // Images: checked against the parts and rebuilt (inline ones re-encoded, parts
+    // renamed `asset-N`); a request with part images goes upstream as multipart.
+    let part_refs: std::collections::BTreeMap<String, wire::assets::Part<'_>> = parts
+        .iter()
+        .map(|(name, (content_type, bytes))| {
+            (
+                name.clone(),
+                wire::assets::Part {
+                    content_type: content_type.as_deref(),
+                    bytes,
+                },
+            )
+        })
+        .collect();
+    let checked = wire::assets::check(
+        asked.upstream.get("assets"),
+        &part_refs,
+        server.asset_limits(),
+    )?;
+    if let Some(upstream) = asked.upstream.as_object_mut() {
+        match checked.assets {
+            Some(assets) => {
+                upstream.insert("assets".into(), assets);
+            }
+            None => {
+                upstream.remove("assets");
+            }
+        }
+    }
     // Never the caller's bytes: the contract's questions, the caller's content.
-    let forward = Bytes::from(serde_json::to_vec(&asked.upstream).map_err(|_| Error::Internal)?);
-    // Sampled for the live capture: keep the two buffers (reference counts, no copies).
+    let json = Bytes::from(serde_json::to_vec(&asked.upstream).map_err(|_| Error::Internal)?);
+    // Sampled for the live capture: keep the JSON request (a world's request; images are
+    // not captured) and the answer (reference counts, no copies).
     let captured = state
         .capture(&contract.name)
         .filter(|capture| capture.sample())
-        .map(|_| forward.clone());
+        .map(|_| json.clone());
+    let (content_type, forward) = if checked.images.is_empty() {
+        (header::HeaderValue::from_static("application/json"), json.clone())
+    } else {
+        let (content_type, body) = super::multipart::build(&json, &checked.images)?;
+        (
+            header::HeaderValue::from_str(&content_type).map_err(|_| Error::Internal)?,
+            body,
+        )
+    };
+    drop(part_refs);
     let called = SystemTime::now();
     // The contract's `forward_headers` the caller switched on (`true`), counted by name.
     let switches: Vec<ForwardHeader> = contract
@@ -458,6 +506,8 @@ async fn answer(
     }
     let post = upstream::Post {
         body: &forward,
+        content_type: &content_type,
+        json: &json,
         sent: &asked.upstream,
         headers,
         switches: &switches,
