@@ -20,7 +20,11 @@ fn multipart(boundary: &str, parts: &[(&str, Option<&str>, &[u8])]) -> Vec<u8> {
         } else {
             format!("; filename=\"{name}\"")
         };
-        write!(out, "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"{filename}\r\n").unwrap();
+        write!(
+            out,
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"{filename}\r\n"
+        )
+        .unwrap();
         if let Some(content_type) = content_type {
             write!(out, "Content-Type: {content_type}\r\n").unwrap();
         }
@@ -72,8 +76,20 @@ fn parts_of(content_type: &str, body: &[u8]) -> Vec<(String, String, Vec<u8>)> {
         let head = String::from_utf8(rest[..head_end].to_vec()).unwrap();
         let content = &rest[head_end + 4..];
         let end = find(content, format!("\r\n{delimiter}").as_bytes()).unwrap();
-        let name = head.split("name=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
-        let kind = head.split("Content-Type: ").nth(1).unwrap().trim().to_string();
+        let name = head
+            .split("name=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .to_string();
+        let kind = head
+            .split("Content-Type: ")
+            .nth(1)
+            .unwrap()
+            .trim()
+            .to_string();
         parts.push((name, kind, content[..end].to_vec()));
         rest = &content[end..];
     }
@@ -81,12 +97,22 @@ fn parts_of(content_type: &str, body: &[u8]) -> Vec<(String, String, Vec<u8>)> {
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|window| window == needle)
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
 }
 
-async fn post(app: &crate::helpers::TestApp, content_type: &str, body: Vec<u8>, extra: &[(&str, &str)]) -> reqwest::Response {
+async fn post(
+    app: &crate::helpers::TestApp,
+    content_type: &str,
+    body: Vec<u8>,
+    extra: &[(&str, &str)],
+) -> reqwest::Response {
     let auth = format!("Bearer {CLIENT_KEY}");
-    let mut headers = vec![("authorization", auth.as_str()), ("content-type", content_type)];
+    let mut headers = vec![
+        ("authorization", auth.as_str()),
+        ("content-type", content_type),
+    ];
     headers.extend_from_slice(extra);
     app.post_raw(body, &headers).await
 }
@@ -100,11 +126,22 @@ async fn multipart_images_are_checked_rebuilt_and_forwarded_as_multipart() {
     for (body, encoding) in [(body, None), (zstd_body, Some("zstd"))] {
         let extra: Vec<(&str, &str)> = encoding.iter().map(|e| ("content-encoding", *e)).collect();
         let response = post(&app, &content_type, body, &extra).await;
-        assert_eq!(response.status(), 200, "{encoding:?}: {}", response.text().await.unwrap());
+        assert_eq!(
+            response.status(),
+            200,
+            "{encoding:?}: {}",
+            response.text().await.unwrap()
+        );
         let seen = app.upstream.last();
         let upstream_type = seen.headers["content-type"].to_str().unwrap().to_string();
-        assert!(upstream_type.starts_with("multipart/form-data; boundary=releasegate-"), "{upstream_type}");
-        assert!(!upstream_type.contains(&boundary), "the proxy's own boundary");
+        assert!(
+            upstream_type.starts_with("multipart/form-data; boundary=releasegate-"),
+            "{upstream_type}"
+        );
+        assert!(
+            !upstream_type.contains(&boundary),
+            "the proxy's own boundary"
+        );
         assert!(seen.headers.get("content-encoding").is_none());
         let parts = parts_of(&upstream_type, &seen.body);
         let names: Vec<&str> = parts.iter().map(|(name, _, _)| name.as_str()).collect();
@@ -117,9 +154,15 @@ async fn multipart_images_are_checked_rebuilt_and_forwarded_as_multipart() {
         );
         // The contract's question went up, not the caller's bytes.
         assert_eq!(forwarded["questions"]["cause"]["instructions"], "Why?");
-        assert_eq!((parts[1].1.as_str(), parts[1].2.as_slice()), ("image/png", PNG));
+        assert_eq!(
+            (parts[1].1.as_str(), parts[1].2.as_slice()),
+            ("image/png", PNG)
+        );
         // An octet-stream part goes up as what its signature says.
-        assert_eq!((parts[2].1.as_str(), parts[2].2.as_slice()), ("image/jpeg", JPEG));
+        assert_eq!(
+            (parts[2].1.as_str(), parts[2].2.as_slice()),
+            ("image/jpeg", JPEG)
+        );
     }
     app.stop().await;
 }
@@ -129,20 +172,33 @@ async fn inline_base64_images_are_decoded_checked_and_re_encoded() {
     use base64::Engine;
     let app = spawn("full_native", "").await;
     let b64 = base64::engine::general_purpose::STANDARD.encode(PNG);
-    let body = image_request(json!({"<image:a>": {"type": "image", "format": "png", "data_base64": b64}}));
+    let body =
+        image_request(json!({"<image:a>": {"type": "image", "format": "png", "data_base64": b64}}));
     let response = post(&app, "application/json", body, &[]).await;
     assert_eq!(response.status(), 200);
     let seen = app.upstream.last();
     assert_eq!(seen.headers["content-type"], "application/json");
     let forwarded: Value = serde_json::from_slice(&seen.body).unwrap();
-    assert_eq!(forwarded["assets"], json!({"<image:a>": {"type": "image", "format": "png", "data_base64": b64}}));
+    assert_eq!(
+        forwarded["assets"],
+        json!({"<image:a>": {"type": "image", "format": "png", "data_base64": b64}})
+    );
     // Not an image, or a part that a JSON request cannot carry: refused.
     for (assets, status, error_type) in [
-        (json!({"<image:a>": {"type": "image", "format": "png", "data_base64": "aGVsbG8="}}), 400, "invalid_asset"),
-        (json!({"<image:a>": {"type": "image", "part": "asset-0"}}), 400, "invalid_asset"),
+        (
+            json!({"<image:a>": {"type": "image", "format": "png", "data_base64": "aGVsbG8="}}),
+            400,
+            "invalid_asset",
+        ),
+        (
+            json!({"<image:a>": {"type": "image", "part": "asset-0"}}),
+            400,
+            "invalid_asset",
+        ),
         (json!({}), 400, "invalid_asset"),
     ] {
-        let (got, got_type, _) = error_of(post(&app, "application/json", image_request(assets), &[]).await).await;
+        let (got, got_type, _) =
+            error_of(post(&app, "application/json", image_request(assets), &[]).await).await;
         assert_eq!((got, got_type.as_str()), (status, error_type));
     }
     app.stop().await;
@@ -155,7 +211,10 @@ async fn malformed_multipart_bodies_get_clear_errors() {
     let b = "b0undary";
     let json = image_request(json!({"<image:a>": {"type": "image", "part": "asset-0"}}));
     let good = |extra: &[(&str, Option<&str>, &[u8])]| {
-        let mut parts: Vec<(&str, Option<&str>, &[u8])> = vec![("request", Some("application/json"), &json), ("asset-0", Some("image/png"), PNG)];
+        let mut parts: Vec<(&str, Option<&str>, &[u8])> = vec![
+            ("request", Some("application/json"), &json),
+            ("asset-0", Some("image/png"), PNG),
+        ];
         parts.extend_from_slice(extra);
         multipart(b, &parts)
     };
@@ -165,25 +224,118 @@ async fn malformed_multipart_bodies_get_clear_errors() {
         body
     };
     let ct = format!("multipart/form-data; boundary={b}");
-    let big_json = image_request(json!({"<image:a>": {"type": "image", "part": "asset-0"}, "pad": "x".repeat(70_000)}));
+    let big_json = image_request(
+        json!({"<image:a>": {"type": "image", "part": "asset-0"}, "pad": "x".repeat(70_000)}),
+    );
     let cases: Vec<(&str, String, Vec<u8>, u16, &str)> = vec![
-        ("missing boundary", "multipart/form-data".into(), good(&[]), 400, "invalid_multipart"),
-        ("missing request part", ct.clone(), multipart(b, &[("asset-0", Some("image/png"), PNG)]), 400, "invalid_multipart"),
-        ("duplicate part", ct.clone(), good(&[("asset-0", Some("image/png"), PNG)]), 400, "invalid_multipart"),
-        ("duplicate request", ct.clone(), good(&[("request", Some("application/json"), &json)]), 400, "invalid_multipart"),
-        ("absent asset", ct.clone(), multipart(b, &[("request", Some("application/json"), &json)]), 400, "invalid_asset"),
-        ("unclaimed part", ct.clone(), good(&[("asset-9", Some("image/png"), PNG)]), 400, "invalid_asset"),
-        ("not an image", ct.clone(), multipart(b, &[("request", Some("application/json"), &json), ("asset-0", None, b"GIF89a-not-accepted")]), 400, "invalid_asset"),
-        ("html part", ct.clone(), multipart(b, &[("request", Some("application/json"), &json), ("asset-0", Some("text/html"), PNG)]), 415, "unsupported_media_type"),
-        ("truncated body", ct.clone(), truncated, 400, "invalid_multipart"),
-        ("garbage", ct.clone(), b"\x00\xff garbage".to_vec(), 400, "invalid_multipart"),
-        ("oversized request part", ct.clone(), multipart(b, &[("request", Some("application/json"), &big_json), ("asset-0", Some("image/png"), PNG)]), 413, "request_too_large"),
+        (
+            "missing boundary",
+            "multipart/form-data".into(),
+            good(&[]),
+            400,
+            "invalid_multipart",
+        ),
+        (
+            "missing request part",
+            ct.clone(),
+            multipart(b, &[("asset-0", Some("image/png"), PNG)]),
+            400,
+            "invalid_multipart",
+        ),
+        (
+            "duplicate part",
+            ct.clone(),
+            good(&[("asset-0", Some("image/png"), PNG)]),
+            400,
+            "invalid_multipart",
+        ),
+        (
+            "duplicate request",
+            ct.clone(),
+            good(&[("request", Some("application/json"), &json)]),
+            400,
+            "invalid_multipart",
+        ),
+        (
+            "absent asset",
+            ct.clone(),
+            multipart(b, &[("request", Some("application/json"), &json)]),
+            400,
+            "invalid_asset",
+        ),
+        (
+            "unclaimed part",
+            ct.clone(),
+            good(&[("asset-9", Some("image/png"), PNG)]),
+            400,
+            "invalid_asset",
+        ),
+        (
+            "not an image",
+            ct.clone(),
+            multipart(
+                b,
+                &[
+                    ("request", Some("application/json"), &json),
+                    ("asset-0", None, b"GIF89a-not-accepted"),
+                ],
+            ),
+            400,
+            "invalid_asset",
+        ),
+        (
+            "html part",
+            ct.clone(),
+            multipart(
+                b,
+                &[
+                    ("request", Some("application/json"), &json),
+                    ("asset-0", Some("text/html"), PNG),
+                ],
+            ),
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            "truncated body",
+            ct.clone(),
+            truncated,
+            400,
+            "invalid_multipart",
+        ),
+        (
+            "garbage",
+            ct.clone(),
+            b"\x00\xff garbage".to_vec(),
+            400,
+            "invalid_multipart",
+        ),
+        (
+            "oversized request part",
+            ct.clone(),
+            multipart(
+                b,
+                &[
+                    ("request", Some("application/json"), &big_json),
+                    ("asset-0", Some("image/png"), PNG),
+                ],
+            ),
+            413,
+            "request_too_large",
+        ),
     ];
     for (name, content_type, body, status, error_type) in cases {
         let (got, got_type, message) = error_of(post(&app, &content_type, body, &[]).await).await;
-        assert_eq!((got, got_type.as_str()), (status, error_type), "{name}: {message}");
+        assert_eq!(
+            (got, got_type.as_str()),
+            (status, error_type),
+            "{name}: {message}"
+        );
         assert!(!message.is_empty());
     }
-    assert!(app.upstream.seen.lock().unwrap().is_empty(), "nothing malformed went upstream");
+    assert!(
+        app.upstream.seen.lock().unwrap().is_empty(),
+        "nothing malformed went upstream"
+    );
     app.stop().await;
 }

@@ -549,10 +549,7 @@ async fn unreleased_fields_do_not_depend_on_the_native_answer() {
     let mut other = native_answer();
     other["answers"]["cause"]["probabilities"] = json!({"A": 0.3, "B": 0.4, "C": 0.2, "D": 0.1});
     other["answers"]["level"]["probabilities"] = json!({"0": 0.3, "1": 0.4, "2": 0.3});
-    let cases = [
-        ("choice", other.clone()),
-        ("choice_confidence", other),
-    ];
+    let cases = [("choice", other.clone()), ("choice_confidence", other)];
     for (view, twin) in cases {
         let case = Case {
             view,

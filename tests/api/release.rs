@@ -309,7 +309,10 @@ async fn contract_allowed_headers_are_forwarded_and_counted() {
     let response = app
         .client
         .post(format!("{}/contracts/other/v1/systemone", app.address))
-        .header("authorization", format!("Bearer {}", crate::helpers::MULTI_KEY))
+        .header(
+            "authorization",
+            format!("Bearer {}", crate::helpers::MULTI_KEY),
+        )
         .header("typesafe-danger-zone-images", "true")
         .body(body.clone())
         .send()

@@ -363,7 +363,12 @@ async fn every_refused_head_gets_json_and_request_ids() {
             431,
             "request_header_fields_too_large",
         ),
-        ("150 fields", post(&many), 431, "request_header_fields_too_large"),
+        (
+            "150 fields",
+            post(&many),
+            431,
+            "request_header_fields_too_large",
+        ),
         (
             "not HTTP",
             b"GARBAGE GARBAGE\r\n\r\n".to_vec(),
@@ -382,14 +387,21 @@ async fn every_refused_head_gets_json_and_request_ids() {
                 .map(|(_, value)| value.clone())
         };
         let id = header("x-request-id").unwrap_or_else(|| panic!("{name}: no request id"));
-        assert_eq!(header("x-typesafe-request-id").as_deref(), Some(id.as_str()));
+        assert_eq!(
+            header("x-typesafe-request-id").as_deref(),
+            Some(id.as_str())
+        );
         assert!(id.starts_with("rg-"), "{id}");
         assert!(ids.insert(id), "{name}: request ids are unique");
         assert_eq!(header("content-type").as_deref(), Some("application/json"));
         let body: Value = serde_json::from_slice(&body)
             .unwrap_or_else(|_| panic!("{name}: not JSON: {:?}", String::from_utf8_lossy(&body)));
         assert_eq!(body["detail"]["error_type"], error_type, "{name}");
-        assert!(body["detail"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+        assert!(
+            body["detail"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
     }
     // The connection limits did not stop the proxy serving.
     let response = app.post(&request()).await;

@@ -68,7 +68,9 @@ pub enum RequestError {
     /// A question the contract does not release (it does not list it): 403
     /// `question_not_released`, naming the question. Typed clients get an error they can
     /// read instead of an answer missing from `answers`.
-    #[error("question `{question}` is not released by release contract `{contract}` (it is not covered)")]
+    #[error(
+        "question `{question}` is not released by release contract `{contract}` (it is not covered)"
+    )]
     NotReleased {
         /// The caller's question id.
         question: String,

@@ -812,10 +812,15 @@ fn contracts_forward_only_headers_of_the_fixed_list() {
             .forward_headers
             .is_empty()
     );
-    let got = problems(&with(r#"["Authorization", "TypeSafe-Danger-Zone-Images", "typesafe-danger-zone-images"]"#));
+    let got = problems(&with(
+        r#"["Authorization", "TypeSafe-Danger-Zone-Images", "typesafe-danger-zone-images"]"#,
+    ));
     assert_eq!(got.len(), 2, "{got:?}");
     assert!(got[0].starts_with("contracts.c.forward_headers[0]: `Authorization` is not a header"));
-    assert!(got[1].starts_with("contracts.c.forward_headers[2]"), "{got:?}");
+    assert!(
+        got[1].starts_with("contracts.c.forward_headers[2]"),
+        "{got:?}"
+    );
     assert!(ForwardHeader::is_on(b" True "));
     assert!(!ForwardHeader::is_on(b"1"));
     assert!(!ForwardHeader::is_on(b"true; x"));

@@ -217,12 +217,13 @@ pub fn check<'b>(
                     None => {}
                     Some(t) if t == "application/octet-stream" => {}
                     Some(t) if t == "image/png" || t == "image/jpeg" => {
-                        if format.map(Format::content_type) != Some(t.as_str()) {
-                            return Err(invalid(format!(
+                        let agrees = format.map(Format::content_type) == Some(t.as_str());
+                        agrees.then_some(()).ok_or_else(|| {
+                            invalid(format!(
                                 "part `{}` is not the {t} its content type says",
                                 printable(name)
-                            )));
-                        }
+                            ))
+                        })?;
                     }
                     Some(_) => {
                         return Err(AssetError::Unsupported(format!(
@@ -232,7 +233,10 @@ pub fn check<'b>(
                     }
                 }
                 let format = format.ok_or_else(|| {
-                    invalid(format!("part `{}` is not a PNG or JPEG image", printable(name)))
+                    invalid(format!(
+                        "part `{}` is not a PNG or JPEG image",
+                        printable(name)
+                    ))
                 })?;
                 let part_name = format!("asset-{}", images.len());
                 images.push(Image {
@@ -321,7 +325,10 @@ mod tests {
             .collect()
     }
 
-    fn run(assets: Option<Value>, parts: &BTreeMap<String, Part<'_>>) -> Result<(Option<Value>, Vec<(String, Format, Vec<u8>)>), AssetError> {
+    /// The rebuilt `assets` and the images (part name, format, bytes).
+    type Run = (Option<Value>, Vec<(String, Format, Vec<u8>)>);
+
+    fn run(assets: Option<Value>, parts: &BTreeMap<String, Part<'_>>) -> Result<Run, AssetError> {
         let checked = check(assets.as_ref(), parts, LIMITS)?;
         Ok((
             checked.assets,
@@ -367,42 +374,102 @@ mod tests {
     #[test]
     fn bad_assets_are_refused_with_their_kind() {
         let png = |name: &'static str| parts(&[(name, Some("image/png"), PNG)]);
-        let invalid = |assets: Value, parts: BTreeMap<String, Part<'static>>, needle: &str| {
-            match run(Some(assets), &parts) {
+        let invalid =
+            |assets: Value, parts: BTreeMap<String, Part<'static>>, needle: &str| match run(
+                Some(assets),
+                &parts,
+            ) {
                 Err(AssetError::Invalid(message)) => assert!(message.contains(needle), "{message}"),
                 other => panic!("{needle}: {other:?}"),
-            }
-        };
+            };
         invalid(json!({}), png("a"), "non-empty");
-        invalid(json!({"p": {"type": "image", "part": "b"}}), png("a"), "does not carry");
-        invalid(json!({"p": {"type": "image", "part": "a"}, "q": {"type": "image", "part": "a"}}), png("a"), "claimed by two");
-        invalid(json!({"p": {"type": "video", "part": "a"}}), png("a"), "must be \"image\"");
-        invalid(json!({"p": {"type": "image", "part": "a", "x": 1}}), png("a"), "unknown member");
-        invalid(json!({"p": {"type": "image", "format": "gif", "data_base64": ""}}), BTreeMap::new(), "format");
-        invalid(json!({"p": {"type": "image", "format": "png", "data_base64": "***"}}), BTreeMap::new(), "base64");
-        invalid(json!({"p": {"type": "image", "format": "png", "data_base64": "aGVsbG8="}}), BTreeMap::new(), "not a png");
-        invalid(json!({"p": {"type": "image", "part": "a"}}), parts(&[("a", Some("image/jpeg"), PNG)]), "content type says");
-        invalid(json!({"p": {"type": "image", "part": "a"}}), parts(&[("a", None, b"GIF89a")]), "not a PNG or JPEG");
+        invalid(
+            json!({"p": {"type": "image", "part": "b"}}),
+            png("a"),
+            "does not carry",
+        );
+        invalid(
+            json!({"p": {"type": "image", "part": "a"}, "q": {"type": "image", "part": "a"}}),
+            png("a"),
+            "claimed by two",
+        );
+        invalid(
+            json!({"p": {"type": "video", "part": "a"}}),
+            png("a"),
+            "must be \"image\"",
+        );
+        invalid(
+            json!({"p": {"type": "image", "part": "a", "x": 1}}),
+            png("a"),
+            "unknown member",
+        );
+        invalid(
+            json!({"p": {"type": "image", "format": "gif", "data_base64": ""}}),
+            BTreeMap::new(),
+            "format",
+        );
+        invalid(
+            json!({"p": {"type": "image", "format": "png", "data_base64": "***"}}),
+            BTreeMap::new(),
+            "base64",
+        );
+        invalid(
+            json!({"p": {"type": "image", "format": "png", "data_base64": "aGVsbG8="}}),
+            BTreeMap::new(),
+            "not a png",
+        );
+        invalid(
+            json!({"p": {"type": "image", "part": "a"}}),
+            parts(&[("a", Some("image/jpeg"), PNG)]),
+            "content type says",
+        );
+        invalid(
+            json!({"p": {"type": "image", "part": "a"}}),
+            parts(&[("a", None, b"GIF89a")]),
+            "not a PNG or JPEG",
+        );
         let unclaimed = parts(&[("a", None, PNG), ("b", None, PNG)]);
-        invalid(json!({"p": {"type": "image", "part": "a"}}), unclaimed.clone(), "not claimed");
+        invalid(
+            json!({"p": {"type": "image", "part": "a"}}),
+            unclaimed.clone(),
+            "not claimed",
+        );
         assert!(matches!(run(None, &unclaimed), Err(AssetError::Invalid(_))));
         assert!(matches!(
-            run(Some(json!({"p": {"type": "image", "part": "a"}})), &parts(&[("a", Some("text/html"), PNG)])),
+            run(
+                Some(json!({"p": {"type": "image", "part": "a"}})),
+                &parts(&[("a", Some("text/html"), PNG)])
+            ),
             Err(AssetError::Unsupported(_))
         ));
         let big: &'static [u8] = Box::leak(vec![0x89u8; 65].into_boxed_slice());
         assert!(matches!(
-            run(Some(json!({"p": {"type": "image", "part": "a"}})), &parts(&[("a", None, big)])),
+            run(
+                Some(json!({"p": {"type": "image", "part": "a"}})),
+                &parts(&[("a", None, big)])
+            ),
             Err(AssetError::TooLarge(_))
         ));
-        let many = parts(&[("a", None, PNG), ("b", None, PNG), ("c", None, PNG), ("d", None, PNG), ("e", None, PNG)]);
+        let many = parts(&[
+            ("a", None, PNG),
+            ("b", None, PNG),
+            ("c", None, PNG),
+            ("d", None, PNG),
+            ("e", None, PNG),
+        ]);
         let entries: Map<String, Value> = ["a", "b", "c", "d", "e"]
             .iter()
             .map(|name| (format!("<{name}>"), json!({"type": "image", "part": name})))
             .collect();
-        assert!(matches!(run(Some(Value::Object(entries)), &many), Err(AssetError::TooLarge(_))));
+        assert!(matches!(
+            run(Some(Value::Object(entries)), &many),
+            Err(AssetError::TooLarge(_))
+        ));
         // Caller names are never quoted raw.
-        match run(Some(json!({"p": {"type": "image", "part": "<script>\n"}})), &BTreeMap::new()) {
+        match run(
+            Some(json!({"p": {"type": "image", "part": "<script>\n"}})),
+            &BTreeMap::new(),
+        ) {
             Err(AssetError::Invalid(message)) => assert!(!message.contains('\n'), "{message}"),
             other => panic!("{other:?}"),
         }

@@ -29,7 +29,10 @@ pub const KNOWN_ERROR_TYPES: [(&str, &str); 4] = [
         "tokens_exceeded",
         "the request exceeds the model's token limit",
     ),
-    ("invalid_request", "the provider refused the request as invalid"),
+    (
+        "invalid_request",
+        "the provider refused the request as invalid",
+    ),
     (
         "timeout",
         "the provider did not finish the request in its own time limit",
@@ -57,8 +60,14 @@ pub const VALIDATION_TYPES: [(&str, &str); 24] = [
     ("literal_error", "Input is not one of the allowed values"),
     ("enum", "Input is not one of the allowed values"),
     ("extra_forbidden", "Extra inputs are not permitted"),
-    ("union_tag_not_found", "Unable to extract tag using discriminator 'type'"),
-    ("union_tag_invalid", "Input tag does not match any of the expected tags"),
+    (
+        "union_tag_not_found",
+        "Unable to extract tag using discriminator 'type'",
+    ),
+    (
+        "union_tag_invalid",
+        "Input tag does not match any of the expected tags",
+    ),
     ("model_type", "Input should be a valid object"),
     ("model_attributes_type", "Input should be a valid object"),
     ("json_invalid", "Invalid JSON"),
@@ -200,9 +209,7 @@ fn released_loc(loc: &[Value], sent: &Value) -> Vec<Value> {
                 ("model", Some(_)) => Some(At::End),
                 _ => None,
             },
-            (At::Content(Value::Object(map)), Value::String(key)) => {
-                map.get(key).map(At::Content)
-            }
+            (At::Content(Value::Object(map)), Value::String(key)) => map.get(key).map(At::Content),
             (At::Content(Value::Array(items)), Value::Number(index)) => index
                 .as_u64()
                 .and_then(|index| items.get(usize::try_from(index).ok()?))
@@ -288,7 +295,11 @@ mod tests {
             Some(ProviderError::Kind("max_tokens_exceeded"))
         );
         assert_eq!(
-            provider_error(413, br#"{"detail":{"error_type":"invalid_request"}}"#, &sent()),
+            provider_error(
+                413,
+                br#"{"detail":{"error_type":"invalid_request"}}"#,
+                &sent()
+            ),
             Some(ProviderError::Kind("invalid_request"))
         );
         assert!(!ProviderError::message("max_tokens_exceeded").contains("SECRET"));
@@ -301,7 +312,10 @@ mod tests {
             (429, br#"{"detail": {"error_type": "invalid_request"}}"#),
             (500, br#"{"detail": {"error_type": "invalid_request"}}"#),
             // A list is a validation error only with 422.
-            (400, br#"{"detail": [{"loc": ["body"], "type": "missing"}]}"#),
+            (
+                400,
+                br#"{"detail": [{"loc": ["body"], "type": "missing"}]}"#,
+            ),
         ] {
             assert_eq!(provider_error(status, body, &sent()), None, "{status}");
         }
@@ -323,11 +337,43 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                vec![json!("body"), json!("state"), json!("ticket"), json!("lines"), json!(1)],
-                vec![json!("body"), json!("questions"), json!("cause"), json!("choice"), json!("criteria"), json!("B")],
-                vec![json!("body"), json!("questions"), json!("level"), json!("score"), json!("criteria"), json!(1)],
-                vec![json!("body"), json!("questions"), json!("level"), json!("score"), json!("criteria")],
-                vec![json!("body"), json!("questions"), json!("cause"), json!("choice"), json!("instructions")],
+                vec![
+                    json!("body"),
+                    json!("state"),
+                    json!("ticket"),
+                    json!("lines"),
+                    json!(1)
+                ],
+                vec![
+                    json!("body"),
+                    json!("questions"),
+                    json!("cause"),
+                    json!("choice"),
+                    json!("criteria"),
+                    json!("B")
+                ],
+                vec![
+                    json!("body"),
+                    json!("questions"),
+                    json!("level"),
+                    json!("score"),
+                    json!("criteria"),
+                    json!(1)
+                ],
+                vec![
+                    json!("body"),
+                    json!("questions"),
+                    json!("level"),
+                    json!("score"),
+                    json!("criteria")
+                ],
+                vec![
+                    json!("body"),
+                    json!("questions"),
+                    json!("cause"),
+                    json!("choice"),
+                    json!("instructions")
+                ],
                 vec![json!("body"), json!("state")],
                 vec![json!("body"), json!("questions")],
                 vec![json!("body"), json!("assets")],

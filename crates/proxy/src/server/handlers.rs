@@ -476,7 +476,10 @@ async fn answer(
         .filter(|capture| capture.sample())
         .map(|_| json.clone());
     let (content_type, forward) = if checked.images.is_empty() {
-        (header::HeaderValue::from_static("application/json"), json.clone())
+        (
+            header::HeaderValue::from_static("application/json"),
+            json.clone(),
+        )
     } else {
         let (content_type, body) = super::multipart::build(&json, &checked.images)?;
         (

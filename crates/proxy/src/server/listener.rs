@@ -731,9 +731,7 @@ impl Tracked {
             return;
         }
         if let (Some(refusal), Some(status)) = (&self.refusal, automatic_status(bytes)) {
-            if let Some(answer) = refusal(status) {
-                self.replacement = Some((answer, 0));
-            }
+            self.replacement = refusal(status).map(|answer| (answer, 0));
         }
     }
 
@@ -824,7 +822,8 @@ mod tests {
 
     #[test]
     fn only_hypers_own_error_responses_are_replaced() {
-        let auto = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\ndate: x\r\n\r\n";
+        let auto =
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\ndate: x\r\n\r\n";
         assert_eq!(automatic_status(auto), Some(431));
         assert_eq!(
             automatic_status(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n"),

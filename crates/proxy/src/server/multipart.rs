@@ -51,23 +51,36 @@ pub(super) async fn parse(body: Bytes, boundary: &str, server: &Server) -> Resul
             .whole_stream(body_limit(server) as u64)
             .per_field(largest_part as u64),
     );
-    let stream = futures_util::stream::once(async move { Ok::<Bytes, std::convert::Infallible>(body) });
-    let mut multipart = multer::Multipart::with_constraints(stream, boundary.to_string(), constraints);
+    let stream =
+        futures_util::stream::once(async move { Ok::<Bytes, std::convert::Infallible>(body) });
+    let mut multipart =
+        multer::Multipart::with_constraints(stream, boundary.to_string(), constraints);
     let mut request = None;
     let mut others = BTreeMap::new();
     let mut count = 0usize;
-    while let Some(field) = multipart.next_field().await.map_err(|error| multer_error(&error, server))? {
+    while let Some(field) = multipart
+        .next_field()
+        .await
+        .map_err(|error| multer_error(&error, server))?
+    {
         count += 1;
         if count > MAX_PARTS {
-            return Err(invalid(&format!("a multipart request carries at most {MAX_PARTS} parts")));
+            return Err(invalid(&format!(
+                "a multipart request carries at most {MAX_PARTS} parts"
+            )));
         }
         let name = field
             .name()
             .filter(|name| !name.is_empty())
             .map(str::to_owned)
             .ok_or_else(|| invalid("a part has no name"))?;
-        let content_type = field.content_type().map(|mime| mime.essence_str().to_ascii_lowercase());
-        let data = field.bytes().await.map_err(|error| multer_error(&error, server))?;
+        let content_type = field
+            .content_type()
+            .map(|mime| mime.essence_str().to_ascii_lowercase());
+        let data = field
+            .bytes()
+            .await
+            .map_err(|error| multer_error(&error, server))?;
         if name == "request" {
             if request.is_some() {
                 return Err(invalid("the `request` part appears twice"));
@@ -75,7 +88,10 @@ pub(super) async fn parse(body: Bytes, boundary: &str, server: &Server) -> Resul
             if data.len() > server.max_body_bytes() {
                 return Err(Error::TooLarge(server.max_body_bytes()));
             }
-            if content_type.as_deref().is_some_and(|t| t != "application/json" && t != "text/plain") {
+            if content_type
+                .as_deref()
+                .is_some_and(|t| t != "application/json" && t != "text/plain")
+            {
                 return Err(invalid("the `request` part must be application/json"));
             }
             request = Some(data);
@@ -108,12 +124,19 @@ fn multer_error(error: &multer::Error, server: &Server) -> Error {
 
 /// A multipart body for the provider, built by the proxy: the `request` part (the
 /// upstream JSON), then each image as its own part (`asset-N`, its checked type).
-pub(super) fn build(json: &[u8], images: &[releasegate_core::wire::assets::Image<'_>]) -> Result<(String, Bytes), Error> {
+pub(super) fn build(
+    json: &[u8],
+    images: &[releasegate_core::wire::assets::Image<'_>],
+) -> Result<(String, Bytes), Error> {
     let seed = || releasegate_core::rng::os_seed().map_err(|_| Error::Internal);
     let boundary = format!("releasegate-{:016x}{:016x}", seed()?, seed()?);
-    let mut out = Vec::with_capacity(json.len() + images.iter().map(|i| i.bytes.len() + 160).sum::<usize>() + 256);
+    let mut out = Vec::with_capacity(
+        json.len() + images.iter().map(|i| i.bytes.len() + 160).sum::<usize>() + 256,
+    );
     let mut part = |name: &str, filename: bool, content_type: &str, bytes: &[u8]| {
-        out.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"").as_bytes());
+        out.extend_from_slice(
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"").as_bytes(),
+        );
         if filename {
             out.extend_from_slice(format!("; filename=\"{name}\"").as_bytes());
         }
@@ -126,7 +149,10 @@ pub(super) fn build(json: &[u8], images: &[releasegate_core::wire::assets::Image
         part(&image.part, true, image.format.content_type(), image.bytes);
     }
     out.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
-    Ok((format!("multipart/form-data; boundary={boundary}"), Bytes::from(out)))
+    Ok((
+        format!("multipart/form-data; boundary={boundary}"),
+        Bytes::from(out),
+    ))
 }
 
 #[cfg(test)]
@@ -147,13 +173,18 @@ mod tests {
              [contracts.c]\nprovider = \"p\"\n[contracts.c.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"full_native\"\n",
             "0".repeat(64)
         );
-        crate::load::from_toml_with_env(&text, &|_| None).unwrap().server
+        crate::load::from_toml_with_env(&text, &|_| None)
+            .unwrap()
+            .server
     }
 
     fn valid() -> Vec<u8> {
         let json = br#"{"model":"m","state":"<image:a>","questions":{"q":{"type":"choice","criteria":{"A":null,"B":null}}},"assets":{"<image:a>":{"type":"image","part":"asset-0"}}}"#;
         let mut out = Vec::new();
-        for (name, content_type, bytes) in [("request", "application/json", &json[..]), ("asset-0", "image/png", PNG)] {
+        for (name, content_type, bytes) in [
+            ("request", "application/json", &json[..]),
+            ("asset-0", "image/png", PNG),
+        ] {
             out.extend_from_slice(
                 format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{name}\"\r\nContent-Type: {content_type}\r\n\r\n").as_bytes(),
             );
@@ -168,7 +199,9 @@ mod tests {
     /// one of the client errors.
     fn outcome(body: Vec<u8>) -> Result<usize, Error> {
         let server = server();
-        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         let parts = runtime.block_on(parse(Bytes::from(body), BOUNDARY, &server))?;
         let request: serde_json::Value = serde_json::from_slice(&parts.request)
             .map_err(|_| Error::BadBody("not JSON".into()))?;
@@ -176,7 +209,13 @@ mod tests {
             .others
             .iter()
             .map(|(name, (content_type, bytes))| {
-                (name.clone(), assets::Part { content_type: content_type.as_deref(), bytes })
+                (
+                    name.clone(),
+                    assets::Part {
+                        content_type: content_type.as_deref(),
+                        bytes,
+                    },
+                )
             })
             .collect();
         let checked = assets::check(request.get("assets"), &refs, server.asset_limits())?;
@@ -198,7 +237,9 @@ mod tests {
             Vec::new(),
             body[..body.len() / 2].to_vec(),
             body[..body.len() - 3].to_vec(),
-            body.iter().map(|b| if *b == b'"' { b'\'' } else { *b }).collect(),
+            body.iter()
+                .map(|b| if *b == b'"' { b'\'' } else { *b })
+                .collect(),
             format!("--{BOUNDARY}\r\n\r\n--{BOUNDARY}--\r\n").into_bytes(),
         ];
         // What follows the closing delimiter is the epilogue (RFC 2046): ignored, never
