@@ -164,9 +164,16 @@ async fn unsupported_encodings_and_media_types_are_refused() {
             "unsupported_media_type",
         ),
         (
-            vec![("content-type", "multipart/form-data; boundary=x")],
+            vec![("content-type", "application/xml")],
             415,
             "unsupported_media_type",
+        ),
+        // Multipart is read (tests/api/images.rs): a JSON body under its content type
+        // is not a multipart body.
+        (
+            vec![("content-type", "multipart/form-data; boundary=x")],
+            400,
+            "invalid_multipart",
         ),
         (vec![("content-encoding", "zstd")], 400, "invalid_json"),
         (vec![("content-encoding", "gzip")], 400, "invalid_json"),

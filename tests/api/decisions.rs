@@ -86,15 +86,15 @@ async fn the_decision_log_has_one_line_per_request_and_no_content() {
         assert!(body.contains("5432109876"), "{body}");
         expected.push(200);
     }
-    // A question the contract does not declare: 400, and its id is not logged.
+    // A question the contract does not declare: 403, and its id is not logged.
     let mut undeclared = request(json!("STATE-MARKER-qzx"));
     undeclared["questions"]["UNDECLARED-QUESTION-MARKER"] =
         json!({"type": "noul", "instructions": "x"});
     let response = app
         .post_raw(serde_json::to_vec(&undeclared).unwrap(), &headers)
         .await;
-    assert_eq!(response.status(), 400);
-    expected.push(400);
+    assert_eq!(response.status(), 403);
+    expected.push(403);
     // A schema error carrying content, an unknown key, and a models listing.
     let response = app
         .post_raw(

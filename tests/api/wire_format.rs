@@ -60,7 +60,7 @@ async fn every_response_carries_the_proxys_own_request_id() {
         (Method::POST, system_one.clone(), vec![], good.clone(), 401),
         (Method::GET, models.clone(), vec![("authorization", "Bearer wrong")], vec![], 401),
         (Method::POST, under("other", "systemone"), vec![("authorization", &bearer)], good.clone(), 403),
-        (Method::POST, system_one.clone(), vec![("authorization", &bearer)], uncovered, 400),
+        (Method::POST, system_one.clone(), vec![("authorization", &bearer)], uncovered, 403),
         (Method::POST, system_one.clone(), vec![("authorization", &bearer)], b"{".to_vec(), 422),
         (Method::POST, system_one.clone(), vec![("authorization", &bearer)], vec![b' '; 70_000], 413),
         (Method::POST, system_one.clone(), vec![("authorization", &bearer), ("content-encoding", "br")], good.clone(), 415),
