@@ -566,6 +566,8 @@ fn every_server_key_is_fixed_at_start() {
         ("admin_listen", "\"127.0.0.1:8\""),
         ("max_body_bytes", "7"),
         ("max_upstream_body_bytes", "7"),
+        ("max_image_bytes", "7"),
+        ("max_asset_bytes", "7"),
         ("shutdown_grace_ms", "7"),
         ("header_read_timeout_ms", "7"),
         ("body_read_timeout_ms", "7"),

@@ -69,9 +69,10 @@ fn replay_releases_rejects_and_keeps_unknown_keys() {
         out[1]["response"]["detail"]["error_type"],
         json!("invalid_upstream_answer")
     );
+    // A question outside the contract is not released.
     assert_eq!(
         out[2]["response"]["detail"]["error_type"],
-        json!("invalid_request")
+        json!("question_not_released")
     );
 }
 

@@ -9,6 +9,7 @@ use bytes::Bytes;
 
 use super::error::Error;
 use releasegate_core::config::Server;
+use releasegate_core::wire::assets::AssetError;
 
 /// Most parts of a multipart request (the `request` part and its images).
 pub(crate) const MAX_PARTS: usize = 64;
@@ -100,7 +101,10 @@ pub(super) async fn parse(body: Bytes, boundary: &str, server: &Server) -> Resul
                 return Err(invalid("a part name appears twice"));
             }
             if data.len() > server.max_image_bytes() {
-                return Err(Error::TooLarge(server.max_image_bytes()));
+                return Err(Error::Asset(AssetError::TooLarge(format!(
+                    "an image part exceeds {} bytes",
+                    server.max_image_bytes()
+                ))));
             }
             others.insert(name, (content_type, data));
         }
@@ -260,7 +264,10 @@ mod tests {
                 [&body[..at], PNG, &vec![0u8; 600], &body[at + PNG.len()..]].concat()
             })
             .unwrap();
-        assert!(matches!(outcome(big), Err(Error::TooLarge(_))));
+        assert!(matches!(
+            outcome(big),
+            Err(Error::Asset(AssetError::TooLarge(_)))
+        ));
     }
 
     proptest! {
