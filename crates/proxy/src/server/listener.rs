@@ -158,7 +158,7 @@ impl std::fmt::Debug for Listener {
 /// Most bytes of a request head hyper reads (its `max_buf_size`, which also bounds the
 /// connection's read and write buffers). Heads beyond it, or with more than
 /// [`MAX_HEADER_FIELDS`] fields, are refused by hyper before any routing; the proxy
-/// answers them itself ([`Refusal`]).
+/// answers them itself (`Refusal`).
 pub const MAX_HEAD_BUFFER_BYTES: usize = 64 * 1024;
 
 /// Most header fields hyper parses in a request head (its default).
