@@ -157,7 +157,7 @@ function config(upstreamUrl) {
     '[contracts.sim_planner]\nprovider = "sim"\n' +
     `[contracts.sim_planner.questions.coarse_cause]\nclasses = ${delivery}\nview = "full_native"\n` +
     `mechanism = { kind = "wcpq", codebook = "${codebook}", fallback = "native" }\n` +
-    "workflows = {}\n" +
+    'workflows = { preset = "tuple-bench" }\n' +
     deliveryText("sim_planner")
   );
 }
