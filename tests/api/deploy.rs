@@ -631,7 +631,7 @@ fn build_codebook_writes_a_zstd_codebook_that_the_proxy_reads() {
         .args(["build-codebook", "--config"])
         .arg(format!("{ROOT}/config/releasegate.toml"))
         .args(["--contract", "planner", "--question", "coarse_cause"])
-        .args(["--denominator", "20", "--worlds"])
+        .args(["--denominator", "20", "--pool", "grid+training", "--worlds"])
         .arg(&worlds)
         .arg("--out")
         .arg(&out));
