@@ -1,13 +1,13 @@
 //! Configuration as deployments meet it: `check-config` and `serve` agree, the environment of
 //! a Kubernetes pod, the shipped manifests.
 
+use super::binary::{BIN, Served, serve_command};
 use super::helpers::scratch;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_releasegate");
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// What Kubernetes injects into every pod of the namespace for a Service named `releasegate`
@@ -378,68 +378,11 @@ fn secret_template_variables() -> Vec<(String, String)> {
         .collect()
 }
 
-/// A running `releasegate serve --log-json`, killed when dropped.
-struct Served {
-    child: std::process::Child,
-    public: String,
-    admin: String,
-    logs: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Starts `serve` on `path` (listeners on 127.0.0.1:0) and waits for its "serving" line.
 fn start(path: &std::path::Path, env: &[(String, String)]) -> Served {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--log-json", "--config"])
-        .arg(path)
-        .envs([
-            ("RELEASEGATE_SERVER__LISTEN", "127.0.0.1:0"),
-            ("RELEASEGATE_SERVER__ADMIN_LISTEN", "127.0.0.1:0"),
-            ("RUST_LOG", "releasegate=info"),
-        ])
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let logs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let (tx, rx) = mpsc::channel();
-    let kept = logs.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Ok(json) = serde_json::from_str::<serde_json::Value>(&line) {
-                let fields = &json["fields"];
-                if fields["message"] == "releasegate serving" {
-                    let address = |key: &str| fields[key].as_str().unwrap_or("").to_string();
-                    let _ = tx.send((address("listen"), address("admin")));
-                }
-            }
-            kept.lock().unwrap().push(line);
-        }
-    });
-    let mut served = Served {
-        child,
-        public: String::new(),
-        admin: String::new(),
-        logs,
-    };
-    // A hang guard only: a healthy start takes well under a second.
-    match rx.recv_timeout(Duration::from_secs(120)) {
-        Ok((public, admin)) => {
-            served.public = public;
-            served.admin = admin;
-            served
-        }
-        Err(_) => panic!("the proxy did not start: {:?}", served.logs.lock().unwrap()),
-    }
+    let mut command = serve_command(path);
+    command.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    Served::start(command)
 }
 
 /// One HTTP/1.1 request over a fresh connection; the response's status.
@@ -512,14 +455,7 @@ fn the_rendered_configmap_starts_with_the_secret_templates_variables_and_knows_n
     let served = start(&path, &env);
     assert_eq!(status(&served.admin, "GET /readyz HTTP/1.1", ""), 200);
     // worker_threads = 0: one event loop per CPU the process may use, and where that came from.
-    let serving = served
-        .logs
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .find(|json| json["fields"]["message"] == "releasegate serving")
-        .unwrap();
+    let serving = served.logged_json("releasegate serving").unwrap();
     let fields = &serving["fields"];
     assert!(fields["cpus"].as_u64().unwrap() >= 1, "{fields}");
     assert_eq!(fields["event_loops"], fields["cpus"], "{fields}");

@@ -6,7 +6,12 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{CLIENT_KEY, error_of, native_answer, request, spawn, spawn_full, spawn_with};
+use crate::binary::{Served, serve_command};
+use crate::connections::{PATIENCE, config_text};
+use crate::helpers::{
+    CLIENT_KEY, error_of, native_answer, request, scratch, spawn, spawn_full, spawn_upstream,
+    spawn_with,
+};
 
 /// Everything the proxy logs on this thread (`#[tokio::test]` runs the proxy's tasks on
 /// the test's own thread), through the subscriber `serve` installs.
@@ -195,46 +200,63 @@ async fn request_controlled_text_is_escaped_in_every_log_format() {
 
 #[tokio::test]
 async fn provider_key_failures_are_logged_at_error_level_and_causes_in_full() {
-    let (logs, _guard) = Logs::capture(true);
-    let app = spawn("choice", "").await;
-    app.upstream
-        .script(401, b"{}".to_vec(), &[], Duration::ZERO);
-    settle_interest();
-    assert_eq!(app.post(&request()).await.status(), 502);
-    app.stop().await;
-    let lines: Vec<serde_json::Value> = logs
-        .text()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    // The binary, with its one global subscriber: what an operator reads is what it logs.
+    let (upstream, url) = spawn_upstream().await;
+    upstream.script(401, b"{}".to_vec(), &[], Duration::ZERO);
+    let dir = scratch("key-failures");
+    let proxy = serve_on(&dir, &config_text("", Some(&url)));
+    let client = reqwest::Client::new();
+    let post = |proxy: &Served| {
+        client
+            .post(format!("http://{}/v1/systemone", proxy.public))
+            .bearer_auth(CLIENT_KEY)
+            .json(&request())
+            .send()
+    };
+    assert_eq!(post(&proxy).await.unwrap().status(), 502);
+    assert!(proxy.logged("request failed", PATIENCE).await);
+    let lines = |proxy: &Served| -> Vec<Value> {
+        let logs = proxy.logs.lock().unwrap();
+        logs.iter()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    };
+    let logged = lines(&proxy);
     assert!(
-        lines.iter().any(|line| line["level"] == "ERROR"
+        logged.iter().any(|line| line["level"] == "ERROR"
             && line["fields"]["message"]
                 .as_str()
                 .unwrap()
                 .contains("refused the proxy's credentials")
             && line["fields"]["provider"] == "up"),
-        "{lines:?}"
+        "{logged:?}"
     );
+    proxy.stop().await;
 
     // A provider nothing listens on: the log says why, the client only that it is unreachable.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://127.0.0.1:{}", closed.local_addr().unwrap().port());
     drop(closed);
-    let app = spawn_full("choice", "", "timeout_ms = 2000", "", Some(dead)).await;
-    let (status, error_type, message) = error_of(app.post(&request()).await).await;
+    let proxy = serve_on(&dir, &config_text("", Some(&dead)));
+    let (status, error_type, message) = error_of(post(&proxy).await.unwrap()).await;
     assert_eq!((status, error_type.as_str()), (502, "upstream_unavailable"));
     assert_eq!(message, "upstream unreachable");
-    app.stop().await;
-    let text = logs.text();
-    let failure = text
-        .lines()
-        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+    assert!(proxy.logged("request failed", PATIENCE).await);
+    let failure = lines(&proxy)
+        .into_iter()
         .find(|line| line["fields"]["error_type"] == "upstream_unavailable")
         .expect("the failure is logged");
     let error = failure["fields"]["error"].as_str().unwrap();
     assert!(error.starts_with("upstream unreachable: "), "{error}");
     assert!(error.to_lowercase().contains("refused"), "{error}");
+    proxy.stop().await;
+}
+
+/// `releasegate serve` on `config`, written into `dir`.
+fn serve_on(dir: &std::path::Path, config: &str) -> Served {
+    let path = dir.join("releasegate.toml");
+    std::fs::write(&path, config).unwrap();
+    Served::start(serve_command(&path))
 }
 
 #[tokio::test]

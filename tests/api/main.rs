@@ -3,6 +3,7 @@
 mod access_log;
 mod auth;
 mod bad_input;
+mod binary;
 mod cli;
 mod collect;
 mod connections;

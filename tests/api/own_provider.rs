@@ -4,11 +4,9 @@
 //! while the contract captures live traffic, `build-codebook` from the captured worlds, and
 //! `serve` with that one.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -18,9 +16,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
 
+use super::binary::{BIN, Served, serve_command};
 use super::helpers::scratch;
 
-const BIN: &str = env!("CARGO_BIN_EXE_releasegate");
 const KEY_ENV: &str = "LOAN_MODEL_KEY";
 const KEY: &str = "loan-model-secret";
 const RECIPIENT_KEY: &str = "branch-office-key";
@@ -205,77 +203,11 @@ fn succeeded(output: &Output) -> Value {
     serde_json::from_slice(&output.stdout).unwrap_or(Value::Null)
 }
 
-/// `releasegate serve`, stopped (SIGTERM, then killed) when dropped.
-struct Serving {
-    child: Child,
-    public: String,
-    admin: String,
-}
-
-impl Serving {
-    fn start(dir: &Path) -> Serving {
-        let mut child = Command::new(BIN)
-            .current_dir(dir)
-            .args(["serve", "--log-json", "--config", "loans.toml"])
-            .env(KEY_ENV, KEY)
-            .env("RUST_LOG", "releasegate=info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut logs = Vec::new();
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Ok(json) = serde_json::from_str::<Value>(&line)
-                    && json["fields"]["message"] == "releasegate serving"
-                {
-                    let field =
-                        |key: &str| json["fields"][key].as_str().unwrap_or_default().to_string();
-                    let _ = tx.send(Ok((field("listen"), field("admin"))));
-                }
-                logs.push(line);
-            }
-            let _ = tx.send(Err(logs));
-        });
-        match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(Ok((public, admin))) => Serving {
-                child,
-                public: format!("http://{public}"),
-                admin: format!("http://{admin}"),
-            },
-            other => {
-                let _ = child.kill();
-                panic!("serve did not start: {other:?}");
-            }
-        }
-    }
-
-    /// SIGTERM and a bounded wait for the drain (which flushes the capture).
-    async fn stop(mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        for _ in 0..1500 {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                assert!(status.success(), "{status}");
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("serve did not drain");
-    }
-}
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `releasegate serve` on the loop's configuration, with the provider key set.
+fn serve(dir: &Path) -> Served {
+    let mut command = serve_command(Path::new("loans.toml"));
+    command.current_dir(dir).env(KEY_ENV, KEY);
+    Served::start(command)
 }
 
 fn client() -> reqwest::Client {
@@ -284,12 +216,12 @@ fn client() -> reqwest::Client {
 }
 
 /// Asks the proxy every request of `lines` as the branch office; returns the released answers.
-async fn ask(serving: &Serving, lines: &[Value]) -> Vec<Value> {
+async fn ask(serving: &Served, lines: &[Value]) -> Vec<Value> {
     let client = client();
     let mut answers = Vec::new();
     for line in lines {
         let response = client
-            .post(format!("{}/v1/systemone", serving.public))
+            .post(format!("http://{}/v1/systemone", serving.public))
             .bearer_auth(RECIPIENT_KEY)
             .json(&line["request"])
             .send()
@@ -310,9 +242,9 @@ async fn ask(serving: &Serving, lines: &[Value]) -> Vec<Value> {
 }
 
 /// WCPQ answers (covered or fallback) the proxy released, from its metrics.
-async fn wcpq_answers(serving: &Serving) -> u64 {
+async fn wcpq_answers(serving: &Served) -> u64 {
     let metrics = client()
-        .get(format!("{}/metrics", serving.admin))
+        .get(format!("http://{}/metrics", serving.admin))
         .send()
         .await
         .unwrap()
@@ -432,7 +364,7 @@ async fn a_team_goes_from_its_own_provider_to_a_served_codebook() {
         .map(|line| serde_json::from_str(line).unwrap())
         .step_by(3)
         .collect();
-    let serving = Serving::start(&dir);
+    let serving = serve(&dir);
     let answers = ask(&serving, &traffic).await;
     for (answer, line) in answers.iter().zip(&traffic) {
         let route = &answer["answers"]["route"];
@@ -492,7 +424,7 @@ async fn a_team_goes_from_its_own_provider_to_a_served_codebook() {
         config(&base_url, "codebook-live.json", false),
     )
     .unwrap();
-    let serving = Serving::start(&dir);
+    let serving = serve(&dir);
     let again = ask(&serving, &traffic[..5]).await;
     assert_eq!(again.len(), 5);
     assert_eq!(wcpq_answers(&serving).await, 5);

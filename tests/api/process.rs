@@ -2,26 +2,24 @@
 //! SIGTERM drains (with `/readyz` at 503 and the admin port up until the end),
 //! and a full public listener leaves file descriptors for the admin port.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::net::TcpStream;
 
+use super::binary::{BIN, Served, serve_command};
 use super::connections::{GatedUpstream, PATIENCE, config_text, served};
 use super::helpers::{CLIENT_KEY, request};
 
 /// A key the configuration binds only after a reload.
 const ADDED_KEY: &str = "client-key-added-by-sighup";
 
-const BIN: &str = env!("CARGO_BIN_EXE_releasegate");
-
 /// `releasegate serve` on a configuration of its own, its log collected.
 struct Serving {
-    child: Child,
+    process: Served,
     public: SocketAddr,
     admin: String,
     logs: Arc<Mutex<Vec<String>>>,
@@ -35,12 +33,8 @@ impl Serving {
         let dir = super::helpers::scratch(&format!("process-{name}"));
         let path = dir.join("releasegate.toml");
         std::fs::write(&path, config).unwrap();
-        let mut command = match open_files {
-            None => {
-                let mut command = Command::new(BIN);
-                command.args(["serve", "--log-json", "--config"]).arg(&path);
-                command
-            }
+        let command = match open_files {
+            None => serve_command(&path),
             Some(limit) => {
                 let mut command = Command::new("sh");
                 command
@@ -53,89 +47,30 @@ impl Serving {
                 command
             }
         };
-        let mut child = command
-            .env("RUST_LOG", "releasegate=info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let logs = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        {
-            let logs = logs.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stderr).lines() {
-                    let Ok(line) = line else { return };
-                    if let Ok(json) = serde_json::from_str::<Value>(&line) {
-                        let fields = &json["fields"];
-                        if fields["message"] == "releasegate serving" {
-                            let address = |key: &str| fields[key].as_str().unwrap().to_string();
-                            let _ = tx.send((address("listen"), address("admin")));
-                        }
-                    }
-                    logs.lock().unwrap().push(line);
-                }
-            });
-        }
-        let (public, admin) = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(addresses) => addresses,
-            Err(_) => {
-                let _ = child.kill();
-                panic!(
-                    "the proxy never logged its addresses: {:?}",
-                    logs.lock().unwrap()
-                );
-            }
-        };
+        let process = Served::start(command);
         Serving {
-            child,
-            public: public.parse().unwrap(),
-            admin: format!("http://{admin}"),
-            logs,
+            public: process.public.parse().unwrap(),
+            admin: format!("http://{}", process.admin),
+            logs: process.logs.clone(),
+            process,
             dir,
         }
     }
 
     fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(self.child.id().to_string())
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -{name} failed");
+        self.process.signal(name);
     }
 
     fn running(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
+        self.process.running()
     }
 
-    /// Waits (bounded) for the process to exit.
     async fn exited(&mut self) -> ExitStatus {
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "the proxy did not exit: {:?}",
-                self.logs.lock().unwrap()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.process.exited().await
     }
 
-    /// Waits (bounded) until a log line contains `needle`.
     async fn logged(&self, needle: &str) -> bool {
-        tokio::time::timeout(PATIENCE, async {
-            while !self.logs.lock().unwrap().iter().any(|l| l.contains(needle)) {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await
-        .is_ok()
+        self.process.logged(needle, PATIENCE).await
     }
 
     async fn decide(&self, client: &reqwest::Client) -> reqwest::Response {
@@ -182,13 +117,6 @@ impl Serving {
 fn client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::new()
-}
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -491,7 +419,7 @@ async fn worker_threads_event_loops_serve_together_and_drain() {
         None,
     );
     // The calling thread is the first loop; two more run on threads of their own.
-    let loops: Vec<String> = thread_names(proxy.child.id())
+    let loops: Vec<String> = thread_names(proxy.process.id())
         .into_iter()
         .filter(|name| name.starts_with("rg-loop-"))
         .collect();
