@@ -67,9 +67,11 @@ enum Command {
         /// The question id (it must declare `workflows`).
         #[arg(long)]
         question: String,
-        /// Worlds file; only the train split is used.
-        #[arg(long)]
-        worlds: PathBuf,
+        /// Worlds file; only the train split is used. Repeat to read several as one, in the
+        /// order given (a capture and its rotations: `--worlds c.jsonl.2 --worlds c.jsonl.1
+        /// --worlds c.jsonl`).
+        #[arg(long, required = true)]
+        worlds: Vec<PathBuf>,
         /// Output codebook artifact (JSON).
         #[arg(long)]
         out: PathBuf,
@@ -190,14 +192,25 @@ fn usage_error(error: &dyn std::fmt::Display) -> ExitCode {
 }
 
 fn failure(error: &dyn std::error::Error) -> ExitCode {
+    eprintln!("error: {}", chain(error));
+    ExitCode::FAILURE
+}
+
+/// A failure reading `path`, named with its causes.
+fn failure_in(path: &std::path::Path, error: &dyn std::error::Error) -> ExitCode {
+    eprintln!("error: {}: {}", path.display(), chain(error));
+    ExitCode::FAILURE
+}
+
+/// An error and its causes, on one line.
+fn chain(error: &dyn std::error::Error) -> String {
     let mut message = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
         message.push_str(&format!(": {cause}"));
         source = cause.source();
     }
-    eprintln!("error: {message}");
-    ExitCode::FAILURE
+    message
 }
 
 /// Runs every check `serve` runs before binding its ports: the same loading (provider keys

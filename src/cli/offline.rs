@@ -16,19 +16,82 @@ use releasegate_sim::simulate;
 use releasegate_sim::worlds;
 use releasegate_sim::worlds::Split;
 
-/// A progress spinner on stderr when it is a terminal, hidden otherwise.
-pub(super) fn progress(what: &str) -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
+/// Progress of a long offline run, on stderr: a spinner when stderr is a terminal; otherwise
+/// (a CI log, a file, a pipe) plain lines, one per phase and at most one count every
+/// [`Progress::EVERY`], so a long run shows it is alive without flooding its log.
+pub(super) struct Progress {
+    bar: Option<ProgressBar>,
+    tool: &'static str,
+    what: &'static str,
+    started: std::time::Instant,
+    position: std::cell::Cell<u64>,
+    last_line: std::cell::Cell<std::time::Instant>,
+}
+
+impl Progress {
+    /// How often an unattended run prints its count.
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+    pub(super) fn new(tool: &'static str, what: &'static str) -> Progress {
+        Progress::to(tool, what, std::io::stderr().is_terminal())
     }
-    let bar = ProgressBar::new_spinner();
-    if let Ok(style) = ProgressStyle::with_template(&format!(
-        "{{spinner}} {{pos}} {what} ({{per_sec}}) {{elapsed}}"
-    )) {
-        bar.set_style(style);
+
+    fn to(tool: &'static str, what: &'static str, terminal: bool) -> Progress {
+        let bar = terminal.then(|| {
+            let bar = ProgressBar::new_spinner();
+            if let Ok(style) = ProgressStyle::with_template(&format!(
+                "{{spinner}} {{pos}} {what} ({{per_sec}}) {{elapsed}} {{msg}}"
+            )) {
+                bar.set_style(style);
+            }
+            bar.enable_steady_tick(std::time::Duration::from_millis(120));
+            bar
+        });
+        let now = std::time::Instant::now();
+        Progress {
+            bar,
+            tool,
+            what,
+            started: now,
+            position: std::cell::Cell::new(0),
+            last_line: std::cell::Cell::new(now),
+        }
     }
-    bar.enable_steady_tick(std::time::Duration::from_millis(120));
-    bar
+
+    pub(super) fn set_position(&self, position: u64) {
+        self.position.set(position);
+        match &self.bar {
+            Some(bar) => bar.set_position(position),
+            None if self.last_line.get().elapsed() >= Self::EVERY => self.line(""),
+            None => {}
+        }
+    }
+
+    /// A new phase of the run.
+    pub(super) fn set_message(&self, phase: &'static str) {
+        match &self.bar {
+            Some(bar) => bar.set_message(phase),
+            None => self.line(phase),
+        }
+    }
+
+    pub(super) fn finish_and_clear(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+
+    fn line(&self, phase: &str) {
+        self.last_line.set(std::time::Instant::now());
+        let separator = if phase.is_empty() { "" } else { ": " };
+        eprintln!(
+            "{}{separator}{phase} ({} {} read, {:.0?})",
+            self.tool,
+            self.position.get(),
+            self.what,
+            self.started.elapsed()
+        );
+    }
 }
 
 /// Loads the configuration for an offline tool and picks a contract.
@@ -59,7 +122,7 @@ pub(super) fn replay_command(
         Ok(writer) => writer,
         Err(error) => return super::usage_error(&error),
     };
-    let bar = progress("worlds");
+    let bar = Progress::new("replay", "worlds");
     let result = replay::replay(&contract, reader, &mut writer, &mut |n| bar.set_position(n));
     bar.finish_and_clear();
     match result {
@@ -100,7 +163,7 @@ pub(super) fn simulate_command(pairs_per_domain: usize, seed: u64, output: &Path
         Ok(writer) => writer,
         Err(error) => return super::usage_error(&error),
     };
-    let bar = progress("worlds");
+    let bar = Progress::new("simulate", "worlds");
     for pair in simulate::Generator::new(&options) {
         let written = pair.map_err(|error| error.to_string()).and_then(|worlds| {
             worlds
@@ -182,7 +245,7 @@ pub(super) fn build_codebook_command(
     config: &Path,
     contract_names: &[String],
     question: &str,
-    input: &Path,
+    inputs: &[std::path::PathBuf],
     output: &Path,
     BuildOptions { denominator, pool }: BuildOptions,
     learn: Option<LearnOptions>,
@@ -239,55 +302,84 @@ pub(super) fn build_codebook_command(
             classes.len()
         );
     }
-    let bytes = match std::fs::read(input) {
-        Ok(bytes) => bytes,
-        Err(error) => {
-            return super::usage_error(&format!("cannot read {}: {error}", input.display()));
+    // A capture's rotations are read in the order given, as one file: the codebook records
+    // the hash of their concatenation.
+    let mut files = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        match std::fs::read(input) {
+            Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => {
+                return super::usage_error(&format!(
+                    "{} is empty: expected worlds JSONL lines",
+                    input.display()
+                ));
+            }
+            Ok(bytes) => files.push((input, bytes)),
+            Err(error) => {
+                return super::usage_error(&format!("cannot read {}: {error}", input.display()));
+            }
+        }
+    }
+    let source_sha256 = {
+        let mut all = Vec::new();
+        for (_, bytes) in &files {
+            all.extend_from_slice(bytes);
+            if all.last() != Some(&b'\n') {
+                all.push(b'\n');
+            }
+        }
+        if files.len() == 1 {
+            // One file: its own hash, whatever its last byte.
+            workflow::sha256_hex(&files[0].1)
+        } else {
+            workflow::sha256_hex(&all)
         }
     };
-    let source_sha256 = workflow::sha256_hex(&bytes);
     let mut training = Vec::new();
     let mut responses = Vec::new();
     // Validation answers choose the learned codebook's assignment (never the test split).
     let mut validation = Vec::new();
     let mut skipped: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
-    let bar = progress("worlds");
-    for (index, world) in worlds::Reader::new(bytes.as_slice()).enumerate() {
-        let world = match world {
-            Ok(world) => world,
-            Err(error) => {
-                bar.finish_and_clear();
-                return super::failure(&error);
+    let bar = Progress::new("build-codebook", "worlds");
+    let mut read = 0u64;
+    for (input, bytes) in &files {
+        for world in worlds::Reader::new(bytes.as_slice()) {
+            let world = match world {
+                Ok(world) => world,
+                Err(error) => {
+                    bar.finish_and_clear();
+                    return super::failure_in(input, &error);
+                }
+            };
+            read += 1;
+            bar.set_position(read);
+            if world.split == Split::Validation && learn.is_some() {
+                if let Some((response, _)) = contracts.iter().find_map(|contract| {
+                    dataset::training_answer(contract, question, &world, spec).ok()
+                }) {
+                    validation.push(response);
+                }
+                continue;
             }
-        };
-        bar.set_position(index as u64 + 1);
-        if world.split == Split::Validation && learn.is_some() {
-            if let Some((response, _)) = contracts.iter().find_map(|contract| {
-                dataset::training_answer(contract, question, &world, spec).ok()
-            }) {
-                validation.push(response);
+            if world.split != Split::Train {
+                continue;
             }
-            continue;
-        }
-        if world.split != Split::Train {
-            continue;
-        }
-        // The first contract whose request the world fits reads its answer.
-        let mut first_skip = None;
-        let answer = contracts.iter().find_map(|contract| {
-            dataset::training_answer(contract, question, &world, spec)
-                .map_err(|skip| first_skip = first_skip.or(Some(skip)))
-                .ok()
-        });
-        match answer {
-            Some((response, answer)) => {
-                responses.push(response);
-                training.push(answer);
-            }
-            None => {
-                let reason =
-                    first_skip.map_or_else(|| "unknown".to_string(), |skip| skip.to_string());
-                *skipped.entry(reason).or_default() += 1;
+            // The first contract whose request the world fits reads its answer.
+            let mut first_skip = None;
+            let answer = contracts.iter().find_map(|contract| {
+                dataset::training_answer(contract, question, &world, spec)
+                    .map_err(|skip| first_skip = first_skip.or(Some(skip)))
+                    .ok()
+            });
+            match answer {
+                Some((response, answer)) => {
+                    responses.push(response);
+                    training.push(answer);
+                }
+                None => {
+                    let reason =
+                        first_skip.map_or_else(|| "unknown".to_string(), |skip| skip.to_string());
+                    *skipped.entry(reason).or_default() += 1;
+                }
             }
         }
     }
@@ -297,7 +389,11 @@ pub(super) fn build_codebook_command(
             "no train-split world of {} fits question `{question}` of {}: a codebook is built from \
              the contract's own native answers (worlds asked with the contract's question, its \
              classes and pinned text, split \"train\"); skipped: {skipped:?}",
-            input.display(),
+            inputs
+                .iter()
+                .map(|input| input.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" + "),
             contract_names.join(", ")
         ));
     }
@@ -498,7 +594,7 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
         Ok(reader) => reader,
         Err(error) => return super::usage_error(&error),
     };
-    let bar = progress("worlds");
+    let bar = Progress::new("audit", "worlds");
     let mut all = Vec::new();
     for world in reader {
         match world {

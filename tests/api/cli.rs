@@ -251,6 +251,17 @@ fn audit_reports_recovery_and_costs_for_every_release() {
         text.contains("Secret recovery") && text.contains("equivariance passed"),
         "{text}"
     );
+    // Unattended (stderr is a pipe here), a run still says where it is, one plain line per
+    // phase with the worlds read.
+    let progress = String::from_utf8_lossy(&output.stderr);
+    for phase in ["releasing", "fitting attackers"] {
+        assert!(
+            progress
+                .lines()
+                .any(|l| l.starts_with(&format!("audit: {phase} (")) && l.contains(" worlds read")),
+            "{progress}"
+        );
+    }
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("audit.json")).unwrap()).unwrap();
     let releases = json["report"]["releases"].as_array().unwrap();
@@ -686,12 +697,18 @@ fn offline_commands_fail_clearly_on_input_they_cannot_use() {
         ])
     };
     let tuple_bench = format!("{root}/config/tuple-bench.toml");
-    for (code, stderr) in [
-        build(&tuple_bench, &empty),
-        build(&mismatched.display().to_string(), &worlds),
+    for ((code, stderr), expected) in [
+        (
+            build(&tuple_bench, &empty),
+            "is empty: expected worlds JSONL",
+        ),
+        (
+            build(&mismatched.display().to_string(), &worlds),
+            "no train-split world",
+        ),
     ] {
         assert_eq!(code, Some(64), "{stderr}");
-        assert!(stderr.contains("no train-split world"), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
     }
     let replay = |config: &str, input: &std::path::Path| {
         run(vec![

@@ -172,7 +172,8 @@ fn config(base_url: &str, codebook: &str, capture: bool) -> String {
          posterior = \"native\"\n",
         releasegate_proxy::auth::hash_key(RECIPIENT_KEY),
         if capture {
-            "capture = { path = \"captured.jsonl\", sample_rate = 1 }\n"
+            // Small files: the capture rotates, as a long-running one does.
+            "capture = { path = \"captured.jsonl\", sample_rate = 1, max_bytes = 16384, max_files = 50 }\n"
         } else {
             ""
         },
@@ -387,7 +388,15 @@ async fn a_team_goes_from_its_own_provider_to_a_served_codebook() {
     }
     assert_eq!(wcpq_answers(&serving).await, traffic.len() as u64);
     serving.stop().await;
-    let captured = worlds(&dir.join("captured.jsonl"));
+    // The capture and its rotations, oldest first (`PATH.N` .. `PATH.1`, then `PATH`).
+    let mut files: Vec<String> = (1..)
+        .map(|n| format!("captured.jsonl.{n}"))
+        .take_while(|name| dir.join(name).exists())
+        .collect();
+    assert!(!files.is_empty(), "the capture rotated");
+    files.reverse();
+    files.push("captured.jsonl".into());
+    let captured: Vec<_> = files.iter().flat_map(|f| worlds(&dir.join(f))).collect();
     assert_eq!(captured.len(), traffic.len());
     assert!(
         captured
@@ -396,7 +405,27 @@ async fn a_team_goes_from_its_own_provider_to_a_served_codebook() {
     );
 
     // 4. Build a codebook from the captured traffic alone (no labels needed), serve with it.
-    let rebuilt = succeeded(
+    // Every rotation, oldest first, read as one capture.
+    let mut args = vec![
+        "build-codebook",
+        "--config",
+        "loans.toml",
+        "--contract",
+        "triage",
+        "--question",
+        "route",
+        "--out",
+        "codebook-live.json",
+        "--denominator",
+        "10",
+    ];
+    for file in &files {
+        args.extend(["--worlds", file.as_str()]);
+    }
+    let rebuilt = succeeded(&run(&dir, &args).await);
+    assert_eq!(rebuilt["training_answers"], traffic.len());
+    // Given one file of them, it reads only that file's answers.
+    let newest = succeeded(
         &run(
             &dir,
             &[
@@ -410,14 +439,14 @@ async fn a_team_goes_from_its_own_provider_to_a_served_codebook() {
                 "--worlds",
                 "captured.jsonl",
                 "--out",
-                "codebook-live.json",
+                "codebook-newest.json",
                 "--denominator",
                 "10",
             ],
         )
         .await,
     );
-    assert_eq!(rebuilt["training_answers"], traffic.len());
+    assert!(newest["training_answers"].as_u64().unwrap() < traffic.len() as u64);
     assert_eq!(rebuilt["workflows_sha256"], built["workflows_sha256"]);
     std::fs::write(
         dir.join("loans.toml"),
@@ -429,7 +458,8 @@ async fn a_team_goes_from_its_own_provider_to_a_served_codebook() {
     assert_eq!(again.len(), 5);
     assert_eq!(wcpq_answers(&serving).await, 5);
     serving.stop().await;
-    assert!(!dir.join("captured.jsonl.1").exists());
+    // Serving without a capture wrote none.
+    assert!(!dir.join(format!("captured.jsonl.{}", files.len())).exists());
 
     // 5. Audit with checked pairs and the gate over `collected.jsonl` (its labels and pairs).
     let root = dir.to_path_buf();
