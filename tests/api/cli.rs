@@ -286,6 +286,43 @@ fn audit_reports_recovery_and_costs_for_every_release() {
     assert_eq!(json["report"]["equivariance_passed"], true);
     let svg = std::fs::read_to_string(dir.join("audit.svg")).unwrap();
     assert!(svg.starts_with("<svg") || svg.starts_with("<?xml"));
+    // A picture a person can read: one panel per workflow family (not per workflow), every
+    // release named in the legend once, each in a colour of its own.
+    let mut families: Vec<&str> = releases
+        .iter()
+        .flat_map(|r| r["utility"].as_array().unwrap())
+        .map(|u| u["workflow"].as_str().unwrap().split('/').next().unwrap())
+        .collect();
+    families.sort_unstable();
+    families.dedup();
+    assert!(!families.is_empty() && families.len() < 10, "{families:?}");
+    for family in &families {
+        assert_eq!(
+            svg.matches(&format!(">{family} workflows</text>")).count(),
+            1,
+            "{family}"
+        );
+    }
+    assert_eq!(svg.matches(" workflows</text>").count(), families.len());
+    let legend: Vec<&str> = svg.lines().rev().skip(1).take(2 * names.len()).collect();
+    let mut colours = std::collections::BTreeSet::new();
+    for name in &names {
+        let escaped = name.replace('&', "&amp;");
+        let entry = legend
+            .iter()
+            .position(|line| line.ends_with(&format!(">{escaped}</text>")))
+            .unwrap_or_else(|| panic!("{name} is not in the legend: {legend:?}"));
+        let marker = legend[entry + 1];
+        let fill = marker
+            .split("fill=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        colours.insert(fill.to_string());
+    }
+    assert_eq!(colours.len(), names.len(), "{legend:?}");
     let bad_shape = Command::new(BIN)
         .args([
             "audit",
