@@ -5,8 +5,17 @@
 # same upstream. Reports requests/s, latency and CPU per request (utime+stime
 # from /proc, divided by the requests served) for both proxies, and RSS.
 #
+# Logging is compared like with like: the main section runs every target in
+# both modes, alternating, in one run:
+#   files  both proxies write their access logs to files in bench-out/ (the
+#          same filesystem), batched the same way: nginx `buffer=16k
+#          flush=100ms`, the proxy's own batching (16 KiB or 100 ms);
+#   off    nginx `access_log off`, the proxy `access_log = false`.
+# The other sections run with access logs to files.
+#
 # Sections (SECTIONS="main latency questions codebooks" by default):
-#   main       one 4-class choice question, ROUNDS alternating rounds, best kept
+#   main       one 4-class choice question, ROUNDS alternating rounds of both
+#              logging modes, best round of each target kept
 #   latency    an upstream that sleeps 20 ms, 64 connections: added p50/p99
 #   questions  CPU per request with 1, 8 and 64 questions per request
 #   codebooks  WCPQ CPU per request with codebooks of denominator 10, 20, 40
@@ -19,8 +28,8 @@ DURATION="${1:-8}"
 CONNECTIONS="${2:-32}"
 ROUNDS="${ROUNDS:-3}"
 SECTIONS="${SECTIONS:-main latency questions codebooks}"
-UP_PORT=18081; PROXY_PORT=18080; ADMIN_PORT=18090; NGINX_PORT=18082
-OUT="$PWD/bench-out"; mkdir -p "$OUT"
+UP_PORT=18081; PROXY_PORT=18080; ADMIN_PORT=18090; NGINX_PORT=18082; NGINX_OFF_PORT=18083
+OUT="$PWD/bench-out"; mkdir -p "$OUT"; rm -f "$OUT"/*access.log
 TICK=$(getconf CLK_TCK)
 
 need() { # $1 = command, $2 = Debian package
@@ -43,11 +52,12 @@ ids() { # $1 = question count: the ids fixed_upstream answers
   if [ "$1" = 1 ]; then echo coarse_cause; else seq 0 $(($1 - 1)) | sed 's/^/q/'; fi
 }
 
-mkconfig() { # $1 = question count, $2 = variant (choice|full_native|wcpq), $3 = codebook
+mkconfig() { # $1 = question count, $2 = variant (choice|full_native|wcpq), $3 = codebook, $4 = logging (files|off)
   cat <<TOML
 [server]
 listen = "127.0.0.1:$PROXY_PORT"
 admin_listen = "127.0.0.1:$ADMIN_PORT"
+access_log = $( [ "${4:-files}" = off ] && echo false || echo true )
 [providers.up]
 kind = "systemone"
 base_url = "http://127.0.0.1:$UP_PORT"
@@ -87,16 +97,19 @@ wrk.body = '{"model":"jev-latest","state":{"note":"parcel late"},"questions":{$q
 LUA
 }
 
-cat > "$OUT/nginx.conf" <<NGINX
+mknginx() { # $1 = logging (files|off), $2 = port
+  local log="access_log $OUT/nginx-access.log combined buffer=16k flush=100ms;"
+  [ "$1" = off ] && log="access_log off;"
+  cat <<NGINX
 worker_processes auto;
-pid $OUT/nginx.pid;
+pid $OUT/nginx-$1.pid;
 error_log $OUT/nginx-error.log warn;
 events { worker_connections 4096; }
 http {
-  access_log $OUT/nginx-access.log;
+  $log
   upstream up { server 127.0.0.1:$UP_PORT; keepalive 128; }
   server {
-    listen 127.0.0.1:$NGINX_PORT;
+    listen 127.0.0.1:$2;
     location / {
       proxy_pass http://up;
       proxy_http_version 1.1;
@@ -105,8 +118,11 @@ http {
   }
 }
 NGINX
+}
+mknginx files "$NGINX_PORT" > "$OUT/nginx-files.conf"
+mknginx off "$NGINX_OFF_PORT" > "$OUT/nginx-off.conf"
 
-UP_PID=""; PROXY_PID=""; NGINX_PID=""
+UP_PID=""; PROXY_PID=""; NGINX_PID=""; NGINX_OFF_PID=""
 # Stops processes: TERM, at most 15 s of grace (the proxy drains), then KILL.
 stop() {
   local p i
@@ -118,7 +134,7 @@ stop() {
   done
   return 0
 }
-cleanup() { set +e; stop "$PROXY_PID" "$UP_PID" "$NGINX_PID"; return 0; }
+cleanup() { set +e; stop "$PROXY_PID" "$UP_PID" "$NGINX_PID" "$NGINX_OFF_PID"; return 0; }
 trap cleanup EXIT
 
 start_upstream() { # $1 = questions, $2 = delay ms
@@ -126,21 +142,28 @@ start_upstream() { # $1 = questions, $2 = delay ms
   target/release/examples/fixed_upstream "127.0.0.1:$UP_PORT" "$1" "$2" 2>/dev/null & UP_PID=$!
   for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$UP_PORT") 2>/dev/null && break; sleep 0.1; done
 }
-start_proxy() { # $1 = config file
+start_proxy() { # $1 = config file; its access log (if on) goes to a file, like nginx's
   stop "$PROXY_PID"
-  $RG serve --config "$1" 2>/dev/null & PROXY_PID=$!
+  $RG serve --config "$1" 2>>"$OUT/releasegate-access.log" & PROXY_PID=$!
   for _ in $(seq 100); do curl -fs "127.0.0.1:$ADMIN_PORT/readyz" >/dev/null 2>&1 && return; sleep 0.1; done
   echo "the proxy did not become ready with $1" >&2; exit 1
 }
-start_nginx() {
-  [ -n "$NGINX_PID" ] && return
-  "$NGINX" -p "$OUT" -c "$OUT/nginx.conf" -g 'daemon off;' & NGINX_PID=$!
-  for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$NGINX_PORT") 2>/dev/null && break; sleep 0.1; done
+start_nginx() { # both nginx instances: access log to a file (NGINX_PORT) and off (NGINX_OFF_PORT)
+  if [ -z "$NGINX_PID" ]; then
+    "$NGINX" -p "$OUT" -c "$OUT/nginx-files.conf" -g 'daemon off;' & NGINX_PID=$!
+  fi
+  if [ -z "$NGINX_OFF_PID" ]; then
+    "$NGINX" -p "$OUT" -c "$OUT/nginx-off.conf" -g 'daemon off;' & NGINX_OFF_PID=$!
+  fi
+  for port in "$NGINX_PORT" "$NGINX_OFF_PORT"; do
+    for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+  done
 }
 # The processes of a target: nginx is its master and workers.
 pids_of() { # $1 = proxy kind
   case "$1" in
     nginx) echo "$NGINX_PID" $(pgrep -P "$NGINX_PID" || true) ;;
+    nginx-off) echo "$NGINX_OFF_PID" $(pgrep -P "$NGINX_OFF_PID" || true) ;;
     releasegate) echo "$PROXY_PID" ;;
     *) echo "" ;;
   esac
@@ -150,7 +173,7 @@ rss_mib() { local total=0 p; for p in "$@"; do total=$((total + $(awk '/^VmRSS/ 
 to_ms() { awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n += 0; else if (v ~ /s$/) n *= 1000; printf "%.2f", n }'; }
 
 # Runs wrk against one target; prints "label rps p50_ms p99_ms cpu_us_per_request rss_mib".
-measure() { # $1 = label, $2 = url, $3 = lua, $4 = connections, $5 = proxy kind (nginx|releasegate|none)
+measure() { # $1 = label, $2 = url, $3 = lua, $4 = connections, $5 = proxy kind (nginx|nginx-off|releasegate|none)
   local pids before after file="$OUT/$1.txt"
   pids=$(pids_of "$5")
   before=$( [ -n "$pids" ] && cpu_ticks $pids || echo 0)
@@ -174,39 +197,68 @@ measure() { # $1 = label, $2 = url, $3 = lua, $4 = connections, $5 = proxy kind 
 best() { awk '{ if (!($1 in rps) || $2 > rps[$1]) { rps[$1] = $2; row[$1] = $0 } if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } } END { for (i = 1; i <= n; i++) print row[order[i]] }'; }
 
 section_main() {
-  local lua="$OUT/q1.lua" rows=() v
+  local lua="$OUT/q1.lua" rows=() v mode
   mklua 1 > "$lua"
-  for v in choice full_native wcpq; do mkconfig 1 "$v" "$CODEBOOK" > "$OUT/main-$v.toml"; done
+  for mode in files off; do
+    for v in choice full_native wcpq; do mkconfig 1 "$v" "$CODEBOOK" "$mode" > "$OUT/main-$v-$mode.toml"; done
+  done
   start_upstream 1 0
   start_nginx
-  start_proxy "$OUT/main-full_native.toml"
+  start_proxy "$OUT/main-full_native-files.toml"
   local idle_rss; idle_rss=$(rss_mib "$PROXY_PID")
   for _ in $(seq "$ROUNDS"); do
     rows+=("$(measure upstream "http://127.0.0.1:$UP_PORT/v1/systemone" "$lua" "$CONNECTIONS" none)")
-    rows+=("$(measure nginx "http://127.0.0.1:$NGINX_PORT/v1/systemone" "$lua" "$CONNECTIONS" nginx)")
-    for v in choice full_native wcpq; do
-      start_proxy "$OUT/main-$v.toml"
-      rows+=("$(measure "releasegate-$v" "http://127.0.0.1:$PROXY_PORT/v1/systemone" "$lua" "$CONNECTIONS" releasegate)")
+    for mode in files off; do
+      if [ "$mode" = files ]; then
+        rows+=("$(measure nginx-files "http://127.0.0.1:$NGINX_PORT/v1/systemone" "$lua" "$CONNECTIONS" nginx)")
+      else
+        rows+=("$(measure nginx-off "http://127.0.0.1:$NGINX_OFF_PORT/v1/systemone" "$lua" "$CONNECTIONS" nginx-off)")
+      fi
+      for v in choice full_native wcpq; do
+        start_proxy "$OUT/main-$v-$mode.toml"
+        rows+=("$(measure "releasegate-$v-$mode" "http://127.0.0.1:$PROXY_PORT/v1/systemone" "$lua" "$CONNECTIONS" releasegate)")
+      done
     done
   done
   local table; table=$(printf '%s\n' "${rows[@]}" | best)
-  local nginx_rps nginx_cpu
-  nginx_rps=$(awk '$1=="nginx" {print $2}' <<< "$table")
-  nginx_cpu=$(awk '$1=="nginx" {print $5}' <<< "$table")
   {
-    echo "### Side by side: one 4-class choice question"
+    echo "### Side by side: one 4-class choice question, access logs to files and off"
     echo
-    echo "$(date -u +%Y-%m-%d), $(nproc) cores, \`benches/load.sh $DURATION $CONNECTIONS\`: wrk 1 thread, $CONNECTIONS connections,"
-    echo "${DURATION} s per target, $ROUNDS alternating rounds (best round of each target kept)."
+    echo "$(date -u '+%Y-%m-%d %H:%M') UTC, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) cores,"
+    echo "\`benches/load.sh $DURATION $CONNECTIONS\`: wrk 1 thread, $CONNECTIONS connections, ${DURATION} s per target,"
+    echo "$ROUNDS alternating rounds of both logging modes (best round of each target kept)."
     echo
-    echo "| target | requests/s | p50 | p99 | CPU per request | RSS under load | requests/s vs. nginx | CPU vs. nginx |"
-    echo "|---|---|---|---|---|---|---|---|"
-    while read -r label rps p50 p99 cpu rss; do
-      local r c
-      r=$(awk -v a="$rps" -v b="$nginx_rps" 'BEGIN { printf "%.2f", a / b }')
-      c=$( [ "$cpu" = "-" ] && echo "-" || awk -v a="$cpu" -v b="$nginx_cpu" 'BEGIN { printf "%.2f", a / b }')
-      echo "| $label | $rps | $p50 ms | $p99 ms | ${cpu} µs | ${rss} MiB | $r | $c |"
-    done <<< "$table"
+    echo "| target | logging | requests/s | p50 | p99 | CPU per request | RSS under load | requests/s vs. nginx | CPU vs. nginx |"
+    echo "|---|---|---|---|---|---|---|---|---|"
+    for mode in files off; do
+      local nginx_rps nginx_cpu
+      nginx_rps=$(awk -v l="nginx-$mode" '$1==l {print $2}' <<< "$table")
+      nginx_cpu=$(awk -v l="nginx-$mode" '$1==l {print $5}' <<< "$table")
+      while read -r label rps p50 p99 cpu rss; do
+        case "$label" in
+          upstream) [ "$mode" = files ] || continue; local shown=upstream ;;
+          *-"$mode") local shown=${label%-"$mode"} ;;
+          *) continue ;;
+        esac
+        local r c
+        r=$(awk -v a="$rps" -v b="$nginx_rps" 'BEGIN { printf "%.2f", a / b }')
+        c=$( [ "$cpu" = "-" ] && echo "-" || awk -v a="$cpu" -v b="$nginx_cpu" 'BEGIN { printf "%.2f", a / b }')
+        local logged=$mode; [ "$shown" = upstream ] && logged="-"
+        echo "| $shown | $logged | $rps | $p50 ms | $p99 ms | ${cpu} µs | ${rss} MiB | $r | $c |"
+      done <<< "$table"
+    done
+    echo
+    echo "Targets: CPU per request ≤ 2.00× nginx's and requests/s ≥ 0.60× nginx's, in both modes:"
+    echo
+    for mode in files off; do
+      local nginx_rps nginx_cpu
+      nginx_rps=$(awk -v l="nginx-$mode" '$1==l {print $2}' <<< "$table")
+      nginx_cpu=$(awk -v l="nginx-$mode" '$1==l {print $5}' <<< "$table")
+      for v in choice full_native wcpq; do
+        awk -v l="releasegate-$v-$mode" -v nr="$nginx_rps" -v nc="$nginx_cpu" -v m="$mode" -v v="$v" \
+          '$1==l { r = $2 / nr; c = $5 / nc; printf "- %s, logs %s: CPU %.2f×, requests/s %.2f× (%s)\n", v, m, c, r, (c <= 2.0 && r >= 0.6) ? "met" : "NOT met" }' <<< "$table"
+      done
+    done
     echo
     echo "releasegate RSS at idle (just started, \`full_native\`): $idle_rss MiB."
     echo
