@@ -49,6 +49,14 @@ die() { echo "dockerfile-dry-run: $*" >&2; exit 1; }
 # A fixed place (inside target/, which git and .dockerignore leave out): the crate's artifact
 # names depend on its path, so a fixed path lets repeated runs reuse them instead of piling up.
 work=$repo/target/dockerfile-dry-run
+if [[ -n $build_dir ]]; then
+    # The emulated workspace holds the repository's crates at another path, and cargo names
+    # a workspace crate's artifacts by its path relative to the workspace: in a shared build
+    # directory their fingerprints then list the emulated copy's files, and the repository's
+    # next build would take its own changed sources for fresh. Forget them on the way out
+    # (the dependencies stay built).
+    trap 'rm -rf "$build_dir/$profile_dir/.fingerprint/"releasegate*' EXIT
+fi
 rm -rf "$work"
 mkdir -p "$work/context"
 touch "$work/started"
