@@ -108,7 +108,10 @@ async fn contract_violations_get_400_naming_the_problem() {
         message.contains("question `secret_cause` is not released"),
         "{message}"
     );
-    let cases: Vec<(Value, &str)> = vec![(wrong_classes, "classes"), (box_question, "type `box`")];
+    let cases: Vec<(Value, &str)> = vec![
+        (wrong_classes, "classes"),
+        (box_question, "asks it as a choice question"),
+    ];
     for (body, needle) in cases {
         let (status, got_type, message) = error_of(
             app.post_raw(

@@ -4,6 +4,7 @@ mod access_log;
 mod auth;
 mod bad_input;
 mod binary;
+mod boxes;
 mod cli;
 mod collect;
 mod connections;

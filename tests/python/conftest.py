@@ -180,7 +180,7 @@ def _delivery_text(contract):
 def _config(upstream_url):
     codebook = REPO / "config" / "codebooks" / "delivery-coarse_cause.json"
     delivery = '["DELAY", "ADDRESS", "DAMAGE", "DELIVERY_RECORD"]'
-    contracts = ["full"] + [f"view_{view}" for view in VIEWS] + ["saturable", "sim_auditor", "sim_planner"]
+    contracts = ["full"] + [f"view_{view}" for view in VIEWS] + ["saturable", "sim_auditor", "sim_planner", "boxes"]
     text = (
         '[server]\nlisten = "127.0.0.1:0"\nadmin_listen = "127.0.0.1:0"\n'
         "max_body_bytes = 65536\nshutdown_grace_ms = 500\n"
@@ -201,6 +201,12 @@ def _config(upstream_url):
         f'mechanism = {{ kind = "wcpq", codebook = "{codebook}", fallback = "native" }}\n'
         'workflows = { preset = "tuple-bench" }\n'
         + _delivery_text("sim_planner")
+        # A box question beside a choice one: the box rounded to 0.05, its confidence too.
+        + '[contracts.boxes]\nprovider = "up"\nforward_headers = ["TypeSafe-Danger-Zone-Images"]\n'
+        '[contracts.boxes.questions.dent]\ntype = "box"\ninstructions = "Where is the dent?"\n'
+        'view = "full_native"\nmechanism = { kind = "quantize", step = 0.05 }\n'
+        '[contracts.boxes.questions.cause]\nclasses = ["A", "B", "C", "D"]\nview = "choice"\n'
+        'instructions = "Why?"\ndescriptions = { B = "b" }\n'
     )
     return text
 

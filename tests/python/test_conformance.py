@@ -14,6 +14,7 @@ import pytest
 from conftest import KEY, MULTI_KEY, REPO, VIEWS, wait_until
 from typesafe_sdk import (
     AsyncTypeSafeClient,
+    Box,
     Image,
     Choice,
     Noul,
@@ -375,3 +376,59 @@ def test_provider_error_kinds_reach_the_sdk_without_the_providers_text(proxy, up
         error = error_of(lambda: sdk.system_one(STATE, questions()), TypeSafeUnprocessableEntityError)
     assert "state.order: Input should be a valid string" in str(error)
     assert "UPSTREAM-SECRET" not in json.dumps(error.body)
+
+
+BOXED = {
+    "model": "jev-1.13.0",
+    "answers": {
+        "dent": {"type": "box", "box": {"top": 0.123, "bottom": 0.456, "left": 0.2, "right": 0.97}, "confidence": 0.734, "rationale": "UPSTREAM-SECRET"},
+        "cause": {"type": "choice", "choice": "B", "confidence": 0.61, "probabilities": {"D": 0.1, "C": 0.05, "B": 0.7, "A": 0.15}},
+    },
+    "usage": {"input_tokens": 392, "output_tokens": 1},
+}
+
+
+def box_questions():
+    return {
+        "dent": Box(instructions="Where is the dent?"),
+        "cause": Choice(instructions="Why?", criteria={"A": None, "B": "b", "C": None, "D": None}),
+    }
+
+
+def assert_box_released(result, seen):
+    dent = result.boxes["dent"]
+    assert (dent.box.top, dent.box.bottom, dent.box.left, dent.box.right) == (0.1, 0.45, 0.2, 0.95)
+    assert dent.confidence == 0.75
+    assert result.choices["cause"].choice == "B"
+    # Upstream: the contract's box question, with the image and the header the contract allows.
+    parts = multipart_parts(seen)
+    request = json.loads(parts[0][2])
+    assert request["questions"]["dent"] == {"type": "box", "instructions": "Where is the dent?"}
+    assert seen.headers["typesafe-danger-zone-images"] == "true"
+
+
+def test_box_questions_with_an_image_come_back_quantized(proxy, upstream):
+    upstream.once(200, json.dumps(BOXED).encode())
+    with client(proxy, key=MULTI_KEY, root="/contracts/boxes") as sdk:
+        result = sdk.system_one({**STATE, "photo": Image(PNG)}, box_questions(), extra_headers={"TypeSafe-Danger-Zone-Images": "true"})
+    assert_box_released(result, upstream.seen[-1])
+
+
+def test_async_box_questions_come_back_quantized(proxy, upstream):
+    upstream.once(200, json.dumps(BOXED).encode())
+
+    async def main():
+        async with AsyncTypeSafeClient(api_key=MULTI_KEY, base_url=proxy.url + "/contracts/boxes", retry=NO_RETRY, model="jev-latest") as sdk:
+            return await sdk.system_one({**STATE, "photo": Image(PNG)}, box_questions(), extra_headers={"TypeSafe-Danger-Zone-Images": "true"})
+
+    assert_box_released(asyncio.run(main()), upstream.seen[-1])
+
+
+def test_an_invalid_box_never_reaches_the_sdk(proxy, upstream):
+    broken = json.loads(json.dumps(BOXED))
+    broken["answers"]["dent"]["box"]["top"] = 0.9
+    upstream.once(200, json.dumps(broken).encode())
+    with client(proxy, key=MULTI_KEY, root="/contracts/boxes") as sdk:
+        error = error_of(lambda: sdk.system_one({**STATE, "photo": Image(PNG)}, box_questions()), TypeSafeInternalServerError)
+    assert error.status == 502
+    assert error.body["detail"]["error_type"] == "invalid_upstream_answer"

@@ -634,9 +634,13 @@ impl Config {
                 contract.provider, contract.usage, contract.shape
             ));
             for (question, rule) in &contract.questions {
+                let options = if rule.question.kind == Kind::Box {
+                    "a box".to_string()
+                } else {
+                    format!("{} classes", rule.classes.len())
+                };
                 out.push_str(&format!(
-                    "  question {question}: {} classes, view {}, mechanism {}{}{}\n",
-                    rule.classes.len(),
+                    "  question {question}: {options}, view {}, mechanism {}{}{}\n",
                     rule.view,
                     rule.mechanism.kind(),
                     if rule.coarsen.is_some() {
@@ -657,15 +661,19 @@ impl Config {
                         "with the caller's instructions and descriptions (caller_text)".to_string()
                     } else {
                         let described = rule.question.descriptions.iter().flatten().count();
-                        format!(
-                            "pinned: {}, {described} of {} options described",
-                            if rule.question.instructions.is_some() {
-                                "instructions"
-                            } else {
-                                "no instructions"
-                            },
-                            rule.classes.len()
-                        )
+                        let instructions = if rule.question.instructions.is_some() {
+                            "instructions"
+                        } else {
+                            "no instructions"
+                        };
+                        if rule.question.kind == Kind::Box {
+                            format!("pinned: {instructions}")
+                        } else {
+                            format!(
+                                "pinned: {instructions}, {described} of {} options described",
+                                rule.classes.len()
+                            )
+                        }
                     }
                 ));
                 if let crate::mechanism::Mechanism::Wcpq(wcpq) = &rule.mechanism {
@@ -762,6 +770,9 @@ pub(crate) fn build_question(
     inputs: &Inputs<'_>,
     problems: &mut Vec<String>,
 ) -> Option<QuestionRule> {
+    if raw.kind == Some(Kind::Box) {
+        return build_box_question(key, raw, problems);
+    }
     let n_problems = problems.len();
     let classes = std::mem::take(&mut raw.classes);
     let (min_classes, max_classes) = limits::CLASSES;
@@ -886,6 +897,93 @@ pub(crate) fn build_question(
         withhold,
         mechanism,
         workflows,
+    })
+}
+
+/// A `type = "box"` question: no classes, labels or workflows; the view `full_native` (box
+/// and confidence) or `choice` (the box alone); no mechanism, or `quantize` (edges and
+/// confidence rounded to its step).
+fn build_box_question(
+    key: &str,
+    raw: raw::RawQuestion,
+    problems: &mut Vec<String>,
+) -> Option<QuestionRule> {
+    let n_problems = problems.len();
+    let mut refuse = |field: &str, present: bool| {
+        if present {
+            problems.push(format!(
+                "{key}.{field}: a box question has no classes, so no `{field}`"
+            ));
+        }
+    };
+    refuse("classes", !raw.classes.is_empty());
+    refuse("descriptions", !raw.descriptions.is_empty());
+    refuse("coarsen", !raw.coarsen.is_empty());
+    refuse("withhold_labels", !raw.withhold_labels.is_empty());
+    refuse("workflows", raw.workflows.is_some());
+    match raw.view {
+        View::FullNative | View::Choice => {}
+        View::NoOutput => problems.push(format!(
+            "{key}.view: `no_output` on a question the contract allows leaves its answer out, which typed clients cannot read; remove the question from the contract instead (asking it is then 403 `question_not_released`)"
+        )),
+        other => problems.push(format!(
+            "{key}.view: a box question is released as `full_native` (box and confidence) or `choice` (the box alone), not `{}`",
+            other.as_str()
+        )),
+    }
+    let mechanism = match raw.mechanism {
+        crate::mechanism::Raw::None => Mechanism::None,
+        crate::mechanism::Raw::Quantize {
+            step,
+            confidence: crate::mechanism::ConfidenceSource::Derived,
+        } if crate::baseline::step_nanos(step).is_some() => Mechanism::Quantize {
+            step,
+            confidence: crate::mechanism::ConfidenceSource::Derived,
+        },
+        crate::mechanism::Raw::Quantize { step, confidence } => {
+            problems.push(format!(
+                "{key}.mechanism: a box question's quantize takes a `step` (a decimal in [1e-9, 1] with at most 9 decimal places, got {step}) and rounds the confidence to it{}",
+                if confidence == crate::mechanism::ConfidenceSource::Derived {
+                    ""
+                } else {
+                    " (no `confidence` option)"
+                }
+            ));
+            Mechanism::None
+        }
+        _ => {
+            problems.push(format!(
+                "{key}.mechanism: a box question takes no mechanism or `{{ kind = \"quantize\", step = ... }}` (the others rewrite class probabilities, which a box has none of)"
+            ));
+            Mechanism::None
+        }
+    };
+    if let Some(instructions) = &raw.instructions {
+        match instructions {
+            serde_json::Value::String(text) if text.trim().is_empty() => {
+                problems.push(format!("{key}.instructions: must not be blank"));
+            }
+            serde_json::Value::String(_)
+            | serde_json::Value::Object(_)
+            | serde_json::Value::Array(_) => {}
+            _ => problems.push(format!(
+                "{key}.instructions: must be System One content: a string, a table or an array"
+            )),
+        }
+    }
+    (problems.len() == n_problems).then(|| QuestionRule {
+        classes: Vec::new(),
+        question: Pinned {
+            kind: Kind::Box,
+            instructions: raw.instructions,
+            descriptions: Vec::new(),
+            caller_text: raw.caller_text,
+        },
+        view: raw.view,
+        coarsen: None,
+        withhold: Vec::new(),
+        mechanism,
+        workflows: None,
     })
 }
 

@@ -10,6 +10,7 @@
 //! requires (`shape`: fills computed from the released fields) or only the
 //! view's.
 
+pub mod bounding;
 pub mod shape;
 
 use serde_json::{Map, Value};
@@ -121,6 +122,22 @@ pub fn release(
             .get(&question.id)
             .ok_or(Invalid::MissingAnswer)?;
         let answer = answers.get(&question.id).ok_or(Invalid::MissingAnswer)?;
+        if question.kind == Kind::Box {
+            let native = wire::parse_box(answer)?;
+            released_answers.insert(
+                question.id.clone(),
+                bounding::release_box(rule, contract.shape, &native),
+            );
+            records.push(AnswerRecord {
+                question: question.id.clone(),
+                view: rule.view,
+                withheld: false,
+                mechanism: mechanism::Outcome::Applied,
+                mapping_seconds: None,
+                evaluation: None,
+            });
+            continue;
+        }
         let native_vector = wire::parse_answer(question.kind, rule, answer)?;
         let (value, record) = release_answer(
             question,
@@ -260,6 +277,8 @@ impl<'a> Form<'a> {
             Kind::Choice => {
                 out.insert("choice".into(), Value::String(label.clone()));
             }
+            // Box answers are released by `bounding`, never as a class vector.
+            Kind::Box => return None,
             Kind::Score => {
                 let level = |index: usize| labels[index].parse::<f64>().unwrap_or(0.0);
                 let score = if show_probabilities && !withheld {
@@ -467,6 +486,7 @@ impl<'a> Form<'a> {
                 let p_true = object.get("noul")?.as_f64()?;
                 Some(wire::argmax(&noul_vector(labels, p_true)))
             }
+            Kind::Box => None,
         }
     }
 }

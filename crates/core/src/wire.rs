@@ -23,6 +23,9 @@ pub enum Kind {
     Score,
     /// `noul`: outcomes `false`, `true`.
     Noul,
+    /// `box`: where an object is in the request's image, as four edges (fractions of the
+    /// image from its top-left corner) and a confidence; no classes.
+    Box,
 }
 
 /// A request checked against a contract.
@@ -139,6 +142,9 @@ pub enum Invalid {
     /// (`is_model_id`, `is_calendar_date`); the entry is dropped.
     #[error("bad_model_entry")]
     BadModelEntry,
+    /// A box whose top is below its bottom or whose left is right of its right edge.
+    #[error("bad_box")]
+    BadBox,
 }
 
 // === impl Kind ===
@@ -150,6 +156,7 @@ impl Kind {
             Kind::Choice => "choice",
             Kind::Score => "score",
             Kind::Noul => "noul",
+            Kind::Box => "box",
         }
     }
 }
@@ -158,7 +165,7 @@ impl Kind {
 
 impl Invalid {
     /// Every reason, for pre-registering metrics.
-    pub const ALL: [Invalid; 10] = [
+    pub const ALL: [Invalid; 11] = [
         Invalid::NotJson,
         Invalid::MissingField,
         Invalid::TypeMismatch,
@@ -169,6 +176,7 @@ impl Invalid {
         Invalid::MissingAnswer,
         Invalid::BadModel,
         Invalid::BadModelEntry,
+        Invalid::BadBox,
     ];
 }
 
@@ -509,9 +517,10 @@ fn check_question(
         Some("choice") => Kind::Choice,
         Some("score") => Kind::Score,
         Some("noul") => Kind::Noul,
+        Some("box") => Kind::Box,
         Some(other) => {
             return Err(fail(&format!(
-                "type `{other}` cannot be released under a contract (choice, score or noul only)"
+                "type `{other}` cannot be released under a contract (choice, score, noul or box only)"
             )));
         }
         None => return Err(fail("missing `type`")),
@@ -567,6 +576,12 @@ fn check_question(
                         .filter(|v| !v.is_null())
                 })
                 .collect()
+        }
+        Kind::Box => {
+            if question.get("criteria").is_some_and(|c| !c.is_null()) {
+                return Err(fail("a box question has no `criteria`"));
+            }
+            Vec::new()
         }
         Kind::Noul => {
             // Outcomes beyond `true` and `false` mean nothing and are never sent.
@@ -678,6 +693,8 @@ fn upstream_question(kind: Kind, classes: &[String], text: Text) -> Value {
                 .collect();
             out.insert("criteria".into(), Value::Array(criteria));
         }
+        // A box question is its instructions alone.
+        Kind::Box => {}
         Kind::Noul => {
             if text.descriptions.iter().any(Option::is_some) {
                 let criteria = described()
@@ -777,6 +794,8 @@ pub fn parse_answer(
     }
     let classes = &rule.classes;
     let (probabilities, choice, confidence) = match kind {
+        // A box answer has no class vector: `parse_box` reads it.
+        Kind::Box => return Err(Invalid::TypeMismatch),
         Kind::Choice | Kind::Score => {
             let map = object
                 .get("probabilities")
@@ -840,6 +859,54 @@ pub fn parse_answer(
         probabilities,
         confidence,
     })
+}
+
+/// A box answer's edges, fractions of the image measured from its top-left corner.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BoxEdges {
+    pub top: f64,
+    pub bottom: f64,
+    pub left: f64,
+    pub right: f64,
+}
+
+/// A provider's box answer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BoxAnswer {
+    pub edges: BoxEdges,
+    /// In [0, 1], or `None` when the provider sent `null` (or nothing).
+    pub confidence: Option<f64>,
+}
+
+/// Validates a provider's box answer: `type` "box", four edges that are numbers in [0, 1]
+/// with `top <= bottom` and `left <= right`, and a confidence in [0, 1] or null. Anything
+/// else is invalid, and the answer never goes out.
+pub fn parse_box(answer: &Value) -> Result<BoxAnswer, Invalid> {
+    let object = answer.as_object().ok_or(Invalid::MissingField)?;
+    match object.get("type").and_then(Value::as_str) {
+        Some("box") => {}
+        Some(_) => return Err(Invalid::TypeMismatch),
+        None => return Err(Invalid::MissingField),
+    }
+    let edges = object
+        .get("box")
+        .and_then(Value::as_object)
+        .ok_or(Invalid::MissingField)?;
+    let edge = |name: &str| unit_number(edges.get(name).ok_or(Invalid::MissingField)?);
+    let edges = BoxEdges {
+        top: edge("top")?,
+        bottom: edge("bottom")?,
+        left: edge("left")?,
+        right: edge("right")?,
+    };
+    if edges.top > edges.bottom || edges.left > edges.right {
+        return Err(Invalid::BadBox);
+    }
+    let confidence = match object.get("confidence") {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(unit_number(value)?),
+    };
+    Ok(BoxAnswer { edges, confidence })
 }
 
 fn unit_number(value: &Value) -> Result<f64, Invalid> {

@@ -264,8 +264,10 @@ fn build_policy(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawQuestion {
+    /// Required but for box questions, which have none.
+    #[serde(default)]
     pub(crate) classes: Vec<String>,
-    /// `choice`, `score` or `noul`; by default what the classes imply.
+    /// `choice`, `score`, `noul` or `box`; by default what the classes imply.
     #[serde(default, rename = "type")]
     pub(crate) kind: Option<crate::wire::Kind>,
     /// The question's instructions (System One content).

@@ -200,7 +200,10 @@ fn a_question_pins_its_type_and_text() {
             format!("{MINIMAL}type = \"noul\"\n"),
             "contracts.c.questions.q.type: a noul question's classes",
         ),
-        (format!("{MINIMAL}type = \"box\"\n"), "type"),
+        (
+            format!("{MINIMAL}type = \"box\"\n"),
+            "contracts.c.questions.q.classes: a box question has no classes",
+        ),
         (
             MINIMAL.replace("[\"A\", \"B\", \"C\"]", "[\"0\", \"1\"]")
                 + "coarsen = { \"0\" = \"X\" }\n",
@@ -847,4 +850,61 @@ fn an_allowed_question_must_release_something_and_deny_is_explained() {
         crate::mechanism::Fallback::Native.typed_clients(crate::contract::Shape::Complete),
         None
     );
+}
+
+#[test]
+fn box_questions_take_a_view_and_quantize_and_nothing_of_classes() {
+    let base = MINIMAL
+        .split("[contracts.c.questions.q]")
+        .next()
+        .unwrap()
+        .to_string()
+        + "[contracts.c.questions.where]\ntype = \"box\"\ninstructions = \"Where is the damage?\"\n";
+    let config = Config::from_toml(&format!(
+        "{base}view = \"choice\"\nmechanism = {{ kind = \"quantize\", step = 0.05 }}\n"
+    ))
+    .unwrap();
+    let rule = &config.contract("c").unwrap().questions["where"];
+    assert_eq!(rule.question.kind, Kind::Box);
+    assert!(rule.classes.is_empty());
+    assert!(matches!(rule.mechanism, Mechanism::Quantize { step, .. } if step == 0.05));
+    assert!(Config::from_toml(&format!("{base}view = \"full_native\"\n")).is_ok());
+    let cases = [
+        (
+            "view = \"full_probabilities\"\n",
+            "where.view: a box question is released as",
+        ),
+        ("view = \"no_output\"\n", "where.view: `no_output`"),
+        (
+            "view = \"choice\"\nclasses = [\"A\", \"B\"]\n",
+            "where.classes: a box question has no classes",
+        ),
+        (
+            "view = \"choice\"\ncoarsen = { A = \"X\" }\n",
+            "where.coarsen: a box question",
+        ),
+        (
+            "view = \"choice\"\nmechanism = { kind = \"top_k\", k = 2 }\n",
+            "where.mechanism: a box question takes no mechanism or",
+        ),
+        (
+            "view = \"choice\"\nmechanism = { kind = \"quantize\", step = 0.123456789012 }\n",
+            "where.mechanism: a box question's quantize takes a `step`",
+        ),
+        (
+            "view = \"choice\"\nmechanism = { kind = \"quantize\", step = 0.1, confidence = \"native\" }\n",
+            "(no `confidence` option)",
+        ),
+        (
+            "view = \"choice\"\nworkflows = { preset = \"tuple-bench\" }\n",
+            "where.workflows: a box question",
+        ),
+    ];
+    for (extra, needle) in cases {
+        let found = problems(&format!("{base}{extra}"));
+        assert!(
+            found.iter().any(|p| p.contains(needle)),
+            "{extra}: expected {needle}, got {found:?}"
+        );
+    }
 }

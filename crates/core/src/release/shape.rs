@@ -80,7 +80,7 @@ pub fn confidence(kind: Kind, labels: &[String], p: &[f64]) -> f64 {
                 .collect();
             score_confidence(&levels, p)
         }
-        Kind::Choice | Kind::Noul => choice_confidence(p),
+        Kind::Choice | Kind::Noul | Kind::Box => choice_confidence(p),
     }
 }
 

@@ -419,6 +419,7 @@ mod text_identity {
                 Kind::Choice => (0..n).map(|i| format!("L{i}")).collect(),
                 Kind::Score => (0..n).map(|i| i.to_string()).collect(),
                 Kind::Noul => vec!["false".into(), "true".into()],
+                Kind::Box => unreachable!("box answers are not class vectors"),
             };
             let legend = (kind == Kind::Score).then(|| {
                 labels.iter().map(|l| (l.clone(), json!(format!("level {l}")))).collect()

@@ -192,7 +192,7 @@ fn well_formed_requests_outside_the_contract_are_contract_errors() {
         ),
         (
             json!({"model": "m", "state": "s", "questions": {"q": {"type": "box"}}}),
-            "type `box`",
+            "asks it as a choice question",
         ),
         (
             json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"A": null, "B": null}}}}),

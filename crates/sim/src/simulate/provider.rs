@@ -55,6 +55,7 @@ enum Kind<'a> {
     Choice(Vec<&'a str>),
     Score(&'a [Value]),
     Noul,
+    Box,
 }
 
 struct Question<'a> {
@@ -119,6 +120,7 @@ fn answer(request: &Value, input_len: usize) -> Result<Value, Error> {
             Kind::Choice(labels) => choice(labels, inferred.as_ref(), &seeds),
             Kind::Score(levels) => score(levels, inferred.as_ref(), &seeds),
             Kind::Noul => noul(inferred.as_ref(), &seeds),
+            Kind::Box => bounding_box(&seeds),
         };
         answers.insert(question.id.to_string(), answer);
     }
@@ -246,10 +248,21 @@ fn validate_question<'a>(id: &'a str, body: &'a Value) -> Result<Question<'a>, E
             }
             Kind::Noul
         }
+        Some("box") => {
+            if fields.get("criteria").is_some_and(|c| !c.is_null()) {
+                return Err(invalid(
+                    &["questions", id, "criteria"],
+                    "a box question has no criteria",
+                ));
+            }
+            Kind::Box
+        }
         Some(other) => {
             return Err(invalid(
                 &["questions", id, "type"],
-                format!("unsupported question type `{other}` (expected choice, score or noul)"),
+                format!(
+                    "unsupported question type `{other}` (expected choice, score, noul or box)"
+                ),
             ));
         }
     };
@@ -539,6 +552,22 @@ fn noul(inferred: Option<&Inferred>, seeds: &Seeds) -> Value {
     let p = 1.0 / (1.0 + (-logit).exp());
     let p = if p.is_finite() { p } else { 0.5 };
     json!({"type": "noul", "noul": round4(p.clamp(0.0, 1.0))})
+}
+
+/// A box somewhere in the image: edges drawn from the world's stream (the simulator
+/// sees no pixels), ordered, with a confidence.
+fn bounding_box(seeds: &Seeds) -> Value {
+    let mut world = Rng::new(seeds.world);
+    let (a, b) = (world.uniform(), world.uniform());
+    let (c, d) = (world.uniform(), world.uniform());
+    json!({
+        "type": "box",
+        "box": {
+            "top": round4(a.min(b)), "bottom": round4(a.max(b)),
+            "left": round4(c.min(d)), "right": round4(c.max(d)),
+        },
+        "confidence": round4(world.uniform()),
+    })
 }
 
 // --- numerics ---

@@ -207,8 +207,12 @@ fn invalid_requests_are_rejected_with_locations() {
             vec!["body", "questions", "q", "type"],
         ),
         (
-            json!({"model": "m", "state": "s", "questions": {"q": {"type": "box"}}}),
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "line"}}}),
             vec!["body", "questions", "q", "type"],
+        ),
+        (
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "box", "criteria": ["a"]}}}),
+            vec!["body", "questions", "q", "criteria"],
         ),
         (
             json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"a": null}}}}),
@@ -365,4 +369,14 @@ fn shipped_example_requests_are_answered() {
         infer(&delivery["state"]).is_some(),
         "the delivery example carries report cues"
     );
+}
+
+#[test]
+fn box_questions_get_valid_boxes_deterministically() {
+    let request = json!({"model": "m", "state": "s", "questions": {"q": {"type": "box", "instructions": "Where?"}}});
+    let first = respond(&request).unwrap();
+    assert_eq!(first, respond(&request).unwrap());
+    let answer = releasegate_core::wire::parse_box(&first["answers"]["q"]).unwrap();
+    assert!(answer.confidence.is_some());
+    assert!(answer.edges.top <= answer.edges.bottom && answer.edges.left <= answer.edges.right);
 }
