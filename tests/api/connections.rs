@@ -3,74 +3,15 @@
 //! Waits that must end are bounded generously; nothing asserts a duration.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::routing::post;
 use releasegate_proxy::server::Application;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use super::helpers::{CLIENT_KEY, native_answer, questions, request};
-
-/// Bound on every wait that must end.
-pub(crate) const PATIENCE: Duration = Duration::from_secs(10);
-
-/// A System One upstream that answers only when the test opens its gate.
-pub(crate) struct GatedUpstream {
-    pub base_url: String,
-    gate: Arc<Semaphore>,
-    arrived: mpsc::UnboundedReceiver<()>,
-}
-
-impl GatedUpstream {
-    pub(crate) async fn start() -> GatedUpstream {
-        let gate = Arc::new(Semaphore::new(0));
-        let (tell, arrived) = mpsc::unbounded_channel();
-        let app = Router::new().route(
-            "/v1/systemone",
-            post({
-                let gate = gate.clone();
-                move || async move {
-                    let _ = tell.send(());
-                    gate.acquire().await.unwrap().forget();
-                    axum::Json(native_answer())
-                }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base_url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        GatedUpstream {
-            base_url,
-            gate,
-            arrived,
-        }
-    }
-
-    /// Lets every request through from now on.
-    pub(crate) fn open(&self) {
-        self.gate.add_permits(Semaphore::MAX_PERMITS / 2);
-    }
-
-    /// Lets one waiting (or the next) request through.
-    pub(crate) fn release_one(&self) {
-        self.gate.add_permits(1);
-    }
-
-    /// Waits until a request has reached the upstream.
-    pub(crate) async fn arrived(&mut self) {
-        tokio::time::timeout(PATIENCE, self.arrived.recv())
-            .await
-            .expect("the request never reached the upstream")
-            .unwrap();
-    }
-}
+use super::helpers::{CLIENT_KEY, PATIENCE, questions, request, spawn_upstream};
 
 /// A configuration with `server_extra` in `[server]` and one recipient
 /// (`CLIENT_KEY`) on a `full_native` contract; the provider is the upstream
@@ -332,10 +273,11 @@ async fn idle_keep_alive_connections_are_closed_after_the_idle_timeout() {
 
 #[tokio::test]
 async fn a_request_in_progress_outlives_the_header_and_idle_timeouts() {
-    let mut upstream = GatedUpstream::start().await;
+    let (upstream, base_url) = spawn_upstream().await;
+    upstream.close();
     let proxy = Proxy::start(
         "header_read_timeout_ms = 100\nidle_timeout_ms = 100",
-        Some(&upstream.base_url),
+        Some(&base_url),
     )
     .await;
     let url = format!("http://{}/v1/systemone", proxy.public);

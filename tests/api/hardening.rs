@@ -7,10 +7,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::binary::{Served, serve_command};
-use crate::connections::{PATIENCE, config_text};
+use crate::connections::config_text;
 use crate::helpers::{
-    CLIENT_KEY, error_of, native_answer, request, scratch, spawn, spawn_full, spawn_upstream,
-    spawn_with,
+    CLIENT_KEY, PATIENCE, error_of, native_answer, request, scratch, spawn, spawn_full,
+    spawn_upstream, spawn_with,
 };
 
 /// Everything the proxy logs on this thread (`#[tokio::test]` runs the proxy's tasks on

@@ -35,15 +35,73 @@ pub(crate) struct Seen {
     pub body: Bytes,
 }
 
+/// Bound on every wait that must end.
+pub(crate) const PATIENCE: Duration = Duration::from_secs(10);
+
+/// The local System One upstream: answers what the test scripts (JSON or anything else, any
+/// status, headers and delay), records every request it receives (JSON or multipart, headers
+/// and raw body), and can hold requests at a gate until the test lets them through.
 #[derive(Clone, Default)]
 pub(crate) struct Upstream {
     script: Arc<Mutex<Option<Script>>>,
     /// One-shot answers served (in order) before `script`.
     queued: Arc<Mutex<std::collections::VecDeque<Script>>>,
     pub seen: Arc<Mutex<Vec<Seen>>>,
+    gate: Arc<Gate>,
+}
+
+/// Requests wait here while the gate is closed; each arrival is announced.
+struct Gate {
+    closed: std::sync::atomic::AtomicBool,
+    permits: tokio::sync::Semaphore,
+    tell: tokio::sync::mpsc::UnboundedSender<()>,
+    arrivals: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<()>>,
+}
+
+impl Default for Gate {
+    fn default() -> Gate {
+        let (tell, arrivals) = tokio::sync::mpsc::unbounded_channel();
+        Gate {
+            closed: std::sync::atomic::AtomicBool::new(false),
+            permits: tokio::sync::Semaphore::new(0),
+            tell,
+            arrivals: tokio::sync::Mutex::new(arrivals),
+        }
+    }
 }
 
 impl Upstream {
+    /// From now on every request waits until `release_one` or `open` lets it through.
+    pub(crate) fn close(&self) {
+        self.gate
+            .closed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Lets every request through from now on (the waiting ones too).
+    pub(crate) fn open(&self) {
+        self.gate
+            .closed
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        self.gate
+            .permits
+            .add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
+    }
+
+    /// Lets one waiting (or the next) request through a closed gate.
+    pub(crate) fn release_one(&self) {
+        self.gate.permits.add_permits(1);
+    }
+
+    /// Waits (bounded) until one more request has reached the upstream.
+    pub(crate) async fn arrived(&self) {
+        let mut arrivals = self.gate.arrivals.lock().await;
+        tokio::time::timeout(PATIENCE, arrivals.recv())
+            .await
+            .expect("the request never reached the upstream")
+            .unwrap();
+    }
+
     pub(crate) fn answer(&self, body: Value) {
         self.script(200, serde_json::to_vec(&body).unwrap(), &[], Duration::ZERO);
     }
@@ -82,6 +140,14 @@ async fn upstream_handler(
     body: Bytes,
 ) -> Response {
     upstream.seen.lock().unwrap().push(Seen { headers, body });
+    let _ = upstream.gate.tell.send(());
+    if upstream
+        .gate
+        .closed
+        .load(std::sync::atomic::Ordering::SeqCst)
+    {
+        upstream.gate.permits.acquire().await.unwrap().forget();
+    }
     let queued = upstream.queued.lock().unwrap().pop_front();
     let script = queued
         .or_else(|| upstream.script.lock().unwrap().clone())

@@ -11,8 +11,8 @@ use serde_json::Value;
 use tokio::net::TcpStream;
 
 use super::binary::{BIN, Served, serve_command};
-use super::connections::{GatedUpstream, PATIENCE, config_text, served};
-use super::helpers::{CLIENT_KEY, request};
+use super::connections::{config_text, served};
+use super::helpers::{CLIENT_KEY, PATIENCE, request, spawn_upstream};
 
 /// A key the configuration binds only after a reload.
 const ADDED_KEY: &str = "client-key-added-by-sighup";
@@ -121,9 +121,8 @@ fn client() -> reqwest::Client {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sighup_reloads_the_configuration_and_refuses_a_broken_one() {
-    let upstream = GatedUpstream::start().await;
-    upstream.open();
-    let config = config_text("shutdown_grace_ms = 5000", Some(&upstream.base_url));
+    let (_upstream, base_url) = spawn_upstream().await;
+    let config = config_text("shutdown_grace_ms = 5000", Some(&base_url));
     let mut proxy = Serving::start("hup", &config, None);
     let client = client();
     assert_eq!(proxy.decide(&client).await.status(), 200);
@@ -174,9 +173,8 @@ async fn sighup_reloads_the_configuration_and_refuses_a_broken_one() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_log_line_of_a_request_carries_its_ids() {
-    let upstream = GatedUpstream::start().await;
-    upstream.open();
-    let mut proxy = Serving::start("span", &config_text("", Some(&upstream.base_url)), None);
+    let (_upstream, base_url) = spawn_upstream().await;
+    let mut proxy = Serving::start("span", &config_text("", Some(&base_url)), None);
     let client = client();
     let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let response = client
@@ -228,12 +226,13 @@ async fn every_log_line_of_a_request_carries_its_ids() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_drains_in_flight_requests_while_readyz_answers_503() {
-    let mut upstream = GatedUpstream::start().await;
+    let (upstream, base_url) = spawn_upstream().await;
+    upstream.close();
     let mut proxy = Serving::start(
         "term",
         &config_text(
             "shutdown_grace_ms = 30000\ndrain_delay_ms = 0",
-            Some(&upstream.base_url),
+            Some(&base_url),
         ),
         None,
     );
@@ -354,11 +353,10 @@ async fn a_full_public_listener_leaves_file_descriptors_for_the_admin_port() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn access_lines_are_written_in_batches_and_all_of_them_by_exit() {
-    let upstream = GatedUpstream::start().await;
-    upstream.open();
+    let (_upstream, base_url) = spawn_upstream().await;
     let mut proxy = Serving::start(
         "access",
-        &config_text("worker_threads = 2", Some(&upstream.base_url)),
+        &config_text("worker_threads = 2", Some(&base_url)),
         None,
     );
     let client = client();
@@ -411,11 +409,10 @@ fn thread_names(pid: u32) -> Vec<String> {
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread")]
 async fn worker_threads_event_loops_serve_together_and_drain() {
-    let upstream = GatedUpstream::start().await;
-    upstream.open();
+    let (_upstream, base_url) = spawn_upstream().await;
     let mut proxy = Serving::start(
         "loops",
-        &config_text("worker_threads = 3", Some(&upstream.base_url)),
+        &config_text("worker_threads = 3", Some(&base_url)),
         None,
     );
     // The calling thread is the first loop; two more run on threads of their own.

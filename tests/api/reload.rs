@@ -10,8 +10,7 @@ use std::time::Duration;
 use releasegate_proxy::server::{AppState, Application};
 use tokio::sync::oneshot;
 
-use super::connections::{GatedUpstream, PATIENCE};
-use super::helpers::{CLIENT_KEY, questions, request, scratch, spawn_upstream};
+use super::helpers::{CLIENT_KEY, PATIENCE, questions, request, scratch, spawn_upstream};
 
 /// A key that only some configurations bind.
 const ADDED_KEY: &str = "client-key-added";
@@ -260,12 +259,13 @@ async fn twenty_reloads_under_load_fail_no_request_and_keys_follow_their_reload(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn requests_in_flight_finish_on_the_configuration_they_started_with() {
-    let mut upstream = GatedUpstream::start().await;
+    let (upstream, base_url) = spawn_upstream().await;
+    upstream.close();
     let dir = scratch("inflight");
     let added = dir.join("added.toml");
     let base = dir.join("base.toml");
-    std::fs::write(&added, config_text(Version::Added, &upstream.base_url, "")).unwrap();
-    std::fs::write(&base, config_text(Version::Base, &upstream.base_url, "")).unwrap();
+    std::fs::write(&added, config_text(Version::Added, &base_url, "")).unwrap();
+    std::fs::write(&base, config_text(Version::Base, &base_url, "")).unwrap();
     let proxy = Running::start(&added).await;
     // A request of the added key reaches the provider, then its key is removed.
     let in_flight = {
