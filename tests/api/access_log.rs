@@ -1,56 +1,24 @@
 //! The access log: one line per request under its own target, and a switch to turn it off.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
-use releasegate_proxy::server::Application;
 use serde_json::Value;
-use tokio::sync::oneshot;
 
-use super::connections::config_text;
-use super::helpers::{CLIENT_KEY, request};
+use super::binary::{Served, client, serve_command};
+use super::helpers::{CLIENT_KEY, Provider, TestConfig, request, scratch};
 
-/// Everything logged on this thread (`#[tokio::test]` runs the proxy's tasks on it).
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
-    type Writer = Logs;
-    fn make_writer(&'a self) -> Logs {
-        self.clone()
-    }
-}
-
-/// Serves three requests (two answered, one refused) with `server_extra`; returns the JSON log lines.
+/// Serves three requests (two answered, one refused) with `server_extra`, through the binary
+/// (its one global subscriber, as an operator runs it); returns the JSON log lines.
 async fn logged(server_extra: &str) -> Vec<Value> {
-    let logs = Logs::default();
-    let filter = tracing_subscriber::EnvFilter::new("releasegate=info");
-    let _guard = tracing::subscriber::set_default(releasegate_proxy::telemetry::subscriber(
-        true,
-        filter,
-        logs.clone(),
-    ));
-    // Other tests reach the same call sites on threads without a subscriber meanwhile: recompute
-    // their cached interest with this one installed (see `hardening::settle_interest`).
-    tracing::callsite::rebuild_interest_cache();
-    let config = releasegate_proxy::load::from_toml(&config_text(server_extra, None)).unwrap();
-    let app = Application::build(config).await.unwrap();
-    let url = format!("http://127.0.0.1:{}/v1/systemone", app.port());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let running = tokio::spawn(app.run_until_stopped(async move {
-        let _ = stopped.await;
-    }));
-    let client = reqwest::Client::new();
+    let dir = scratch("access-log");
+    let path = dir.join("releasegate.toml");
+    let config = TestConfig {
+        server: String::from(server_extra),
+        provider: Provider::Simulated,
+        ..TestConfig::single()
+    };
+    std::fs::write(&path, config.toml("")).unwrap();
+    let proxy = Served::start(serve_command(&path));
+    let url = format!("http://{}/v1/systemone", proxy.public);
+    let client = client();
     for key in [CLIENT_KEY, CLIENT_KEY, "not-a-key"] {
         let status = client
             .post(&url)
@@ -62,10 +30,12 @@ async fn logged(server_extra: &str) -> Vec<Value> {
             .status();
         assert_eq!(status, if key == CLIENT_KEY { 200 } else { 401 });
     }
-    let _ = stop.send(());
-    let _ = running.await;
-    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
-    text.lines()
+    let logs = proxy.logs.clone();
+    // The drain writes out the batched access lines before the process ends.
+    proxy.stop().await;
+    let lines = logs.lock().unwrap().clone();
+    lines
+        .iter()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect()
 }
@@ -79,8 +49,7 @@ fn access_lines(lines: &[Value]) -> Vec<&Value> {
 
 #[tokio::test]
 async fn every_request_gets_an_access_line_by_default() {
-    // One event loop: the log is captured on this thread.
-    let lines = logged("worker_threads = 1").await;
+    let lines = logged("").await;
     let access = access_lines(&lines);
     assert_eq!(access.len(), 3, "{lines:?}");
     let statuses: Vec<&Value> = access.iter().map(|l| &l["fields"]["status"]).collect();
@@ -100,7 +69,7 @@ async fn every_request_gets_an_access_line_by_default() {
 
 #[tokio::test]
 async fn access_log_false_drops_only_the_access_lines() {
-    let lines = logged("worker_threads = 1\naccess_log = false").await;
+    let lines = logged("access_log = false").await;
     assert!(access_lines(&lines).is_empty(), "{lines:?}");
     // Everything else is still logged: start-up, the refused request, the drain.
     let messages: Vec<&str> = lines

@@ -14,6 +14,13 @@ pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_releasegate");
 /// A hang guard only: a healthy start takes well under a second.
 const START_GUARD: Duration = Duration::from_secs(120);
 
+/// An HTTP client for talking to the binary (this test process installs no crypto provider
+/// of its own otherwise; the proxy's is in the other process).
+pub(crate) fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
 /// A running `releasegate serve`: its bound addresses (`host:port`) and every line of its log.
 pub(crate) struct Served {
     child: Child,

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{error_of, native_answer, request, spawn_with};
+use crate::helpers::TestConfig;
+use crate::helpers::{error_of, native_answer, request};
 
 /// The contract's box question `where`, with `view` and `mechanism`.
 fn box_question(view: &str, mechanism: &str) -> String {
@@ -31,15 +32,14 @@ fn answer_with(boxed: Value) -> Value {
 
 #[tokio::test]
 async fn a_box_goes_out_quantized_with_the_confidence_its_view_allows() {
-    let app = spawn_with(
-        "full_native",
-        "",
-        "timeout_ms = 2000",
-        &box_question(
+    let app = TestConfig {
+        contract: String::from(&box_question(
             "full_native",
             "mechanism = { kind = \"quantize\", step = 0.05 }",
-        ),
-    )
+        )),
+        ..TestConfig::default()
+    }
+    .spawn()
     .await;
     app.upstream.answer(answer_with(json!({
         "type": "box",
@@ -89,12 +89,12 @@ async fn a_box_goes_out_quantized_with_the_confidence_its_view_allows() {
 
 #[tokio::test]
 async fn the_choice_view_releases_the_box_alone() {
-    let app = spawn_with(
-        "choice",
-        "",
-        "timeout_ms = 2000",
-        &box_question("choice", ""),
-    )
+    let app = TestConfig {
+        view: "choice".into(),
+        contract: String::from(&box_question("choice", "")),
+        ..TestConfig::default()
+    }
+    .spawn()
     .await;
     app.upstream.answer(answer_with(json!({
         "type": "box",
@@ -113,15 +113,14 @@ async fn the_choice_view_releases_the_box_alone() {
 
 #[tokio::test]
 async fn an_invalid_box_from_the_provider_fails_closed() {
-    let app = spawn_with(
-        "full_native",
-        "",
-        "timeout_ms = 2000",
-        &box_question(
+    let app = TestConfig {
+        contract: String::from(&box_question(
             "full_native",
             "mechanism = { kind = \"quantize\", step = 0.1 }",
-        ),
-    )
+        )),
+        ..TestConfig::default()
+    }
+    .spawn()
     .await;
     let edges = |top: Value, bottom: Value| json!({"type": "box", "box": {"top": top, "bottom": bottom, "left": 0.1, "right": 0.2}, "confidence": 0.5});
     let cases = [

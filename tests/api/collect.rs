@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 
 use super::helpers::{
     PROVIDER_KEY, PROVIDER_KEY_ENV, native_answer, questions, request, scratch, spawn_upstream,
-    spawn_with,
 };
+use crate::helpers::TestConfig;
 
 const BIN: &str = env!("CARGO_BIN_EXE_releasegate");
 
@@ -274,8 +274,19 @@ async fn live_capture_writes_released_answers_and_changes_nothing_a_recipient_se
         "capture = {{ path = \"{}\", sample_rate = 1 }}",
         path.display()
     );
-    let captured = spawn_with("full_probabilities", "", "timeout_ms = 2000", &capture).await;
-    let plain = spawn_with("full_probabilities", "", "timeout_ms = 2000", "").await;
+    let captured = TestConfig {
+        view: "full_probabilities".into(),
+        contract: String::from(&capture),
+        ..TestConfig::default()
+    }
+    .spawn()
+    .await;
+    let plain = TestConfig {
+        view: "full_probabilities".into(),
+        ..TestConfig::default()
+    }
+    .spawn()
+    .await;
     let (mut bodies, mut headers) = (Vec::new(), Vec::new());
     for app in [&captured, &plain] {
         let response = app.post(&request()).await;

@@ -11,25 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
-use super::helpers::{CLIENT_KEY, PATIENCE, questions, request, spawn_upstream};
-
-/// A configuration with `server_extra` in `[server]` and one recipient
-/// (`CLIENT_KEY`) on a `full_native` contract; the provider is the upstream
-/// at `base_url`, or the simulator.
-pub(crate) fn config_text(server_extra: &str, base_url: Option<&str>) -> String {
-    let provider = match base_url {
-        Some(url) => format!("kind = \"systemone\"\nbase_url = \"{url}\"\ntimeout_ms = 30000"),
-        None => "kind = \"simulated\"".to_string(),
-    };
-    format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nmax_body_bytes = 65536\n{server_extra}\n\
-         [providers.up]\n{provider}\n\
-         [[recipients]]\nname = \"one\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n\
-         [contracts.main]\nprovider = \"up\"\n{}",
-        releasegate_proxy::auth::hash_key(CLIENT_KEY),
-        questions("main", "full_native", ""),
-    )
-}
+use super::helpers::{CLIENT_KEY, PATIENCE, Provider, TestConfig, request, spawn_upstream};
 
 /// The proxy running in this process.
 struct Proxy {
@@ -41,8 +23,17 @@ struct Proxy {
 
 impl Proxy {
     async fn start(server_extra: &str, base_url: Option<&str>) -> Proxy {
-        let config =
-            releasegate_proxy::load::from_toml(&config_text(server_extra, base_url)).unwrap();
+        let provider = match base_url {
+            Some(url) => Provider::Url(url.to_string()),
+            None => Provider::Simulated,
+        };
+        let text = TestConfig {
+            server: server_extra.into(),
+            provider,
+            ..TestConfig::single()
+        }
+        .toml("");
+        let config = releasegate_proxy::load::from_toml(&text).unwrap();
         let app = Application::build(config).await.unwrap();
         let public = SocketAddr::from(([127, 0, 0, 1], app.port()));
         let admin = format!("http://127.0.0.1:{}", app.admin_port());

@@ -5,7 +5,8 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use super::helpers::{CLIENT_KEY, spawn_with};
+use super::helpers::CLIENT_KEY;
+use crate::helpers::TestConfig;
 
 const BIN: &str = env!("CARGO_BIN_EXE_releasegate");
 
@@ -62,12 +63,12 @@ async fn the_decision_log_has_one_line_per_request_and_no_content() {
     // any order).
     let table = format!("[decision_log]\npath = \"{}\"\n", path.display());
     // The caller's own text goes upstream (`caller_text`): the log must leave it out too.
-    let app = spawn_with(
-        "full_native",
-        "caller_text = true",
-        "timeout_ms = 2000",
-        &table,
-    )
+    let app = TestConfig {
+        cause: "caller_text = true".into(),
+        contract: String::from(&table),
+        ..TestConfig::default()
+    }
+    .spawn()
     .await;
     app.upstream.answer(native());
     let auth = format!("Bearer {CLIENT_KEY}");

@@ -6,12 +6,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::binary::{Served, serve_command};
-use crate::connections::config_text;
+use crate::binary::{Served, client, serve_command};
 use crate::helpers::{
-    CLIENT_KEY, PATIENCE, error_of, native_answer, request, scratch, spawn, spawn_full,
-    spawn_upstream, spawn_with,
+    CLIENT_KEY, PATIENCE, error_of, native_answer, request, scratch, spawn, spawn_upstream,
 };
+use crate::helpers::{Provider, TestConfig};
 
 /// Everything the proxy logs on this thread (`#[tokio::test]` runs the proxy's tasks on
 /// the test's own thread), through the subscriber `serve` installs.
@@ -204,8 +203,15 @@ async fn provider_key_failures_are_logged_at_error_level_and_causes_in_full() {
     let (upstream, url) = spawn_upstream().await;
     upstream.script(401, b"{}".to_vec(), &[], Duration::ZERO);
     let dir = scratch("key-failures");
-    let proxy = serve_on(&dir, &config_text("", Some(&url)));
-    let client = reqwest::Client::new();
+    let proxy = serve_on(
+        &dir,
+        &TestConfig {
+            provider: Provider::Url(String::from(&url)),
+            ..TestConfig::single()
+        }
+        .toml(""),
+    );
+    let client = client();
     let post = |proxy: &Served| {
         client
             .post(format!("http://{}/v1/systemone", proxy.public))
@@ -237,7 +243,14 @@ async fn provider_key_failures_are_logged_at_error_level_and_causes_in_full() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://127.0.0.1:{}", closed.local_addr().unwrap().port());
     drop(closed);
-    let proxy = serve_on(&dir, &config_text("", Some(&dead)));
+    let proxy = serve_on(
+        &dir,
+        &TestConfig {
+            provider: Provider::Url(String::from(&dead)),
+            ..TestConfig::single()
+        }
+        .toml(""),
+    );
     let (status, error_type, message) = error_of(post(&proxy).await.unwrap()).await;
     assert_eq!((status, error_type.as_str()), (502, "upstream_unavailable"));
     assert_eq!(message, "upstream unreachable");
@@ -299,7 +312,13 @@ async fn a_model_id_the_proxy_cannot_vouch_for_rejects_the_answer() {
 #[tokio::test]
 async fn a_pinned_model_is_released_whatever_the_provider_says() {
     for view in ["choice", "full_native"] {
-        let app = spawn_with(view, "", "timeout_ms = 2000", "model = \"jev-1.13.0\"").await;
+        let app = TestConfig {
+            view: String::from(view),
+            contract: "model = \"jev-1.13.0\"".into(),
+            ..TestConfig::default()
+        }
+        .spawn()
+        .await;
         for upstream_model in ["jev-1.13.0", "jev-9.9.9", "UPSTREAM SECRET \n text"] {
             let mut native = native_answer();
             native["model"] = json!(upstream_model);
@@ -357,13 +376,12 @@ async fn the_models_list_holds_only_what_the_proxy_can_vouch_for() {
         "UPSTREAM-SECRET"
     ]});
     let base_url = models_provider(list).await;
-    let app = spawn_full(
-        "choice",
-        "",
-        "timeout_ms = 2000",
-        "",
-        Some(base_url.clone()),
-    )
+    let app = TestConfig {
+        view: "choice".into(),
+        provider: Provider::Url(base_url.clone()),
+        ..TestConfig::default()
+    }
+    .spawn()
     .await;
     let description = "A System One decision model, served through releasegate.";
     assert_eq!(
@@ -391,13 +409,13 @@ async fn the_models_list_holds_only_what_the_proxy_can_vouch_for() {
         ("jev-1.13.0", json!([])),
         ("jev-unlisted", json!([])),
     ] {
-        let app = spawn_full(
-            "choice",
-            "",
-            "timeout_ms = 2000",
-            &format!("model = \"{pinned}\""),
-            Some(base_url.clone()),
-        )
+        let app = TestConfig {
+            view: "choice".into(),
+            contract: format!("model = \"{pinned}\""),
+            provider: Provider::Url(base_url.clone()),
+            ..TestConfig::default()
+        }
+        .spawn()
         .await;
         assert_eq!(list_models(&app).await["models"], expected, "{pinned}");
         app.stop().await;

@@ -223,63 +223,157 @@ pub(crate) fn questions(contract: &str, view: &str, extra: &str) -> String {
     )
 }
 
-/// Spawns an upstream and a proxy whose contract `main` uses `view` (+ `extra` on `cause`).
+/// Where a test configuration's provider `up` points.
+#[derive(Clone, Debug)]
+pub(crate) enum Provider {
+    /// The scriptable upstream `TestConfig::spawn` starts.
+    Local,
+    /// A System One server at this base URL.
+    Url(String),
+    /// The in-process simulator.
+    Simulated,
+}
+
+/// The one builder of test configurations, by named settings. `TestConfig::default()` is
+/// the in-process API tests' (two recipients, contracts `main` and `other`, a provider key);
+/// `TestConfig::single()` one recipient on `main`, without a provider key, for the binary.
+#[derive(Clone, Debug)]
+pub(crate) struct TestConfig {
+    /// `[server]` lines besides the listeners (127.0.0.1:0) and the body cap.
+    pub server: String,
+    /// `server.max_body_bytes` (`None`: the proxy's default).
+    pub max_body_bytes: Option<u64>,
+    pub provider: Provider,
+    /// `[providers.up]` lines besides its kind, URL and key.
+    pub provider_extra: String,
+    /// Whether the provider has a key (`PROVIDER_KEY`, from `PROVIDER_KEY_ENV`).
+    pub provider_key: bool,
+    /// (name, key, contracts) of each recipient.
+    pub recipients: Vec<(&'static str, &'static str, Vec<&'static str>)>,
+    /// The view of `main`'s three questions (`questions()`).
+    pub view: String,
+    /// Extra lines on `main`'s `cause` question (a mechanism, a coarsening, ...).
+    pub cause: String,
+    /// Extra lines on `[contracts.main]`; they may open tables of their own.
+    pub contract: String,
+    /// The contract `other` (`usage = "drop"`, every question `choice`).
+    pub other: bool,
+}
+
+impl Default for TestConfig {
+    fn default() -> TestConfig {
+        TestConfig {
+            // One event loop: tests that capture logs do so on their own thread.
+            server: "shutdown_grace_ms = 500\nworker_threads = 1".into(),
+            max_body_bytes: Some(65536),
+            provider: Provider::Local,
+            provider_extra: "timeout_ms = 2000".into(),
+            provider_key: true,
+            recipients: vec![
+                ("one", CLIENT_KEY, vec!["main"]),
+                ("two", MULTI_KEY, vec!["main", "other"]),
+            ],
+            view: "full_native".into(),
+            cause: String::new(),
+            contract: String::new(),
+            other: true,
+        }
+    }
+}
+
+impl TestConfig {
+    /// One recipient (`CLIENT_KEY`) on `main` (`full_native`), no provider key, a long
+    /// provider timeout: what the binary and the connection tests run.
+    pub(crate) fn single() -> TestConfig {
+        TestConfig {
+            server: String::new(),
+            provider_extra: "timeout_ms = 30000".into(),
+            provider_key: false,
+            recipients: vec![("one", CLIENT_KEY, vec!["main"])],
+            other: false,
+            ..TestConfig::default()
+        }
+    }
+
+    /// The configuration's TOML; `local` is the base URL of `Provider::Local`.
+    pub(crate) fn toml(&self, local: &str) -> String {
+        let provider = match &self.provider {
+            Provider::Local => format!("kind = \"systemone\"\nbase_url = \"{local}\""),
+            Provider::Url(url) => format!("kind = \"systemone\"\nbase_url = \"{url}\""),
+            Provider::Simulated => "kind = \"simulated\"".into(),
+        };
+        let provider_extra = match self.provider {
+            Provider::Simulated => String::new(),
+            _ if self.provider_key => format!(
+                "api_key_env = \"{PROVIDER_KEY_ENV}\"\n{}",
+                self.provider_extra
+            ),
+            _ => self.provider_extra.clone(),
+        };
+        let cap = self
+            .max_body_bytes
+            .map(|bytes| format!("max_body_bytes = {bytes}\n"))
+            .unwrap_or_default();
+        let mut text = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{cap}{}\n\
+             [providers.up]\n{provider}\n{provider_extra}\n",
+            self.server
+        );
+        for (name, key, contracts) in &self.recipients {
+            text.push_str(&format!(
+                "[[recipients]]\nname = \"{name}\"\nkey_sha256 = \"{}\"\ncontracts = {contracts:?}\n",
+                releasegate_proxy::auth::hash_key(key)
+            ));
+        }
+        text.push_str(&format!(
+            "[contracts.main]\nprovider = \"up\"\n{}\n{}",
+            self.contract,
+            questions("main", &self.view, &self.cause)
+        ));
+        if self.other {
+            text.push_str(&format!(
+                "[contracts.other]\nprovider = \"up\"\nusage = \"drop\"\n{}",
+                questions("other", "choice", "")
+            ));
+        }
+        text
+    }
+
+    /// Starts the scriptable upstream and the proxy on this configuration, in-process.
+    pub(crate) async fn spawn(self) -> TestApp {
+        let upstream = Upstream::default();
+        let upstream_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream_port = upstream_listener.local_addr().unwrap().port();
+        let upstream_app = Router::new()
+            .route("/v1/systemone", post(upstream_handler))
+            .route(
+                "/v1/models",
+                get(|| async {
+                    axum::Json(json!({"models": [
+                        {"name": "jev-latest", "description": "d", "release_date": "2026-09-15", "secret": "UPSTREAM-SECRET"},
+                        {"name": "jev-1.13.0", "description": "d", "release_date": "2026-09-01"}]}))
+                }),
+            )
+            .with_state(upstream.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(upstream_listener, upstream_app).await;
+        });
+        let text = self.toml(&format!("http://127.0.0.1:{upstream_port}"));
+        let env = |name: &str| (name == PROVIDER_KEY_ENV).then(|| PROVIDER_KEY.to_string());
+        let config = releasegate_proxy::load::from_toml_with_env(&text, &env).unwrap();
+        start(config, upstream).await
+    }
+}
+
+/// The proxy with `main` under `view` (+ `extra` on `cause`), the rest as `TestConfig::default()`.
 pub(crate) async fn spawn(view: &str, extra: &str) -> TestApp {
-    spawn_with(view, extra, "timeout_ms = 2000", "").await
-}
-
-pub(crate) async fn spawn_with(
-    view: &str,
-    extra: &str,
-    provider_extra: &str,
-    contract_extra: &str,
-) -> TestApp {
-    spawn_full(view, extra, provider_extra, contract_extra, None).await
-}
-
-/// Like `spawn_with`, optionally pointing the provider at `base_url` instead of the local upstream.
-pub(crate) async fn spawn_full(
-    view: &str,
-    extra: &str,
-    provider_extra: &str,
-    contract_extra: &str,
-    base_url: Option<String>,
-) -> TestApp {
-    let upstream = Upstream::default();
-    let upstream_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream_port = upstream_listener.local_addr().unwrap().port();
-    let upstream_app = Router::new()
-        .route("/v1/systemone", post(upstream_handler))
-        .route(
-            "/v1/models",
-            get(|| async {
-                axum::Json(json!({"models": [
-                    {"name": "jev-latest", "description": "d", "release_date": "2026-09-15", "secret": "UPSTREAM-SECRET"},
-                    {"name": "jev-1.13.0", "description": "d", "release_date": "2026-09-01"}]}))
-            }),
-        )
-        .with_state(upstream.clone());
-    tokio::spawn(async move {
-        let _ = axum::serve(upstream_listener, upstream_app).await;
-    });
-    let base_url = base_url.unwrap_or_else(|| format!("http://127.0.0.1:{upstream_port}"));
-    let digest = |key: &str| releasegate_proxy::auth::hash_key(key);
-    let text = format!(
-        // One event loop: tests that capture logs do so on their own thread.
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nmax_body_bytes = 65536\nshutdown_grace_ms = 500\nworker_threads = 1\n\
-         [providers.up]\nkind = \"systemone\"\nbase_url = \"{base_url}\"\napi_key_env = \"{PROVIDER_KEY_ENV}\"\n{provider_extra}\n\
-         [[recipients]]\nname = \"one\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n\
-         [[recipients]]\nname = \"two\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\", \"other\"]\n\
-         [contracts.main]\nprovider = \"up\"\n{contract_extra}\n{}\
-         [contracts.other]\nprovider = \"up\"\nusage = \"drop\"\n{}",
-        digest(CLIENT_KEY),
-        digest(MULTI_KEY),
-        questions("main", view, extra),
-        questions("other", "choice", ""),
-    );
-    let env = |name: &str| (name == PROVIDER_KEY_ENV).then(|| PROVIDER_KEY.to_string());
-    let config = releasegate_proxy::load::from_toml_with_env(&text, &env).unwrap();
-    start(config, upstream).await
+    TestConfig {
+        view: view.into(),
+        cause: extra.into(),
+        ..TestConfig::default()
+    }
+    .spawn()
+    .await
 }
 
 impl TestApp {

@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
 
-use super::binary::{BIN, Served, serve_command};
+use super::binary::{BIN, Served, client, serve_command};
 use super::helpers::scratch;
 
 const KEY_ENV: &str = "LOAN_MODEL_KEY";
@@ -209,11 +209,6 @@ fn serve(dir: &Path) -> Served {
     let mut command = serve_command(Path::new("loans.toml"));
     command.current_dir(dir).env(KEY_ENV, KEY);
     Served::start(command)
-}
-
-fn client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::new()
 }
 
 /// Asks the proxy every request of `lines` as the branch office; returns the released answers.

@@ -10,9 +10,10 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::net::TcpStream;
 
-use super::binary::{BIN, Served, serve_command};
-use super::connections::{config_text, served};
+use super::binary::{BIN, Served, client, serve_command};
+use super::connections::served;
 use super::helpers::{CLIENT_KEY, PATIENCE, request, spawn_upstream};
+use super::helpers::{Provider, TestConfig};
 
 /// A key the configuration binds only after a reload.
 const ADDED_KEY: &str = "client-key-added-by-sighup";
@@ -113,16 +114,15 @@ impl Serving {
     }
 }
 
-/// A test client (the proxy's own crypto provider is not installed in this process).
-fn client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::new()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn sighup_reloads_the_configuration_and_refuses_a_broken_one() {
     let (_upstream, base_url) = spawn_upstream().await;
-    let config = config_text("shutdown_grace_ms = 5000", Some(&base_url));
+    let config = TestConfig {
+        server: "shutdown_grace_ms = 5000".into(),
+        provider: Provider::Url(String::from(&base_url)),
+        ..TestConfig::single()
+    }
+    .toml("");
     let mut proxy = Serving::start("hup", &config, None);
     let client = client();
     assert_eq!(proxy.decide(&client).await.status(), 200);
@@ -174,7 +174,15 @@ async fn sighup_reloads_the_configuration_and_refuses_a_broken_one() {
 #[tokio::test(flavor = "multi_thread")]
 async fn every_log_line_of_a_request_carries_its_ids() {
     let (_upstream, base_url) = spawn_upstream().await;
-    let mut proxy = Serving::start("span", &config_text("", Some(&base_url)), None);
+    let mut proxy = Serving::start(
+        "span",
+        &TestConfig {
+            provider: Provider::Url(String::from(&base_url)),
+            ..TestConfig::single()
+        }
+        .toml(""),
+        None,
+    );
     let client = client();
     let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let response = client
@@ -230,10 +238,12 @@ async fn sigterm_drains_in_flight_requests_while_readyz_answers_503() {
     upstream.close();
     let mut proxy = Serving::start(
         "term",
-        &config_text(
-            "shutdown_grace_ms = 30000\ndrain_delay_ms = 0",
-            Some(&base_url),
-        ),
+        &TestConfig {
+            server: "shutdown_grace_ms = 30000\ndrain_delay_ms = 0".into(),
+            provider: Provider::Url(String::from(&base_url)),
+            ..TestConfig::single()
+        }
+        .toml(""),
         None,
     );
     let client = client();
@@ -299,10 +309,14 @@ async fn a_full_public_listener_leaves_file_descriptors_for_the_admin_port() {
     // lower the cap instead of running out of descriptors for everything.
     let mut proxy = Serving::start(
         "fds",
-        &config_text(
-            "admin_max_connections = 8\nheader_read_timeout_ms = 60000\nidle_timeout_ms = 60000",
-            None,
-        ),
+        &TestConfig {
+            server:
+                "admin_max_connections = 8\nheader_read_timeout_ms = 60000\nidle_timeout_ms = 60000"
+                    .into(),
+            provider: Provider::Simulated,
+            ..TestConfig::single()
+        }
+        .toml(""),
         Some(128),
     );
     let mut held = Vec::new();
@@ -356,7 +370,12 @@ async fn access_lines_are_written_in_batches_and_all_of_them_by_exit() {
     let (_upstream, base_url) = spawn_upstream().await;
     let mut proxy = Serving::start(
         "access",
-        &config_text("worker_threads = 2", Some(&base_url)),
+        &TestConfig {
+            server: "worker_threads = 2".into(),
+            provider: Provider::Url(String::from(&base_url)),
+            ..TestConfig::single()
+        }
+        .toml(""),
         None,
     );
     let client = client();
@@ -412,7 +431,12 @@ async fn worker_threads_event_loops_serve_together_and_drain() {
     let (_upstream, base_url) = spawn_upstream().await;
     let mut proxy = Serving::start(
         "loops",
-        &config_text("worker_threads = 3", Some(&base_url)),
+        &TestConfig {
+            server: "worker_threads = 3".into(),
+            provider: Provider::Url(String::from(&base_url)),
+            ..TestConfig::single()
+        }
+        .toml(""),
         None,
     );
     // The calling thread is the first loop; two more run on threads of their own.

@@ -4,7 +4,8 @@ use std::io::Write;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{self, CLIENT_KEY, native_answer, request, spawn, spawn_with};
+use crate::helpers::TestConfig;
+use crate::helpers::{self, CLIENT_KEY, native_answer, request, spawn};
 
 /// In the minimal shape each view releases exactly its fields.
 #[tokio::test]
@@ -41,7 +42,13 @@ async fn every_view_releases_only_its_fields() {
         ),
     ];
     for (view, expected) in cases {
-        let app = spawn_with(view, "", "timeout_ms = 2000", "shape = \"minimal\"").await;
+        let app = TestConfig {
+            view: String::from(view),
+            contract: "shape = \"minimal\"".into(),
+            ..TestConfig::default()
+        }
+        .spawn()
+        .await;
         let response = app.post(&request()).await;
         assert_eq!(response.status(), 200, "view {view}");
         assert!(response.headers().contains_key("x-request-id"));
@@ -142,12 +149,12 @@ async fn coarsening_and_withholding_apply_in_the_proxy() {
     assert_eq!(cause["probabilities"], json!({"B": 0.7}));
     assert!((cause["confidence"].as_f64().unwrap() - (0.7 - 0.25) / 0.75).abs() < 1e-12);
     app.stop().await;
-    let app = spawn_with(
-        "full_native",
-        "withhold_labels = [\"B\"]",
-        "timeout_ms = 2000",
-        "shape = \"minimal\"",
-    )
+    let app = TestConfig {
+        cause: "withhold_labels = [\"B\"]".into(),
+        contract: "shape = \"minimal\"".into(),
+        ..TestConfig::default()
+    }
+    .spawn()
     .await;
     let body: Value = app.post(&request()).await.json().await.unwrap();
     assert_eq!(
@@ -159,12 +166,12 @@ async fn coarsening_and_withholding_apply_in_the_proxy() {
 
 #[tokio::test]
 async fn usage_drop_and_model_override_and_forwarded_request() {
-    let app = spawn_with(
-        "choice",
-        "",
-        "timeout_ms = 2000",
-        "model = \"jev-1.13.0\"\nusage = \"drop\"",
-    )
+    let app = TestConfig {
+        view: "choice".into(),
+        contract: "model = \"jev-1.13.0\"\nusage = \"drop\"".into(),
+        ..TestConfig::default()
+    }
+    .spawn()
     .await;
     let response = app
         .post_raw(
@@ -268,12 +275,11 @@ async fn unknown_answer_types_and_unasked_answers_never_go_out() {
 /// forwarded header is counted by name.
 #[tokio::test]
 async fn contract_allowed_headers_are_forwarded_and_counted() {
-    let app = crate::helpers::spawn_with(
-        "full_native",
-        "",
-        "timeout_ms = 2000",
-        "forward_headers = [\"TypeSafe-Danger-Zone-Images\"]",
-    )
+    let app = TestConfig {
+        contract: "forward_headers = [\"TypeSafe-Danger-Zone-Images\"]".into(),
+        ..TestConfig::default()
+    }
+    .spawn()
     .await;
     let body = serde_json::to_vec(&request()).unwrap();
     let bearer = format!("Bearer {CLIENT_KEY}");

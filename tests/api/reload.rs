@@ -10,7 +10,9 @@ use std::time::Duration;
 use releasegate_proxy::server::{AppState, Application};
 use tokio::sync::oneshot;
 
-use super::helpers::{CLIENT_KEY, PATIENCE, questions, request, scratch, spawn_upstream};
+use super::helpers::{
+    CLIENT_KEY, PATIENCE, Provider, TestConfig, request, scratch, spawn_upstream,
+};
 
 /// A key that only some configurations bind.
 const ADDED_KEY: &str = "client-key-added";
@@ -27,27 +29,20 @@ enum Version {
 }
 
 fn config_text(version: Version, base_url: &str, server_extra: &str) -> String {
-    let digest = releasegate_proxy::auth::hash_key;
-    let mut text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace_ms = 500\n{server_extra}\n\
-         [providers.up]\nkind = \"systemone\"\nbase_url = \"{base_url}\"\ntimeout_ms = 30000\n\
-         [[recipients]]\nname = \"stable\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n",
-        digest(CLIENT_KEY)
-    );
+    let mut recipients = vec![("stable", CLIENT_KEY, vec!["main"])];
     match version {
         Version::Base => {}
-        Version::Added => text.push_str(&format!(
-            "[[recipients]]\nname = \"added\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n",
-            digest(ADDED_KEY)
-        )),
-        Version::Broken => text.push_str(&format!(
-            "[[recipients]]\nname = \"added\"\nkey_sha256 = \"{}\"\ncontracts = [\"no_such_contract\"]\n",
-            digest(ADDED_KEY)
-        )),
+        Version::Added => recipients.push(("added", ADDED_KEY, vec!["main"])),
+        Version::Broken => recipients.push(("added", ADDED_KEY, vec!["no_such_contract"])),
     }
-    text.push_str("[contracts.main]\nprovider = \"up\"\n");
-    text.push_str(&questions("main", "full_native", ""));
-    text
+    TestConfig {
+        server: format!("shutdown_grace_ms = 500\n{server_extra}"),
+        max_body_bytes: None,
+        provider: Provider::Url(base_url.to_string()),
+        recipients,
+        ..TestConfig::single()
+    }
+    .toml("")
 }
 
 /// The proxy running in this process on a configuration file, with its state at hand.

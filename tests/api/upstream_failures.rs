@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{error_of, native_answer, request, spawn, spawn_full, spawn_with};
+use crate::helpers::{Provider, TestConfig};
+use crate::helpers::{error_of, native_answer, request, spawn};
 
 const SECRET: &str = "UPSTREAM-SECRET-BODY";
 
@@ -127,22 +128,32 @@ async fn invalid_answers_are_502_counted_and_never_forwarded() {
 
 #[tokio::test]
 async fn timeouts_are_504_and_connection_failures_502() {
-    let app = spawn_with("choice", "", "timeout_ms = 200", "").await;
-    app.upstream.script(
-        200,
-        serde_json::to_vec(&native_answer()).unwrap(),
-        &[],
-        Duration::from_millis(1500),
-    );
+    let app = TestConfig {
+        view: "choice".into(),
+        provider_extra: "timeout_ms = 200".into(),
+        ..TestConfig::default()
+    }
+    .spawn()
+    .await;
+    // The upstream holds the request until the test opens its gate: only the proxy's own
+    // timeout can end it.
+    app.upstream.close();
     let (status, error_type, _) = error_of(app.post(&request()).await).await;
     assert_eq!((status, error_type.as_str()), (504, "upstream_timeout"));
+    app.upstream.open();
     app.stop().await;
 
     // A provider on a port nothing listens on.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://127.0.0.1:{}", closed.local_addr().unwrap().port());
     drop(closed);
-    let app = spawn_full("choice", "", "timeout_ms = 2000", "", Some(dead)).await;
+    let app = TestConfig {
+        view: "choice".into(),
+        provider: Provider::Url(dead),
+        ..TestConfig::default()
+    }
+    .spawn()
+    .await;
     let (status, error_type, _) = error_of(app.post(&request()).await).await;
     assert_eq!((status, error_type.as_str()), (502, "upstream_unavailable"));
     app.stop().await;
@@ -191,31 +202,35 @@ async fn health_readiness_and_metrics_are_on_the_admin_port() {
 
 #[tokio::test]
 async fn a_full_concurrency_limit_sheds_load_with_503() {
-    let app = spawn_with(
-        "choice",
-        "",
-        "timeout_ms = 5000\nmax_concurrency = 1\nqueue_timeout_ms = 100",
-        "",
-    )
+    let app = TestConfig {
+        view: "choice".into(),
+        provider_extra: "timeout_ms = 5000\nmax_concurrency = 1\nqueue_timeout_ms = 100".into(),
+        ..TestConfig::default()
+    }
+    .spawn()
     .await;
-    app.upstream.script(
-        200,
-        serde_json::to_vec(&native_answer()).unwrap(),
-        &[],
-        Duration::from_millis(800),
-    );
-    // The first request holds the only slot for 800 ms; the second waits for
-    // a slot no longer than the queue timeout and is shed.
+    // The first request holds the only slot at the closed gate; the second waits for a slot
+    // no longer than the queue timeout and is shed; then the first gets through.
+    app.upstream.close();
     let body = request();
-    let (first, second) = tokio::join!(app.post(&body), async {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        app.post(&body).await
+    let first = tokio::spawn({
+        let (client, url) = (app.client.clone(), format!("{}/v1/systemone", app.address));
+        let body = body.clone();
+        async move {
+            client
+                .post(url)
+                .bearer_auth(crate::helpers::CLIENT_KEY)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+        }
     });
-    let mut statuses = [first.status().as_u16(), second.status().as_u16()];
-    statuses.sort_unstable();
-    assert_eq!(statuses, [200, 503]);
-    let (_, error_type, _) = error_of(second).await;
-    assert_eq!(error_type, "upstream_saturated");
+    app.upstream.arrived().await;
+    let (status, error_type, _) = error_of(app.post(&body).await).await;
+    assert_eq!((status, error_type.as_str()), (503, "upstream_saturated"));
+    app.upstream.open();
+    assert_eq!(first.await.unwrap().status(), 200);
     app.stop().await;
 }
 

@@ -6,7 +6,8 @@ use releasegate_core::workflow::Spec;
 use releasegate_core::{codebook, wcpq};
 use serde_json::{Value, json};
 
-use crate::helpers::{native_answer, request, spawn_with};
+use crate::helpers::TestConfig;
+use crate::helpers::{native_answer, request};
 
 fn classes() -> Vec<String> {
     ["A", "B", "C", "D"].iter().map(|s| s.to_string()).collect()
@@ -40,12 +41,13 @@ async fn cause_in(
     extra: &str,
     native: Value,
 ) -> (Value, Vec<String>, String) {
-    let app = spawn_with(
-        view,
-        extra,
-        "timeout_ms = 2000",
-        &format!("shape = \"{shape}\""),
-    )
+    let app = TestConfig {
+        view: String::from(view),
+        cause: String::from(extra),
+        contract: format!("shape = \"{shape}\""),
+        ..TestConfig::default()
+    }
+    .spawn()
     .await;
     app.upstream.answer(native);
     let response = app.post(&request()).await;

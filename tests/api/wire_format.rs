@@ -8,7 +8,8 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::helpers::{CLIENT_KEY, Headers, MULTI_KEY, native_answer, request, spawn, spawn_with};
+use crate::helpers::TestConfig;
+use crate::helpers::{CLIENT_KEY, Headers, MULTI_KEY, native_answer, request, spawn};
 
 /// The proxy's request id of a response: both headers present and equal.
 fn request_id(response: &reqwest::Response) -> String {
@@ -163,12 +164,12 @@ async fn proxy_statuses_have_documented_error_types() {
 
 #[tokio::test]
 async fn a_shed_request_says_when_to_retry() {
-    let app = spawn_with(
-        "choice",
-        "",
-        "timeout_ms = 10000\nmax_concurrency = 1\nqueue_timeout_ms = 100",
-        "",
-    )
+    let app = TestConfig {
+        view: "choice".into(),
+        provider_extra: "timeout_ms = 10000\nmax_concurrency = 1\nqueue_timeout_ms = 100".into(),
+        ..TestConfig::default()
+    }
+    .spawn()
     .await;
     app.upstream.script(
         200,
