@@ -203,6 +203,8 @@ pub(crate) struct TestApp {
     pub admin: String,
     pub client: reqwest::Client,
     pub upstream: Upstream,
+    /// The running proxy's state (reloads, the configuration in force).
+    pub state: releasegate_proxy::server::AppState,
     stop: Option<oneshot::Sender<()>>,
     handle: Option<tokio::task::JoinHandle<()>>,
 }
@@ -473,6 +475,7 @@ pub(crate) async fn start(config: Config, upstream: Upstream) -> TestApp {
     let app = Application::build(config).await.unwrap();
     let address = format!("http://127.0.0.1:{}", app.port());
     let admin = format!("http://127.0.0.1:{}", app.admin_port());
+    let state = app.state().clone();
     let (stop, stopped) = oneshot::channel::<()>();
     let handle = tokio::spawn(async move {
         let _ = app
@@ -486,6 +489,7 @@ pub(crate) async fn start(config: Config, upstream: Upstream) -> TestApp {
         admin,
         client: reqwest::Client::new(),
         upstream,
+        state,
         stop: Some(stop),
         handle: Some(handle),
     }

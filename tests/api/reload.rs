@@ -7,11 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use releasegate_proxy::server::{AppState, Application};
-use tokio::sync::oneshot;
-
 use super::helpers::{
-    CLIENT_KEY, PATIENCE, Provider, TestConfig, request, scratch, spawn_upstream,
+    CLIENT_KEY, PATIENCE, Provider, TestApp, TestConfig, Upstream, request, scratch,
+    spawn_upstream, start,
 };
 
 /// A key that only some configurations bind.
@@ -45,39 +43,21 @@ fn config_text(version: Version, base_url: &str, server_extra: &str) -> String {
     .toml("")
 }
 
-/// The proxy running in this process on a configuration file, with its state at hand.
-struct Running {
-    address: String,
-    admin: String,
-    state: AppState,
-    client: reqwest::Client,
-    stop: Option<oneshot::Sender<()>>,
-    handle: Option<tokio::task::JoinHandle<()>>,
+/// The proxy running in this process on a configuration file (its upstream is the file's).
+struct Running(TestApp);
+
+impl std::ops::Deref for Running {
+    type Target = TestApp;
+
+    fn deref(&self) -> &TestApp {
+        &self.0
+    }
 }
 
 impl Running {
     async fn start(path: &Path) -> Running {
         let config = releasegate_proxy::load::load(Some(path)).unwrap();
-        let app = Application::build(config).await.unwrap();
-        let address = format!("http://127.0.0.1:{}", app.port());
-        let admin = format!("http://127.0.0.1:{}", app.admin_port());
-        let state = app.state().clone();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let handle = tokio::spawn(async move {
-            let _ = app
-                .run_until_stopped(async move {
-                    let _ = stopped.await;
-                })
-                .await;
-        });
-        Running {
-            address,
-            admin,
-            state,
-            client: reqwest::Client::new(),
-            stop: Some(stop),
-            handle: Some(handle),
-        }
+        Running(start(config, Upstream::default()).await)
     }
 
     async fn status(&self, key: &str) -> u16 {
@@ -94,24 +74,8 @@ impl Running {
             .map_err(|error| error.to_string())
     }
 
-    async fn metrics(&self) -> String {
-        self.client
-            .get(format!("{}/metrics", self.admin))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    }
-
-    async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(handle) = self.handle.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(5), handle).await;
-        }
+    async fn stop(self) {
+        self.0.stop().await;
     }
 }
 

@@ -51,11 +51,7 @@ struct Item {
     pending: Pending,
 }
 
-enum Message {
-    World(Box<Item>),
-    /// Write and flush everything before this, then answer.
-    Flush(mpsc::Sender<()>),
-}
+type Message = crate::decisions::Message<Item>;
 
 /// One contract's live capture: the sampler and the queue to its writer thread.
 #[derive(Debug)]
@@ -65,15 +61,6 @@ pub(crate) struct Capture {
     sender: SyncSender<Message>,
     queue_full: IntCounter,
     write_errors: IntCounter,
-}
-
-impl std::fmt::Debug for Message {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Message::World(_) => "World",
-            Message::Flush(_) => "Flush",
-        })
-    }
 }
 
 /// A captured world, in the worlds format's key order.
@@ -166,7 +153,7 @@ impl Capture {
             time: SystemTime::now(),
             pending,
         };
-        match self.sender.try_send(Message::World(Box::new(item))) {
+        match self.sender.try_send(Message::Item(Box::new(item))) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => self.queue_full.inc(),
             Err(TrySendError::Disconnected(_)) => self.write_errors.inc(),
@@ -176,25 +163,7 @@ impl Capture {
     /// Waits (blocking, at most `timeout`) until everything queued so far is written and
     /// flushed. False when the writer did not confirm in time.
     pub(crate) fn flush(&self, timeout: Duration) -> bool {
-        let (done, confirmed) = mpsc::channel();
-        let deadline = Instant::now() + timeout;
-        let mut message = Message::Flush(done);
-        loop {
-            match self.sender.try_send(message) {
-                Ok(()) => break,
-                Err(TrySendError::Disconnected(_)) => return false,
-                Err(TrySendError::Full(back)) => {
-                    if Instant::now() >= deadline {
-                        return false;
-                    }
-                    message = back;
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }
-        }
-        confirmed
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .is_ok()
+        Message::flush(&self.sender, timeout)
     }
 }
 
@@ -215,7 +184,7 @@ impl Writer {
             let mut next = Some(first);
             while let Some(message) = next {
                 match message {
-                    Message::World(item) => self.write(&item),
+                    Message::Item(item) => self.write(&item),
                     Message::Flush(done) => waiting.push(done),
                 }
                 next = receiver.try_recv().ok();

@@ -158,23 +158,51 @@ pub fn rfc3339(time: SystemTime) -> String {
     )
 }
 
-enum Message {
-    Record(Box<Record>),
+pub(crate) enum Message<T> {
+    /// One item to write.
+    Item(Box<T>),
     /// Write and flush everything before this, then answer.
     Flush(mpsc::Sender<()>),
+}
+
+impl<T> Message<T> {
+    /// Queues a flush and waits (blocking, at most `timeout`) until the writer confirms that
+    /// everything queued before it is written and flushed. False when it did not in time.
+    pub(crate) fn flush(sender: &SyncSender<Message<T>>, timeout: Duration) -> bool {
+        let (done, confirmed) = mpsc::channel();
+        let deadline = Instant::now() + timeout;
+        let mut message = Message::Flush(done);
+        // Waits for room in the queue, never past the deadline.
+        loop {
+            match sender.try_send(message) {
+                Ok(()) => break,
+                Err(TrySendError::Disconnected(_)) => return false,
+                Err(TrySendError::Full(back)) => {
+                    if Instant::now() >= deadline {
+                        return false;
+                    }
+                    message = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+        confirmed
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .is_ok()
+    }
 }
 
 /// The handlers' side of the decision log.
 #[derive(Debug)]
 pub struct DecisionLog {
-    sender: SyncSender<Message>,
+    sender: SyncSender<Message<Record>>,
     dropped: IntCounterVec,
 }
 
-impl std::fmt::Debug for Message {
+impl<T> std::fmt::Debug for Message<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Message::Record(_) => "Record",
+            Message::Item(_) => "Item",
             Message::Flush(_) => "Flush",
         })
     }
@@ -214,7 +242,7 @@ impl DecisionLog {
     /// Queues a record without ever waiting: when the queue is full the record is dropped
     /// and counted.
     pub fn record(&self, record: Record) {
-        match self.sender.try_send(Message::Record(Box::new(record))) {
+        match self.sender.try_send(Message::Item(Box::new(record))) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
                 self.dropped.with_label_values(&["queue_full"]).inc();
@@ -228,33 +256,14 @@ impl DecisionLog {
     /// Waits (blocking, at most `timeout`) until everything queued so far is written and
     /// flushed. False when the writer did not confirm in time.
     pub fn flush(&self, timeout: Duration) -> bool {
-        let (done, confirmed) = mpsc::channel();
-        let deadline = Instant::now() + timeout;
-        let mut message = Message::Flush(done);
-        // Waits for room in the queue, never past the deadline.
-        loop {
-            match self.sender.try_send(message) {
-                Ok(()) => break,
-                Err(TrySendError::Disconnected(_)) => return false,
-                Err(TrySendError::Full(back)) => {
-                    if Instant::now() >= deadline {
-                        return false;
-                    }
-                    message = back;
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }
-        }
-        confirmed
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .is_ok()
+        Message::flush(&self.sender, timeout)
     }
 }
 
 /// The writer thread: batches what is queued, flushes when the queue is empty, ends when
 /// every sender is gone.
 fn write_all(
-    receiver: Receiver<Message>,
+    receiver: Receiver<Message<Record>>,
     mut sink: Box<dyn Write + Send>,
     write_errors: &prometheus::IntCounter,
 ) {
@@ -271,7 +280,7 @@ fn write_all(
         let mut next = Some(first);
         while let Some(message) = next {
             match message {
-                Message::Record(record) => {
+                Message::Item(record) => {
                     if let Err(error) = sink.write_all(&record.to_line()) {
                         fail(&error);
                     }
