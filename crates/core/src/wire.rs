@@ -269,7 +269,7 @@ pub fn schema_issues(body: &Value) -> Vec<SchemaIssue> {
     }
     match object.get("state") {
         None => issues.push(issue(at(&["state"]), Problem::Missing)),
-        Some(state) => content(state, false, at(&["state"]), &mut issues),
+        Some(state) => content(state, false, || at(&["state"]), &mut issues),
     }
     match object.get("questions") {
         None => issues.push(issue(at(&["questions"]), Problem::Missing)),
@@ -278,7 +278,7 @@ pub fn schema_issues(body: &Value) -> Vec<SchemaIssue> {
         }
         Some(Value::Object(questions)) => {
             for (id, question) in questions {
-                question_issues(at(&["questions", id]), question, &mut issues);
+                question_issues(&|| at(&["questions", id]), question, &mut issues);
             }
         }
         Some(_) => issues.push(issue(at(&["questions"]), Problem::DictType)),
@@ -286,32 +286,39 @@ pub fn schema_issues(body: &Value) -> Vec<SchemaIssue> {
     issues
 }
 
-fn question_issues(loc: Vec<Value>, question: &Value, issues: &mut Vec<SchemaIssue>) {
+/// The issues of one question; `loc` builds its location (only when there is an issue: a
+/// valid request allocates no paths).
+fn question_issues(loc: &dyn Fn() -> Vec<Value>, question: &Value, issues: &mut Vec<SchemaIssue>) {
     let Some(object) = question.as_object() else {
-        issues.push(issue(loc, Problem::NotAnObject));
+        issues.push(issue(loc(), Problem::NotAnObject));
         return;
     };
     let tag = match object.get("type") {
         None => {
-            issues.push(issue(loc, Problem::TagNotFound));
+            issues.push(issue(loc(), Problem::TagNotFound));
             return;
         }
         Some(tag) => match tag.as_str().filter(|tag| QUESTION_TAGS.contains(tag)) {
             Some(tag) => tag,
             None => {
-                issues.push(issue(loc, Problem::TagInvalid));
+                issues.push(issue(loc(), Problem::TagInvalid));
                 return;
             }
         },
     };
     let field = |name: &str| -> Vec<Value> {
-        let mut path = loc.clone();
+        let mut path = loc();
         path.push(Value::String(tag.to_string()));
         path.push(Value::String(name.to_string()));
         path
     };
+    let member = |name: &str, key: Value| {
+        let mut path = field(name);
+        path.push(key);
+        path
+    };
     if let Some(instructions) = object.get("instructions") {
-        content(instructions, true, field("instructions"), issues);
+        content(instructions, true, || field("instructions"), issues);
     }
     let criteria = object.get("criteria");
     match (tag, criteria) {
@@ -320,8 +327,7 @@ fn question_issues(loc: Vec<Value>, question: &Value, issues: &mut Vec<SchemaIss
         }
         ("choice", Some(Value::Object(options))) => {
             for (label, description) in options {
-                let mut path = field("criteria");
-                path.push(Value::String(label.clone()));
+                let path = || member("criteria", Value::String(label.clone()));
                 content(description, true, path, issues);
             }
         }
@@ -333,17 +339,19 @@ fn question_issues(loc: Vec<Value>, question: &Value, issues: &mut Vec<SchemaIss
             // A null level stands for the contract's text (`Pinned`), as null does for
             // instructions and the other types' descriptions.
             for (level, description) in levels.iter().enumerate() {
-                let mut path = field("criteria");
-                path.push(Value::from(level));
-                content(description, true, path, issues);
+                content(
+                    description,
+                    true,
+                    || member("criteria", Value::from(level)),
+                    issues,
+                );
             }
         }
         ("score", Some(_)) => issues.push(issue(field("criteria"), Problem::ListType)),
         ("noul", Some(Value::Object(outcomes))) => {
             for outcome in ["true", "false"] {
                 if let Some(description) = outcomes.get(outcome) {
-                    let mut path = field("criteria");
-                    path.push(Value::String(outcome.into()));
+                    let path = || member("criteria", Value::String(outcome.into()));
                     content(description, true, path, issues);
                 }
             }
@@ -356,11 +364,17 @@ fn question_issues(loc: Vec<Value>, question: &Value, issues: &mut Vec<SchemaIss
 
 /// Content is `str | dict | list` (optionally `| None`): a value of another
 /// type fails every member of the union, reported per member as pydantic does.
-fn content(value: &Value, nullable: bool, loc: Vec<Value>, issues: &mut Vec<SchemaIssue>) {
+fn content(
+    value: &Value,
+    nullable: bool,
+    loc: impl FnOnce() -> Vec<Value>,
+    issues: &mut Vec<SchemaIssue>,
+) {
     match value {
         Value::String(_) | Value::Object(_) | Value::Array(_) => {}
         Value::Null if nullable => {}
         _ => {
+            let loc = loc();
             for (member, kind) in [
                 ("str", Problem::StringType),
                 ("dict[str,any]", Problem::DictType),
