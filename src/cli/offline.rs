@@ -694,13 +694,13 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
         intake.worlds_used, intake.skipped
     );
     for contract in &contracts {
-        let questions = contract.not_certifiable();
-        if !questions.is_empty() {
+        let reasons = contract.not_certifiable_reasons();
+        if !reasons.is_empty() {
             println!(
-                "not certifiable: contract {} lets the caller write the text of {} (caller_text); \
-                 these figures assume the question the saved requests asked, and a caller can ask another",
+                "not certifiable: contract {}: {}; these figures do not cover those questions' releases \
+                 as a caller can make them",
                 contract.name,
-                questions.join(", ")
+                reasons.join(", ")
             );
         }
     }
@@ -810,7 +810,8 @@ pub(super) fn audit_command(args: &AuditArgs) -> ExitCode {
             String::new()
         } else {
             format!(
-                "; not certifiable: the caller writes the text of {} (caller_text)",
+                "; not certifiable: {} (caller_text, or box questions the audit does not read; \
+                 `audit` without --gate names the reason)",
                 result.not_certifiable.join(", ")
             )
         };

@@ -720,6 +720,14 @@ impl Config {
                          yes/no question about anything); the audit and the gate report it as not certifiable"
                     ));
                 }
+                if rule.question.kind == Kind::Box {
+                    warnings.push(format!(
+                        "{key}: a box question; its edges can carry what the contract hides (where \
+                         in the image the model looked), the audit does not read them, and the gate \
+                         reports the contract as not certifiable; quantize with a coarse step, or \
+                         release view = \"choice\" to drop the confidence"
+                    ));
+                }
                 if rule.mechanism.confidence_source()
                     == Some(crate::mechanism::ConfidenceSource::Native)
                 {

@@ -298,6 +298,19 @@ pub enum View {
     FullNative,
 }
 
+/// Why a question's releases cannot be certified, if they cannot.
+fn not_certifiable_because(rule: &QuestionRule) -> Option<&'static str> {
+    if rule.question.caller_text {
+        Some("the caller writes its text: caller_text")
+    } else if rule.question.kind == crate::wire::Kind::Box {
+        Some(
+            "a box question: the audit does not read box answers, so what they reveal is not measured",
+        )
+    } else {
+        None
+    }
+}
+
 // === impl Contract ===
 
 impl Contract {
@@ -314,13 +327,24 @@ impl Contract {
         contract
     }
 
-    /// The questions whose text the caller writes (`caller_text`): the caller can give any
-    /// label any meaning, so no audit or gate certifies what they release.
+    /// The questions no audit or gate certifies: those whose text the caller writes
+    /// (`caller_text`: the caller can give any label any meaning), and box questions (the
+    /// audit's attackers read class answers only, so what a box reveals is never measured).
     pub fn not_certifiable(&self) -> Vec<&str> {
         self.questions
             .iter()
-            .filter(|(_, rule)| rule.question.caller_text)
+            .filter(|(_, rule)| not_certifiable_because(rule).is_some())
             .map(|(id, _)| id.as_str())
+            .collect()
+    }
+
+    /// Each question of [`Contract::not_certifiable`] with the reason, for messages.
+    pub fn not_certifiable_reasons(&self) -> Vec<String> {
+        self.questions
+            .iter()
+            .filter_map(|(id, rule)| {
+                not_certifiable_because(rule).map(|why| format!("{id} ({why})"))
+            })
             .collect()
     }
 

@@ -868,6 +868,16 @@ fn box_questions_take_a_view_and_quantize_and_nothing_of_classes() {
     assert_eq!(rule.question.kind, Kind::Box);
     assert!(rule.classes.is_empty());
     assert!(matches!(rule.mechanism, Mechanism::Quantize { step, .. } if step == 0.05));
+    // No audit reads box answers: the gate may not certify them, and check-config says so.
+    let contract = config.contract("c").unwrap();
+    assert_eq!(contract.not_certifiable(), ["where"]);
+    assert!(contract.not_certifiable_reasons()[0].contains("box"));
+    assert!(
+        config
+            .warnings()
+            .iter()
+            .any(|w| w.starts_with("contracts.c.questions.where: a box question"))
+    );
     assert!(Config::from_toml(&format!("{base}view = \"full_native\"\n")).is_ok());
     let cases = [
         (
