@@ -399,3 +399,68 @@ fn check_config_names_a_capture_creates_nothing_and_refuses_a_path_it_cannot_wri
         assert!(stderr.contains("contracts.c.capture.path"), "{stderr}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn collect_checks_images_as_serve_does() {
+    use base64::Engine;
+    let dir = scratch("collect-images");
+    let (upstream, base_url) = spawn_upstream().await;
+    std::fs::write(dir.join("c.toml"), config(&base_url, "")).unwrap();
+    let png = base64::engine::general_purpose::STANDARD
+        .encode(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR-COLLECTED-PNG");
+    let with_assets = |assets: Value| {
+        let mut body = request();
+        body["state"] = json!({"ticket": "late parcel", "photo": "<image:a>"});
+        body["assets"] = assets;
+        body
+    };
+    let requests = [
+        line(
+            "ok",
+            &with_assets(
+                json!({"<image:a>": {"type": "image", "format": "png", "data_base64": png}}),
+            ),
+            "",
+        ),
+        // Not an image; a part a requests file cannot carry.
+        line(
+            "text",
+            &with_assets(
+                json!({"<image:a>": {"type": "image", "format": "png", "data_base64": "aGVsbG8="}}),
+            ),
+            "",
+        ),
+        line(
+            "part",
+            &with_assets(json!({"<image:a>": {"type": "image", "part": "asset-0"}})),
+            "",
+        ),
+    ]
+    .concat();
+    std::fs::write(dir.join("requests.jsonl"), &requests).unwrap();
+    let output = collect(&dir, &["--concurrency", "1"]).await;
+    assert_eq!(output.status.code(), Some(75), "{output:?}");
+    let worlds = lines(&dir.join("worlds.jsonl"));
+    assert_eq!(worlds.len(), 1);
+    assert_eq!(worlds[0]["world_id"], "ok");
+    let sent: Value = serde_json::from_slice(&upstream.last().body).unwrap();
+    assert_eq!(
+        sent["assets"],
+        json!({"<image:a>": {"type": "image", "format": "png", "data_base64": png}})
+    );
+    assert_eq!(
+        upstream.seen.lock().unwrap().len(),
+        1,
+        "refused requests never go upstream"
+    );
+    let errors = lines(&dir.join("worlds.jsonl.errors.jsonl"));
+    let kinds: Vec<(&str, &str)> = errors
+        .iter()
+        .map(|e| (e["id"].as_str().unwrap_or(""), e["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("text", "invalid_request"), ("part", "invalid_request")],
+        "{errors:?}"
+    );
+}

@@ -38,6 +38,8 @@ pub struct Collector {
     contract: Arc<Contract>,
     retries: u32,
     max_concurrency: Option<usize>,
+    /// The server's image limits, which `serve` applies to the same requests.
+    asset_limits: wire::assets::Limits,
 }
 
 /// A native answer the provider gave and the proxy would release.
@@ -111,6 +113,7 @@ impl Collector {
             contract,
             retries,
             max_concurrency,
+            asset_limits: config.server.asset_limits(),
         })
     }
 
@@ -123,11 +126,32 @@ impl Collector {
     /// Asks the provider one request.
     pub async fn collect(&self, request: &Value) -> Result<Collected, Failure> {
         let contract = &*self.contract;
-        let asked = wire::check_request(request, contract).map_err(|error| Failure {
+        let mut asked = wire::check_request(request, contract).map_err(|error| Failure {
             kind: "invalid_request",
             message: error.to_string(),
             attempts: 0,
         })?;
+        // Images as `serve` takes them: inline entries checked (PNG or JPEG, within the
+        // server's limits) and rebuilt; a requests file has no multipart parts, so an entry
+        // that names one is refused.
+        let no_parts = std::collections::BTreeMap::new();
+        let checked =
+            wire::assets::check(asked.upstream.get("assets"), &no_parts, self.asset_limits)
+                .map_err(|error| Failure {
+                    kind: "invalid_request",
+                    message: error.to_string(),
+                    attempts: 0,
+                })?;
+        if let Some(upstream) = asked.upstream.as_object_mut() {
+            match checked.assets {
+                Some(assets) => {
+                    upstream.insert("assets".into(), assets);
+                }
+                None => {
+                    upstream.remove("assets");
+                }
+            }
+        }
         let body = Bytes::from(serde_json::to_vec(&asked.upstream).map_err(|_| Failure {
             kind: "invalid_request",
             message: "the request cannot be serialized".into(),
