@@ -103,6 +103,16 @@ pub(super) fn resolve_model(name: &str) -> &str {
 fn answer(request: &Value, input_len: usize) -> Result<Value, Error> {
     let (model, state, questions) = validate(request)?;
     let model = resolve_model(model);
+    // As a real provider: a model it does not serve is refused, never echoed back as if it
+    // had answered.
+    if model != LATEST_MODEL && model != PREVIEW_MODEL {
+        return Err(invalid(
+            &["model"],
+            format!(
+                "unknown model: this simulator serves jev-latest ({LATEST_MODEL}) and jev-preview ({PREVIEW_MODEL})"
+            ),
+        ));
+    }
     let state_digest = digest(&[model.as_bytes(), &canonical(state)?]);
     let inferred = infer(state);
     let public_digest = match &inferred {

@@ -95,17 +95,26 @@ fn answers_are_deterministic_and_ignore_key_order_whitespace_and_ids() {
         respond_bytes(c).expect("valid")["answers"]["q"],
         ra["answers"]["q"]
     );
-    let other_model = br#"{"model":"jev-1.13.0","state":{"a":1,"b":"x"},"questions":{"q":{"type":"choice","criteria":{"x":null,"y":null,"z":null}}}}"#;
-    let r = respond_bytes(other_model).expect("valid");
-    assert_eq!(r["model"], "jev-1.13.0");
+    // Another model answers differently; one the simulator does not serve is refused, as a
+    // real provider refuses it, not echoed back.
+    let preview = br#"{"model":"jev-preview","state":{"a":1,"b":"x"},"questions":{"q":{"type":"choice","criteria":{"x":null,"y":null,"z":null}}}}"#;
+    let r = respond_bytes(preview).expect("valid");
+    assert_eq!(r["model"], "sim-jev-1.1-preview");
+    for unknown in ["jev-1.13.0", "m", "x y", "sim-jev-9"] {
+        let body = json!({"model": unknown, "state": "s", "questions": {"q": {"type": "noul"}}});
+        match respond(&body) {
+            Err(Error::Invalid { loc, .. }) => assert_eq!(loc, ["body", "model"], "{unknown}"),
+            other => panic!("{unknown}: {other:?}"),
+        }
+    }
 }
 
 #[test]
 fn a_question_is_answered_independently_of_the_others() {
     let q = json!({"type": "choice", "criteria": {"a": null, "b": null}});
-    let alone =
-        respond(&json!({"model": "m", "state": "s", "questions": {"q": q}})).expect("valid");
-    let together = respond(&json!({"model": "m", "state": "s",
+    let alone = respond(&json!({"model": "jev-latest", "state": "s", "questions": {"q": q}}))
+        .expect("valid");
+    let together = respond(&json!({"model": "jev-latest", "state": "s",
         "questions": {"first": {"type": "noul"}, "q": q}}))
     .expect("valid");
     assert_eq!(alone["answers"]["q"], together["answers"]["q"]);
@@ -113,9 +122,9 @@ fn a_question_is_answered_independently_of_the_others() {
 
 #[test]
 fn choice_answers_do_not_depend_on_candidate_order() {
-    let forward = json!({"model": "m", "state": {"k": 1},
+    let forward = json!({"model": "jev-latest", "state": {"k": 1},
         "questions": {"q": {"type": "choice", "criteria": {"a": "1", "b": "2", "c": "3"}}}});
-    let backward = json!({"model": "m", "state": {"k": 1},
+    let backward = json!({"model": "jev-latest", "state": {"k": 1},
         "questions": {"q": {"type": "choice", "criteria": {"c": "3", "b": "2", "a": "1"}}}});
     let f = respond(&forward).expect("valid");
     let b = respond(&backward).expect("valid");
@@ -151,7 +160,7 @@ fn reports_drive_the_coarse_choice() {
 
 #[test]
 fn the_refusal_probe_shape_puts_mass_on_the_reported_mechanism() {
-    let response = respond(&json!({"model": "m",
+    let response = respond(&json!({"model": "jev-latest",
         "state": {"internal_report": {"diagnostic_note": "Thread dumps show a lock cycle. Two workers wait on each other's locks."}},
         "questions": {"fine": {"type": "choice", "criteria":
             {"connection_pool_exhaustion": null, "deadlock_under_retry": null, "memory_leak_regression": null, "WITHHOLD": null}}}}))
@@ -175,71 +184,71 @@ fn invalid_requests_are_rejected_with_locations() {
             vec!["body", "model"],
         ),
         (
-            json!({"model": "m", "questions": {"q": {"type": "noul"}}}),
+            json!({"model": "jev-latest", "questions": {"q": {"type": "noul"}}}),
             vec!["body", "state"],
         ),
         (
-            json!({"model": "m", "state": 3, "questions": {"q": {"type": "noul"}}}),
+            json!({"model": "jev-latest", "state": 3, "questions": {"q": {"type": "noul"}}}),
             vec!["body", "state"],
         ),
         (
-            json!({"model": "m", "state": null, "questions": {"q": {"type": "noul"}}}),
+            json!({"model": "jev-latest", "state": null, "questions": {"q": {"type": "noul"}}}),
             vec!["body", "state"],
         ),
         (
-            json!({"model": "m", "state": "s"}),
+            json!({"model": "jev-latest", "state": "s"}),
             vec!["body", "questions"],
         ),
         (
-            json!({"model": "m", "state": "s", "questions": {}}),
+            json!({"model": "jev-latest", "state": "s", "questions": {}}),
             vec!["body", "questions"],
         ),
         (
-            json!({"model": "m", "state": "s", "questions": []}),
+            json!({"model": "jev-latest", "state": "s", "questions": []}),
             vec!["body", "questions"],
         ),
         (
-            json!({"model": "m", "state": "s", "questions": {"q": 1}}),
+            json!({"model": "jev-latest", "state": "s", "questions": {"q": 1}}),
             vec!["body", "questions", "q"],
         ),
         (
-            json!({"model": "m", "state": "s", "questions": {"q": {}}}),
+            json!({"model": "jev-latest", "state": "s", "questions": {"q": {}}}),
             vec!["body", "questions", "q", "type"],
         ),
         (
-            json!({"model": "m", "state": "s", "questions": {"q": {"type": "line"}}}),
+            json!({"model": "jev-latest", "state": "s", "questions": {"q": {"type": "line"}}}),
             vec!["body", "questions", "q", "type"],
         ),
         (
-            json!({"model": "m", "state": "s", "questions": {"q": {"type": "box", "criteria": ["a"]}}}),
+            json!({"model": "jev-latest", "state": "s", "questions": {"q": {"type": "box", "criteria": ["a"]}}}),
             vec!["body", "questions", "q", "criteria"],
         ),
         (
-            json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"a": null}}}}),
+            json!({"model": "jev-latest", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"a": null}}}}),
             vec!["body", "questions", "q", "criteria"],
         ),
         (
-            json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice", "criteria": ["a", "b"]}}}),
+            json!({"model": "jev-latest", "state": "s", "questions": {"q": {"type": "choice", "criteria": ["a", "b"]}}}),
             vec!["body", "questions", "q", "criteria"],
         ),
         (
-            json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"a": 1, "b": null}}}}),
+            json!({"model": "jev-latest", "state": "s", "questions": {"q": {"type": "choice", "criteria": {"a": 1, "b": null}}}}),
             vec!["body", "questions", "q", "criteria", "a"],
         ),
         (
-            json!({"model": "m", "state": "s", "questions": {"q": {"type": "score", "criteria": []}}}),
+            json!({"model": "jev-latest", "state": "s", "questions": {"q": {"type": "score", "criteria": []}}}),
             vec!["body", "questions", "q", "criteria"],
         ),
         (
-            json!({"model": "m", "state": "s", "questions": {"q": {"type": "score", "criteria": ["a", true]}}}),
+            json!({"model": "jev-latest", "state": "s", "questions": {"q": {"type": "score", "criteria": ["a", true]}}}),
             vec!["body", "questions", "q", "criteria", "1"],
         ),
         (
-            json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "criteria": "x"}}}),
+            json!({"model": "jev-latest", "state": "s", "questions": {"q": {"type": "noul", "criteria": "x"}}}),
             vec!["body", "questions", "q", "criteria"],
         ),
         (
-            json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": 5}}}),
+            json!({"model": "jev-latest", "state": "s", "questions": {"q": {"type": "noul", "instructions": 5}}}),
             vec!["body", "questions", "q", "instructions"],
         ),
     ];
@@ -250,10 +259,10 @@ fn invalid_requests_are_rejected_with_locations() {
         }
     }
     let too_many: Map<String, Value> = (0..256).map(|i| (format!("c{i}"), Value::Null)).collect();
-    let request = json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice", "criteria": too_many}}});
+    let request = json!({"model": "jev-latest", "state": "s", "questions": {"q": {"type": "choice", "criteria": too_many}}});
     assert!(matches!(respond(&request), Err(Error::Invalid { .. })));
     assert!(matches!(respond_bytes(b"{not json"), Err(Error::Json(_))));
-    let message = respond(&json!({"model": "m", "state": "s"}))
+    let message = respond(&json!({"model": "jev-latest", "state": "s"}))
         .expect_err("invalid")
         .to_string();
     assert_eq!(message, "invalid request at body.questions: field required");
@@ -262,7 +271,7 @@ fn invalid_requests_are_rejected_with_locations() {
 #[test]
 fn edge_sizes_are_answered() {
     let many: Map<String, Value> = (0..255).map(|i| (format!("c{i}"), Value::Null)).collect();
-    let response = respond(&json!({"model": "m", "state": [1, {"x": null}],
+    let response = respond(&json!({"model": "jev-latest", "state": [1, {"x": null}],
         "questions": {"wide": {"type": "choice", "criteria": many},
             "one": {"type": "score", "criteria": ["only"]},
             "bare": {"type": "noul"}},
@@ -312,7 +321,7 @@ proptest! {
     #[test]
     fn never_panics_on_arbitrary_json(value in arb_json()) {
         let _ = respond(&value);
-        let wrapped = json!({"model": "m", "state": value.clone(), "questions": {"q": value}});
+        let wrapped = json!({"model": "jev-latest", "state": value.clone(), "questions": {"q": value}});
         let _ = respond(&wrapped);
     }
 
@@ -373,7 +382,7 @@ fn shipped_example_requests_are_answered() {
 
 #[test]
 fn box_questions_get_valid_boxes_deterministically() {
-    let request = json!({"model": "m", "state": "s", "questions": {"q": {"type": "box", "instructions": "Where?"}}});
+    let request = json!({"model": "jev-latest", "state": "s", "questions": {"q": {"type": "box", "instructions": "Where?"}}});
     let first = respond(&request).unwrap();
     assert_eq!(first, respond(&request).unwrap());
     let answer = releasegate_core::wire::parse_box(&first["answers"]["q"]).unwrap();
