@@ -967,17 +967,7 @@ fn build_box_question(
         }
     };
     if let Some(instructions) = &raw.instructions {
-        match instructions {
-            serde_json::Value::String(text) if text.trim().is_empty() => {
-                problems.push(format!("{key}.instructions: must not be blank"));
-            }
-            serde_json::Value::String(_)
-            | serde_json::Value::Object(_)
-            | serde_json::Value::Array(_) => {}
-            _ => problems.push(format!(
-                "{key}.instructions: must be System One content: a string, a table or an array"
-            )),
-        }
+        content(format!("{key}.instructions"), instructions, problems);
     }
     (problems.len() == n_problems).then(|| QuestionRule {
         classes: Vec::new(),
@@ -1029,18 +1019,6 @@ fn pin_question(
         None if is_score => Kind::Score,
         None => Kind::Choice,
     };
-    let content = |field: String, value: &serde_json::Value, problems: &mut Vec<String>| match value
-    {
-        serde_json::Value::String(text) if text.trim().is_empty() => {
-            problems.push(format!("{field}: must not be blank"));
-        }
-        serde_json::Value::String(_)
-        | serde_json::Value::Object(_)
-        | serde_json::Value::Array(_) => {}
-        _ => problems.push(format!(
-            "{field}: must be System One content: a string, a table or an array"
-        )),
-    };
     if let Some(instructions) = &raw.instructions {
         content(format!("{key}.instructions"), instructions, problems);
     }
@@ -1062,6 +1040,21 @@ fn pin_question(
             .map(|class| raw.descriptions.get(class).cloned())
             .collect(),
         caller_text: raw.caller_text,
+    }
+}
+
+/// Checks that a pinned text is System One content: a string (not blank), a table or an array.
+fn content(field: String, value: &serde_json::Value, problems: &mut Vec<String>) {
+    match value {
+        serde_json::Value::String(text) if text.trim().is_empty() => {
+            problems.push(format!("{field}: must not be blank"));
+        }
+        serde_json::Value::String(_)
+        | serde_json::Value::Object(_)
+        | serde_json::Value::Array(_) => {}
+        _ => problems.push(format!(
+            "{field}: must be System One content: a string, a table or an array"
+        )),
     }
 }
 

@@ -240,6 +240,23 @@ pub fn check_request(body: &Value, contract: &Contract) -> Result<Asked, Request
     })
 }
 
+impl Asked {
+    /// Replaces the upstream body's `assets` with the checked and rebuilt ones
+    /// (`assets::check`), or removes them when there are none.
+    pub fn set_assets(&mut self, assets: Option<Value>) {
+        if let Some(upstream) = self.upstream.as_object_mut() {
+            match assets {
+                Some(assets) => {
+                    upstream.insert("assets".into(), assets);
+                }
+                None => {
+                    upstream.remove("assets");
+                }
+            }
+        }
+    }
+}
+
 /// The request members besides `model` and `questions` that go upstream as the caller
 /// sent them: the content the questions are about (`state`, and the images `assets`
 /// refers to). Every other member is dropped.

@@ -142,16 +142,7 @@ impl Collector {
                     message: error.to_string(),
                     attempts: 0,
                 })?;
-        if let Some(upstream) = asked.upstream.as_object_mut() {
-            match checked.assets {
-                Some(assets) => {
-                    upstream.insert("assets".into(), assets);
-                }
-                None => {
-                    upstream.remove("assets");
-                }
-            }
-        }
+        asked.set_assets(checked.assets);
         let body = Bytes::from(serde_json::to_vec(&asked.upstream).map_err(|_| Failure {
             kind: "invalid_request",
             message: "the request cannot be serialized".into(),

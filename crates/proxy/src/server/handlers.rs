@@ -457,16 +457,7 @@ async fn answer(
         &part_refs,
         server.asset_limits(),
     )?;
-    if let Some(upstream) = asked.upstream.as_object_mut() {
-        match checked.assets {
-            Some(assets) => {
-                upstream.insert("assets".into(), assets);
-            }
-            None => {
-                upstream.remove("assets");
-            }
-        }
-    }
+    asked.set_assets(checked.assets);
     // Never the caller's bytes: the contract's questions, the caller's content.
     let json = Bytes::from(serde_json::to_vec(&asked.upstream).map_err(|_| Error::Internal)?);
     // Sampled for the live capture: keep the JSON request (a world's request; images are
