@@ -194,6 +194,27 @@ async fn run(dir: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `build-codebook` of the loop's question from `worlds` (in order) into `out`.
+fn build_codebook<'a>(worlds: &[&'a str], out: &'a str) -> Vec<&'a str> {
+    let mut args = vec![
+        "build-codebook",
+        "--config",
+        "loans.toml",
+        "--contract",
+        "triage",
+        "--question",
+        "route",
+        "--out",
+        out,
+        "--denominator",
+        "10",
+    ];
+    for file in worlds {
+        args.extend(["--worlds", file]);
+    }
+    args
+}
+
 fn succeeded(output: &Output) -> Value {
     assert!(
         output.status.success(),
@@ -315,27 +336,7 @@ async fn a_team_goes_from_its_own_provider_to_a_served_codebook() {
     );
 
     // 2. Build the codebook from the collected train split.
-    let built = succeeded(
-        &run(
-            &dir,
-            &[
-                "build-codebook",
-                "--config",
-                "loans.toml",
-                "--contract",
-                "triage",
-                "--question",
-                "route",
-                "--worlds",
-                "collected.jsonl",
-                "--out",
-                "codebook.json",
-                "--denominator",
-                "10",
-            ],
-        )
-        .await,
-    );
+    let built = succeeded(&run(&dir, &build_codebook(&["collected.jsonl"], "codebook.json")).await);
     let train = collected
         .iter()
         .filter(|w| w.split == releasegate_sim::worlds::Split::Train)
@@ -401,43 +402,14 @@ async fn a_team_goes_from_its_own_provider_to_a_served_codebook() {
 
     // 4. Build a codebook from the captured traffic alone (no labels needed), serve with it.
     // Every rotation, oldest first, read as one capture.
-    let mut args = vec![
-        "build-codebook",
-        "--config",
-        "loans.toml",
-        "--contract",
-        "triage",
-        "--question",
-        "route",
-        "--out",
-        "codebook-live.json",
-        "--denominator",
-        "10",
-    ];
-    for file in &files {
-        args.extend(["--worlds", file.as_str()]);
-    }
-    let rebuilt = succeeded(&run(&dir, &args).await);
+    let rotations: Vec<&str> = files.iter().map(String::as_str).collect();
+    let rebuilt = succeeded(&run(&dir, &build_codebook(&rotations, "codebook-live.json")).await);
     assert_eq!(rebuilt["training_answers"], traffic.len());
     // Given one file of them, it reads only that file's answers.
     let newest = succeeded(
         &run(
             &dir,
-            &[
-                "build-codebook",
-                "--config",
-                "loans.toml",
-                "--contract",
-                "triage",
-                "--question",
-                "route",
-                "--worlds",
-                "captured.jsonl",
-                "--out",
-                "codebook-newest.json",
-                "--denominator",
-                "10",
-            ],
+            &build_codebook(&["captured.jsonl"], "codebook-newest.json"),
         )
         .await,
     );
