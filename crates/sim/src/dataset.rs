@@ -2,9 +2,12 @@
 //! the question's released label order (coarsened when the contract
 //! coarsens). Shared by the codebook builder and the leakage audit.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use serde_json::Value;
 
-use crate::worlds::World;
+use crate::worlds::{Split, World};
 use releasegate_core::codebook;
 use releasegate_core::contract::{Contract, QuestionRule};
 use releasegate_core::mechanism::ClassVector;
@@ -64,6 +67,65 @@ pub fn training_answer(
     ))
 }
 
+/// The training answers of a codebook question, possibly pooled over several contracts, read
+/// world by world ([`TrainingSet::add`]): a train-split world is read by the first contract
+/// whose request it fits, a validation-split world (when kept) chooses a learned codebook's
+/// assignment, the test split is never read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TrainingSet {
+    /// The train split's responses, which a compact codebook is learned from.
+    pub responses: Vec<codebook::Response>,
+    /// The train split's answers, which a strict codebook's pool takes.
+    pub answers: Vec<codebook::TrainingAnswer>,
+    /// The validation split's responses.
+    pub validation: Vec<codebook::Response>,
+    /// Train-split worlds no contract reads, by the first contract's reason.
+    pub skipped: BTreeMap<String, u64>,
+}
+
+impl TrainingSet {
+    /// Reads `world` for `question` of `contracts` (its workflows `spec`); its validation
+    /// answer is kept only with `keep_validation`.
+    pub fn add(
+        &mut self,
+        contracts: &[Arc<Contract>],
+        question: &str,
+        spec: &releasegate_core::workflow::Spec,
+        world: &World,
+        keep_validation: bool,
+    ) {
+        if world.split == Split::Validation && keep_validation {
+            if let Some((response, _)) = contracts
+                .iter()
+                .find_map(|contract| training_answer(contract, question, world, spec).ok())
+            {
+                self.validation.push(response);
+            }
+            return;
+        }
+        if world.split != Split::Train {
+            return;
+        }
+        let mut first_skip = None;
+        let answer = contracts.iter().find_map(|contract| {
+            training_answer(contract, question, world, spec)
+                .map_err(|skip| first_skip = first_skip.or(Some(skip)))
+                .ok()
+        });
+        match answer {
+            Some((response, answer)) => {
+                self.responses.push(response);
+                self.answers.push(answer);
+            }
+            None => {
+                let reason =
+                    first_skip.map_or_else(|| "unknown".to_string(), |skip| skip.to_string());
+                *self.skipped.entry(reason).or_default() += 1;
+            }
+        }
+    }
+}
+
 /// Reads `question`'s native answer of `world` under `contract`.
 pub fn native_answer(
     contract: &Contract,
@@ -97,4 +159,113 @@ pub fn native_answer(
         None => fine,
     };
     Ok(NativeAnswer { kind, vector })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simulate;
+    use releasegate_core::config::{Config, Inputs};
+
+    /// The simulator's worlds and the three contracts of `config/tuple-bench.toml`, which pool
+    /// one codebook question.
+    fn setup() -> (Vec<World>, Vec<Arc<Contract>>) {
+        let options = simulate::Options {
+            pairs_per_domain: 12,
+            seed: 7,
+        };
+        let worlds = simulate::generate(&options).unwrap();
+        let config = Config::from_toml_with(
+            include_str!("../../../config/tuple-bench.toml"),
+            "tuple-bench.toml",
+            std::path::Path::new("."),
+            Inputs {
+                env: None,
+                files: &|path| std::fs::read(path),
+                codebooks: false,
+            },
+        )
+        .unwrap();
+        let contracts = ["delivery", "equipment", "it_ops"]
+            .iter()
+            .map(|name| config.contract(name).unwrap().clone())
+            .collect();
+        (worlds, contracts)
+    }
+
+    fn spec(contract: &Contract) -> &releasegate_core::workflow::Spec {
+        contract.questions[simulate::COARSE_QUESTION]
+            .workflows
+            .as_ref()
+            .unwrap()
+    }
+
+    fn read(
+        worlds: &[World],
+        contracts: &[Arc<Contract>],
+        spec: &releasegate_core::workflow::Spec,
+        keep_validation: bool,
+    ) -> TrainingSet {
+        let mut set = TrainingSet::default();
+        for world in worlds {
+            set.add(
+                contracts,
+                simulate::COARSE_QUESTION,
+                spec,
+                world,
+                keep_validation,
+            );
+        }
+        set
+    }
+
+    #[test]
+    fn a_pooled_question_reads_each_train_world_under_the_first_contract_it_fits() {
+        let (worlds, contracts) = setup();
+        let spec = spec(&contracts[0]);
+        let set = read(&worlds, &contracts, spec, false);
+        let train: Vec<&World> = worlds.iter().filter(|w| w.split == Split::Train).collect();
+        assert!(!train.is_empty());
+        assert_eq!(set.answers.len(), train.len(), "skipped: {:?}", set.skipped);
+        assert_eq!(set.responses.len(), train.len());
+        assert!(set.skipped.is_empty());
+        assert!(set.validation.is_empty());
+        let expected: Vec<codebook::TrainingAnswer> = train
+            .iter()
+            .map(|world| {
+                contracts
+                    .iter()
+                    .find_map(|contract| {
+                        training_answer(contract, simulate::COARSE_QUESTION, world, spec).ok()
+                    })
+                    .unwrap()
+                    .1
+            })
+            .collect();
+        assert_eq!(set.answers, expected);
+    }
+
+    #[test]
+    fn worlds_no_contract_fits_are_counted_by_the_first_contract_s_reason() {
+        let (worlds, contracts) = setup();
+        let spec = spec(&contracts[0]);
+        let set = read(&worlds, &contracts[..1], spec, true);
+        let train = worlds.iter().filter(|w| w.split == Split::Train).count();
+        let skipped: u64 = set.skipped.values().sum();
+        assert!(skipped > 0);
+        assert_eq!(set.answers.len() as u64 + skipped, train as u64);
+        assert!(
+            set.skipped
+                .keys()
+                .all(|reason| reason == "request_does_not_fit" || reason == "question_not_asked"),
+            "{:?}",
+            set.skipped
+        );
+        assert!(!set.validation.is_empty());
+        let none = read(&worlds, &[], spec, false);
+        assert_eq!(
+            none.skipped,
+            BTreeMap::from([("unknown".to_string(), train as u64)])
+        );
+    }
 }
