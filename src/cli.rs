@@ -1,6 +1,7 @@
 //! The `releasegate` command line: the proxy and its offline tools.
 
 mod collect;
+mod error;
 mod offline;
 
 use std::io::Read;
@@ -11,8 +12,7 @@ use clap::{Parser, Subcommand};
 
 use releasegate_proxy::server::{AppState, Application};
 
-/// Exit status for unusable configuration or arguments (EX_USAGE).
-pub(crate) const EXIT_USAGE: u8 = 64;
+use error::{Error, ResultExt};
 
 /// releasegate: a release-sanitizing proxy for typed decision APIs.
 #[derive(Debug, Parser)]
@@ -92,11 +92,11 @@ enum Command {
         /// and no pair midpoint goes into a file that is released to others) or
         /// `grid+training` (also the training answers verbatim and their pair midpoints:
         /// derived from data).
-        #[arg(long, value_enum, default_value_t = offline::Pool::Grid)]
-        pool: offline::Pool,
+        #[arg(long, value_enum, default_value_t = offline::codebook::Pool::Grid)]
+        pool: offline::codebook::Pool,
     },
     /// Measure how much each candidate release reveals (secret recovery) and costs (workflow utility).
-    Audit(offline::AuditArgs),
+    Audit(offline::audit::AuditArgs),
     /// Summarize release decision logs: coverage and fallback rates per contract and question,
     /// statuses per recipient.
     Decisions {
@@ -124,17 +124,26 @@ enum Command {
     },
 }
 
-/// Runs the command line and returns the process exit code.
+/// Runs the command line and returns the process exit code: a command's error is printed
+/// here, the only place that turns one into its exit code.
 pub(crate) fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Serve { config, log_json } => serve(config, log_json),
-        Command::CheckConfig { config } => check_config(config.as_deref()),
+    run(cli.command).unwrap_or_else(Error::exit)
+}
+
+/// Runs one command. Most exit 0 when they succeed; `audit` and `collect` choose their own
+/// exit code (the gate's verdict, a partial collection).
+fn run(command: Command) -> Result<ExitCode, Error> {
+    match command {
+        Command::Audit(args) => return offline::audit::audit_command(&args),
+        Command::Collect(args) => return collect::collect_command(&args),
+        Command::Serve { config, log_json } => serve(config, log_json)?,
+        Command::CheckConfig { config } => check_config(config.as_deref())?,
         Command::Simulate {
             pairs_per_domain,
             seed,
             out,
-        } => offline::simulate_command(pairs_per_domain, seed, &out),
+        } => offline::simulate_command(pairs_per_domain, seed, &out)?,
         Command::BuildCodebook {
             config,
             contract,
@@ -146,121 +155,81 @@ pub(crate) fn main() -> ExitCode {
             max_codewords,
             pair_weight,
             pool,
-        } => offline::build_codebook_command(
-            &config,
-            &contract,
-            &question,
-            &worlds,
-            &out,
-            offline::BuildOptions { denominator, pool },
-            budget.map(|budget| offline::LearnOptions {
+        } => offline::codebook::build_codebook_command(&offline::codebook::Args {
+            config: &config,
+            contracts: &contract,
+            question: &question,
+            worlds: &worlds,
+            out: &out,
+            build: offline::codebook::BuildOptions { denominator, pool },
+            learn: budget.map(|budget| offline::codebook::LearnOptions {
                 budget,
                 max_codewords: max_codewords
                     .unwrap_or(releasegate_core::codebook::DEFAULT_MAX_CODEWORDS),
                 pair_weight: pair_weight.unwrap_or(releasegate_core::codebook::DEFAULT_PAIR_WEIGHT),
             }),
-        ),
-        Command::Audit(args) => offline::audit_command(&args),
-        Command::Collect(args) => collect::collect_command(&args),
-        Command::Decisions { files, json } => decisions(&files, json),
+        })?,
+        Command::Decisions { files, json } => decisions(&files, json)?,
         Command::Replay {
             config,
             contract,
             worlds,
             out,
-        } => offline::replay_command(&config, &contract, &worlds, &out),
-        Command::HashKey => {
-            let mut key = String::new();
-            if std::io::stdin().read_to_string(&mut key).is_err() {
-                eprintln!("error: cannot read the key from stdin");
-                return ExitCode::from(EXIT_USAGE);
-            }
-            let key = key.trim_end_matches(['\n', '\r']);
-            if key.is_empty() {
-                eprintln!("error: the key on stdin is empty");
-                return ExitCode::from(EXIT_USAGE);
-            }
-            println!("{}", releasegate_proxy::auth::hash_key(key));
-            ExitCode::SUCCESS
-        }
+        } => offline::replay_command(&config, &contract, &worlds, &out)?,
+        Command::HashKey => hash_key()?,
     }
+    Ok(ExitCode::SUCCESS)
 }
 
-fn usage_error(error: &dyn std::fmt::Display) -> ExitCode {
-    eprintln!("error: {error}");
-    ExitCode::from(EXIT_USAGE)
-}
-
-fn failure(error: &dyn std::error::Error) -> ExitCode {
-    eprintln!("error: {}", chain(error));
-    ExitCode::FAILURE
-}
-
-/// A failure reading `path`, named with its causes.
-fn failure_in(path: &std::path::Path, error: &dyn std::error::Error) -> ExitCode {
-    eprintln!("error: {}: {}", path.display(), chain(error));
-    ExitCode::FAILURE
-}
-
-/// An error and its causes, on one line.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(&format!(": {cause}"));
-        source = cause.source();
+/// `releasegate hash-key`: the SHA-256 hex of the key on stdin (without its line end).
+fn hash_key() -> Result<(), Error> {
+    let mut key = String::new();
+    std::io::stdin()
+        .read_to_string(&mut key)
+        .map_err(|_| Error::usage("cannot read the key from stdin"))?;
+    let key = key.trim_end_matches(['\n', '\r']);
+    if key.is_empty() {
+        return Err(Error::usage("the key on stdin is empty"));
     }
-    message
+    println!("{}", releasegate_proxy::auth::hash_key(key));
+    Ok(())
 }
 
 /// Runs every check `serve` runs before binding its ports: the same loading (provider keys
 /// from the environment, codebooks matched to their workflows) and the same start-up
 /// (`AppState::prepare`: metrics, HTTP client, providers, key table).
-fn check_config(path: Option<&Path>) -> ExitCode {
-    let config = match releasegate_proxy::load::load(path) {
-        Ok(config) => config,
-        Err(error) => return usage_error(&error),
-    };
+fn check_config(path: Option<&Path>) -> Result<(), Error> {
+    let config = releasegate_proxy::load::load(path).or_usage()?;
     let summary = config.summary();
-    match AppState::prepare(config) {
-        Ok(_) => {
-            print!("{summary}");
-            ExitCode::SUCCESS
-        }
-        Err(error) => usage_error(&format!("{:#}", anyhow::Error::new(error))),
-    }
+    AppState::prepare(config)
+        .map_err(|error| Error::usage(format!("{:#}", anyhow::Error::new(error))))?;
+    print!("{summary}");
+    Ok(())
 }
 
 /// `releasegate decisions FILE...`: reads every line of every file and prints the summary.
-fn decisions(files: &[PathBuf], json: bool) -> ExitCode {
+fn decisions(files: &[PathBuf], json: bool) -> Result<(), Error> {
     use std::io::BufRead;
     let mut summary = releasegate_proxy::decisions::summary::Summary::default();
     for path in files {
-        let file = match std::fs::File::open(path) {
-            Ok(file) => file,
-            Err(error) => return usage_error(&format!("cannot read {}: {error}", path.display())),
+        let cannot_read = |error: std::io::Error| {
+            Error::usage(format!("cannot read {}: {error}", path.display()))
         };
+        let file = std::fs::File::open(path).map_err(cannot_read)?;
         let name = path.display().to_string();
         for (index, line) in std::io::BufReader::new(file).split(b'\n').enumerate() {
-            match line {
-                Ok(line) => summary.add_line(&name, index + 1, &String::from_utf8_lossy(&line)),
-                Err(error) => {
-                    return usage_error(&format!("cannot read {}: {error}", path.display()));
-                }
-            }
+            let line = line.map_err(cannot_read)?;
+            summary.add_line(&name, index + 1, &String::from_utf8_lossy(&line));
         }
     }
     summary.finish();
     if json {
-        match serde_json::to_string_pretty(&summary) {
-            Ok(text) => println!("{text}"),
-            Err(error) => return failure(&error),
-        }
+        println!("{}", serde_json::to_string_pretty(&summary).or_failure()?);
     } else {
         print!("{}", summary.to_text());
     }
     if summary.requests == 0 {
-        return usage_error(&format!(
+        return Err(Error::usage(format!(
             "no decision line in {} ({} other lines): expected the JSON lines [decision_log] writes, one per request",
             files
                 .iter()
@@ -268,32 +237,27 @@ fn decisions(files: &[PathBuf], json: bool) -> ExitCode {
                 .collect::<Vec<_>>()
                 .join(", "),
             summary.invalid_count
-        ));
+        )));
     }
-    ExitCode::SUCCESS
+    Ok(())
 }
 
-fn serve(config: Option<PathBuf>, log_json: bool) -> ExitCode {
+fn serve(config: Option<PathBuf>, log_json: bool) -> Result<(), Error> {
     releasegate_proxy::telemetry::init(log_json);
-    let code = serve_with_logs(config);
+    let result = serve_with_logs(config);
     // Access lines are written in batches: the last ones go out before the exit.
     releasegate_proxy::telemetry::flush();
-    code
+    result
 }
 
-fn serve_with_logs(config: Option<PathBuf>) -> ExitCode {
+fn serve_with_logs(config: Option<PathBuf>) -> Result<(), Error> {
     raise_open_file_limit();
-    let config = match releasegate_proxy::load::load(config.as_deref()) {
-        Ok(config) => config,
-        Err(error) => return usage_error(&error),
-    };
+    let config = releasegate_proxy::load::load(config.as_deref()).or_usage()?;
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
-    let runtime = match runtime() {
-        Ok(runtime) => runtime,
-        Err(error) => return usage_error(&format!("cannot start the runtime: {error}")),
-    };
+    let runtime =
+        runtime().map_err(|error| Error::usage(format!("cannot start the runtime: {error}")))?;
     let result = runtime.block_on(async {
         // Before anything else: from here on SIGHUP can no longer end the process.
         let signals = Signals::install()?;
@@ -305,13 +269,7 @@ fn serve_with_logs(config: Option<PathBuf>) -> ExitCode {
     // Connections still open past the grace were dropped; don't wait on stragglers.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     releasegate_proxy::telemetry::flush();
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
+    result.map_err(|error| Error::Failure(format!("{error:#}")))
 }
 
 /// The runtime `serve` runs on: single-threaded, the first event loop (the

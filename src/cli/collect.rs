@@ -27,6 +27,8 @@ use releasegate_proxy::collect::{Collected, Collector, Failure};
 use releasegate_sim::requests::Line;
 use releasegate_sim::worlds::World;
 
+use super::error::{Error, ResultExt};
+
 /// Exit status when some requests failed and a rerun may collect them (EX_TEMPFAIL).
 pub(super) const EXIT_PARTIAL: u8 = 75;
 
@@ -58,85 +60,56 @@ pub(super) struct CollectArgs {
 }
 
 /// `releasegate collect`.
-pub(super) fn collect_command(args: &CollectArgs) -> ExitCode {
+pub(super) fn collect_command(args: &CollectArgs) -> Result<ExitCode, Error> {
     if args.concurrency == 0 {
-        return super::usage_error(&"--concurrency must be at least 1");
+        return Err(Error::usage("--concurrency must be at least 1"));
     }
-    let config = match releasegate_proxy::load::load_for_collect(&args.config) {
-        Ok(config) => config,
-        Err(error) => return super::usage_error(&error),
-    };
-    let collector = match Collector::new(&config, &args.contract, args.retries) {
-        Ok(collector) => collector,
-        Err(error) => return super::usage_error(&error),
-    };
+    let config = releasegate_proxy::load::load_for_collect(&args.config).or_usage()?;
+    let collector = Collector::new(&config, &args.contract, args.retries).or_usage()?;
     let errors_path = args.errors.clone().unwrap_or_else(|| {
         let mut name = args.out.as_os_str().to_owned();
         name.push(".errors.jsonl");
         PathBuf::from(name)
     });
-    let existing = match already_collected(&args.out) {
-        Ok(existing) => existing,
-        Err(message) => return super::usage_error(&message),
-    };
-    let text = match std::fs::read_to_string(&args.requests) {
-        Ok(text) => text,
-        Err(error) => {
-            return super::usage_error(&format!(
-                "cannot read {}: {error}",
-                args.requests.display()
-            ));
-        }
-    };
-    let mut errors = match Errors::create(&errors_path) {
-        Ok(errors) => errors,
-        Err(message) => return super::usage_error(&message),
-    };
-    let mut seen = HashSet::new();
-    let mut todo = Vec::new();
-    let (mut lines, mut skipped) = (0usize, 0usize);
-    for (index, text) in text.lines().enumerate() {
-        if text.trim().is_empty() {
-            continue;
-        }
-        lines += 1;
-        let line = match Line::parse(text, index + 1) {
-            Ok(line) => line,
-            Err(error) => {
-                errors.record(
-                    error.line,
-                    error.id.as_deref(),
-                    "invalid_line",
-                    &error.reason,
-                    0,
-                );
-                continue;
-            }
-        };
-        if !seen.insert(line.id.clone()) {
-            errors.record(
-                index + 1,
-                Some(&line.id),
-                "duplicate_id",
-                "the id is already used by an earlier line of this file",
-                0,
-            );
-            continue;
-        }
-        if existing.contains(&line.id) {
-            skipped += 1;
-            continue;
-        }
-        todo.push((index + 1, line));
-    }
-    if lines == 0 {
-        return super::usage_error(&format!(
+    let existing = already_collected(&args.out).or_usage()?;
+    let text = std::fs::read_to_string(&args.requests).map_err(|error| {
+        Error::usage(format!("cannot read {}: {error}", args.requests.display()))
+    })?;
+    let mut errors = Errors::create(&errors_path).or_usage()?;
+    let mut requests = Requests::read(&text, &existing, &mut errors);
+    if requests.lines == 0 {
+        return Err(Error::usage(format!(
             "{} holds no request line: expected one JSON object per line, \
              {{\"id\": ..., \"request\": {{a System One request}}}} (docs/collect.md)",
             args.requests.display()
-        ));
+        )));
     }
-    let concurrency = match collector.max_concurrency() {
+    let concurrency = concurrency(args, &collector);
+    eprintln!(
+        "collect: {} requests to ask ({} already in {}, {} unusable lines), concurrency {concurrency}",
+        requests.todo.len(),
+        requests.skipped,
+        args.out.display(),
+        errors.count
+    );
+    let out = open_out(&args.out).or_usage()?;
+    let asked = ask_all(
+        args,
+        collector,
+        std::mem::take(&mut requests.todo),
+        concurrency,
+        out,
+        &mut errors,
+    )?;
+    errors.finish().or_usage()?;
+    let in_out = existing.len() + asked.collected;
+    print_summary(args, &errors_path, &requests, &asked, &errors, in_out);
+    outcome(&errors_path, &requests, &errors, in_out)
+}
+
+/// `--concurrency`, at most the provider's `max_concurrency`.
+fn concurrency(args: &CollectArgs, collector: &Collector) -> usize {
+    match collector.max_concurrency() {
         Some(max) if max < args.concurrency => {
             eprintln!(
                 "note: --concurrency {} is above the provider's max_concurrency {max}; using {max}",
@@ -145,28 +118,148 @@ pub(super) fn collect_command(args: &CollectArgs) -> ExitCode {
             max
         }
         _ => args.concurrency,
-    };
-    eprintln!(
-        "collect: {} requests to ask ({skipped} already in {}, {} unusable lines), concurrency {concurrency}",
-        todo.len(),
-        args.out.display(),
-        errors.count
+    }
+}
+
+/// The run's JSON summary on stdout; `in_out` counts the worlds now in `--out`.
+fn print_summary(
+    args: &CollectArgs,
+    errors_path: &Path,
+    requests: &Requests,
+    asked: &Asked,
+    errors: &Errors,
+    in_out: usize,
+) {
+    let summary = json!({
+        "out": args.out.display().to_string(),
+        "errors": errors_path.display().to_string(),
+        "contract": args.contract,
+        "request_lines": requests.lines,
+        "collected": asked.collected,
+        "already_collected": requests.skipped,
+        "retried": asked.retried,
+        "failed": errors.count,
+        "failures": errors.kinds,
+        "worlds_in_out": in_out,
+    });
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&summary).unwrap_or_default()
     );
-    let mut out = match open_out(&args.out) {
-        Ok(out) => out,
-        Err(message) => return super::usage_error(&message),
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+}
+
+/// Exit 0 when every request is in `--out`, [`EXIT_PARTIAL`] when some failed, a failure
+/// when `--out` holds no world at all.
+fn outcome(
+    errors_path: &Path,
+    requests: &Requests,
+    errors: &Errors,
+    in_out: usize,
+) -> Result<ExitCode, Error> {
+    if in_out == 0 {
+        return Err(Error::Failure(format!(
+            "nothing was collected: all {} request lines failed (see {})",
+            requests.lines,
+            errors_path.display()
+        )));
+    }
+    if errors.count > 0 {
+        eprintln!(
+            "warning: {} request lines yielded no world (see {}); rerun the same command to retry them",
+            errors.count,
+            errors_path.display()
+        );
+        return Ok(ExitCode::from(EXIT_PARTIAL));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The requests file's lines: what is left to ask.
+struct Requests {
+    /// Non-blank lines.
+    lines: usize,
+    /// Lines whose id is already in `--out`.
+    skipped: usize,
+    /// The lines to ask, with their line numbers.
+    todo: Vec<(usize, Line)>,
+}
+
+impl Requests {
+    /// Reads the requests file's `text`; an unusable line or a repeated id goes to `errors`,
+    /// an id in `existing` is skipped.
+    fn read(text: &str, existing: &HashSet<String>, errors: &mut Errors) -> Requests {
+        let mut seen = HashSet::new();
+        let mut requests = Requests {
+            lines: 0,
+            skipped: 0,
+            todo: Vec::new(),
+        };
+        for (index, text) in text.lines().enumerate() {
+            if text.trim().is_empty() {
+                continue;
+            }
+            requests.lines += 1;
+            let line = match Line::parse(text, index + 1) {
+                Ok(line) => line,
+                Err(error) => {
+                    errors.record(
+                        error.line,
+                        error.id.as_deref(),
+                        "invalid_line",
+                        &error.reason,
+                        0,
+                    );
+                    continue;
+                }
+            };
+            if !seen.insert(line.id.clone()) {
+                errors.record(
+                    index + 1,
+                    Some(&line.id),
+                    "duplicate_id",
+                    "the id is already used by an earlier line of this file",
+                    0,
+                );
+                continue;
+            }
+            if existing.contains(&line.id) {
+                requests.skipped += 1;
+                continue;
+            }
+            requests.todo.push((index + 1, line));
+        }
+        requests
+    }
+}
+
+/// What one run asked.
+struct Asked {
+    /// Worlds written to `--out`.
+    collected: usize,
+    /// Of them, those that needed more than one attempt.
+    retried: usize,
+}
+
+/// Asks every request of `todo` on a runtime of its own: a world goes to `out` as its
+/// answer arrives, a failure to `errors`; progress on stderr.
+fn ask_all(
+    args: &CollectArgs,
+    collector: Collector,
+    todo: Vec<(usize, Line)>,
+    concurrency: usize,
+    mut out: std::fs::File,
+    errors: &mut Errors,
+) -> Result<Asked, Error> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => return super::usage_error(&format!("cannot start the runtime: {error}")),
-    };
+        .map_err(|error| Error::usage(format!("cannot start the runtime: {error}")))?;
     let progress = Progress::new(todo.len());
     let domain = args.contract.clone();
-    let mut collected = 0usize;
-    let mut retried = 0usize;
+    let mut asked = Asked {
+        collected: 0,
+        retried: 0,
+    };
     let written = runtime.block_on(run(
         Arc::new(collector),
         todo,
@@ -184,8 +277,8 @@ pub(super) fn collect_command(args: &CollectArgs) -> ExitCode {
                         .and_then(|()| out.write_all(b"\n"))
                         .and_then(|()| out.flush())
                         .map_err(|error| format!("cannot write {}: {error}", args.out.display()))?;
-                    collected += 1;
-                    retried += usize::from(attempts > 1);
+                    asked.collected += 1;
+                    asked.retried += usize::from(attempts > 1);
                 }
                 Err(Failure {
                     kind,
@@ -193,52 +286,13 @@ pub(super) fn collect_command(args: &CollectArgs) -> ExitCode {
                     attempts,
                 }) => errors.record(number, Some(&line.id), kind, &message, attempts),
             }
-            progress.advance(collected, errors.count);
+            progress.advance(asked.collected, errors.count);
             Ok(())
         },
     ));
-    progress.finish(collected, errors.count);
-    if let Err(message) = written {
-        eprintln!("error: {message}");
-        return ExitCode::FAILURE;
-    }
-    if let Err(message) = errors.finish() {
-        return super::usage_error(&message);
-    }
-    let in_out = existing.len() + collected;
-    let summary = json!({
-        "out": args.out.display().to_string(),
-        "errors": errors_path.display().to_string(),
-        "contract": args.contract,
-        "request_lines": lines,
-        "collected": collected,
-        "already_collected": skipped,
-        "retried": retried,
-        "failed": errors.count,
-        "failures": errors.kinds,
-        "worlds_in_out": in_out,
-    });
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&summary).unwrap_or_default()
-    );
-    if in_out == 0 {
-        eprintln!(
-            "error: nothing was collected: all {} request lines failed (see {})",
-            lines,
-            errors_path.display()
-        );
-        return ExitCode::FAILURE;
-    }
-    if errors.count > 0 {
-        eprintln!(
-            "warning: {} request lines yielded no world (see {}); rerun the same command to retry them",
-            errors.count,
-            errors_path.display()
-        );
-        return ExitCode::from(EXIT_PARTIAL);
-    }
-    ExitCode::SUCCESS
+    progress.finish(asked.collected, errors.count);
+    written.map_err(Error::Failure)?;
+    Ok(asked)
 }
 
 /// Asks every request, at most `concurrency` at once, and hands each result (in completion

@@ -1,0 +1,603 @@
+//! `releasegate audit`: its arguments, the files it reads and writes, and what it prints. The
+//! statistics, the frontier and the gate are `releasegate_lab::audit`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use releasegate_core::codebook;
+use releasegate_core::config::{Config, Recipient};
+use releasegate_core::contract::{Contract, Shape};
+use releasegate_lab::audit;
+use releasegate_lab::audit::checks::DomainCheck;
+use releasegate_lab::audit::frontier::Point;
+use releasegate_lab::audit::gate::{GateResult, Verdict};
+use releasegate_lab::audit::intake::{Candidate, Intake, Reading};
+use releasegate_lab::audit::report::Report;
+use releasegate_sim::worlds::{self, Split, World};
+
+use super::super::error::{Error, ResultExt};
+use super::{Progress, open_worlds};
+
+/// Arguments of `releasegate audit`.
+#[derive(Debug, clap::Args)]
+pub(in crate::cli) struct AuditArgs {
+    /// Configuration file holding the contract(s).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// The contract; repeat to audit several (each world uses the first that fits).
+    #[arg(
+        long = "contract",
+        required_unless_present = "recipient",
+        conflicts_with = "recipient"
+    )]
+    pub contracts: Vec<String>,
+    /// A release every other release is compared with, paired over the same test pairs
+    /// (repeatable; `no_output` and `wcpq (contract)` are always references when audited).
+    #[arg(long = "compare-to")]
+    pub compare_to: Vec<String>,
+    /// Audit what one recipient learns: its contracts (each world under the first it fits),
+    /// and with --gate also every release it can ask for of the same world, read together.
+    #[arg(long)]
+    pub recipient: Option<String>,
+    /// Labelled worlds (train, validation and test splits).
+    #[arg(long)]
+    pub worlds: PathBuf,
+    /// Views to study (comma-separated); default all five.
+    #[arg(long, value_delimiter = ',')]
+    pub views: Option<Vec<String>>,
+    /// Extra mechanisms under full_native: quantize[=step], top_k[=k], temperature[=tau], gaussian[=sigma].
+    #[arg(long, value_delimiter = ',')]
+    pub mechanisms: Vec<String>,
+    /// Release every contract in this shape (`complete` or `minimal`) instead of its own.
+    #[arg(long)]
+    pub shape: Option<String>,
+    /// The attacker also reads the complete shape's fills as features (computed
+    /// from the released fields, so the same for both shapes).
+    #[arg(long)]
+    pub read_fills: bool,
+    /// Write the full numbers as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write the privacy-utility plot as SVG.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+    /// Bootstrap resamples per interval.
+    #[arg(long, default_value_t = 2000)]
+    pub bootstrap: usize,
+    /// Seed of every random choice (bootstrap, noise mechanisms).
+    #[arg(long, default_value_t = 20261009)]
+    pub seed: u64,
+    /// Check every contract's `policy` (KEEP fields released, recovery gain over
+    /// no output within `max_recovery_gain`); exit 3 when one fails.
+    #[arg(long)]
+    pub gate: bool,
+    /// Privacy-utility frontier: WCPQ admissibility budgets α to sweep (comma-separated); each
+    /// setting learns a compact codebook from the train split in memory and is audited as one
+    /// more release. Needs a contract whose question uses WCPQ.
+    #[arg(long, value_delimiter = ',')]
+    pub budgets: Vec<f64>,
+    /// With --budgets: codebook sizes K to sweep (comma-separated; default 128).
+    #[arg(long = "max-codewords", value_delimiter = ',', requires = "budgets")]
+    pub max_codewords: Vec<usize>,
+    /// Report gains even when the pairs fail the input checks (marked as unchecked); without
+    /// it such an audit exits 65 and reports nothing.
+    #[arg(long = "allow-unpaired")]
+    pub allow_unpaired: bool,
+    /// Fitting threads (default 0: every core); the results do not depend on it.
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// Exit code of `audit --gate` when a contract fails: it exceeds its leakage budget, drops a
+/// KEEP field or has a question that is not certifiable.
+const EXIT_GATE: u8 = 3;
+/// Exit code of `audit --gate` when no contract fails but the data cannot resolve a budget.
+const EXIT_GATE_INCONCLUSIVE: u8 = 4;
+
+/// What is audited: the contracts (in the shape asked for) and the recipient they are of.
+struct Scope<'c> {
+    /// The recipient of `--recipient`.
+    recipient: Option<&'c Recipient>,
+    /// The contracts' names, as given or as the recipient lists them.
+    names: &'c [String],
+    /// The contracts, each world released under the first it fits.
+    contracts: Vec<Arc<Contract>>,
+}
+
+/// What the lab measured.
+struct Measured {
+    /// The releases' examples.
+    input: audit::Input,
+    /// Worlds left out and the mechanisms' outcomes.
+    intake: Intake,
+    /// The report over every candidate release.
+    report: Report,
+    /// The frontier's settings, filled from `report`.
+    frontier: Vec<Point>,
+    /// The attacker's reading of a release.
+    reading: Reading,
+    /// The audit's settings (the gate runs with the same).
+    settings: audit::Config,
+}
+
+/// `releasegate audit`.
+pub(in crate::cli) fn audit_command(args: &AuditArgs) -> Result<ExitCode, Error> {
+    let config = releasegate_proxy::load::load_offline(Some(&args.config)).or_usage()?;
+    let scope = scope(args, &config)?;
+    let candidates = candidates(args, &scope.contracts).or_usage()?;
+    if args.budgets.iter().any(|b| !(b.is_finite() && *b >= 0.0)) {
+        return Err(Error::usage("--budgets must be finite numbers >= 0"));
+    }
+    let reader = open_worlds(&args.worlds).or_usage()?;
+    let bar = Progress::new("audit", "worlds");
+    let worlds = read_worlds(reader, &bar)?;
+    let mut measured = measure(args, &scope.contracts, &worlds, candidates, &bar)?;
+    bar.finish_and_clear();
+    let (checks, unchecked) = input_checks(&measured, args.allow_unpaired)?;
+    print_report(&measured, &scope.contracts, unchecked);
+    audit::frontier::fill(&mut measured.frontier, &measured.report);
+    print_frontier(&measured.frontier);
+    let gate_results = if args.gate {
+        Some(gate(&scope, &worlds, &measured)?)
+    } else {
+        None
+    };
+    print_gate(gate_results.iter().flatten());
+    for (release, outcomes) in &measured.intake.mechanisms {
+        if outcomes.keys().any(|k| k != "applied") {
+            println!("{release}: {outcomes:?}");
+        }
+    }
+    if let Some(path) = &args.json {
+        let value = serde_json::json!({
+            "report": measured.report,
+            "intake": measured.intake,
+            "contracts": scope.names,
+            "recipient": args.recipient,
+            "attacker_reads_fills": args.read_fills,
+            "shapes": scope.contracts
+                .iter()
+                .map(|c| (c.name.clone(), serde_json::Value::from(c.shape.as_str())))
+                .collect::<serde_json::Map<_, _>>(),
+            "worlds": args.worlds.display().to_string(),
+            "gate": gate_results,
+            "frontier": measured.frontier,
+            "checks": checks,
+            "unchecked": unchecked,
+        });
+        let text = serde_json::to_string_pretty(&value).unwrap_or_default();
+        write(path, text + "\n")?;
+    }
+    if let Some(path) = &args.svg {
+        write(path, audit::svg::render(&measured.report))?;
+    }
+    Ok(gate_exit(gate_results.as_deref(), unchecked))
+}
+
+/// The contracts of `--contract` or `--recipient`, in the shape of `--shape`.
+fn scope<'c>(args: &'c AuditArgs, config: &'c Config) -> Result<Scope<'c>, Error> {
+    let shape = match args.shape.as_deref() {
+        None => None,
+        Some(name) => Some(Shape::parse(name).ok_or_else(|| {
+            Error::usage(format!("unknown shape `{name}` (complete or minimal)"))
+        })?),
+    };
+    let recipient = match &args.recipient {
+        None => None,
+        Some(name) => Some(
+            config
+                .recipients
+                .iter()
+                .find(|r| &r.name == name)
+                .ok_or_else(|| Error::usage(format!("no recipient named `{name}`")))?,
+        ),
+    };
+    let names: &[String] = recipient.map_or(&args.contracts, |r| &r.contracts);
+    let contracts = names
+        .iter()
+        .map(|name| {
+            let contract = config
+                .contract(name)
+                .ok_or_else(|| Error::usage(format!("no contract named `{name}`")))?;
+            Ok(match shape {
+                Some(shape) => Arc::new(Contract {
+                    shape,
+                    ..(**contract).clone()
+                }),
+                None => contract.clone(),
+            })
+        })
+        .collect::<Result<_, Error>>()?;
+    Ok(Scope {
+        recipient,
+        names,
+        contracts,
+    })
+}
+
+/// The candidate releases of `--views` and `--mechanisms`, and the contract's own release
+/// when it is more than a plain view.
+fn candidates(args: &AuditArgs, contracts: &[Arc<Contract>]) -> Result<Vec<Candidate>, String> {
+    use releasegate_core::contract::View;
+    use releasegate_core::mechanism::{Mechanism, Raw};
+    let views: Vec<View> = match &args.views {
+        None => View::ALL.to_vec(),
+        Some(names) => names
+            .iter()
+            .map(|name| View::parse(name.trim()).ok_or_else(|| format!("unknown view `{name}`")))
+            .collect::<Result<_, _>>()?,
+    };
+    let mut candidates: Vec<Candidate> = views
+        .into_iter()
+        .map(|view| Candidate::uniform(view.as_str(), Some(view), Some(Mechanism::None)))
+        .collect();
+    // The contract's own release, when it is more than a plain view.
+    if let Some(rule) = contracts
+        .iter()
+        .flat_map(|c| c.questions.values())
+        .find(|rule| !matches!(rule.mechanism, Mechanism::None))
+    {
+        candidates.push(Candidate::uniform(
+            format!("{} (contract)", rule.mechanism.kind()),
+            None,
+            None,
+        ));
+    }
+    for spec in &args.mechanisms {
+        let raw = Raw::from_spec(spec, args.seed)?;
+        let mechanism = Mechanism::from_raw(raw, &[], None, Path::new("."), &|p| std::fs::read(p))
+            .map_err(|reason| format!("`{spec}`: {reason}"))?;
+        candidates.push(Candidate::uniform(
+            spec.trim(),
+            Some(View::FullNative),
+            Some(mechanism),
+        ));
+    }
+    Ok(candidates)
+}
+
+/// Every world of `reader`, counted on `bar`.
+fn read_worlds(
+    reader: worlds::Reader<impl std::io::BufRead>,
+    bar: &Progress,
+) -> Result<Vec<World>, Error> {
+    let mut worlds = Vec::new();
+    for world in reader {
+        worlds.push(world.or_failure()?);
+        bar.set_position(worlds.len() as u64);
+    }
+    Ok(worlds)
+}
+
+/// Learns the frontier's codebooks (with `--budgets`), releases every candidate and fits the
+/// attackers.
+fn measure(
+    args: &AuditArgs,
+    contracts: &[Arc<Contract>],
+    worlds: &[World],
+    mut candidates: Vec<Candidate>,
+    bar: &Progress,
+) -> Result<Measured, Error> {
+    let mut frontier = Vec::new();
+    if !args.budgets.is_empty() {
+        bar.set_message("learning codebooks");
+        let sizes = if args.max_codewords.is_empty() {
+            vec![codebook::DEFAULT_MAX_CODEWORDS]
+        } else {
+            args.max_codewords.clone()
+        };
+        let settings =
+            audit::frontier::candidates(contracts, worlds, &args.budgets, &sizes).or_usage()?;
+        for (candidate, point) in settings {
+            candidates.push(candidate);
+            frontier.push(point);
+        }
+    }
+    bar.set_message("releasing");
+    let reading = if args.read_fills {
+        Reading::WithFills
+    } else {
+        Reading::Released
+    };
+    let (input, intake) =
+        audit::intake::build(contracts, worlds, &candidates, reading, args.seed).or_failure()?;
+    bar.set_message("fitting attackers");
+    let mut settings = audit::Config {
+        seed: args.seed,
+        n_bootstrap: args.bootstrap,
+        threads: args.threads.unwrap_or(0),
+        ..audit::Config::default()
+    };
+    settings.references.extend(args.compare_to.iter().cloned());
+    let report = audit::run(&input, &settings).or_failure()?;
+    Ok(Measured {
+        input,
+        intake,
+        report,
+        frontier,
+        reading,
+        settings,
+    })
+}
+
+/// The pair checks every gain depends on, each failing one printed on stderr; whether any
+/// fails (the figures are then unchecked). Failing pairs end the audit unless
+/// `allow_unpaired`.
+fn input_checks(
+    measured: &Measured,
+    allow_unpaired: bool,
+) -> Result<(Vec<DomainCheck>, bool), Error> {
+    let mut checks = measured
+        .input
+        .releases
+        .first()
+        .map(|r| audit::checks::pairs(&r.examples))
+        .unwrap_or_default();
+    audit::checks::baseline(&mut checks, &measured.report);
+    let unchecked = checks.iter().any(|c| !c.passed());
+    for check in checks.iter().filter(|check| !check.passed()) {
+        eprintln!(
+            "input check: domain {}: {}",
+            check.domain,
+            check.problems.join("; ")
+        );
+    }
+    if unchecked && !allow_unpaired {
+        return Err(Error::Unpaired(
+            "the worlds fail the audit's pair checks (see above and docs/pairs.md): a gain \
+             over no output assumes pairs of two worlds with the same coarse class and public \
+             context and different secrets; fix the pairs, or pass --allow-unpaired to report \
+             the figures marked as unchecked"
+                .to_string(),
+        ));
+    }
+    Ok((checks, unchecked))
+}
+
+/// The report, the sample sizes, the worlds used and the contracts that are not certifiable.
+fn print_report(measured: &Measured, contracts: &[Arc<Contract>], unchecked: bool) {
+    if unchecked {
+        println!(
+            "UNCHECKED INPUT: the pairs fail the checks above; every gain below is reported as asked (--allow-unpaired) and certifies nothing"
+        );
+    }
+    println!("{}", measured.report.to_text());
+    print_sample_size(&measured.report, &measured.input, contracts);
+    println!(
+        "worlds used: {}; left out: {:?}",
+        measured.intake.worlds_used, measured.intake.skipped
+    );
+    for contract in contracts {
+        let reasons = contract.not_certifiable_reasons();
+        if !reasons.is_empty() {
+            println!(
+                "not certifiable: contract {}: {}; these figures do not cover those questions' releases \
+                 as a caller can make them",
+                contract.name,
+                reasons.join(", ")
+            );
+        }
+    }
+}
+
+/// For each release: the width of its gain interval on the test pairs it was measured on, and
+/// the pairs a budget needs (the contracts' smallest `max_recovery_gain`, else 5 points).
+fn print_sample_size(report: &Report, input: &audit::Input, contracts: &[Arc<Contract>]) {
+    let pairs: std::collections::BTreeSet<(&str, &str)> = input
+        .releases
+        .first()
+        .map(|r| {
+            r.examples
+                .iter()
+                .filter(|e| e.split == Split::Test)
+                .map(|e| (e.domain.as_str(), e.pair_id.as_str()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let declared = contracts
+        .iter()
+        .filter_map(|c| c.policy.as_ref().map(|p| p.max_recovery_gain))
+        .filter(|b| *b > 0.0)
+        .fold(None, |least: Option<f64>, b| {
+            Some(least.map_or(b, |l| l.min(b)))
+        });
+    let (budget, source) = match declared {
+        Some(budget) => (budget, "the contracts' max_recovery_gain"),
+        None => (
+            0.05,
+            "a budget of 5 points (no contract declares max_recovery_gain)",
+        ),
+    };
+    for release in &report.releases {
+        let gain = release.pooled.gain;
+        let width = gain.upper - gain.lower;
+        let needed = audit::gate::pairs_needed(width, pairs.len(), budget);
+        println!(
+            "sample size {}: gain interval {:.1} points wide on {} test pairs; {} of {:.1} points needs {}",
+            release.release,
+            100.0 * width,
+            pairs.len(),
+            source,
+            100.0 * budget,
+            match needed {
+                Some(n) if n <= pairs.len() => "no more pairs".to_string(),
+                Some(n) => format!("about {n} test pairs"),
+                None => "an interval that this data cannot give".to_string(),
+            }
+        );
+    }
+}
+
+/// Two lines per frontier setting: its codebooks and figures, and the answers it moved.
+fn print_frontier(frontier: &[Point]) {
+    let interval = |estimate: Option<audit::bootstrap::Estimate>| {
+        estimate.map_or_else(
+            || "-".to_string(),
+            |e| format!("{:.3} [{:.3}, {:.3}]", e.mean, e.lower, e.upper),
+        )
+    };
+    for point in frontier {
+        let worst = point
+            .worst_relative_increase
+            .values()
+            .copied()
+            .fold(0.0f64, f64::max);
+        println!(
+            "frontier {}: codewords {}; covered {}/{} test answers, recovery {}, gain {}, worst per-output increase {:.3} x kappa{}",
+            point.release,
+            point
+                .codebooks
+                .iter()
+                .map(|c| format!(
+                    "{} for {} ({})",
+                    c.codewords,
+                    c.serves.join("+"),
+                    c.assignment
+                        .map_or_else(|| "-".to_string(), assignment_name)
+                ))
+                .collect::<Vec<_>>()
+                .join(", "),
+            point.covered_test_answers,
+            point.test_answers,
+            interval(point.recovery),
+            interval(point.recovery_gain),
+            worst,
+            point
+                .paired
+                .iter()
+                .map(|(reference, e)| format!(
+                    "; vs {reference} {:+.3} [{:+.3}, {:+.3}]",
+                    e.mean, e.lower, e.upper
+                ))
+                .collect::<String>()
+        );
+        println!(
+            "frontier {}: answers moved per family (of {}): {}",
+            point.release,
+            point.test_answers,
+            point
+                .moved
+                .iter()
+                .map(|(family, n)| format!("{family} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+}
+
+/// How the text output names a learned codebook's assignment.
+fn assignment_name(assignment: codebook::Assignment) -> String {
+    match assignment {
+        codebook::Assignment::Coverage => "coverage order".to_string(),
+        codebook::Assignment::Priority { split_penalty } => {
+            format!("priority, split penalty {split_penalty}")
+        }
+    }
+}
+
+/// `--gate`: every contract's policy, and with `--recipient` the recipient's.
+fn gate(scope: &Scope, worlds: &[World], measured: &Measured) -> Result<Vec<GateResult>, Error> {
+    let mut results = audit::gate::gate(
+        &scope.contracts,
+        worlds,
+        measured.reading,
+        &measured.settings,
+    )
+    .map_err(Error::Failure)?;
+    if let Some(recipient) = scope.recipient {
+        let result = audit::gate::recipient(
+            &recipient.name,
+            recipient.policy.as_ref(),
+            &scope.contracts,
+            worlds,
+            measured.reading,
+            &measured.settings,
+        )
+        .map_err(Error::Failure)?;
+        match result {
+            Some(result) => results.push(result),
+            None => println!(
+                "gate recipient {}: no budget (neither the recipient nor its contracts declare max_recovery_gain)",
+                recipient.name
+            ),
+        }
+    }
+    Ok(results)
+}
+
+/// One line per gate result.
+fn print_gate<'r>(results: impl Iterator<Item = &'r GateResult>) {
+    for result in results {
+        let gain = result.recovery_gain.map_or_else(String::new, |g| {
+            format!(
+                "; recovery gain over no output {:.3} [{:.3}, {:.3}], budget {}",
+                g.mean,
+                g.lower,
+                g.upper,
+                result.max_recovery_gain.unwrap_or(0.0)
+            )
+        });
+        let dropped = if result.dropped_keep.is_empty() {
+            String::new()
+        } else {
+            format!("; drops KEEP {}", result.dropped_keep.join(", "))
+        };
+        let uncertified = if result.not_certifiable.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; not certifiable: {} (caller_text, or box questions the audit does not read; \
+                 `audit` without --gate names the reason)",
+                result.not_certifiable.join(", ")
+            )
+        };
+        let inconclusive = match (result.verdict, result.pairs, result.pairs_needed) {
+            (Verdict::Inconclusive, Some(pairs), Some(needed)) => format!(
+                "; the interval is wider than the budget: measured on {pairs} test pairs, \
+                 about {needed} would resolve it"
+            ),
+            (Verdict::Inconclusive, _, _) => {
+                "; a budget of 0 cannot be resolved by any amount of data: set a positive one"
+                    .to_string()
+            }
+            _ => String::new(),
+        };
+        println!(
+            "gate {}: {}{gain}{dropped}{uncertified}{inconclusive}",
+            result.contract,
+            match result.verdict {
+                Verdict::Pass => "pass",
+                Verdict::Fail => "FAIL",
+                Verdict::Inconclusive => "INCONCLUSIVE",
+            }
+        );
+    }
+}
+
+/// Writes an output file of the audit.
+fn write(path: &Path, contents: impl AsRef<[u8]>) -> Result<(), Error> {
+    std::fs::write(path, contents)
+        .map_err(|error| Error::usage(format!("cannot write {}: {error}", path.display())))
+}
+
+/// The exit code of the gate's worst verdict (0 without `--gate`). A gate on unchecked pairs
+/// certifies nothing: at best it is inconclusive.
+fn gate_exit(gate_results: Option<&[GateResult]>, unchecked: bool) -> ExitCode {
+    let worst = gate_results
+        .into_iter()
+        .flatten()
+        .map(|result| result.verdict)
+        .max()
+        .unwrap_or(Verdict::Pass);
+    let worst = if unchecked && gate_results.is_some() {
+        worst.max(Verdict::Inconclusive)
+    } else {
+        worst
+    };
+    match worst {
+        Verdict::Pass => ExitCode::SUCCESS,
+        Verdict::Inconclusive => ExitCode::from(EXIT_GATE_INCONCLUSIVE),
+        Verdict::Fail => ExitCode::from(EXIT_GATE),
+    }
+}

@@ -1,0 +1,332 @@
+//! `releasegate build-codebook`: its arguments, the worlds files it reads, the codebook file
+//! it writes and the summary it prints. Building and learning are `releasegate_core::codebook`,
+//! reading the training answers `releasegate_sim::dataset::TrainingSet`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use releasegate_core::codebook;
+use releasegate_core::config::Config;
+use releasegate_core::contract::Contract;
+use releasegate_core::workflow::{self, Spec};
+use releasegate_sim::dataset::TrainingSet;
+use releasegate_sim::worlds;
+
+use super::super::error::{Error, ResultExt};
+use super::Progress;
+
+/// Codebooks above this many grid vectors get a warning (mapping scans them).
+const GRID_WARNING: u128 = 200_000;
+
+/// What `build-codebook` is asked for.
+#[derive(Debug, Clone, Copy)]
+pub(in crate::cli) struct Args<'a> {
+    /// Configuration file holding the contracts (its codebooks are not loaded).
+    pub config: &'a Path,
+    /// The contracts; several pool their questions.
+    pub contracts: &'a [String],
+    /// The question id.
+    pub question: &'a str,
+    /// Worlds files, read as one in this order.
+    pub worlds: &'a [PathBuf],
+    /// Output codebook artifact.
+    pub out: &'a Path,
+    /// The strict codebook's grid and pool.
+    pub build: BuildOptions,
+    /// With `--budget`: learn a compact codebook.
+    pub learn: Option<LearnOptions>,
+}
+
+/// `build-codebook --budget α [--max-codewords K] [--pair-weight W]`: learn a
+/// compact codebook for admissibility budget α.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(in crate::cli) struct LearnOptions {
+    /// α.
+    pub budget: f64,
+    /// K.
+    pub max_codewords: usize,
+    /// Pair weight of the greedy gain.
+    pub pair_weight: u32,
+}
+
+/// `build-codebook --pool`: what a codebook may contain besides the simplex grid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(in crate::cli) enum Pool {
+    /// The grid alone: nothing of the training data is released.
+    Grid,
+    /// The grid, the training answers verbatim and their pair midpoints.
+    #[value(name = "grid+training")]
+    GridTraining,
+}
+
+/// `build-codebook --denominator D --pool P`: the strict codebook's grid and pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::cli) struct BuildOptions {
+    /// The simplex grid's denominator.
+    pub denominator: u32,
+    /// What the codebook may contain besides the grid.
+    pub pool: Pool,
+}
+
+/// The codebook and what went into it.
+struct Outcome {
+    /// The strict codebook (or the learned one) and the strict build's statistics.
+    built: codebook::Built,
+    /// With `--budget`: the learning's statistics.
+    learned: Option<codebook::LearnStats>,
+}
+
+/// `releasegate build-codebook`.
+///
+/// With several contracts the codebook is pooled: their questions must share
+/// the class count and the frozen workflows up to labels, training answers of
+/// all of them enter in each one's canonical order, and the artifact serves
+/// every label set positionally. With `learn`, the strict codebook is the
+/// candidate pool of a greedy compact codebook learned on the same train split.
+pub(in crate::cli) fn build_codebook_command(args: &Args) -> Result<(), Error> {
+    let config = releasegate_proxy::load::load_without_codebooks(args.config).or_usage()?;
+    let contracts = pooled_contracts(&config, args.contracts, args.question)?;
+    let rule = &contracts[0].questions[args.question];
+    let spec = rule
+        .workflows
+        .as_ref()
+        .ok_or_else(|| Error::usage("the question has no workflows"))?;
+    warn_about_grid(rule.released_labels().len(), args.build.denominator);
+    let files = read_files(args.worlds)?;
+    let bar = Progress::new("build-codebook", "worlds");
+    let training = read_training(args, &files, &contracts, spec, &bar)?;
+    if training.answers.is_empty() {
+        return Err(no_training(args, &training));
+    }
+    bar.set_message("building");
+    let outcome = build(
+        args,
+        &contracts,
+        spec,
+        &training,
+        source_sha256(&files),
+        &bar,
+    )?;
+    releasegate_proxy::load::write_file(args.out, &outcome.built.codebook.to_json_bytes())
+        .map_err(|error| {
+            Error::Failure(format!(
+                "cannot write codebook file {}: {error}",
+                args.out.display()
+            ))
+        })?;
+    print_summary(args, &training, &outcome);
+    Ok(())
+}
+
+/// The contracts named, each with `question` declaring workflows, all of them able to share
+/// one codebook (the first one's).
+fn pooled_contracts(
+    config: &Config,
+    names: &[String],
+    question: &str,
+) -> Result<Vec<Arc<Contract>>, Error> {
+    let mut contracts = Vec::new();
+    for name in names {
+        let contract = config
+            .contract(name)
+            .ok_or_else(|| Error::usage(format!("no contract named `{name}`")))?;
+        let rule = contract.questions.get(question).ok_or_else(|| {
+            Error::usage(format!("contract `{name}` has no question `{question}`"))
+        })?;
+        if rule.workflows.is_none() {
+            return Err(Error::usage(format!(
+                "contracts.{name}.questions.{question} has no `workflows` table: a codebook is built for frozen workflows"
+            )));
+        }
+        contracts.push(contract.clone());
+    }
+    let first = contracts
+        .first()
+        .ok_or_else(|| Error::usage("name at least one --contract"))?;
+    let rule = &first.questions[question];
+    let spec = rule
+        .workflows
+        .as_ref()
+        .ok_or_else(|| Error::usage("the question has no workflows"))?;
+    let n_classes = rule.released_labels().len();
+    for contract in &contracts[1..] {
+        let other = &contract.questions[question];
+        let same = other.released_labels().len() == n_classes
+            && other
+                .workflows
+                .as_ref()
+                .is_some_and(|w| codebook::Codebook::can_pool(spec, w));
+        if !same {
+            return Err(Error::usage(format!(
+                "contract `{}` cannot share the codebook: its question needs the same class count and the same frozen workflows as `{}`",
+                contract.name, first.name
+            )));
+        }
+    }
+    Ok(contracts)
+}
+
+/// Warns on stderr when the grid is large enough to slow every mapping down.
+fn warn_about_grid(n_classes: usize, denominator: u32) {
+    let grid = codebook::grid_size(n_classes, denominator);
+    if grid > GRID_WARNING {
+        let suggestion = codebook::largest_denominator_within(n_classes, GRID_WARNING)
+            .map_or_else(String::new, |d| {
+                format!("; --denominator {d} keeps it under {GRID_WARNING}")
+            });
+        eprintln!(
+            "warning: the denominator-{denominator} grid has {grid} vectors for {n_classes} classes (times 3 confidences){suggestion}"
+        );
+    }
+}
+
+/// Every worlds file's bytes, in the order given; a blank file is a usage error.
+fn read_files(inputs: &[PathBuf]) -> Result<Vec<(&Path, Vec<u8>)>, Error> {
+    inputs
+        .iter()
+        .map(|input| {
+            let bytes = std::fs::read(input).map_err(|error| {
+                Error::usage(format!("cannot read {}: {error}", input.display()))
+            })?;
+            if bytes.iter().all(u8::is_ascii_whitespace) {
+                return Err(Error::usage(format!(
+                    "{} is empty: expected worlds JSONL lines",
+                    input.display()
+                )));
+            }
+            Ok((input.as_path(), bytes))
+        })
+        .collect()
+}
+
+/// The hash the codebook records of its source. A capture's rotations are read in the order
+/// given, as one file: the hash of their concatenation (each ended by a newline); one file's
+/// own hash, whatever its last byte.
+fn source_sha256(files: &[(&Path, Vec<u8>)]) -> String {
+    if let [(_, bytes)] = files {
+        return workflow::sha256_hex(bytes);
+    }
+    let mut all = Vec::new();
+    for (_, bytes) in files {
+        all.extend_from_slice(bytes);
+        if all.last() != Some(&b'\n') {
+            all.push(b'\n');
+        }
+    }
+    workflow::sha256_hex(&all)
+}
+
+/// The training answers of every file's worlds, counted on `bar`; validation answers only
+/// with `--budget` (they choose the learned codebook's assignment; never the test split).
+fn read_training(
+    args: &Args,
+    files: &[(&Path, Vec<u8>)],
+    contracts: &[Arc<Contract>],
+    spec: &Spec,
+    bar: &Progress,
+) -> Result<TrainingSet, Error> {
+    let mut training = TrainingSet::default();
+    let mut n_read = 0u64;
+    for (input, bytes) in files {
+        for world in worlds::Reader::new(bytes.as_slice()) {
+            let world = world.or_failure_in(input)?;
+            n_read += 1;
+            bar.set_position(n_read);
+            training.add(contracts, args.question, spec, &world, args.learn.is_some());
+        }
+    }
+    Ok(training)
+}
+
+/// No train-split world fits the question: what a codebook is built from.
+fn no_training(args: &Args, training: &TrainingSet) -> Error {
+    Error::usage(format!(
+        "no train-split world of {} fits question `{}` of {}: a codebook is built from \
+         the contract's own native answers (worlds asked with the contract's question, its \
+         classes and pinned text, split \"train\"); skipped: {:?}",
+        args.worlds
+            .iter()
+            .map(|input| input.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" + "),
+        args.question,
+        args.contracts.join(", "),
+        training.skipped
+    ))
+}
+
+/// The strict codebook over the grid (and with `--pool grid+training` the training answers),
+/// serving every contract's label set; with `--budget` the compact codebook learned from it.
+fn build(
+    args: &Args,
+    contracts: &[Arc<Contract>],
+    spec: &Spec,
+    training: &TrainingSet,
+    source_sha256: String,
+    bar: &Progress,
+) -> Result<Outcome, Error> {
+    let classes = contracts[0].questions[args.question].released_labels();
+    // The training answers always choose and order what is kept (learning, validation); they
+    // enter the codebook's own codewords only with --pool grid+training.
+    let pooled: &[codebook::TrainingAnswer] = match args.build.pool {
+        Pool::Grid => &[],
+        Pool::GridTraining => &training.answers,
+    };
+    let built = codebook::build(classes, args.build.denominator, spec, pooled, source_sha256);
+    bar.finish_and_clear();
+    let mut built = built.or_usage()?;
+    let others: Vec<Vec<String>> = contracts[1..]
+        .iter()
+        .map(|c| c.questions[args.question].released_labels().to_vec())
+        .collect();
+    built.codebook = built.codebook.with_other_class_sets(others).or_usage()?;
+    let mut learned = None;
+    if let Some(options) = args.learn {
+        let settings = codebook::Settings {
+            pair_weight: options.pair_weight,
+            ..codebook::Settings::new(options.budget, options.max_codewords)
+        };
+        let (codebook, stats) = codebook::learn(
+            &built.codebook,
+            spec,
+            &training.responses,
+            &training.validation,
+            &settings,
+        )
+        .or_usage()?;
+        built.codebook = codebook;
+        learned = Some(stats);
+    }
+    Ok(Outcome { built, learned })
+}
+
+/// The JSON summary on stdout.
+fn print_summary(args: &Args, training: &TrainingSet, outcome: &Outcome) {
+    let codebook = &outcome.built.codebook;
+    let class_sets: Vec<&[String]> = codebook.class_sets().collect();
+    let summary = serde_json::json!({
+        "codebook": args.out.display().to_string(),
+        "contracts": args.contracts,
+        "question": args.question,
+        "class_sets": class_sets,
+        "denominator": args.build.denominator,
+        "pool": match args.build.pool {
+            Pool::Grid => "grid",
+            Pool::GridTraining => "grid+training",
+        },
+        "training_answers": training.answers.len(),
+        "skipped_train_worlds": training.skipped,
+        "workflows_sha256": codebook.workflows_sha256(),
+        "stats": outcome.built.stats,
+        "learned": args.learn.map(|o| serde_json::json!({
+            "budget": o.budget,
+            "max_codewords": o.max_codewords,
+            "pair_weight": o.pair_weight,
+            "stats": outcome.learned,
+        })),
+    });
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&summary).unwrap_or_default()
+    );
+}
