@@ -581,21 +581,12 @@ fn write(path: &Path, contents: impl AsRef<[u8]>) -> Result<(), Error> {
         .map_err(|error| Error::usage(format!("cannot write {}: {error}", path.display())))
 }
 
-/// The exit code of the gate's worst verdict (0 without `--gate`). A gate on unchecked pairs
-/// certifies nothing: at best it is inconclusive.
+/// The exit code of the gate's verdict (0 without `--gate`).
 fn gate_exit(gate_results: Option<&[GateResult]>, unchecked: bool) -> ExitCode {
-    let worst = gate_results
-        .into_iter()
-        .flatten()
-        .map(|result| result.verdict)
-        .max()
-        .unwrap_or(Verdict::Pass);
-    let worst = if unchecked && gate_results.is_some() {
-        worst.max(Verdict::Inconclusive)
-    } else {
-        worst
+    let Some(results) = gate_results else {
+        return ExitCode::SUCCESS;
     };
-    match worst {
+    match audit::gate::overall(results.iter().map(|result| result.verdict), unchecked) {
         Verdict::Pass => ExitCode::SUCCESS,
         Verdict::Inconclusive => ExitCode::from(EXIT_GATE_INCONCLUSIVE),
         Verdict::Fail => ExitCode::from(EXIT_GATE),

@@ -70,6 +70,18 @@ pub fn verdict(gain: &Estimate, budget: f64) -> Verdict {
     }
 }
 
+/// The verdict of a whole gate: the worst of `verdicts` (pass when there are none). A gate on
+/// `unchecked` pairs (they fail the audit's input checks) certifies nothing: at best it is
+/// inconclusive.
+pub fn overall(verdicts: impl IntoIterator<Item = Verdict>, unchecked: bool) -> Verdict {
+    let worst = verdicts.into_iter().max().unwrap_or(Verdict::Pass);
+    if unchecked {
+        worst.max(Verdict::Inconclusive)
+    } else {
+        worst
+    }
+}
+
 /// Pairs needed for an interval of width at most `budget`, from one of `width` on `pairs`.
 pub fn pairs_needed(width: f64, pairs: usize, budget: f64) -> Option<usize> {
     if budget <= 0.0 || !width.is_finite() {
@@ -210,6 +222,18 @@ pub fn recipient(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gate_is_its_worst_verdict_and_unchecked_pairs_pass_nothing() {
+        use Verdict::{Fail, Inconclusive, Pass};
+        assert_eq!(overall([], false), Pass);
+        assert_eq!(overall([Pass, Pass], false), Pass);
+        assert_eq!(overall([Pass, Inconclusive], false), Inconclusive);
+        assert_eq!(overall([Inconclusive, Fail, Pass], false), Fail);
+        assert_eq!(overall([], true), Inconclusive);
+        assert_eq!(overall([Pass], true), Inconclusive);
+        assert_eq!(overall([Fail], true), Fail);
+    }
 
     fn estimate(lower: f64, upper: f64) -> Estimate {
         Estimate {
