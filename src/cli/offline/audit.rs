@@ -11,10 +11,10 @@ use releasegate_core::contract::{Contract, Shape};
 use releasegate_lab::audit;
 use releasegate_lab::audit::checks::DomainCheck;
 use releasegate_lab::audit::frontier::Point;
-use releasegate_lab::audit::gate::{GateResult, Verdict};
+use releasegate_lab::audit::gate::{GateResult, Need, Verdict};
 use releasegate_lab::audit::intake::{Candidate, Intake, Reading};
 use releasegate_lab::audit::report::Report;
-use releasegate_sim::worlds::{self, Split, World};
+use releasegate_sim::worlds::{self, World};
 
 use super::super::error::{Error, ResultExt};
 use super::{Progress, open_worlds};
@@ -125,7 +125,13 @@ struct Measured {
 pub(in crate::cli) fn audit_command(args: &AuditArgs) -> Result<ExitCode, Error> {
     let config = releasegate_proxy::load::load_offline(Some(&args.config)).or_usage()?;
     let scope = scope(args, &config)?;
-    let candidates = candidates(args, &scope.contracts).or_usage()?;
+    let candidates = audit::intake::candidates(
+        args.views.as_deref(),
+        &args.mechanisms,
+        &scope.contracts,
+        args.seed,
+    )
+    .or_usage()?;
     if args.budgets.iter().any(|b| !(b.is_finite() && *b >= 0.0)) {
         return Err(Error::usage("--budgets must be finite numbers >= 0"));
     }
@@ -214,47 +220,6 @@ fn scope<'c>(args: &'c AuditArgs, config: &'c Config) -> Result<Scope<'c>, Error
         names,
         contracts,
     })
-}
-
-/// The candidate releases of `--views` and `--mechanisms`, and the contract's own release
-/// when it is more than a plain view.
-fn candidates(args: &AuditArgs, contracts: &[Arc<Contract>]) -> Result<Vec<Candidate>, String> {
-    use releasegate_core::contract::View;
-    use releasegate_core::mechanism::{Mechanism, Raw};
-    let views: Vec<View> = match &args.views {
-        None => View::ALL.to_vec(),
-        Some(names) => names
-            .iter()
-            .map(|name| View::parse(name.trim()).ok_or_else(|| format!("unknown view `{name}`")))
-            .collect::<Result<_, _>>()?,
-    };
-    let mut candidates: Vec<Candidate> = views
-        .into_iter()
-        .map(|view| Candidate::uniform(view.as_str(), Some(view), Some(Mechanism::None)))
-        .collect();
-    // The contract's own release, when it is more than a plain view.
-    if let Some(rule) = contracts
-        .iter()
-        .flat_map(|c| c.questions.values())
-        .find(|rule| !matches!(rule.mechanism, Mechanism::None))
-    {
-        candidates.push(Candidate::uniform(
-            format!("{} (contract)", rule.mechanism.kind()),
-            None,
-            None,
-        ));
-    }
-    for spec in &args.mechanisms {
-        let raw = Raw::from_spec(spec, args.seed)?;
-        let mechanism = Mechanism::from_raw(raw, &[], None, Path::new("."), &|p| std::fs::read(p))
-            .map_err(|reason| format!("`{spec}`: {reason}"))?;
-        candidates.push(Candidate::uniform(
-            spec.trim(),
-            Some(View::FullNative),
-            Some(mechanism),
-        ));
-    }
-    Ok(candidates)
 }
 
 /// Every world of `reader`, counted on `bar`.
@@ -382,48 +347,28 @@ fn print_report(measured: &Measured, contracts: &[Arc<Contract>], unchecked: boo
 }
 
 /// For each release: the width of its gain interval on the test pairs it was measured on, and
-/// the pairs a budget needs (the contracts' smallest `max_recovery_gain`, else 5 points).
+/// the pairs a budget needs (`gate::sample_size`).
 fn print_sample_size(report: &Report, input: &audit::Input, contracts: &[Arc<Contract>]) {
-    let pairs: std::collections::BTreeSet<(&str, &str)> = input
-        .releases
-        .first()
-        .map(|r| {
-            r.examples
-                .iter()
-                .filter(|e| e.split == Split::Test)
-                .map(|e| (e.domain.as_str(), e.pair_id.as_str()))
-                .collect()
-        })
-        .unwrap_or_default();
-    let declared = contracts
-        .iter()
-        .filter_map(|c| c.policy.as_ref().map(|p| p.max_recovery_gain))
-        .filter(|b| *b > 0.0)
-        .fold(None, |least: Option<f64>, b| {
-            Some(least.map_or(b, |l| l.min(b)))
-        });
-    let (budget, source) = match declared {
-        Some(budget) => (budget, "the contracts' max_recovery_gain"),
-        None => (
-            0.05,
-            "a budget of 5 points (no contract declares max_recovery_gain)",
-        ),
+    let size = audit::gate::sample_size(input, contracts);
+    let source = if size.declared {
+        "the contracts' max_recovery_gain"
+    } else {
+        "a budget of 5 points (no contract declares max_recovery_gain)"
     };
     for release in &report.releases {
         let gain = release.pooled.gain;
         let width = gain.upper - gain.lower;
-        let needed = audit::gate::pairs_needed(width, pairs.len(), budget);
         println!(
             "sample size {}: gain interval {:.1} points wide on {} test pairs; {} of {:.1} points needs {}",
             release.release,
             100.0 * width,
-            pairs.len(),
+            size.pairs,
             source,
-            100.0 * budget,
-            match needed {
-                Some(n) if n <= pairs.len() => "no more pairs".to_string(),
-                Some(n) => format!("about {n} test pairs"),
-                None => "an interval that this data cannot give".to_string(),
+            100.0 * size.budget,
+            match size.need(width) {
+                Need::Enough => "no more pairs".to_string(),
+                Need::Pairs(n) => format!("about {n} test pairs"),
+                Need::Unresolvable => "an interval that this data cannot give".to_string(),
             }
         );
     }
@@ -438,11 +383,6 @@ fn print_frontier(frontier: &[Point]) {
         )
     };
     for point in frontier {
-        let worst = point
-            .worst_relative_increase
-            .values()
-            .copied()
-            .fold(0.0f64, f64::max);
         println!(
             "frontier {}: codewords {}; covered {}/{} test answers, recovery {}, gain {}, worst per-output increase {:.3} x kappa{}",
             point.release,
@@ -462,7 +402,7 @@ fn print_frontier(frontier: &[Point]) {
             point.test_answers,
             interval(point.recovery),
             interval(point.recovery_gain),
-            worst,
+            point.worst_relative_over_workflows(),
             point
                 .paired
                 .iter()

@@ -100,6 +100,19 @@ pub struct Point {
     pub covered_test_answers: usize,
 }
 
+// === impl Point ===
+
+impl Point {
+    /// The worst per-output cost increase relative to κ over every workflow (0 when there are
+    /// none).
+    pub fn worst_relative_over_workflows(&self) -> f64 {
+        self.worst_relative_increase
+            .values()
+            .copied()
+            .fold(0.0f64, f64::max)
+    }
+}
+
 /// One learned codebook at one setting.
 #[derive(Debug, Clone, Serialize)]
 pub struct CodebookPoint {
@@ -572,6 +585,32 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_worst_relative_increase_is_the_largest_over_workflows() {
+        let mut point = Point {
+            release: "wcpq a=0.04 K=16".into(),
+            budget: 0.04,
+            max_codewords: 16,
+            codebooks: Vec::new(),
+            questions: Vec::new(),
+            recovery: None,
+            recovery_gain: None,
+            paired: BTreeMap::new(),
+            mean_cost_increase: BTreeMap::new(),
+            worst_increase: BTreeMap::new(),
+            worst_relative_increase: BTreeMap::new(),
+            moved: BTreeMap::new(),
+            test_answers: 0,
+            covered_test_answers: 0,
+        };
+        assert_eq!(point.worst_relative_over_workflows(), 0.0);
+        point.worst_relative_increase = [("a/p", 0.01), ("b/p", 0.03), ("c/p", 0.02)]
+            .into_iter()
+            .map(|(workflow, worst)| (workflow.to_string(), worst))
+            .collect();
+        assert_eq!(point.worst_relative_over_workflows(), 0.03);
     }
 
     #[test]

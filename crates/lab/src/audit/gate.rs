@@ -8,15 +8,16 @@
 //! budget and the interval is no wider than the budget. Otherwise the data cannot tell:
 //! the verdict is **inconclusive**, with the number of pairs the data would need.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde::Serialize;
 
 use super::bootstrap::Estimate;
 use super::intake::{self, Candidate, Reading};
-use super::{Config, run};
+use super::{Config, Input, run};
 use releasegate_core::contract::Contract;
-use releasegate_sim::worlds::World;
+use releasegate_sim::worlds::{Split, World};
 
 /// A gate verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -89,6 +90,72 @@ pub fn pairs_needed(width: f64, pairs: usize, budget: f64) -> Option<usize> {
     }
     let ratio = (width / budget).max(1.0);
     Some((pairs as f64 * ratio * ratio).ceil() as usize)
+}
+
+/// The budget an audit's sample size is judged against when no contract declares one: 5
+/// points.
+pub const DEFAULT_BUDGET: f64 = 0.05;
+
+/// What an audit's test pairs can resolve: the pairs every gain was measured on and the budget
+/// an interval must be no wider than.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SampleSize {
+    /// Distinct test pairs (domain and pair id) of the audit's releases.
+    pub pairs: usize,
+    /// The contracts' smallest positive `max_recovery_gain`, else [`DEFAULT_BUDGET`].
+    pub budget: f64,
+    /// Whether a contract declares the budget (else it is [`DEFAULT_BUDGET`]).
+    pub declared: bool,
+}
+
+/// What one release's interval needs to resolve the budget of a [`SampleSize`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// The test pairs measured are enough.
+    Enough,
+    /// About this many test pairs.
+    Pairs(usize),
+    /// No amount of data: the budget is 0 or the width is not finite.
+    Unresolvable,
+}
+
+/// The sample size of `input` (the test pairs of its first release; every release has the
+/// same worlds) against the budget of `contracts`.
+pub fn sample_size(input: &Input, contracts: &[Arc<Contract>]) -> SampleSize {
+    let pairs: BTreeSet<(&str, &str)> = input
+        .releases
+        .first()
+        .map(|r| {
+            r.examples
+                .iter()
+                .filter(|e| e.split == Split::Test)
+                .map(|e| (e.domain.as_str(), e.pair_id.as_str()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let declared = contracts
+        .iter()
+        .filter_map(|c| c.policy.as_ref().map(|p| p.max_recovery_gain))
+        .filter(|b| *b > 0.0)
+        .reduce(f64::min);
+    SampleSize {
+        pairs: pairs.len(),
+        budget: declared.unwrap_or(DEFAULT_BUDGET),
+        declared: declared.is_some(),
+    }
+}
+
+// === impl SampleSize ===
+
+impl SampleSize {
+    /// What a gain interval `width` wide on these pairs needs to resolve the budget.
+    pub fn need(&self, width: f64) -> Need {
+        match pairs_needed(width, self.pairs, self.budget) {
+            Some(n) if n <= self.pairs => Need::Enough,
+            Some(n) => Need::Pairs(n),
+            None => Need::Unresolvable,
+        }
+    }
 }
 
 /// Runs the gate for every contract of `contracts` that declares a policy.
@@ -369,6 +436,110 @@ mod tests {
 
     const BUDGET: f64 = 0.285;
     const PAIRS: usize = 3000;
+
+    /// A contract of one choice question, with a policy of budget `budget` when given.
+    fn contract(name: &str, budget: Option<f64>) -> Arc<Contract> {
+        let text = "[providers.p]\nkind = \"simulated\"\n\
+             [contracts.c]\nprovider = \"p\"\n\
+             [contracts.c.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice\"\n";
+        let config = releasegate_core::config::Config::from_toml_with(
+            text,
+            "test",
+            std::path::Path::new("."),
+            releasegate_core::config::Inputs {
+                env: None,
+                files: &|path| std::fs::read(path),
+                codebooks: true,
+            },
+        )
+        .unwrap();
+        Arc::new(Contract {
+            name: name.into(),
+            policy: budget.map(
+                |max_recovery_gain| releasegate_core::contract::LeakagePolicy {
+                    keep: Vec::new(),
+                    hide: Vec::new(),
+                    max_recovery_gain,
+                },
+            ),
+            ..(**config.contract("c").unwrap()).clone()
+        })
+    }
+
+    /// One release whose examples are both worlds of each `(domain, pair, split)`.
+    fn input(pairs: &[(&str, &str, Split)]) -> Input {
+        let examples = pairs
+            .iter()
+            .flat_map(|&(domain, pair, split)| {
+                (0..2).map(move |s| super::super::Example {
+                    pair_id: pair.into(),
+                    split,
+                    domain: domain.into(),
+                    t: "A".into(),
+                    t_index: 0,
+                    hypotheses: ["h0".into(), "h1".into()],
+                    s_index: Some(s),
+                    release: Default::default(),
+                    public: Vec::new(),
+                    class_count: 2,
+                })
+            })
+            .collect();
+        Input {
+            releases: vec![super::super::Release {
+                name: "r".into(),
+                examples,
+            }],
+            costs: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_sample_size_counts_test_pairs_against_the_smallest_declared_budget() {
+        let input = input(&[
+            ("d1", "p1", Split::Test),
+            ("d1", "p2", Split::Test),
+            // The same pair id in another domain is another pair.
+            ("d2", "p1", Split::Test),
+            ("d1", "p3", Split::Train),
+            ("d1", "p4", Split::Validation),
+        ]);
+        let contracts = [
+            contract("loose", Some(0.1)),
+            contract("strict", Some(0.03)),
+            contract("zero", Some(0.0)),
+            contract("none", None),
+        ];
+        let size = sample_size(&input, &contracts);
+        assert_eq!(
+            size,
+            SampleSize {
+                pairs: 3,
+                budget: 0.03,
+                declared: true
+            }
+        );
+        // No positive budget declared: 5 points.
+        let size = sample_size(&input, &contracts[2..]);
+        assert_eq!(
+            size,
+            SampleSize {
+                pairs: 3,
+                budget: DEFAULT_BUDGET,
+                declared: false
+            }
+        );
+        assert_eq!(sample_size(&Input::default(), &[]).pairs, 0);
+        // Within the budget, twice too wide (four times the pairs), unresolvable.
+        assert_eq!(size.need(0.04), Need::Enough);
+        assert_eq!(size.need(0.10), Need::Pairs(12));
+        assert_eq!(size.need(f64::INFINITY), Need::Unresolvable);
+        let zero = SampleSize {
+            budget: 0.0,
+            ..size
+        };
+        assert_eq!(zero.need(0.01), Need::Unresolvable);
+    }
 
     #[test]
     fn the_pairs_needed_scale_with_the_square_of_the_width() {

@@ -73,6 +73,72 @@ impl Candidate {
     }
 }
 
+/// The audit's candidate releases: every view of `views` (their names; `None`: all five)
+/// as it is, the contracts' own release when one of their questions has a mechanism, and
+/// every mechanism of `mechanisms` (`quantize[=step]`, `top_k[=k]`, `temperature[=tau]`,
+/// `gaussian[=sigma]`, noise seeded with `seed`) under `full_native`. An unknown view or
+/// mechanism is an error naming it.
+pub fn candidates(
+    views: Option<&[String]>,
+    mechanisms: &[String],
+    contracts: &[Arc<Contract>],
+    seed: u64,
+) -> Result<Vec<Candidate>, String> {
+    let mut candidates: Vec<Candidate> = parse_views(views)?
+        .into_iter()
+        .map(|view| Candidate::uniform(view.as_str(), Some(view), Some(Mechanism::None)))
+        .collect();
+    candidates.extend(own_release(contracts));
+    for spec in mechanisms {
+        candidates.push(mechanism_candidate(spec, seed)?);
+    }
+    Ok(candidates)
+}
+
+/// The views named by `names` (each trimmed), or all five.
+fn parse_views(names: Option<&[String]>) -> Result<Vec<View>, String> {
+    match names {
+        None => Ok(View::ALL.to_vec()),
+        Some(names) => names
+            .iter()
+            .map(|name| View::parse(name.trim()).ok_or_else(|| format!("unknown view `{name}`")))
+            .collect(),
+    }
+}
+
+/// The contracts' own release (`KIND (contract)`, after the first question with a
+/// mechanism), when it is more than a plain view.
+fn own_release(contracts: &[Arc<Contract>]) -> Option<Candidate> {
+    let rule = contracts
+        .iter()
+        .flat_map(|c| c.questions.values())
+        .find(|rule| !matches!(rule.mechanism, Mechanism::None))?;
+    Some(Candidate::uniform(
+        format!("{} (contract)", rule.mechanism.kind()),
+        None,
+        None,
+    ))
+}
+
+/// The candidate of one mechanism `spec` under `full_native`, named by the trimmed spec.
+fn mechanism_candidate(spec: &str, seed: u64) -> Result<Candidate, String> {
+    let raw = mechanism::Raw::from_spec(spec, seed)?;
+    // A mechanism of the command line is a baseline: it names no file to read.
+    let no_files = |path: &std::path::Path| {
+        Err(std::io::Error::other(format!(
+            "{}: a command-line mechanism reads no file",
+            path.display()
+        )))
+    };
+    let mechanism = Mechanism::from_raw(raw, &[], None, std::path::Path::new("."), &no_files)
+        .map_err(|reason| format!("`{spec}`: {reason}"))?;
+    Ok(Candidate::uniform(
+        spec.trim(),
+        Some(View::FullNative),
+        Some(mechanism),
+    ))
+}
+
 /// Which fields of a released answer the attacker reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Reading {

@@ -167,3 +167,50 @@ fn an_attacker_reading_the_fills_sees_the_same_in_both_shapes() {
         assert_eq!(example.release.confidence, Some(1.0));
     }
 }
+
+#[test]
+fn the_candidates_are_the_views_the_contracts_own_release_and_the_mechanisms() {
+    let names = |candidates: &[Candidate]| {
+        candidates
+            .iter()
+            .map(|c| c.name.clone())
+            .collect::<Vec<_>>()
+    };
+    let wcpq = contracts(Shape::Complete);
+    // Every view, then the contracts' own WCPQ release.
+    let all = super::candidates(None, &[], &wcpq, 1).unwrap();
+    let mut expected: Vec<String> = View::ALL.iter().map(|v| v.as_str().to_string()).collect();
+    expected.push("wcpq (contract)".into());
+    assert_eq!(names(&all), expected);
+    assert!(
+        all[..5]
+            .iter()
+            .all(|c| matches!(c.mechanism, Some(Mechanism::None)))
+    );
+    assert!(all[5].view.is_none() && all[5].mechanism.is_none());
+    // Views as named; a contract without a mechanism adds no release of its own; each
+    // mechanism under full_native, named by its trimmed spec.
+    let plain: Vec<Arc<Contract>> = wcpq
+        .iter()
+        .map(|c| Arc::new(c.with_release(View::Choice, Some(&Mechanism::None))))
+        .collect();
+    let views = vec![" choice".to_string(), "full_native".to_string()];
+    let mechanisms = vec!["top_k=3".to_string(), " quantize ".to_string()];
+    let some = super::candidates(Some(&views), &mechanisms, &plain, 1).unwrap();
+    assert_eq!(
+        names(&some),
+        ["choice", "full_native", "top_k=3", "quantize"]
+    );
+    assert_eq!(some[2].view, Some(View::FullNative));
+    assert!(matches!(
+        some[2].mechanism,
+        Some(Mechanism::TopK { k: 3, .. })
+    ));
+    // Errors name what is unknown.
+    let error = super::candidates(Some(&["rainbow".to_string()]), &[], &plain, 1).unwrap_err();
+    assert_eq!(error, "unknown view `rainbow`");
+    let error = super::candidates(None, &["blur".to_string()], &plain, 1).unwrap_err();
+    assert!(error.contains("unknown mechanism `blur`"), "{error}");
+    let error = super::candidates(None, &["quantize=-1".to_string()], &plain, 1).unwrap_err();
+    assert!(error.starts_with("`quantize=-1`: "), "{error}");
+}
