@@ -35,6 +35,10 @@ pub const BATCH_INTERVAL: Duration = Duration::from_millis(100);
 /// The batched stderr of [`init`], for [`flush`].
 static STDERR: OnceLock<Batched<io::Stderr>> = OnceLock::new();
 
+/// Set by [`init`] once its subscriber is the global one: whether lines are JSON. [`access`]
+/// then writes access lines into [`STDERR`] itself.
+static DIRECT: OnceLock<bool> = OnceLock::new();
+
 /// Installs the global subscriber once; later calls are ignored. Logs go to stderr,
 /// access lines in batches (see the module docs).
 pub fn init(json: bool) {
@@ -57,7 +61,161 @@ pub fn init(json: bool) {
         }
         batched
     });
-    let _ = subscriber(json, filter, stderr.clone()).try_init();
+    if subscriber(json, filter, stderr.clone()).try_init().is_ok() {
+        let _ = DIRECT.set(json);
+    }
+}
+
+/// One access line (target [`ACCESS_TARGET`], message `request`).
+#[allow(missing_debug_implementations)]
+pub struct Access<'a> {
+    /// The request id (`rg-...`).
+    pub request_id: &'a dyn std::fmt::Display,
+    /// The trace id, when there is one.
+    pub trace_id: Option<&'a dyn std::fmt::Display>,
+    /// The authenticated recipient, when there is one.
+    pub recipient: Option<&'a str>,
+    /// The route (`systemone`, `models`).
+    pub route: &'static str,
+    /// The contract, or `none`.
+    pub contract: &'a str,
+    /// The response's status.
+    pub status: u16,
+    /// Time from the request head to the response, in milliseconds.
+    pub latency_ms: f64,
+}
+
+/// Logs one access line at INFO when the filter lets it through: written straight into
+/// the batch under [`init`] (see the module docs), through tracing otherwise.
+pub fn access(line: &Access<'_>) {
+    if !tracing::enabled!(target: ACCESS_TARGET, tracing::Level::INFO) {
+        return;
+    }
+    let (Some(&json), Some(stderr)) = (DIRECT.get(), STDERR.get()) else {
+        tracing::info!(
+            target: ACCESS_TARGET,
+            parent: None,
+            request_id = %line.request_id,
+            trace_id = line.trace_id.map(tracing::field::display),
+            recipient = line.recipient,
+            route = line.route,
+            contract = line.contract,
+            status = line.status,
+            latency_ms = line.latency_ms,
+            "request"
+        );
+        return;
+    };
+    let event = format_access(line, json, std::time::SystemTime::now());
+    let _ = stderr.write_event(escaped(&event).as_bytes(), true);
+}
+
+/// An event as [`EscapedWriter`] writes it.
+fn escaped(event: &str) -> std::borrow::Cow<'_, str> {
+    let body = event.strip_suffix('\n').unwrap_or(event);
+    if body.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        std::borrow::Cow::Borrowed(event)
+    } else {
+        std::borrow::Cow::Owned(escape_event(event.as_bytes()))
+    }
+}
+
+/// An access line laid out as tracing's text or JSON formatter lays out
+/// `info!(target: ACCESS_TARGET, parent: None, request_id = %.., trace_id = ..,
+/// recipient = .., route, contract, status, latency_ms, "request")` (fields in that order,
+/// an absent one left out), ending in a newline.
+fn format_access(line: &Access<'_>, json: bool, now: std::time::SystemTime) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(256);
+    let timestamp = Rfc3339(now);
+    if json {
+        let string = |out: &mut String, value: &str| {
+            // A `String` never fails to take JSON.
+            out.push_str(&serde_json::to_string(value).unwrap_or_default());
+        };
+        let _ = write!(
+            out,
+            "{{\"timestamp\":\"{timestamp}\",\"level\":\"INFO\",\"fields\":{{\"message\":\"request\",\"request_id\":"
+        );
+        string(&mut out, &line.request_id.to_string());
+        if let Some(trace_id) = line.trace_id {
+            out.push_str(",\"trace_id\":");
+            string(&mut out, &trace_id.to_string());
+        }
+        if let Some(recipient) = line.recipient {
+            out.push_str(",\"recipient\":");
+            string(&mut out, recipient);
+        }
+        out.push_str(",\"route\":");
+        string(&mut out, line.route);
+        out.push_str(",\"contract\":");
+        string(&mut out, line.contract);
+        let latency = serde_json::Number::from_f64(line.latency_ms)
+            .map_or_else(|| String::from("null"), |n| n.to_string());
+        let _ = write!(
+            out,
+            ",\"status\":{},\"latency_ms\":{latency}}},\"target\":\"{ACCESS_TARGET}\"}}",
+            line.status
+        );
+    } else {
+        let _ = write!(
+            out,
+            "{timestamp}  INFO {ACCESS_TARGET}: request request_id={}",
+            line.request_id
+        );
+        if let Some(trace_id) = line.trace_id {
+            let _ = write!(out, " trace_id={trace_id}");
+        }
+        if let Some(recipient) = line.recipient {
+            let _ = write!(out, " recipient={recipient:?}");
+        }
+        let _ = write!(
+            out,
+            " route={:?} contract={:?} status={} latency_ms={:?}",
+            line.route, line.contract, line.status, line.latency_ms
+        );
+    }
+    out.push('\n');
+    out
+}
+
+/// A time as tracing's formatter writes it: RFC 3339 in UTC with microseconds
+/// (`2026-12-02T12:38:52.910029Z`).
+struct Rfc3339(std::time::SystemTime);
+
+impl std::fmt::Display for Rfc3339 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let since = self
+            .0
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let seconds = since.as_secs();
+        let (year, month, day) = civil_from_days(seconds / 86_400);
+        let of_day = seconds % 86_400;
+        write!(
+            f,
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+            of_day / 3600,
+            of_day / 60 % 60,
+            of_day % 60,
+            since.subsec_micros()
+        )
+    }
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01 (H. Hinnant's
+/// `civil_from_days`, for days on or after the epoch).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
 }
 
 /// Writes out the access lines gathered so far (call before the process exits).
@@ -413,5 +571,102 @@ mod tests {
         assert_eq!(escape_event(b"a\n\n"), "a\\n\n");
         assert_eq!(escape_event(b"\x1b"), "\\u001b");
         assert_eq!(escape_event("é ü 日本".as_bytes()), "é ü 日本");
+    }
+
+    /// What tracing's own formatter writes for `line`, and what [`format_access`] writes,
+    /// each with its timestamp (everything before the first ` ` or `","level"`) cut off.
+    fn both_layouts(line: &Access<'_>, json: bool) -> (String, String) {
+        let buffer = Buffer::default();
+        let subscriber = subscriber(json, EnvFilter::new("info"), buffer.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(
+                target: ACCESS_TARGET,
+                parent: None,
+                request_id = %line.request_id,
+                trace_id = line.trace_id.map(tracing::field::display),
+                recipient = line.recipient,
+                route = line.route,
+                contract = line.contract,
+                status = line.status,
+                latency_ms = line.latency_ms,
+                "request"
+            );
+        });
+        let traced = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let ours = escaped(&format_access(line, json, std::time::SystemTime::now())).into_owned();
+        let cut = |text: &str| {
+            let at = if json {
+                text.find("\",\"level\"").unwrap()
+            } else {
+                text.find(' ').unwrap()
+            };
+            text[at..].to_string()
+        };
+        (cut(&traced), cut(&ours))
+    }
+
+    #[test]
+    fn access_lines_written_directly_are_laid_out_as_tracing_lays_them_out() {
+        let trace = "0af7651916cd43dd8448eb211c80319c";
+        let lines = [
+            Access {
+                request_id: &"rg-53f7adbbdfe69a64",
+                trace_id: Some(&trace),
+                recipient: Some("load"),
+                route: "systemone",
+                contract: "load",
+                status: 200,
+                latency_ms: 0.406221,
+            },
+            Access {
+                request_id: &"rg-0000000000000001",
+                trace_id: None,
+                recipient: None,
+                route: "models",
+                contract: "none",
+                status: 401,
+                latency_ms: 12.0,
+            },
+            Access {
+                request_id: &"rg-0000000000000002",
+                trace_id: Some(&trace),
+                recipient: Some("équipe \"nord\"\u{202e}\n"),
+                route: "systemone",
+                contract: "c\\d",
+                status: 502,
+                latency_ms: 1e-7,
+            },
+        ];
+        for json in [false, true] {
+            for line in &lines {
+                let (traced, ours) = both_layouts(line, json);
+                assert_eq!(ours, traced, "json: {json}");
+            }
+        }
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339_in_utc_with_microseconds() {
+        let at = |seconds: u64, micros: u64| {
+            Rfc3339(std::time::UNIX_EPOCH + Duration::from_micros(seconds * 1_000_000 + micros))
+                .to_string()
+        };
+        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(at(951_782_400, 7), "2000-02-29T00:00:00.000007Z");
+        assert_eq!(at(1_796_215_132, 910_029), "2026-12-02T12:38:52.910029Z");
+        assert_eq!(at(4_107_542_399, 999_999), "2100-02-28T23:59:59.999999Z");
+        // Every day for 200 years agrees with the HTTP date of the same second.
+        for day in 0..73_000u64 {
+            let time = std::time::UNIX_EPOCH + Duration::from_secs(day * 86_400 + 3_661);
+            let http = httpdate::fmt_http_date(time);
+            let ours = Rfc3339(time).to_string();
+            let (year, month, date) = (&ours[0..4], &ours[5..7], &ours[8..10]);
+            const MONTHS: [&str; 12] = [
+                "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+            ];
+            let month = MONTHS[month.parse::<usize>().unwrap() - 1];
+            assert_eq!(&http[5..16], format!("{date} {month} {year}"), "{ours}");
+            assert_eq!(&ours[10..], "T01:01:01.000000Z");
+        }
     }
 }

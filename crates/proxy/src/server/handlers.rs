@@ -348,18 +348,18 @@ fn finish(
         .with_label_values(&[contract_label, route, status_class(status)])
         .observe(latency.as_secs_f64());
     if access_log {
-        tracing::info!(
-            target: crate::telemetry::ACCESS_TARGET,
-            parent: None,
-            %request_id,
-            trace_id = trail.trace_id.map(tracing::field::display),
-            recipient = trail.recipient.as_deref(),
+        crate::telemetry::access(&crate::telemetry::Access {
+            request_id: &request_id,
+            trace_id: trail
+                .trace_id
+                .as_ref()
+                .map(|id| id as &dyn std::fmt::Display),
+            recipient: trail.recipient.as_deref(),
             route,
-            contract = contract_label,
+            contract: contract_label,
             status,
-            latency_ms = latency.as_secs_f64() * 1e3,
-            "request"
-        );
+            latency_ms: latency.as_secs_f64() * 1e3,
+        });
     }
     // Only a released answer is captured, after the response is built: nothing of the
     // capture changes what the recipient gets.
