@@ -205,7 +205,7 @@ impl std::fmt::Display for Rfc3339 {
 
 /// The proleptic Gregorian date of a day count since 1970-01-01 (H. Hinnant's
 /// `civil_from_days`, for days on or after the epoch).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
+pub(crate) fn civil_from_days(days: u64) -> (u64, u64, u64) {
     let z = days + 719_468;
     let era = z / 146_097;
     let doe = z - era * 146_097;
@@ -573,25 +573,14 @@ mod tests {
         assert_eq!(escape_event("é ü 日本".as_bytes()), "é ü 日本");
     }
 
-    /// What tracing's own formatter writes for `line`, and what [`format_access`] writes,
+    /// What tracing's own formatter writes for `line` (through [`access`] without `init`),
+    /// and what [`format_access`] writes,
     /// each with its timestamp (everything before the first ` ` or `","level"`) cut off.
     fn both_layouts(line: &Access<'_>, json: bool) -> (String, String) {
         let buffer = Buffer::default();
         let subscriber = subscriber(json, EnvFilter::new("info"), buffer.clone());
-        tracing::subscriber::with_default(subscriber, || {
-            tracing::info!(
-                target: ACCESS_TARGET,
-                parent: None,
-                request_id = %line.request_id,
-                trace_id = line.trace_id.map(tracing::field::display),
-                recipient = line.recipient,
-                route = line.route,
-                contract = line.contract,
-                status = line.status,
-                latency_ms = line.latency_ms,
-                "request"
-            );
-        });
+        // Without `init`, `access` logs through tracing: the formatter's own layout.
+        tracing::subscriber::with_default(subscriber, || access(line));
         let traced = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
         let ours = escaped(&format_access(line, json, std::time::SystemTime::now())).into_owned();
         let cut = |text: &str| {

@@ -392,17 +392,7 @@ mod tests {
              [contracts.conf.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice_confidence\"\n",
             "0".repeat(64)
         );
-        let config = releasegate_core::config::Config::from_toml_with(
-            &text,
-            "test",
-            std::path::Path::new("."),
-            releasegate_core::config::Inputs {
-                env: None,
-                files: &|path| std::fs::read(path),
-                codebooks: true,
-            },
-        )
-        .unwrap();
+        let config = config(&text);
         let contracts = vec![
             config.contract("probs").unwrap().clone(),
             config.contract("conf").unwrap().clone(),
@@ -437,12 +427,9 @@ mod tests {
     const BUDGET: f64 = 0.285;
     const PAIRS: usize = 3000;
 
-    /// A contract of one choice question, with a policy of budget `budget` when given.
-    fn contract(name: &str, budget: Option<f64>) -> Arc<Contract> {
-        let text = "[providers.p]\nkind = \"simulated\"\n\
-             [contracts.c]\nprovider = \"p\"\n\
-             [contracts.c.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice\"\n";
-        let config = releasegate_core::config::Config::from_toml_with(
+    /// A test configuration read from `text`, its files from the working directory.
+    fn config(text: &str) -> releasegate_core::config::Config {
+        releasegate_core::config::Config::from_toml_with(
             text,
             "test",
             std::path::Path::new("."),
@@ -452,7 +439,15 @@ mod tests {
                 codebooks: true,
             },
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    /// A contract of one choice question, with a policy of budget `budget` when given.
+    fn contract(name: &str, budget: Option<f64>) -> Arc<Contract> {
+        let text = "[providers.p]\nkind = \"simulated\"\n\
+             [contracts.c]\nprovider = \"p\"\n\
+             [contracts.c.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice\"\n";
+        let config = config(text);
         Arc::new(Contract {
             name: name.into(),
             policy: budget.map(
