@@ -299,3 +299,109 @@ async fn provider_error_kinds_and_validation_lists_are_released_sanitized() {
     }
     app.stop().await;
 }
+
+/// A provider over raw TCP answering every request with the native answer; it closes a
+/// connection after `per_connection` answers (saying so with `connection: close` when
+/// `announce`). Returns its base URL and the count of connections it accepted.
+async fn counting_provider(
+    per_connection: usize,
+    announce: bool,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    let body = serde_json::to_vec(&native_answer()).unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            let body = body.clone();
+            tokio::spawn(async move {
+                let (mut buffer, mut chunk, mut served) = (Vec::new(), [0u8; 8192], 0);
+                loop {
+                    // One whole request: its head, then `content-length` bytes.
+                    let complete = buffer
+                        .windows(4)
+                        .position(|w| w == b"\r\n\r\n")
+                        .map(|end| {
+                            let head = String::from_utf8_lossy(&buffer[..end]).to_lowercase();
+                            let length = head
+                                .lines()
+                                .find_map(|line| line.strip_prefix("content-length:"))
+                                .and_then(|n| n.trim().parse::<usize>().ok())
+                                .unwrap_or(0);
+                            end + 4 + length
+                        })
+                        .filter(|total| buffer.len() >= *total);
+                    let Some(total) = complete else {
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                        }
+                        continue;
+                    };
+                    buffer.drain(..total);
+                    served += 1;
+                    let last = served == per_connection;
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}\r\n",
+                        body.len(),
+                        if last && announce {
+                            "connection: close\r\n"
+                        } else {
+                            ""
+                        }
+                    );
+                    let answer = [head.as_bytes(), &body].concat();
+                    if stream.write_all(&answer).await.is_err() || last {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (base, accepted)
+}
+
+#[tokio::test]
+async fn provider_connections_are_kept_open_and_replaced_once_closed() {
+    use std::sync::atomic::Ordering;
+    // Kept open: sequential requests share one connection.
+    let (base, accepted) = counting_provider(0, false).await;
+    let app = TestConfig {
+        view: "choice".into(),
+        provider: Provider::Url(base),
+        ..TestConfig::default()
+    }
+    .spawn()
+    .await;
+    for _ in 0..10 {
+        assert_eq!(app.post(&request()).await.status(), 200);
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    app.stop().await;
+
+    // Closed after every answer, announced or not: every request still gets its answer,
+    // each over a new connection.
+    for announce in [true, false] {
+        let (base, accepted) = counting_provider(1, announce).await;
+        let app = TestConfig {
+            view: "choice".into(),
+            provider: Provider::Url(base),
+            ..TestConfig::default()
+        }
+        .spawn()
+        .await;
+        for _ in 0..5 {
+            assert_eq!(app.post(&request()).await.status(), 200);
+            if !announce {
+                // An unannounced close must reach the proxy before its next request.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 5);
+        app.stop().await;
+    }
+}

@@ -1,17 +1,17 @@
-//! Providers: a remote System One endpoint over HTTP/1.1 or HTTP/2 (hyper-util's
-//! pooled client, TLS by rustls with the platform's certificate verifier), or the
-//! in-process simulator. Upstream bodies never reach clients; this module only
-//! hands back parsed JSON or a status.
+//! Providers: a remote System One endpoint, or the in-process simulator.
+//! Upstream bodies never reach clients; this module only hands back parsed JSON
+//! or a status.
 //!
-//! Each event loop of the server has its own client (same settings), so a
-//! request goes out over connections driven by its own thread: a pooled
-//! connection's task runs on the runtime that opened it, and a client shared by
-//! several loops would hand requests across threads.
+//! Each event loop of the server has its own connections, so a request goes out
+//! over connections driven by its own thread: a connection's task runs on the
+//! runtime that opened it, and connections shared by several loops would hand
+//! requests across threads. An `http://` provider is reached over the loop's own
+//! HTTP/1.1 pool (`pool`); an `https://` provider over hyper-util's pooled client
+//! (TLS by rustls with the platform's certificate verifier, HTTP/2 by ALPN).
 //!
-//! The client is hyper-util's, not reqwest (which wraps the same client): under
-//! load reqwest's layers (a URL parse of every response, per-request clones of
-//! its client and connector, its request and response wrappers) cost 3 to 4 µs
-//! per request, the largest block of the proxy's own CPU left
+//! Neither is reqwest (which wraps hyper-util's client): under load reqwest's
+//! layers (a URL parse of every response, per-request clones of its client and
+//! connector, its request and response wrappers) cost 3 to 4 µs per request
 //! (`docs/benchmarks.md`). What reqwest did for the proxy is done here: no
 //! redirects followed, connect timeout, idle pool, `TCP_NODELAY`, a default
 //! `user-agent`, the body cap. Proxy environment variables (`HTTPS_PROXY`, ...)
@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::http::header::{
-    ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT,
+    ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderMap, HeaderName, HeaderValue, USER_AGENT,
 };
 use axum::http::{Method, Request, Uri};
 use bytes::Bytes;
@@ -34,6 +34,8 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use secrecy::ExposeSecret;
 use serde_json::Value;
 use tokio::sync::Semaphore;
+
+mod pool;
 
 use crate::metrics::Metrics;
 use releasegate_core::config::{Config, Provider};
@@ -276,6 +278,50 @@ struct Remote {
     timeout: Duration,
     queue_timeout: Duration,
     permits: Semaphore,
+    /// For an `http://` provider: its own connections (`pool`).
+    plain: Option<Plain>,
+}
+
+/// How an `http://` provider is reached: HTTP/1.1 over the event loop's pool.
+#[derive(Debug)]
+struct Plain {
+    /// One pool per event loop.
+    pools: Box<[pool::Pool]>,
+    /// The `Host` header: the base URL's authority.
+    host: HeaderValue,
+    /// The origin-form targets (`{base path}/v1/systemone`, `.../v1/models`).
+    systemone: Uri,
+    models: Uri,
+}
+
+impl Plain {
+    /// The connections of a provider with these URLs, or `None` for `https://`.
+    fn new(systemone: &Uri, models: &Uri, event_loops: usize) -> Option<Plain> {
+        if systemone.scheme_str() != Some("http") {
+            return None;
+        }
+        let authority = systemone.authority()?;
+        let address = format!(
+            "{}:{}",
+            authority.host(),
+            authority.port_u16().unwrap_or(80)
+        );
+        let origin = |url: &Uri| -> Option<Uri> { url.path_and_query()?.as_str().parse().ok() };
+        Some(Plain {
+            pools: (0..event_loops.max(1))
+                .map(|_| pool::Pool::new(address.clone()))
+                .collect(),
+            host: HeaderValue::from_str(authority.as_str()).ok()?,
+            systemone: origin(systemone)?,
+            models: origin(models)?,
+        })
+    }
+
+    /// The pool of the calling thread's event loop.
+    fn pool(&self) -> &pool::Pool {
+        let index = EVENT_LOOP.with(Cell::get);
+        self.pools.get(index).unwrap_or(&self.pools[0])
+    }
 }
 
 // === impl Upstreams ===
@@ -313,9 +359,10 @@ impl Upstreams {
                 .timer(TokioTimer::new())
                 .build(https))
         };
+        let event_loops = config.server.event_loops(crate::cpus::available().count);
         let clients = Clients {
             first: client()?,
-            others: (1..config.server.event_loops(crate::cpus::available().count))
+            others: (1..event_loops)
                 .map(|_| client())
                 .collect::<Result<Vec<_>, _>>()?,
         };
@@ -344,9 +391,13 @@ impl Upstreams {
                             Some(value)
                         }
                     };
+                    let systemone_url = url(SYSTEMONE_PATH)?;
+                    let models_url = url(MODELS_PATH)?;
+                    let plain = Plain::new(&systemone_url, &models_url, event_loops);
                     Upstream::Remote(Box::new(Remote {
-                        systemone_url: url(SYSTEMONE_PATH)?,
-                        models_url: url(MODELS_PATH)?,
+                        systemone_url,
+                        models_url,
+                        plain,
                         authorization,
                         timeout: remote.timeout(),
                         queue_timeout: remote.queue_timeout(),
@@ -428,9 +479,11 @@ impl Remote {
             .map_err(|_| Error::Saturated)?
             .map_err(|_| Error::Saturated)?;
         let json = HeaderValue::from_static("application/json");
-        let (method, uri, body) = match &post {
-            Some(post) => (Method::POST, self.systemone_url.clone(), post.body.clone()),
-            None => (Method::GET, self.models_url.clone(), Bytes::new()),
+        let (method, uri, body) = match (&post, &self.plain) {
+            (Some(post), Some(plain)) => (Method::POST, plain.systemone.clone(), post.body.clone()),
+            (Some(post), None) => (Method::POST, self.systemone_url.clone(), post.body.clone()),
+            (None, Some(plain)) => (Method::GET, plain.models.clone(), Bytes::new()),
+            (None, None) => (Method::GET, self.models_url.clone(), Bytes::new()),
         };
         let mut request = Request::new(Full::new(body));
         *request.method_mut() = method;
@@ -458,9 +511,19 @@ impl Remote {
         if let Some(authorization) = &self.authorization {
             upstream_headers.insert(AUTHORIZATION, authorization.clone());
         }
+        if let Some(plain) = &self.plain {
+            upstream_headers.insert(HOST, plain.host.clone());
+        }
         let remaining = deadline.saturating_duration_since(Instant::now());
         let exchange = async {
-            let response = client.request(request).await.map_err(classify)?;
+            let (response, lease) = match &self.plain {
+                Some(plain) => {
+                    let pool = plain.pool();
+                    let (response, lease) = pool.send(request).await?;
+                    (response, Some((pool, lease)))
+                }
+                None => (client.request(request).await.map_err(classify)?, None),
+            };
             let status = response.status().as_u16();
             if !(200..300).contains(&status) {
                 let (retry_after, retry_after_ms) = if status == 429 || status == 529 {
@@ -509,6 +572,10 @@ impl Remote {
                         Error::Transport(error)
                     }
                 })?;
+            // Read to its end: the connection can serve another request.
+            if let Some((pool, lease)) = lease {
+                pool.put(lease);
+            }
             Ok(Reply::Success(body.to_bytes()))
         };
         tokio::time::timeout(remaining, exchange)
