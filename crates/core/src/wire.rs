@@ -188,6 +188,50 @@ impl Invalid {
 /// absent (`Pinned`). The upstream body is rebuilt from scratch: the model (pinned or the
 /// caller's), `state` and `assets` as sent, and each question as its contract states it.
 pub fn check_request(body: &Value, contract: &Contract) -> Result<Asked, RequestError> {
+    let checked = check_body(body, contract)?;
+    Ok(checked.into_asked(|member| body.get(member).cloned()))
+}
+
+/// [`check_request`] on a body the caller gives up: the caller's content (`state`,
+/// `assets`) moves into the upstream body instead of being copied.
+pub fn take_request(mut body: Value, contract: &Contract) -> Result<Asked, RequestError> {
+    let checked = check_body(&body, contract)?;
+    let object = body.as_object_mut();
+    Ok(match object {
+        Some(object) => checked.into_asked(|member| object.remove(member)),
+        None => checked.into_asked(|_| None),
+    })
+}
+
+/// A request that passed every check, before the caller's content joins it.
+struct Checked {
+    model: String,
+    questions: Vec<AskedQuestion>,
+    upstream_questions: Map<String, Value>,
+    /// The model that goes upstream (pinned or the caller's).
+    upstream_model: String,
+}
+
+impl Checked {
+    /// The checked request with the caller's members (`member(name)`) in its upstream body.
+    fn into_asked(self, mut member: impl FnMut(&str) -> Option<Value>) -> Asked {
+        let mut upstream = Map::with_capacity(4);
+        upstream.insert("model".into(), Value::String(self.upstream_model));
+        for name in CALLER_MEMBERS {
+            if let Some(value) = member(name) {
+                upstream.insert(name.into(), value);
+            }
+        }
+        upstream.insert("questions".into(), Value::Object(self.upstream_questions));
+        Asked {
+            model: self.model,
+            questions: self.questions,
+            upstream: Value::Object(upstream),
+        }
+    }
+}
+
+fn check_body(body: &Value, contract: &Contract) -> Result<Checked, RequestError> {
     let issues = schema_issues(body);
     if !issues.is_empty() {
         return Err(RequestError::Schema(issues));
@@ -222,21 +266,11 @@ pub fn check_request(body: &Value, contract: &Contract) -> Result<Asked, Request
         asked.push(checked);
         upstream_questions.insert(id.clone(), upstream);
     }
-    let mut upstream = Map::with_capacity(4);
-    upstream.insert(
-        "model".into(),
-        Value::String(contract.model.clone().unwrap_or_else(|| model.clone())),
-    );
-    for member in CALLER_MEMBERS {
-        if let Some(value) = body.get(member) {
-            upstream.insert(member.into(), value.clone());
-        }
-    }
-    upstream.insert("questions".into(), Value::Object(upstream_questions));
-    Ok(Asked {
+    Ok(Checked {
+        upstream_model: contract.model.clone().unwrap_or_else(|| model.clone()),
         model,
         questions: asked,
-        upstream: Value::Object(upstream),
+        upstream_questions,
     })
 }
 

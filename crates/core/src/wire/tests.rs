@@ -455,6 +455,40 @@ fn the_contracts_question_goes_upstream_whatever_the_caller_wrote() {
 }
 
 #[test]
+fn a_request_given_up_is_checked_and_sent_as_a_borrowed_one() {
+    let c = contract(PINNED);
+    let bodies = [
+        json!({"model": "m", "state": {"t": [1, "two"]}, "extra": "dropped",
+            "assets": {"<img>": {"type": "image", "part": "asset-0"}},
+            "questions": {"s": {"type": "score", "criteria": ["low", "1", ["high", 2.0]]},
+                "free": {"type": "choice", "criteria": {"y": "why", "x": null}}}}),
+        json!({"questions": {"q": {"type": "choice"}}, "state": "s", "model": "m2"}),
+        json!({"model": "m", "state": "s", "questions": {"unknown": {"type": "box"}}}),
+        json!({"model": "m", "questions": {}}),
+        json!([1, 2]),
+    ];
+    for body in bodies {
+        let borrowed = check_request(&body, &c);
+        let taken = take_request(body.clone(), &c);
+        match (borrowed, taken) {
+            (Ok(borrowed), Ok(taken)) => {
+                assert_eq!(borrowed.model, taken.model);
+                assert_eq!(
+                    serde_json::to_string(&borrowed.upstream).unwrap(),
+                    serde_json::to_string(&taken.upstream).unwrap()
+                );
+                assert_eq!(
+                    format!("{:?}", borrowed.questions),
+                    format!("{:?}", taken.questions)
+                );
+            }
+            (Err(borrowed), Err(taken)) => assert_eq!(borrowed, taken),
+            (borrowed, taken) => panic!("{body}: {borrowed:?} against {taken:?}"),
+        }
+    }
+}
+
+#[test]
 fn other_text_is_refused_naming_the_question_and_field_never_the_text() {
     let base = |questions: Value| json!({"model": "m", "state": "s", "questions": questions});
     let cases = [

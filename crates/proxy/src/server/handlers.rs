@@ -205,16 +205,24 @@ impl Trail {
         }
     }
 
-    /// Exports a finished child span of the request's SERVER span (with export on).
+    /// The start of a child span: the clock is read only when spans are exported.
+    fn clock(&self) -> Option<SystemTime> {
+        self.spans.map(|_| SystemTime::now())
+    }
+
+    /// Exports a finished child span of the request's SERVER span (with export on);
+    /// its attributes are built only then.
     fn child(
         &self,
         state: &AppState,
         (kind, name, span_id): (SpanKind, &'static str, [u8; 8]),
-        start: SystemTime,
-        attributes: Vec<KeyValue>,
+        start: Option<SystemTime>,
+        attributes: impl FnOnce() -> Vec<KeyValue>,
         error: bool,
     ) {
-        if let (Some(exporter), Some((spans, server, _))) = (state.otel(), &self.spans) {
+        if let (Some(exporter), Some((spans, server, _)), Some(start)) =
+            (state.otel(), &self.spans, start)
+        {
             exporter.record(otel::Finished {
                 ids: otel::Ids {
                     trace_id: spans.trace_id,
@@ -225,7 +233,7 @@ impl Trail {
                 name,
                 start,
                 end: SystemTime::now(),
-                attributes,
+                attributes: attributes(),
                 error,
             });
         }
@@ -436,8 +444,7 @@ async fn answer(
             reason,
         )])
     })?;
-    let mut asked = wire::check_request(&request, contract)?;
-    drop(request);
+    let mut asked = wire::take_request(request, contract)?;
     // Images: checked against the parts and rebuilt (inline ones re-encoded, parts
     // renamed `asset-N`); a request with part images goes upstream as multipart.
     let part_refs: std::collections::BTreeMap<String, wire::assets::Part<'_>> = parts
@@ -479,7 +486,7 @@ async fn answer(
         )
     };
     drop(part_refs);
-    let called = SystemTime::now();
+    let called = trail.clock();
     // The contract's `forward_headers` the caller switched on (`true`), counted by name.
     let switches: Vec<ForwardHeader> = contract
         .forward_headers
@@ -521,27 +528,29 @@ async fn answer(
         _ => None,
     };
     let native = success_json(state, contract, reply)?;
-    let releasing = SystemTime::now();
+    let releasing = trail.clock();
     let released = release_off_thread(contract, asked, native).await?;
     trail.child(
         state,
         (SpanKind::Internal, "release", super::trace::new_span_id()),
         releasing,
-        vec![
-            KeyValue::new("releasegate.contract", contract.name.clone()),
-            KeyValue::new(
-                "releasegate.outcome",
-                if released.is_ok() {
-                    "released"
-                } else {
-                    "rejected"
-                },
-            ),
-            KeyValue::new(
-                "releasegate.answers",
-                released.as_ref().map_or(0, |r| r.answers.len() as i64),
-            ),
-        ],
+        || {
+            vec![
+                KeyValue::new("releasegate.contract", contract.name.clone()),
+                KeyValue::new(
+                    "releasegate.outcome",
+                    if released.is_ok() {
+                        "released"
+                    } else {
+                        "rejected"
+                    },
+                ),
+                KeyValue::new(
+                    "releasegate.answers",
+                    released.as_ref().map_or(0, |r| r.answers.len() as i64),
+                ),
+            ]
+        },
         released.is_err(),
     );
     let released = released.map_err(|reason| reject(state, contract, reason))?;
@@ -630,7 +639,7 @@ async fn list_models(
 ) -> Result<Value, Error> {
     let live = state.live();
     let contract = select_contract(&live, selection, trail).await?;
-    let called = SystemTime::now();
+    let called = trail.clock();
     let reply = live
         .upstreams
         .models(&contract.provider)
@@ -680,7 +689,7 @@ fn upstream_span(
     trail: &Trail,
     contract: &Contract,
     name: &'static str,
-    start: SystemTime,
+    start: Option<SystemTime>,
     reply: &Result<Reply, Error>,
 ) {
     let outcome = match reply {
@@ -691,11 +700,13 @@ fn upstream_span(
         state,
         (SpanKind::Client, name, trail.upstream_span_id()),
         start,
-        vec![
-            KeyValue::new("releasegate.provider", contract.provider.clone()),
-            KeyValue::new("releasegate.contract", contract.name.clone()),
-            KeyValue::new("releasegate.outcome", outcome),
-        ],
+        || {
+            vec![
+                KeyValue::new("releasegate.provider", contract.provider.clone()),
+                KeyValue::new("releasegate.contract", contract.name.clone()),
+                KeyValue::new("releasegate.outcome", outcome),
+            ]
+        },
         reply.is_err(),
     );
 }
