@@ -905,6 +905,7 @@ pub(crate) fn build_question(
         withhold,
         mechanism,
         workflows,
+        pinned_upstream: Default::default(),
     })
 }
 
@@ -982,6 +983,7 @@ fn build_box_question(
         withhold: Vec::new(),
         mechanism,
         workflows: None,
+        pinned_upstream: Default::default(),
     })
 }
 

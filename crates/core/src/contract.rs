@@ -215,7 +215,16 @@ pub struct QuestionRule {
     pub mechanism: Mechanism,
     /// The recipient's frozen downstream workflows over the released labels, when declared.
     pub workflows: Option<Spec>,
+    /// The question as it goes upstream with the contract's own text, and its score
+    /// legend: the same for every request, built on first use (`wire::check_request`)
+    /// from `classes` and `question`, which nothing changes once a contract is built
+    /// (`Contract::with_release` changes views and mechanisms only).
+    pub(crate) pinned_upstream: PinnedUpstream,
 }
+
+/// A question's upstream form and score legend, built once (see `QuestionRule`).
+pub(crate) type PinnedUpstream =
+    std::sync::OnceLock<(Value, Option<serde_json::Map<String, Value>>)>;
 
 /// The question a contract asks: its type and its text. The proxy sends exactly this
 /// upstream, whatever the caller wrote (`wire::check_request`): the model reads the text,

@@ -658,11 +658,17 @@ fn check_question(
         }
     };
     let instructions = question.get("instructions").filter(|v| !v.is_null());
-    let text = if pinned.caller_text {
-        Text {
-            instructions: instructions.cloned(),
-            descriptions: caller.into_iter().map(|d| d.cloned()).collect(),
-        }
+    let (upstream, legend) = if pinned.caller_text {
+        let upstream = upstream_question(
+            kind,
+            &rule.classes,
+            Text {
+                instructions: instructions.cloned(),
+                descriptions: caller.into_iter().map(|d| d.cloned()).collect(),
+            },
+        );
+        let legend = legend_of(kind, &upstream);
+        (upstream, legend)
     } else {
         let mismatch = |field: String| RequestError::TextMismatch {
             question: id.to_string(),
@@ -691,13 +697,34 @@ fn check_question(
                 }));
             }
         }
-        Text {
-            instructions: pinned.instructions.clone(),
-            descriptions: pinned.descriptions.clone(),
-        }
+        // The contract's own text: the same upstream question for every request, built once.
+        let (upstream, legend) = rule.pinned_upstream.get_or_init(|| {
+            let upstream = upstream_question(
+                kind,
+                &rule.classes,
+                Text {
+                    instructions: pinned.instructions.clone(),
+                    descriptions: pinned.descriptions.clone(),
+                },
+            );
+            let legend = legend_of(kind, &upstream);
+            (upstream, legend)
+        });
+        (upstream.clone(), legend.clone())
     };
-    let upstream = upstream_question(kind, &rule.classes, text);
-    let legend = match kind {
+    Ok((
+        AskedQuestion {
+            id: id.to_string(),
+            kind,
+            legend,
+        },
+        upstream,
+    ))
+}
+
+/// A score question's legend (level → its text as sent upstream); `None` for other types.
+fn legend_of(kind: Kind, upstream: &Value) -> Option<Map<String, Value>> {
+    match kind {
         Kind::Score => upstream
             .get("criteria")
             .and_then(Value::as_array)
@@ -709,15 +736,7 @@ fn check_question(
                     .collect()
             }),
         _ => None,
-    };
-    Ok((
-        AskedQuestion {
-            id: id.to_string(),
-            kind,
-            legend,
-        },
-        upstream,
-    ))
+    }
 }
 
 /// A question's text: instructions and one description per class (contract order).

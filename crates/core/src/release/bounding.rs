@@ -161,6 +161,7 @@ mod tests {
             withhold: Vec::new(),
             mechanism,
             workflows: None,
+            pinned_upstream: Default::default(),
         }
     }
 

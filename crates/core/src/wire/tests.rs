@@ -455,6 +455,31 @@ fn the_contracts_question_goes_upstream_whatever_the_caller_wrote() {
 }
 
 #[test]
+fn every_request_sends_the_contracts_question_built_once() {
+    // One contract for all requests: the first check builds the pinned upstream form,
+    // the later ones reuse it, whatever the caller spelled.
+    let c = contract(PINNED);
+    let spellings = [
+        json!({"type": "score", "criteria": [null, null, null]}),
+        json!({"type": "score", "criteria": ["low", "1", ["high", 2.0]]}),
+        json!({"type": "score", "criteria": [null, "1", null], "instructions": null}),
+    ];
+    for question in spellings {
+        let body = json!({"model": "m", "state": "s", "questions": {"s": question}});
+        let asked = check_request(&body, &c).unwrap();
+        assert_eq!(
+            serde_json::to_string(&asked.upstream["questions"]).unwrap(),
+            r#"{"s":{"type":"score","criteria":["low","1",["high",2]]}}"#
+        );
+        let legend = asked.questions[0].legend.as_ref().unwrap();
+        assert_eq!(
+            serde_json::to_string(legend).unwrap(),
+            r#"{"0":"low","1":"1","2":["high",2]}"#
+        );
+    }
+}
+
+#[test]
 fn a_request_given_up_is_checked_and_sent_as_a_borrowed_one() {
     let c = contract(PINNED);
     let bodies = [
