@@ -19,6 +19,9 @@
 #   latency    an upstream that sleeps 20 ms, 64 connections: added p50/p99
 #   questions  CPU per request with 1, 8 and 64 questions per request
 #   codebooks  WCPQ CPU per request with codebooks of denominator 10, 20, 40
+#   instructions  (not by default) user-space instructions per request under
+#              callgrind, nginx and the three contracts: deterministic, for
+#              comparing code changes where timings are noise
 #
 # Not part of CI. Every loop is bounded; all processes stop on exit.
 # Usage: benches/load.sh [seconds] [connections]   (env: ROUNDS, SECTIONS)
@@ -346,6 +349,59 @@ section_codebooks() {
     done
     echo
   } | tee "$OUT/codebooks.md"
+}
+
+# User-space instructions per request under callgrind: deterministic to about 0.1 %
+# where CPU time on a shared machine is not, so it shows a code change's effect that
+# timing noise hides. Counts only user space (no system calls, no scheduling), all
+# threads of one process; under valgrind SHA-256 takes its software path (valgrind
+# hides the CPU's SHA extensions), a few thousand instructions the native run does not
+# spend. nginx runs as one process (`master_process off`), both with access logs off.
+callgrind_count() { # $1 = label, $2 = url, $3 = command...; prints "label requests instructions/request"
+  local label=$1 url=$2 out="$OUT/callgrind-$1.out" pid n total
+  shift 2
+  rm -f "$out" "$out".*
+  valgrind --tool=callgrind --callgrind-out-file="$out" "$@" 2>"$OUT/callgrind-$label.log" >/dev/null & pid=$!
+  for _ in $(seq 600); do curl -fs -o /dev/null "127.0.0.1:$ADMIN_PORT/readyz" 2>/dev/null && break
+    (exec 3<>"/dev/tcp/${url#http://}") 2>/dev/null && [ "$label" = nginx ] && break; sleep 0.1; done
+  timeout 60 wrk -t1 -c8 -d3s -s "$OUT/q1.lua" "$url/v1/systemone" >/dev/null   # warm-up, not counted
+  callgrind_control -z "$pid" >/dev/null 2>&1
+  timeout 60 wrk -t1 -c8 -d6s -s "$OUT/q1.lua" "$url/v1/systemone" > "$OUT/callgrind-$label.txt"
+  callgrind_control -d "$pid" >/dev/null 2>&1
+  sleep 1
+  stop "$pid"
+  n=$(awk '/requests in/ {print $1}' "$OUT/callgrind-$label.txt")
+  total=$(callgrind_annotate "$out.1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+  echo "$label $n $((total / n))"
+}
+
+section_instructions() {
+  need valgrind valgrind
+  local rows=() v nginx_conf="$OUT/nginx-callgrind.conf"
+  mklua 1 > "$OUT/q1.lua"
+  mknginx off "$NGINX_OFF_PORT" | sed 's/^worker_processes auto;/worker_processes 1;/' > "$nginx_conf"
+  stop "$NGINX_PID" "$NGINX_OFF_PID" "$PROXY_PID"; NGINX_PID=""; NGINX_OFF_PID=""; PROXY_PID=""
+  start_upstream 1 0
+  rows+=("$(callgrind_count nginx "http://127.0.0.1:$NGINX_OFF_PORT" "$NGINX" -p "$OUT" -c "$nginx_conf" -g 'daemon off; master_process off;')")
+  for v in choice full_native wcpq; do
+    mkconfig 1 "$v" "$CODEBOOK" off > "$OUT/main-$v-off.toml"
+    rows+=("$(callgrind_count "releasegate-$v" "http://127.0.0.1:$PROXY_PORT" $RG serve --config "$OUT/main-$v-off.toml")")
+  done
+  local base; base=$(awk '{print $3; exit}' <<< "${rows[0]}")
+  {
+    echo "### User-space instructions per request (callgrind, access logs off)"
+    echo
+    echo "$(date -u '+%Y-%m-%d %H:%M') UTC, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'): wrk 1 thread, 8 connections, 6 s counted after a 3 s warm-up."
+    echo
+    echo "| target | requests counted | instructions per request | vs. nginx |"
+    echo "|---|---|---|---|"
+    local row
+    for row in "${rows[@]}"; do
+      read -r label n per <<< "$row"
+      echo "| $label | $n | $per | $(awk -v a="$per" -v b="$base" 'BEGIN { printf "%.2f", a / b }') |"
+    done
+    echo
+  } | tee "$OUT/instructions.md"
 }
 
 for section in $SECTIONS; do "section_$section"; done
