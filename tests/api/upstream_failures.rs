@@ -368,25 +368,13 @@ async fn counting_provider(
 #[tokio::test]
 async fn provider_connections_are_kept_open_and_replaced_once_closed() {
     use std::sync::atomic::Ordering;
-    // Kept open: sequential requests share one connection.
-    let (base, accepted) = counting_provider(0, false).await;
-    let app = TestConfig {
-        view: "choice".into(),
-        provider: Provider::Url(base),
-        ..TestConfig::default()
-    }
-    .spawn()
-    .await;
-    for _ in 0..10 {
-        assert_eq!(app.post(&request()).await.status(), 200);
-    }
-    assert_eq!(accepted.load(Ordering::SeqCst), 1);
-    app.stop().await;
-
-    // Closed after every answer, announced or not: every request still gets its answer,
-    // each over a new connection.
-    for announce in [true, false] {
-        let (base, accepted) = counting_provider(1, announce).await;
+    // (answers per connection (0: kept open), close announced, requests, connections):
+    // kept open, sequential requests share one connection; closed after every answer,
+    // announced or not, every request still gets its answer over a new connection.
+    for (per_connection, announce, requests, connections) in
+        [(0, false, 10, 1), (1, true, 5, 5), (1, false, 5, 5)]
+    {
+        let (base, accepted) = counting_provider(per_connection, announce).await;
         let app = TestConfig {
             view: "choice".into(),
             provider: Provider::Url(base),
@@ -394,14 +382,14 @@ async fn provider_connections_are_kept_open_and_replaced_once_closed() {
         }
         .spawn()
         .await;
-        for _ in 0..5 {
+        for _ in 0..requests {
             assert_eq!(app.post(&request()).await.status(), 200);
-            if !announce {
+            if per_connection > 0 && !announce {
                 // An unannounced close must reach the proxy before its next request.
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
-        assert_eq!(accepted.load(Ordering::SeqCst), 5);
+        assert_eq!(accepted.load(Ordering::SeqCst), connections);
         app.stop().await;
     }
 }

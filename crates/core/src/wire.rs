@@ -603,19 +603,19 @@ fn check_question(
                 .get("criteria")
                 .and_then(Value::as_object)
                 .ok_or_else(|| fail("a choice question needs a `criteria` object"))?;
-            let same = criteria.len() == rule.classes.len()
-                && rule
-                    .classes
-                    .iter()
-                    .all(|class| criteria.contains_key(class));
-            if !same {
-                return Err(fail(
-                    "its criteria labels differ from the contract's classes",
-                ));
-            }
-            rule.classes
-                .iter()
-                .map(|class| criteria.get(class).filter(|v| !v.is_null()))
+            // The same labels: as many, and each class among them (one lookup per class).
+            let texts = (criteria.len() == rule.classes.len())
+                .then(|| {
+                    rule.classes
+                        .iter()
+                        .map(|class| criteria.get(class))
+                        .collect::<Option<Vec<&Value>>>()
+                })
+                .flatten()
+                .ok_or_else(|| fail("its criteria labels differ from the contract's classes"))?;
+            texts
+                .into_iter()
+                .map(|text| Some(text).filter(|v| !v.is_null()))
                 .collect()
         }
         Kind::Score => {

@@ -455,6 +455,33 @@ fn the_contracts_question_goes_upstream_whatever_the_caller_wrote() {
 }
 
 #[test]
+fn a_choice_question_must_name_exactly_the_contracts_classes() {
+    let c = contract(CHOICE);
+    let ask = |criteria: Value| {
+        let body = json!({"model": "m", "state": "s",
+            "questions": {"q": {"type": "choice", "criteria": criteria}}});
+        check_request(&body, &c)
+    };
+    let differ = RequestError::Contract(
+        "question `q`: its criteria labels differ from the contract's classes".into(),
+    );
+    for criteria in [
+        json!({"A": null, "B": null}),
+        json!({"A": null, "B": null, "C": null, "D": null}),
+        json!({"A": null, "B": null, "D": null}),
+        json!({"a": null, "B": null, "C": null}),
+    ] {
+        assert_eq!(ask(criteria.clone()).unwrap_err(), differ, "{criteria}");
+    }
+    // Any order, any null or the contract's own text: the contract's question goes up.
+    let asked = ask(json!({"C": null, "A": null, "B": null})).unwrap();
+    assert_eq!(
+        serde_json::to_string(&asked.upstream["questions"]["q"]["criteria"]).unwrap(),
+        r#"{"A":null,"B":null,"C":null}"#
+    );
+}
+
+#[test]
 fn every_request_sends_the_contracts_question_built_once() {
     // One contract for all requests: the first check builds the pinned upstream form,
     // the later ones reuse it, whatever the caller spelled.
