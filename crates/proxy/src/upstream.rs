@@ -286,7 +286,7 @@ struct Remote {
 #[derive(Debug)]
 struct Plain {
     /// One pool per event loop.
-    pools: Box<[pool::Pool]>,
+    pools: Box<[Arc<pool::Pool>]>,
     /// The `Host` header: the base URL's authority.
     host: HeaderValue,
     /// The origin-form targets (`{base path}/v1/systemone`, `.../v1/models`).
@@ -318,7 +318,7 @@ impl Plain {
     }
 
     /// The pool of the calling thread's event loop.
-    fn pool(&self) -> &pool::Pool {
+    fn pool(&self) -> &Arc<pool::Pool> {
         let index = EVENT_LOOP.with(Cell::get);
         self.pools.get(index).unwrap_or(&self.pools[0])
     }

@@ -12,10 +12,13 @@
 //! A request is sent again on another connection only when hyper hands it back
 //! unsent (the pooled connection had closed before the request was written), so a
 //! request reaches the provider at most once. Connections idle longer than
-//! [`IDLE_TIMEOUT`] are closed when the pool is next used; at most [`MAX_IDLE`] are
-//! kept. `https://` providers keep hyper-util's client (TLS, HTTP/2 by ALPN).
+//! [`IDLE_TIMEOUT`] are closed: by the next request, and by a sweep every half of it
+//! (a task of the loop, started with the first connection, ended with the pool). At
+//! most [`MAX_IDLE`] are kept. `https://` providers keep hyper-util's client (TLS,
+//! HTTP/2 by ALPN).
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use axum::http::{Request, Response};
@@ -42,8 +45,12 @@ pub(crate) type Sender = SendRequest<Full<Bytes>>;
 pub(crate) struct Pool {
     /// `host:port` to connect to.
     address: String,
+    /// How long an idle connection is kept ([`IDLE_TIMEOUT`]).
+    idle_timeout: Duration,
     /// Idle connections, the most recently used last.
     idle: Mutex<Vec<Idle>>,
+    /// Whether the sweep of idle connections runs.
+    sweeping: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -58,20 +65,26 @@ pub(crate) struct Lease(Sender);
 
 impl Pool {
     /// A pool of connections to `address` (`host:port`).
-    pub(crate) fn new(address: String) -> Pool {
-        Pool {
+    pub(crate) fn new(address: String) -> Arc<Pool> {
+        Pool::with_idle_timeout(address, IDLE_TIMEOUT)
+    }
+
+    fn with_idle_timeout(address: String, idle_timeout: Duration) -> Arc<Pool> {
+        Arc::new(Pool {
             address,
+            idle_timeout,
             idle: Mutex::new(Vec::new()),
-        }
+            sweeping: AtomicBool::new(false),
+        })
     }
 
     /// Sends `request` (origin-form URI, `Host` set) over an idle connection or a new one.
     pub(crate) async fn send(
-        &self,
+        self: &Arc<Self>,
         mut request: Request<Full<Bytes>>,
     ) -> Result<(Response<Incoming>, Lease), Error> {
         while let Some(mut idle) = self.take() {
-            if idle.since.elapsed() > IDLE_TIMEOUT || idle.sender.ready().await.is_err() {
+            if idle.since.elapsed() > self.idle_timeout || idle.sender.ready().await.is_err() {
                 continue;
             }
             match idle.sender.try_send_request(request).await {
@@ -97,7 +110,7 @@ impl Pool {
             return;
         };
         let now = Instant::now();
-        idle.retain(|entry| now.duration_since(entry.since) <= IDLE_TIMEOUT);
+        idle.retain(|entry| now.duration_since(entry.since) <= self.idle_timeout);
         if idle.len() < MAX_IDLE && !lease.0.is_closed() {
             idle.push(Idle {
                 sender: lease.0,
@@ -116,7 +129,31 @@ impl Pool {
         self.idle.lock().ok()?.pop()
     }
 
-    async fn connect(&self) -> Result<Sender, Error> {
+    /// Closes the idle connections older than the idle timeout (dropping a sender
+    /// closes its connection).
+    fn expire(&self) {
+        if let Ok(mut idle) = self.idle.lock() {
+            let now = Instant::now();
+            idle.retain(|entry| now.duration_since(entry.since) <= self.idle_timeout);
+        }
+    }
+
+    /// Expires idle connections every half idle timeout until the pool is dropped.
+    async fn sweep(pool: Weak<Pool>, every: Duration) {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await;
+        loop {
+            ticks.tick().await;
+            let Some(pool) = pool.upgrade() else { return };
+            pool.expire();
+        }
+    }
+
+    async fn connect(self: &Arc<Self>) -> Result<Sender, Error> {
+        if !self.sweeping.swap(true, Ordering::Relaxed) {
+            tokio::spawn(Pool::sweep(Arc::downgrade(self), self.idle_timeout / 2));
+        }
         let connect = tokio::net::TcpStream::connect(self.address.as_str());
         let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
             Err(_) => return Err(Error::Timeout),
@@ -202,7 +239,7 @@ mod tests {
             .unwrap()
     }
 
-    async fn call(pool: &Pool, address: &str) -> Result<Bytes, Error> {
+    async fn call(pool: &Arc<Pool>, address: &str) -> Result<Bytes, Error> {
         let (response, lease) = pool.send(request(address)).await?;
         let body = response.into_body().collect().await.unwrap().to_bytes();
         pool.put(lease);
@@ -238,6 +275,19 @@ mod tests {
         let pool = Pool::new(address.clone());
         let (response, _lease) = pool.send(request(&address)).await.unwrap();
         drop(response);
+        assert_eq!(pool.idle(), 0);
+        assert_eq!(call(&pool, &address).await.unwrap(), "ok");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn idle_connections_are_closed_after_the_idle_timeout() {
+        let (address, accepted) = provider(0).await;
+        let pool = Pool::with_idle_timeout(address.clone(), Duration::from_millis(100));
+        assert_eq!(call(&pool, &address).await.unwrap(), "ok");
+        assert_eq!(pool.idle(), 1);
+        // No request comes: the sweep closes the connection.
+        tokio::time::sleep(Duration::from_millis(400)).await;
         assert_eq!(pool.idle(), 0);
         assert_eq!(call(&pool, &address).await.unwrap(), "ok");
         assert_eq!(accepted.load(Ordering::SeqCst), 2);
