@@ -110,7 +110,7 @@ impl Pool {
             return;
         };
         let now = Instant::now();
-        idle.retain(|entry| now.duration_since(entry.since) <= self.idle_timeout);
+        self.drop_expired(&mut idle, now);
         if idle.len() < MAX_IDLE && !lease.0.is_closed() {
             idle.push(Idle {
                 sender: lease.0,
@@ -133,9 +133,13 @@ impl Pool {
     /// closes its connection).
     fn expire(&self) {
         if let Ok(mut idle) = self.idle.lock() {
-            let now = Instant::now();
-            idle.retain(|entry| now.duration_since(entry.since) <= self.idle_timeout);
+            self.drop_expired(&mut idle, Instant::now());
         }
+    }
+
+    /// Drops the connections idle longer than the idle timeout at `now`.
+    fn drop_expired(&self, idle: &mut Vec<Idle>, now: Instant) {
+        idle.retain(|entry| now.duration_since(entry.since) <= self.idle_timeout);
     }
 
     /// Expires idle connections every half idle timeout until the pool is dropped.
