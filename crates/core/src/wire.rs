@@ -8,6 +8,7 @@ use crate::contract::{Contract, QuestionRule};
 use crate::mechanism::ClassVector;
 
 pub mod assets;
+pub mod json;
 pub mod provider;
 
 /// Tolerance on the sum of a native probability vector.

@@ -1,0 +1,369 @@
+//! A provider's answer read without building a `serde_json::Value`.
+//!
+//! [`Json`] is a JSON document whose strings borrow from the bytes they were read
+//! from (when they hold no escapes) and whose objects keep their members in a vector,
+//! in document order. Reading one costs no key hashing and no allocation per key,
+//! which is most of what a `Value` costs on the proxy's request path.
+//!
+//! It means the same as a `Value` read from the same bytes: a repeated key keeps its
+//! first position and its last value (as `serde_json::Map` does), numbers are read by
+//! the same parser, and nesting is bounded by the same recursion limit. [`Node`] is
+//! what the release path reads of either, so the proxy (reading [`Json`]) and the
+//! offline tools (reading `Value`s from saved logs) share one validation and release
+//! code path.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+
+/// What the release path reads of a JSON document: implemented by `serde_json::Value`
+/// and by [`Json`], with the same meaning for both.
+pub trait Node {
+    /// The member `key` of an object; `None` for a missing key or a non-object.
+    fn member(&self, key: &str) -> Option<&Self>;
+    /// The number of distinct keys of an object; `None` for a non-object.
+    fn object_len(&self) -> Option<usize>;
+    /// The text of a string.
+    fn text(&self) -> Option<&str>;
+    /// A number's value as `f64` (`None` for a non-number).
+    fn number(&self) -> Option<f64>;
+    /// A number's value if it is a non-negative integer that fits `u64`.
+    fn unsigned(&self) -> Option<u64>;
+    /// Whether this is `null`.
+    fn is_null(&self) -> bool;
+}
+
+impl Node for Value {
+    fn member(&self, key: &str) -> Option<&Value> {
+        self.as_object()?.get(key)
+    }
+    fn object_len(&self) -> Option<usize> {
+        self.as_object().map(serde_json::Map::len)
+    }
+    fn text(&self) -> Option<&str> {
+        self.as_str()
+    }
+    fn number(&self) -> Option<f64> {
+        match self {
+            Value::Number(n) => n.as_f64(),
+            _ => None,
+        }
+    }
+    fn unsigned(&self) -> Option<u64> {
+        match self {
+            Value::Number(n) => n.as_u64(),
+            _ => None,
+        }
+    }
+    fn is_null(&self) -> bool {
+        self.is_null()
+    }
+}
+
+/// A number as serde_json's parser reports it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Number {
+    /// A non-negative integer that fits `u64`.
+    Unsigned(u64),
+    /// A negative integer that fits `i64`.
+    Signed(i64),
+    /// Anything else (a fraction, an exponent, an integer too large for 64 bits).
+    Float(f64),
+}
+
+impl Number {
+    /// The value as `f64`, converted as `serde_json::Number::as_f64` does.
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Number::Unsigned(n) => n as f64,
+            Number::Signed(n) => n as f64,
+            Number::Float(f) => f,
+        }
+    }
+}
+
+/// A JSON document whose strings borrow from its source where they can.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Json<'a> {
+    Null,
+    Bool(bool),
+    Number(Number),
+    String(Cow<'a, str>),
+    Array(Vec<Json<'a>>),
+    Object(Object<'a>),
+}
+
+/// Objects with more members than this also get a key index, so that reading or
+/// looking up a large object (a provider may send one) stays linear.
+const INDEXED_FROM: usize = 16;
+
+/// An object's members in document order, each key once.
+#[derive(Debug, Clone, Default)]
+pub struct Object<'a> {
+    members: Vec<(Cow<'a, str>, Json<'a>)>,
+    /// Key → position, only for objects with more than `INDEXED_FROM` members.
+    index: Option<HashMap<String, usize>>,
+}
+
+impl PartialEq for Object<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.members == other.members
+    }
+}
+
+impl<'a> Object<'a> {
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&Json<'a>> {
+        match &self.index {
+            Some(index) => index.get(key).map(|&at| &self.members[at].1),
+            None => self
+                .members
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, value)| value),
+        }
+    }
+
+    /// The number of members (distinct keys).
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether the object has no members.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// The members in document order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Json<'a>)> {
+        self.members.iter().map(|(k, v)| (k.as_ref(), v))
+    }
+
+    /// Adds a member; a key already present keeps its position and takes the new value.
+    pub fn insert(&mut self, key: Cow<'a, str>, value: Json<'a>) {
+        let existing = match &self.index {
+            Some(index) => index.get(key.as_ref()).copied(),
+            None => self.members.iter().position(|(k, _)| *k == key),
+        };
+        if let Some(at) = existing {
+            self.members[at].1 = value;
+            return;
+        }
+        if let Some(index) = &mut self.index {
+            index.insert(key.to_string(), self.members.len());
+        }
+        self.members.push((key, value));
+        if self.index.is_none() && self.members.len() > INDEXED_FROM {
+            let index = self
+                .members
+                .iter()
+                .enumerate()
+                .map(|(at, (k, _))| (k.to_string(), at))
+                .collect();
+            self.index = Some(index);
+        }
+    }
+}
+
+impl<'a> Json<'a> {
+    /// Reads a document from `bytes`, as `serde_json::from_slice` would (trailing
+    /// whitespace allowed, anything else after the value an error).
+    pub fn parse(bytes: &'a [u8]) -> serde_json::Result<Json<'a>> {
+        serde_json::from_slice(bytes)
+    }
+
+    /// The object, if this is one.
+    pub fn as_object(&self) -> Option<&Object<'a>> {
+        match self {
+            Json::Object(object) => Some(object),
+            _ => None,
+        }
+    }
+
+    /// The elements, if this is an array.
+    pub fn as_array(&self) -> Option<&[Json<'a>]> {
+        match self {
+            Json::Array(items) => Some(items),
+            _ => None,
+        }
+    }
+
+    /// A `Value` seen as a `Json`: strings and keys borrowed from it.
+    pub fn from_value(value: &'a Value) -> Json<'a> {
+        match value {
+            Value::Null => Json::Null,
+            Value::Bool(b) => Json::Bool(*b),
+            Value::Number(n) => Json::Number(match (n.as_u64(), n.as_i64()) {
+                (Some(u), _) => Number::Unsigned(u),
+                (None, Some(i)) => Number::Signed(i),
+                (None, None) => Number::Float(n.as_f64().unwrap_or(f64::NAN)),
+            }),
+            Value::String(s) => Json::String(Cow::Borrowed(s)),
+            Value::Array(items) => Json::Array(items.iter().map(Json::from_value).collect()),
+            Value::Object(map) => {
+                let mut object = Object {
+                    members: Vec::with_capacity(map.len()),
+                    index: None,
+                };
+                for (key, value) in map {
+                    object.insert(Cow::Borrowed(key), Json::from_value(value));
+                }
+                Json::Object(object)
+            }
+        }
+    }
+
+    /// The same document as a `serde_json::Value`.
+    pub fn to_value(&self) -> Value {
+        match self {
+            Json::Null => Value::Null,
+            Json::Bool(b) => Value::Bool(*b),
+            Json::Number(Number::Unsigned(n)) => Value::from(*n),
+            Json::Number(Number::Signed(n)) => Value::from(*n),
+            Json::Number(Number::Float(f)) => {
+                serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number)
+            }
+            Json::String(s) => Value::String(s.to_string()),
+            Json::Array(items) => Value::Array(items.iter().map(Json::to_value).collect()),
+            Json::Object(object) => Value::Object(
+                object
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_value()))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+impl Node for Json<'_> {
+    fn member(&self, key: &str) -> Option<&Self> {
+        self.as_object()?.get(key)
+    }
+    fn object_len(&self) -> Option<usize> {
+        self.as_object().map(Object::len)
+    }
+    fn text(&self) -> Option<&str> {
+        match self {
+            Json::String(s) => Some(s),
+            _ => None,
+        }
+    }
+    fn number(&self) -> Option<f64> {
+        match self {
+            Json::Number(n) => Some(n.as_f64()),
+            _ => None,
+        }
+    }
+    fn unsigned(&self) -> Option<u64> {
+        match self {
+            Json::Number(Number::Unsigned(n)) => Some(*n),
+            _ => None,
+        }
+    }
+    fn is_null(&self) -> bool {
+        matches!(self, Json::Null)
+    }
+}
+
+/// An object key, borrowed when it holds no escapes (serde's own `Cow` always copies).
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for Json<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(JsonVisitor)
+    }
+}
+
+struct JsonVisitor;
+
+impl<'de> Visitor<'de> for JsonVisitor {
+    type Value = Json<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_unit<E>(self) -> Result<Json<'de>, E> {
+        Ok(Json::Null)
+    }
+    fn visit_none<E>(self) -> Result<Json<'de>, E> {
+        Ok(Json::Null)
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Json<'de>, E> {
+        Ok(Json::Bool(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Json<'de>, E> {
+        Ok(Json::Number(Number::Unsigned(v)))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Json<'de>, E> {
+        // serde_json reports non-negative integers through `visit_u64`; this keeps the
+        // same split for any other source.
+        Ok(Json::Number(match u64::try_from(v) {
+            Ok(n) => Number::Unsigned(n),
+            Err(_) => Number::Signed(v),
+        }))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Json<'de>, E> {
+        // serde_json's parser never yields a non-finite number; one from elsewhere
+        // becomes null, as it does in a `Value`.
+        Ok(if v.is_finite() {
+            Json::Number(Number::Float(v))
+        } else {
+            Json::Null
+        })
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Json<'de>, E> {
+        Ok(Json::String(Cow::Borrowed(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Json<'de>, E> {
+        Ok(Json::String(Cow::Owned(v.to_owned())))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Json<'de>, E> {
+        Ok(Json::String(Cow::Owned(v)))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json<'de>, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Json::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json<'de>, A::Error> {
+        let mut object = Object {
+            members: Vec::with_capacity(map.size_hint().unwrap_or(0).min(INDEXED_FROM)),
+            index: None,
+        };
+        while let Some(Key(key)) = map.next_key()? {
+            let value = map.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(Json::Object(object))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,162 @@
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::*;
+
+/// `Json` read from `text` means what a `Value` read from it means, key order included.
+fn same_as_value(text: &str) {
+    let value: Value = serde_json::from_str(text).unwrap();
+    let json = Json::parse(text.as_bytes()).unwrap();
+    assert_eq!(json.to_value(), value, "{text}");
+    let ordered = |v: &Value| serde_json::to_string(v).unwrap();
+    assert_eq!(ordered(&json.to_value()), ordered(&value), "{text}");
+}
+
+#[test]
+fn documents_read_as_values_do() {
+    for text in [
+        "null",
+        "true",
+        "[1, -2, 3.5, 1e300, 18446744073709551615, 18446744073709551616, -9223372036854775808]",
+        r#"{"b": 1, "a": {"y": [null, false, "x"], "x": {}}, "c": []}"#,
+        r#"{"esc\"aped": "line\nbreak \u00e9", "plain": "text"}"#,
+        r#"{"a": 1, "b": 2, "a": 3}"#,
+        r#"{"k": {"a": 1}, "k": "replaced"}"#,
+        "0.1",
+        "-0.0",
+        "  {}  ",
+    ] {
+        same_as_value(text);
+    }
+}
+
+#[test]
+fn strings_without_escapes_borrow_from_the_source() {
+    let text = br#"{"plain": "text", "esc\n": "a\tb"}"#;
+    let json = Json::parse(text).unwrap();
+    let object = json.as_object().unwrap();
+    let members: Vec<_> = object.members.iter().collect();
+    assert!(matches!(members[0].0, Cow::Borrowed("plain")));
+    assert!(matches!(members[0].1, Json::String(Cow::Borrowed("text"))));
+    assert!(matches!(members[1].0, Cow::Owned(_)));
+    assert_eq!(object.get("esc\n").and_then(Node::text), Some("a\tb"));
+}
+
+#[test]
+fn a_repeated_key_keeps_its_first_place_and_its_last_value() {
+    let json = Json::parse(br#"{"a": 1, "b": 2, "a": 3}"#).unwrap();
+    let object = json.as_object().unwrap();
+    assert_eq!(object.len(), 2);
+    let keys: Vec<_> = object.iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["a", "b"]);
+    assert_eq!(object.get("a").and_then(Node::number), Some(3.0));
+}
+
+#[test]
+fn large_objects_are_indexed_and_mean_the_same() {
+    let mut text = String::from("{");
+    for i in 0..200 {
+        text.push_str(&format!("\"k{}\": {i},", i % 150));
+    }
+    text.push_str("\"last\": true}");
+    same_as_value(&text);
+    let json = Json::parse(text.as_bytes()).unwrap();
+    let object = json.as_object().unwrap();
+    assert!(object.index.is_some());
+    assert_eq!(object.len(), 151);
+    assert_eq!(object.get("k3").and_then(Node::unsigned), Some(153));
+    assert_eq!(object.get("k149").and_then(Node::unsigned), Some(149));
+    assert_eq!(object.get("missing"), None);
+}
+
+#[test]
+fn what_value_refuses_json_refuses() {
+    let deep = "[".repeat(200) + &"]".repeat(200);
+    for text in [
+        "",
+        "{",
+        "{\"a\" 1}",
+        "[1,]",
+        "{} x",
+        "\"\\ud800\"",
+        "NaN",
+        "1e",
+        "1e400",
+        deep.as_str(),
+    ] {
+        assert!(serde_json::from_str::<Value>(text).is_err(), "{text}");
+        assert!(Json::parse(text.as_bytes()).is_err(), "{text}");
+    }
+    assert!(Json::parse(b"\"\xff\"").is_err());
+}
+
+#[test]
+fn nodes_read_the_same_from_both() {
+    let value = json!({"s": "x", "f": 0.5, "u": 7, "i": -7, "n": null, "o": {"a": 1, "b": 2}});
+    let bytes = serde_json::to_vec(&value).unwrap();
+    let json = Json::parse(&bytes).unwrap();
+    for key in ["s", "f", "u", "i", "n", "o", "missing"] {
+        let (v, j) = (value.member(key), json.member(key));
+        assert_eq!(v.is_some(), j.is_some(), "{key}");
+        let (Some(v), Some(j)) = (v, j) else { continue };
+        assert_eq!(v.text(), j.text(), "{key}");
+        assert_eq!(v.number(), j.number(), "{key}");
+        assert_eq!(v.unsigned(), j.unsigned(), "{key}");
+        assert_eq!(v.is_null(), j.is_null(), "{key}");
+        assert_eq!(v.object_len(), j.object_len(), "{key}");
+    }
+    assert_eq!(
+        json.member("o")
+            .and_then(|o| o.member("b"))
+            .and_then(Node::number),
+        Some(2.0)
+    );
+    assert_eq!(value.member("s").and_then(|s| s.member("x")), None);
+    assert_eq!(json.member("s").and_then(|s| s.member("x")), None);
+}
+
+/// JSON text with repeated keys, escapes and every kind of number.
+fn text() -> impl Strategy<Value = String> {
+    let leaf = prop_oneof![
+        Just("null".to_string()),
+        any::<bool>().prop_map(|b| b.to_string()),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(|f| format!("{f:e}")),
+        any::<i64>().prop_map(|i| i.to_string()),
+        any::<u64>().prop_map(|u| u.to_string()),
+        "[a-c\"\\\\é\n]{0,4}".prop_map(|s| serde_json::to_string(&s).unwrap()),
+    ];
+    leaf.prop_recursive(4, 64, 8, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6)
+                .prop_map(|items| format!("[{}]", items.join(","))),
+            prop::collection::vec(("[ab\"]{0,2}", inner), 0..24).prop_map(|members| {
+                let members: Vec<String> = members
+                    .into_iter()
+                    .map(|(k, v)| format!("{}:{v}", serde_json::to_string(&k).unwrap()))
+                    .collect();
+                format!("{{{}}}", members.join(","))
+            }),
+        ]
+    })
+}
+
+proptest! {
+    #[test]
+    fn any_document_reads_as_a_value_does(text in text()) {
+        let value: Value = serde_json::from_str(&text).unwrap();
+        let json = Json::parse(text.as_bytes()).unwrap();
+        prop_assert_eq!(serde_json::to_string(&json.to_value()).unwrap(), serde_json::to_string(&value).unwrap());
+    }
+
+    #[test]
+    fn any_bytes_read_or_fail_as_a_value_does(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+        let value = serde_json::from_slice::<Value>(&bytes);
+        let json = Json::parse(&bytes);
+        prop_assert_eq!(value.is_ok(), json.is_ok());
+        if let (Ok(value), Ok(json)) = (value, json) {
+            prop_assert_eq!(json.to_value(), value);
+        }
+    }
+}
