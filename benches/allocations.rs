@@ -37,11 +37,12 @@ fn config(view: &str, mechanism: &str) -> String {
 
 /// One request through the pure request path; the released body's length.
 fn one(contract: &releasegate_core::contract::Contract, rng: &mut Rng) -> usize {
-    let request: serde_json::Value = serde_json::from_slice(REQUEST).unwrap();
-    let asked = wire::take_request(request, contract).unwrap();
+    let request = wire::Json::parse(REQUEST).unwrap();
+    let asked = wire::check_json(&request, contract).unwrap();
+    drop(request);
     let upstream = serde_json::to_vec(&asked.upstream).unwrap();
     std::hint::black_box(&upstream);
-    let native: serde_json::Value = serde_json::from_slice(ANSWER).unwrap();
+    let native = wire::Json::parse(ANSWER).unwrap();
     let mut options = Options {
         rng,
         evaluate: false,

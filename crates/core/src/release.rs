@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use crate::contract::{Coarsening, Contract, QuestionRule, Shape, View};
 use crate::mechanism::{self, ClassVector, Context, Released};
 use crate::rng::Rng;
-use crate::wire::{self, Asked, AskedQuestion, Invalid, Kind};
+use crate::wire::{self, Asked, AskedQuestion, Invalid, Kind, Node};
 use crate::workflow;
 
 /// A released response and what happened to each answer.
@@ -84,17 +84,17 @@ pub fn invalid_answer_body(reason: Invalid) -> Value {
 /// Releases `native` (the provider's response body) under `contract`. What it reads of
 /// the request is what went upstream (`asked.upstream`): its `state` feeds
 /// request-dependent workflows, and seeded noise is keyed on it.
-pub fn release(
+pub fn release<N: Node>(
     contract: &Contract,
     asked: &Asked,
-    native: &Value,
+    native: &N,
     options: &mut Options<'_>,
 ) -> Result<Release, Invalid> {
     let request = &asked.upstream;
-    let object = native.as_object().ok_or(Invalid::MissingField)?;
-    let model = object
-        .get("model")
-        .and_then(Value::as_str)
+    native.object_len().ok_or(Invalid::MissingField)?;
+    let model = native
+        .member("model")
+        .and_then(Node::text)
         .ok_or(Invalid::MissingField)?;
     // Only a model the proxy can vouch for goes out: the contract's pinned model, else
     // the provider's id if it is a plain bounded id (`wire::is_model_id`).
@@ -103,13 +103,14 @@ pub fn release(
         None if wire::is_model_id(model) => model,
         None => return Err(Invalid::BadModel),
     };
-    let answers = object
-        .get("answers")
-        .and_then(Value::as_object)
+    let answers = native
+        .member("answers")
+        .filter(|answers| answers.object_len().is_some())
         .ok_or(Invalid::MissingField)?;
-    let usage = match object.get("usage") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(usage)) => usage.clone(),
+    let usage = match native.member("usage") {
+        None => None,
+        Some(usage) if usage.is_null() => None,
+        Some(usage) if usage.object_len().is_some() => Some(usage),
         Some(_) => return Err(Invalid::MissingField),
     };
 
@@ -121,7 +122,7 @@ pub fn release(
             .questions
             .get(&question.id)
             .ok_or(Invalid::MissingAnswer)?;
-        let answer = answers.get(&question.id).ok_or(Invalid::MissingAnswer)?;
+        let answer = answers.member(&question.id).ok_or(Invalid::MissingAnswer)?;
         if question.kind == Kind::Box {
             let native = wire::parse_box(answer)?;
             released_answers.insert(
@@ -158,7 +159,7 @@ pub fn release(
     body.insert("answers".into(), Value::Object(released_answers));
     body.insert(
         "usage".into(),
-        Value::Object(release_usage(contract, &usage)?),
+        Value::Object(release_usage(contract, usage)?),
     );
     Ok(Release {
         body: Value::Object(body),
@@ -781,9 +782,9 @@ pub fn coarsen(coarsening: &Coarsening, fine: &ClassVector) -> ClassVector {
     }
 }
 
-fn release_usage(
+fn release_usage<N: Node>(
     contract: &Contract,
-    usage: &Map<String, Value>,
+    usage: Option<&N>,
 ) -> Result<Map<String, Value>, Invalid> {
     let mut out = Map::new();
     if !contract.usage.keeps() {
@@ -794,12 +795,13 @@ fn release_usage(
         return Ok(out);
     }
     for key in ["input_tokens", "output_tokens"] {
-        match usage.get(key) {
-            None | Some(Value::Null) => {}
-            Some(Value::Number(n)) if n.is_u64() => {
-                out.insert(key.into(), Value::Number(n.clone()));
+        match usage.and_then(|usage| usage.member(key)) {
+            None => {}
+            Some(count) if count.is_null() => {}
+            Some(count) => {
+                let count = count.unsigned().ok_or(Invalid::MissingField)?;
+                out.insert(key.into(), Value::from(count));
             }
-            Some(_) => return Err(Invalid::MissingField),
         }
     }
     Ok(out)

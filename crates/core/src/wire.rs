@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 
 use crate::contract::{Contract, QuestionRule};
 use crate::mechanism::ClassVector;
+pub use json::{Json, Node};
 
 pub mod assets;
 pub mod json;
@@ -189,19 +190,16 @@ impl Invalid {
 /// absent (`Pinned`). The upstream body is rebuilt from scratch: the model (pinned or the
 /// caller's), `state` and `assets` as sent, and each question as its contract states it.
 pub fn check_request(body: &Value, contract: &Contract) -> Result<Asked, RequestError> {
-    let checked = check_body(body, contract)?;
+    let checked = check_body(&Json::from_value(body), contract)?;
     Ok(checked.into_asked(|member| body.get(member).cloned()))
 }
 
-/// [`check_request`] on a body the caller gives up: the caller's content (`state`,
-/// `assets`) moves into the upstream body instead of being copied.
-pub fn take_request(mut body: Value, contract: &Contract) -> Result<Asked, RequestError> {
-    let checked = check_body(&body, contract)?;
-    let object = body.as_object_mut();
-    Ok(match object {
-        Some(object) => checked.into_asked(|member| object.remove(member)),
-        None => checked.into_asked(|_| None),
-    })
+/// [`check_request`] on a body read straight from its bytes (`Json::parse`), as the proxy
+/// reads a caller's request: the same checks and the same upstream body, without a
+/// `Value` built for the whole request.
+pub fn check_json(body: &Json<'_>, contract: &Contract) -> Result<Asked, RequestError> {
+    let checked = check_body(body, contract)?;
+    Ok(checked.into_asked(|member| body.member(member).map(Json::to_value)))
 }
 
 /// A request that passed every check, before the caller's content joins it.
@@ -232,14 +230,14 @@ impl Checked {
     }
 }
 
-fn check_body(body: &Value, contract: &Contract) -> Result<Checked, RequestError> {
-    let issues = schema_issues(body);
+fn check_body(body: &Json<'_>, contract: &Contract) -> Result<Checked, RequestError> {
+    let issues = json_schema_issues(body);
     if !issues.is_empty() {
         return Err(RequestError::Schema(issues));
     }
     let refuse = |message: String| RequestError::Contract(message);
-    let model = match body.get("model") {
-        Some(Value::String(model)) if !model.trim().is_empty() => model.clone(),
+    let model = match body.member("model") {
+        Some(Json::String(model)) if !model.trim().is_empty() => model.to_string(),
         _ => return Err(refuse("`model` must name a model".into())),
     };
     // Checked here, not only in the provider's answer: a model id the proxy could not release
@@ -250,22 +248,22 @@ fn check_body(body: &Value, contract: &Contract) -> Result<Checked, RequestError
         )));
     }
     let questions = body
-        .get("questions")
-        .and_then(Value::as_object)
+        .member("questions")
+        .and_then(Json::as_object)
         .ok_or_else(|| refuse("the request has no `questions`".into()))?;
     let mut asked = Vec::with_capacity(questions.len());
     let mut upstream_questions = Map::with_capacity(questions.len());
-    for (id, question) in questions {
+    for (id, question) in questions.iter() {
         let rule = contract
             .questions
             .get(id)
             .ok_or_else(|| RequestError::NotReleased {
-                question: id.clone(),
+                question: id.to_string(),
                 contract: contract.name.clone(),
             })?;
         let (checked, upstream) = check_question(id, question, rule)?;
         asked.push(checked);
-        upstream_questions.insert(id.clone(), upstream);
+        upstream_questions.insert(id.to_string(), upstream);
     }
     Ok(Checked {
         upstream_model: contract.model.clone().unwrap_or_else(|| model.clone()),
@@ -303,6 +301,10 @@ const QUESTION_TAGS: [&str; 4] = ["noul", "choice", "score", "box"];
 /// Every schema violation of a request body, in body order (empty when valid).
 /// Unknown members are ignored, as the real API's models ignore them.
 pub fn schema_issues(body: &Value) -> Vec<SchemaIssue> {
+    json_schema_issues(&Json::from_value(body))
+}
+
+fn json_schema_issues(body: &Json<'_>) -> Vec<SchemaIssue> {
     let mut issues = Vec::new();
     let at = |path: &[&str]| -> Vec<Value> {
         std::iter::once("body")
@@ -316,7 +318,7 @@ pub fn schema_issues(body: &Value) -> Vec<SchemaIssue> {
     };
     match object.get("model") {
         None => issues.push(issue(at(&["model"]), Problem::Missing)),
-        Some(Value::String(_)) => {}
+        Some(Json::String(_)) => {}
         Some(_) => issues.push(issue(at(&["model"]), Problem::StringType)),
     }
     match object.get("state") {
@@ -325,11 +327,11 @@ pub fn schema_issues(body: &Value) -> Vec<SchemaIssue> {
     }
     match object.get("questions") {
         None => issues.push(issue(at(&["questions"]), Problem::Missing)),
-        Some(Value::Object(questions)) if questions.is_empty() => {
+        Some(Json::Object(questions)) if questions.is_empty() => {
             issues.push(issue(at(&["questions"]), Problem::TooShortDict));
         }
-        Some(Value::Object(questions)) => {
-            for (id, question) in questions {
+        Some(Json::Object(questions)) => {
+            for (id, question) in questions.iter() {
                 question_issues(&|| at(&["questions", id]), question, &mut issues);
             }
         }
@@ -340,7 +342,11 @@ pub fn schema_issues(body: &Value) -> Vec<SchemaIssue> {
 
 /// The issues of one question; `loc` builds its location (only when there is an issue: a
 /// valid request allocates no paths).
-fn question_issues(loc: &dyn Fn() -> Vec<Value>, question: &Value, issues: &mut Vec<SchemaIssue>) {
+fn question_issues(
+    loc: &dyn Fn() -> Vec<Value>,
+    question: &Json<'_>,
+    issues: &mut Vec<SchemaIssue>,
+) {
     let Some(object) = question.as_object() else {
         issues.push(issue(loc(), Problem::NotAnObject));
         return;
@@ -350,7 +356,7 @@ fn question_issues(loc: &dyn Fn() -> Vec<Value>, question: &Value, issues: &mut 
             issues.push(issue(loc(), Problem::TagNotFound));
             return;
         }
-        Some(tag) => match tag.as_str().filter(|tag| QUESTION_TAGS.contains(tag)) {
+        Some(tag) => match tag.text().filter(|tag| QUESTION_TAGS.contains(tag)) {
             Some(tag) => tag,
             None => {
                 issues.push(issue(loc(), Problem::TagInvalid));
@@ -377,17 +383,17 @@ fn question_issues(loc: &dyn Fn() -> Vec<Value>, question: &Value, issues: &mut 
         ("choice", None) | ("score", None) => {
             issues.push(issue(field("criteria"), Problem::Missing))
         }
-        ("choice", Some(Value::Object(options))) => {
-            for (label, description) in options {
-                let path = || member("criteria", Value::String(label.clone()));
+        ("choice", Some(Json::Object(options))) => {
+            for (label, description) in options.iter() {
+                let path = || member("criteria", Value::String(label.to_string()));
                 content(description, true, path, issues);
             }
         }
         ("choice", Some(_)) => issues.push(issue(field("criteria"), Problem::DictType)),
-        ("score", Some(Value::Array(levels))) if levels.is_empty() => {
+        ("score", Some(Json::Array(levels))) if levels.is_empty() => {
             issues.push(issue(field("criteria"), Problem::TooShortList));
         }
-        ("score", Some(Value::Array(levels))) => {
+        ("score", Some(Json::Array(levels))) => {
             // A null level stands for the contract's text (`Pinned`), as null does for
             // instructions and the other types' descriptions.
             for (level, description) in levels.iter().enumerate() {
@@ -400,7 +406,7 @@ fn question_issues(loc: &dyn Fn() -> Vec<Value>, question: &Value, issues: &mut 
             }
         }
         ("score", Some(_)) => issues.push(issue(field("criteria"), Problem::ListType)),
-        ("noul", Some(Value::Object(outcomes))) => {
+        ("noul", Some(Json::Object(outcomes))) => {
             for outcome in ["true", "false"] {
                 if let Some(description) = outcomes.get(outcome) {
                     let path = || member("criteria", Value::String(outcome.into()));
@@ -408,7 +414,7 @@ fn question_issues(loc: &dyn Fn() -> Vec<Value>, question: &Value, issues: &mut 
                 }
             }
         }
-        ("noul", Some(Value::Null) | None) => {}
+        ("noul", Some(Json::Null) | None) => {}
         ("noul", Some(_)) => issues.push(issue(field("criteria"), Problem::ModelType)),
         _ => {}
     }
@@ -417,14 +423,14 @@ fn question_issues(loc: &dyn Fn() -> Vec<Value>, question: &Value, issues: &mut 
 /// Content is `str | dict | list` (optionally `| None`): a value of another
 /// type fails every member of the union, reported per member as pydantic does.
 fn content(
-    value: &Value,
+    value: &Json<'_>,
     nullable: bool,
     loc: impl FnOnce() -> Vec<Value>,
     issues: &mut Vec<SchemaIssue>,
 ) {
     match value {
-        Value::String(_) | Value::Object(_) | Value::Array(_) => {}
-        Value::Null if nullable => {}
+        Json::String(_) | Json::Object(_) | Json::Array(_) => {}
+        Json::Null if nullable => {}
         _ => {
             let loc = loc();
             for (member, kind) in [
@@ -573,13 +579,13 @@ impl RequestError {
 
 fn check_question(
     id: &str,
-    question: &Value,
+    question: &Json<'_>,
     rule: &QuestionRule,
 ) -> Result<(AskedQuestion, Value), RequestError> {
     let fail = |reason: &str| RequestError::Contract(format!("question `{id}`: {reason}"));
     let pinned = &rule.question;
     // The schema check guarantees a known tag and well-typed criteria.
-    let kind = match question.get("type").and_then(Value::as_str) {
+    let kind = match question.member("type").and_then(Node::text) {
         Some("choice") => Kind::Choice,
         Some("score") => Kind::Score,
         Some("noul") => Kind::Noul,
@@ -598,11 +604,11 @@ fn check_question(
         )));
     }
     // The caller's text per class, in the contract's class order (`None`: absent or null).
-    let caller: Vec<Option<&Value>> = match kind {
+    let caller: Vec<Option<&Json<'_>>> = match kind {
         Kind::Choice => {
             let criteria = question
-                .get("criteria")
-                .and_then(Value::as_object)
+                .member("criteria")
+                .and_then(Json::as_object)
                 .ok_or_else(|| fail("a choice question needs a `criteria` object"))?;
             // The same labels: as many, and each class among them (one lookup per class).
             let texts = (criteria.len() == rule.classes.len())
@@ -610,7 +616,7 @@ fn check_question(
                     rule.classes
                         .iter()
                         .map(|class| criteria.get(class))
-                        .collect::<Option<Vec<&Value>>>()
+                        .collect::<Option<Vec<&Json<'_>>>>()
                 })
                 .flatten()
                 .ok_or_else(|| fail("its criteria labels differ from the contract's classes"))?;
@@ -621,8 +627,8 @@ fn check_question(
         }
         Kind::Score => {
             let criteria = question
-                .get("criteria")
-                .and_then(Value::as_array)
+                .member("criteria")
+                .and_then(Json::as_array)
                 .ok_or_else(|| fail("a score question needs a `criteria` array"))?;
             if criteria.len() != rule.classes.len() {
                 return Err(fail(&format!(
@@ -644,28 +650,28 @@ fn check_question(
                 .collect()
         }
         Kind::Box => {
-            if question.get("criteria").is_some_and(|c| !c.is_null()) {
+            if question.member("criteria").is_some_and(|c| !c.is_null()) {
                 return Err(fail("a box question has no `criteria`"));
             }
             Vec::new()
         }
         Kind::Noul => {
             // Outcomes beyond `true` and `false` mean nothing and are never sent.
-            let criteria = question.get("criteria").and_then(Value::as_object);
+            let criteria = question.member("criteria").and_then(Json::as_object);
             rule.classes
                 .iter()
                 .map(|class| criteria.and_then(|c| c.get(class)).filter(|v| !v.is_null()))
                 .collect()
         }
     };
-    let instructions = question.get("instructions").filter(|v| !v.is_null());
+    let instructions = question.member("instructions").filter(|v| !v.is_null());
     let (upstream, legend) = if pinned.caller_text {
         let upstream = upstream_question(
             kind,
             &rule.classes,
             Text {
-                instructions: instructions.cloned(),
-                descriptions: caller.into_iter().map(|d| d.cloned()).collect(),
+                instructions: instructions.map(Json::to_value),
+                descriptions: caller.into_iter().map(|d| d.map(Json::to_value)).collect(),
             },
         );
         let legend = legend_of(kind, &upstream);
@@ -679,7 +685,7 @@ fn check_question(
             && !pinned
                 .instructions
                 .as_ref()
-                .is_some_and(|own| same_json(own, sent))
+                .is_some_and(|own| same_json(own, &sent.to_value()))
         {
             return Err(mismatch("instructions".into()));
         }
@@ -691,7 +697,7 @@ fn check_question(
                 (Kind::Score, None) => Some(Value::String(class.clone())),
                 (_, None) => None,
             };
-            if !expected.is_some_and(|own| same_json(&own, sent)) {
+            if !expected.is_some_and(|own| same_json(&own, &sent.to_value())) {
                 return Err(mismatch(match kind {
                     Kind::Score => format!("criteria[{class}]"),
                     _ => format!("criteria.{class}"),
@@ -866,13 +872,13 @@ pub(crate) fn is_level_permutation(classes: &[String]) -> bool {
 }
 
 /// Reads a native answer into a class vector in the rule's canonical class order.
-pub fn parse_answer(
+pub fn parse_answer<N: Node>(
     kind: Kind,
     rule: &QuestionRule,
-    answer: &Value,
+    answer: &N,
 ) -> Result<ClassVector, Invalid> {
-    let object = answer.as_object().ok_or(Invalid::MissingField)?;
-    match object.get("type").and_then(Value::as_str) {
+    answer.object_len().ok_or(Invalid::MissingField)?;
+    match answer.member("type").and_then(Node::text) {
         Some(t) if t == kind.as_str() => {}
         Some(_) => return Err(Invalid::TypeMismatch),
         None => return Err(Invalid::MissingField),
@@ -882,23 +888,23 @@ pub fn parse_answer(
         // A box answer has no class vector: `parse_box` reads it.
         Kind::Box => return Err(Invalid::TypeMismatch),
         Kind::Choice | Kind::Score => {
-            let map = object
-                .get("probabilities")
-                .and_then(Value::as_object)
+            let map = answer
+                .member("probabilities")
+                .filter(|map| map.object_len().is_some())
                 .ok_or(Invalid::MissingField)?;
-            if map.len() != classes.len() {
+            if map.object_len() != Some(classes.len()) {
                 return Err(Invalid::ClassMismatch);
             }
             let mut probabilities = Vec::with_capacity(classes.len());
             for class in classes {
-                let value = map.get(class).ok_or(Invalid::ClassMismatch)?;
+                let value = map.member(class).ok_or(Invalid::ClassMismatch)?;
                 probabilities.push(unit_number(value)?);
             }
             let choice = match kind {
                 Kind::Choice => {
-                    let label = object
-                        .get("choice")
-                        .and_then(Value::as_str)
+                    let label = answer
+                        .member("choice")
+                        .and_then(Node::text)
                         .ok_or(Invalid::MissingField)?;
                     classes
                         .iter()
@@ -906,21 +912,25 @@ pub fn parse_answer(
                         .ok_or(Invalid::UnknownChoice)?
                 }
                 _ => {
-                    match object.get("score") {
-                        Some(Value::Number(n)) if n.as_f64().is_some_and(f64::is_finite) => {}
-                        _ => return Err(Invalid::MissingField),
+                    if !answer
+                        .member("score")
+                        .and_then(Node::number)
+                        .is_some_and(f64::is_finite)
+                    {
+                        return Err(Invalid::MissingField);
                     }
                     argmax(&probabilities)
                 }
             };
-            let confidence = match object.get("confidence") {
-                None | Some(Value::Null) => None,
+            let confidence = match answer.member("confidence") {
+                None => None,
+                Some(value) if value.is_null() => None,
                 Some(value) => Some(unit_number(value)?),
             };
             (probabilities, choice, confidence)
         }
         Kind::Noul => {
-            let p_true = unit_number(object.get("noul").ok_or(Invalid::MissingField)?)?;
+            let p_true = unit_number(answer.member("noul").ok_or(Invalid::MissingField)?)?;
             let probabilities: Vec<f64> = classes
                 .iter()
                 .map(|class| {
@@ -966,18 +976,18 @@ pub struct BoxAnswer {
 /// Validates a provider's box answer: `type` "box", four edges that are numbers in [0, 1]
 /// with `top <= bottom` and `left <= right`, and a confidence in [0, 1] or null. Anything
 /// else is invalid, and the answer never goes out.
-pub fn parse_box(answer: &Value) -> Result<BoxAnswer, Invalid> {
-    let object = answer.as_object().ok_or(Invalid::MissingField)?;
-    match object.get("type").and_then(Value::as_str) {
+pub fn parse_box<N: Node>(answer: &N) -> Result<BoxAnswer, Invalid> {
+    answer.object_len().ok_or(Invalid::MissingField)?;
+    match answer.member("type").and_then(Node::text) {
         Some("box") => {}
         Some(_) => return Err(Invalid::TypeMismatch),
         None => return Err(Invalid::MissingField),
     }
-    let edges = object
-        .get("box")
-        .and_then(Value::as_object)
+    let edges = answer
+        .member("box")
+        .filter(|edges| edges.object_len().is_some())
         .ok_or(Invalid::MissingField)?;
-    let edge = |name: &str| unit_number(edges.get(name).ok_or(Invalid::MissingField)?);
+    let edge = |name: &str| unit_number(edges.member(name).ok_or(Invalid::MissingField)?);
     let edges = BoxEdges {
         top: edge("top")?,
         bottom: edge("bottom")?,
@@ -987,18 +997,16 @@ pub fn parse_box(answer: &Value) -> Result<BoxAnswer, Invalid> {
     if edges.top > edges.bottom || edges.left > edges.right {
         return Err(Invalid::BadBox);
     }
-    let confidence = match object.get("confidence") {
-        None | Some(Value::Null) => None,
+    let confidence = match answer.member("confidence") {
+        None => None,
+        Some(value) if value.is_null() => None,
         Some(value) => Some(unit_number(value)?),
     };
     Ok(BoxAnswer { edges, confidence })
 }
 
-fn unit_number(value: &Value) -> Result<f64, Invalid> {
-    let number = match value {
-        Value::Number(n) => n.as_f64().ok_or(Invalid::BadProbability)?,
-        _ => return Err(Invalid::MissingField),
-    };
+fn unit_number<N: Node>(value: &N) -> Result<f64, Invalid> {
+    let number = value.number().ok_or(Invalid::MissingField)?;
     if number.is_finite() && (0.0..=1.0).contains(&number) {
         Ok(number)
     } else {

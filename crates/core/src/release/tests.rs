@@ -367,12 +367,81 @@ mod never_panics {
             let _ = release(&c, &asked, &wrapped, &mut options);
         }
 
+        /// A provider's answer released from its bytes (`wire::json::Json`, as the proxy
+        /// reads it) gives what releasing its `Value` (as the offline tools read it) gives:
+        /// a valid answer with one member replaced by anything, or removed.
+        #[test]
+        fn answers_read_as_json_release_as_values_do(
+            replaced in value(),
+            at in 0usize..12,
+            remove: bool,
+            view in 0usize..5,
+            complete: bool,
+        ) {
+            let view = crate::contract::View::ALL[view].as_str();
+            let c = super::shaped(if complete { "complete" } else { "minimal" }, view, "", "keep");
+            let asked = check_request(&super::request(), &c).unwrap();
+            let mut native = super::native();
+            let paths: [&[&str]; 12] = [
+                &[], &["model"], &["answers"], &["usage"], &["usage", "input_tokens"],
+                &["answers", "q"], &["answers", "q", "probabilities"],
+                &["answers", "q", "probabilities", "B"], &["answers", "q", "choice"],
+                &["answers", "q", "confidence"], &["answers", "s", "score"], &["answers", "n", "noul"],
+            ];
+            let (last, parents) = paths[at].split_last().unzip();
+            let mut node = &mut native;
+            for key in parents.unwrap_or_default() {
+                node = &mut node[*key];
+            }
+            match (last, node.as_object_mut()) {
+                (Some(key), Some(object)) if remove => { object.shift_remove(*key); }
+                (Some(key), Some(object)) => { object.insert(key.to_string(), replaced); }
+                _ => {}
+            }
+            let bytes = serde_json::to_vec(&native).unwrap();
+            let json = crate::wire::json::Json::parse(&bytes).unwrap();
+            let run = |release: &dyn Fn(&mut Options<'_>) -> Result<Release, Invalid>| {
+                let mut rng = crate::rng::Rng::new(5);
+                let mut options = Options { rng: &mut rng, evaluate: true };
+                release(&mut options).map(|r| {
+                    let records: Vec<_> = r.answers.into_iter().map(|mut a| { a.mapping_seconds = None; a }).collect();
+                    (r.body, records)
+                })
+            };
+            let from_value = run(&|options| release(&c, &asked, &native, options));
+            let from_json = run(&|options| release(&c, &asked, &json, options));
+            prop_assert_eq!(&from_value, &from_json);
+            if at == 0 {
+                prop_assert!(from_value.is_ok());
+            }
+        }
+
         /// Whatever a caller sends, checking it against a contract never panics.
         #[test]
         fn arbitrary_requests_never_panic(request in value(), questions in value()) {
             let c = super::contract("full_native", "", "keep");
             let _ = check_request(&request, &c);
             let _ = check_request(&json!({"model": "m", "state": "s", "questions": questions}), &c);
+        }
+
+        /// A request read from its bytes (as the proxy reads it) is checked as its `Value`
+        /// is (as the offline tools read it): the same error, or the same upstream body.
+        #[test]
+        fn requests_read_from_bytes_check_as_values_do(questions in value(), state in value(), pinned: bool) {
+            let c = super::contract("full_native", if pinned { "" } else { "caller_text = true\n" }, "keep");
+            let mut request = super::request();
+            for body in [json!({"model": "m", "state": state, "questions": questions}), {
+                request["questions"]["q"]["criteria"]["B"] = questions.clone();
+                request.clone()
+            }] {
+                let bytes = serde_json::to_vec(&body).unwrap();
+                let from_bytes = crate::wire::check_json(&crate::wire::Json::parse(&bytes).unwrap(), &c);
+                let from_value = check_request(&body, &c);
+                let seen = |asked: Result<crate::wire::Asked, crate::wire::RequestError>| {
+                    asked.map(|a| (a.model, serde_json::to_string(&a.upstream).unwrap(), format!("{:?}", a.questions)))
+                };
+                prop_assert_eq!(seen(from_value), seen(from_bytes));
+            }
         }
     }
 }

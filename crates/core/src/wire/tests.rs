@@ -507,7 +507,7 @@ fn every_request_sends_the_contracts_question_built_once() {
 }
 
 #[test]
-fn a_request_given_up_is_checked_and_sent_as_a_borrowed_one() {
+fn a_request_read_from_its_bytes_is_checked_and_sent_as_its_value() {
     let c = contract(PINNED);
     let bodies = [
         json!({"model": "m", "state": {"t": [1, "two"]}, "extra": "dropped",
@@ -520,22 +520,23 @@ fn a_request_given_up_is_checked_and_sent_as_a_borrowed_one() {
         json!([1, 2]),
     ];
     for body in bodies {
-        let borrowed = check_request(&body, &c);
-        let taken = take_request(body.clone(), &c);
-        match (borrowed, taken) {
-            (Ok(borrowed), Ok(taken)) => {
-                assert_eq!(borrowed.model, taken.model);
+        let from_value = check_request(&body, &c);
+        let bytes = serde_json::to_vec(&body).unwrap();
+        let from_bytes = check_json(&Json::parse(&bytes).unwrap(), &c);
+        match (from_value, from_bytes) {
+            (Ok(from_value), Ok(from_bytes)) => {
+                assert_eq!(from_value.model, from_bytes.model);
                 assert_eq!(
-                    serde_json::to_string(&borrowed.upstream).unwrap(),
-                    serde_json::to_string(&taken.upstream).unwrap()
+                    serde_json::to_string(&from_value.upstream).unwrap(),
+                    serde_json::to_string(&from_bytes.upstream).unwrap()
                 );
                 assert_eq!(
-                    format!("{:?}", borrowed.questions),
-                    format!("{:?}", taken.questions)
+                    format!("{:?}", from_value.questions),
+                    format!("{:?}", from_bytes.questions)
                 );
             }
-            (Err(borrowed), Err(taken)) => assert_eq!(borrowed, taken),
-            (borrowed, taken) => panic!("{body}: {borrowed:?} against {taken:?}"),
+            (Err(from_value), Err(from_bytes)) => assert_eq!(from_value, from_bytes),
+            (from_value, from_bytes) => panic!("{body}: {from_value:?} against {from_bytes:?}"),
         }
     }
 }

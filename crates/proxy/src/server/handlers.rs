@@ -433,7 +433,7 @@ async fn answer(
         }
     };
     // Like the real API (FastAPI), a body that is not JSON is a 422 `json_invalid`.
-    let request: Value = serde_json::from_slice(&bytes).map_err(|error| {
+    let request = wire::Json::parse(&bytes).map_err(|error| {
         let reason = error.to_string();
         // serde_json appends " at line L column C"; the location goes into `loc`.
         let reason = reason.split(" at line ").next().unwrap_or("invalid JSON");
@@ -444,7 +444,8 @@ async fn answer(
             reason,
         )])
     })?;
-    let mut asked = wire::take_request(request, contract)?;
+    let mut asked = wire::check_json(&request, contract)?;
+    drop(request);
     // Images: checked against the parts and rebuilt (inline ones re-encoded, parts
     // renamed `asset-N`); a request with part images goes upstream as multipart.
     let part_refs: std::collections::BTreeMap<String, wire::assets::Part<'_>> = parts
@@ -527,7 +528,7 @@ async fn answer(
         }),
         _ => None,
     };
-    let native = success_json(state, contract, reply)?;
+    let native = success_body(reply)?;
     let releasing = trail.clock();
     let released = release_off_thread(contract, asked, native).await?;
     trail.child(
@@ -560,12 +561,13 @@ async fn answer(
     Ok(released.body)
 }
 
-/// Runs the pure release path; contracts whose mechanisms scan codebooks per
-/// request run on the blocking pool so they never stall the async workers.
+/// Runs the pure release path on the provider's answer (`native`, read as a borrowed
+/// [`wire::json::Json`]: no `Value` is built for it); contracts whose mechanisms scan
+/// codebooks per request run on the blocking pool so they never stall the async workers.
 async fn release_off_thread(
     contract: &Arc<Contract>,
     asked: wire::Asked,
-    native: Value,
+    native: Bytes,
 ) -> Result<Result<release::Release, wire::Invalid>, Error> {
     let seed = if contract.needs_fresh_randomness() {
         releasegate_core::rng::os_seed().map_err(|_| Error::Internal)?
@@ -580,6 +582,7 @@ async fn release_off_thread(
                 rng: &mut rng,
                 evaluate: false,
             };
+            let native = wire::json::Json::parse(&native).map_err(|_| wire::Invalid::NotJson)?;
             release::release(&contract, &asked, &native, &mut options)
         }
     };
@@ -736,6 +739,12 @@ pub(super) const MODEL_DESCRIPTION: &str =
     "A System One decision model, served through releasegate.";
 
 fn success_json(state: &AppState, contract: &Contract, reply: Reply) -> Result<Value, Error> {
+    let bytes = success_body(reply)?;
+    serde_json::from_slice(&bytes).map_err(|_| reject(state, contract, wire::Invalid::NotJson))
+}
+
+/// A 2xx answer's body; any other status becomes the error the client gets.
+fn success_body(reply: Reply) -> Result<Bytes, Error> {
     match reply {
         // The provider refused the proxy's own key (counted in `upstream`, logged in `finish`).
         Reply::Status {
@@ -761,8 +770,7 @@ fn success_json(state: &AppState, contract: &Contract, reply: Reply) -> Result<V
             retry_after,
             retry_after_ms,
         }),
-        Reply::Success(bytes) => serde_json::from_slice(&bytes)
-            .map_err(|_| reject(state, contract, wire::Invalid::NotJson)),
+        Reply::Success(bytes) => Ok(bytes),
     }
 }
 
