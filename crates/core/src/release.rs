@@ -114,7 +114,7 @@ pub fn release<N: Node>(
         Some(_) => return Err(Invalid::MissingField),
     };
 
-    let mut released_answers = Map::new();
+    let mut released_answers = Map::with_capacity(asked.questions.len());
     let mut records = Vec::with_capacity(asked.questions.len());
     for question in &asked.questions {
         // `check_request` guarantees the contract covers every asked question.
@@ -154,7 +154,7 @@ pub fn release<N: Node>(
         records.push(record);
     }
 
-    let mut body = Map::new();
+    let mut body = Map::with_capacity(3);
     body.insert("model".into(), Value::String(model.to_string()));
     body.insert("answers".into(), Value::Object(released_answers));
     body.insert(
@@ -225,7 +225,8 @@ impl<'a> Form<'a> {
     /// probability: residual scores leak it); the complete shape then fills
     /// every other required field (`shape::fill`).
     pub fn encode(&self, choice: usize, released: &Released) -> Option<Value> {
-        let mut out = Map::new();
+        // At most type, choice or score or noul, legend, probabilities, confidence.
+        let mut out = Map::with_capacity(5);
         out.insert(
             "type".into(),
             Value::String(self.question.kind.as_str().into()),
@@ -309,11 +310,12 @@ impl<'a> Form<'a> {
             shape::fill(self.question.kind, labels, &mut parts);
         }
         if let Some(entries) = &parts.probabilities {
-            let map = entries
-                .iter()
-                .zip(labels)
-                .filter_map(|(p, label)| p.map(|p| (label.clone(), Value::from(p))))
-                .collect();
+            let mut map = Map::with_capacity(entries.len());
+            for (p, label) in entries.iter().zip(labels) {
+                if let Some(p) = p {
+                    map.insert(label.clone(), Value::from(*p));
+                }
+            }
             out.insert("probabilities".into(), Value::Object(map));
         }
         if let Some(confidence) = parts.confidence {
@@ -786,7 +788,7 @@ fn release_usage<N: Node>(
     contract: &Contract,
     usage: Option<&N>,
 ) -> Result<Map<String, Value>, Invalid> {
-    let mut out = Map::new();
+    let mut out = Map::with_capacity(2);
     if !contract.usage.keeps() {
         // Schema-complete and carrying nothing: the published schema and the SDKs' strict
         // models require both counts, and zero says nothing about the input.
