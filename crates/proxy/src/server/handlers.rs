@@ -562,7 +562,7 @@ async fn answer(
 }
 
 /// Runs the pure release path on the provider's answer (`native`, read as a borrowed
-/// [`wire::json::Json`]: no `Value` is built for it); contracts whose mechanisms scan
+/// [`wire::Json`]: no `Value` is built for it); contracts whose mechanisms scan
 /// codebooks per request run on the blocking pool so they never stall the async workers.
 async fn release_off_thread(
     contract: &Arc<Contract>,
@@ -582,7 +582,7 @@ async fn release_off_thread(
                 rng: &mut rng,
                 evaluate: false,
             };
-            let native = wire::json::Json::parse(&native).map_err(|_| wire::Invalid::NotJson)?;
+            let native = wire::Json::parse(&native).map_err(|_| wire::Invalid::NotJson)?;
             release::release(&contract, &asked, &native, &mut options)
         }
     };
