@@ -6,8 +6,10 @@
 //! which is most of what a `Value` costs on the proxy's request path.
 //!
 //! It means the same as a `Value` read from the same bytes: a repeated key keeps its
-//! first position and its last value (as `serde_json::Map` does), numbers are read by
-//! the same parser, and nesting is bounded by the same recursion limit. [`Node`] is
+//! first position and its last value (as `serde_json::Map` does), numbers are read to
+//! the same values, and nesting is bounded by the same recursion limit. The proxy's
+//! own one-pass reader (`read`) reads well-formed documents; anything it is not sure
+//! of goes to serde_json, whose reading (or error) is then the answer. [`Node`] is
 //! what the release path reads of either, so the proxy (reading [`Json`]) and the
 //! offline tools (reading `Value`s from saved logs) share one validation and release
 //! code path.
@@ -171,7 +173,18 @@ impl<'a> Object<'a> {
 impl<'a> Json<'a> {
     /// Reads a document from `bytes`, as `serde_json::from_slice` would (trailing
     /// whitespace allowed, anything else after the value an error).
+    ///
+    /// The proxy's own reader ([`read`]) reads it in one pass; where it gives up (any
+    /// error among others), serde_json reads it, so errors are serde_json's.
     pub fn parse(bytes: &'a [u8]) -> serde_json::Result<Json<'a>> {
+        match read::document(bytes) {
+            Some(json) => Ok(json),
+            None => serde_json::from_slice(bytes),
+        }
+    }
+
+    /// Reads a document with serde_json alone (what [`Json::parse`] falls back to).
+    pub fn parse_with_serde(bytes: &'a [u8]) -> serde_json::Result<Json<'a>> {
         serde_json::from_slice(bytes)
     }
 
@@ -364,6 +377,8 @@ impl<'de> Visitor<'de> for JsonVisitor {
         Ok(Json::Object(object))
     }
 }
+
+mod read;
 
 #[cfg(test)]
 mod tests;

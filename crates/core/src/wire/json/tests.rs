@@ -142,7 +142,163 @@ fn text() -> impl Strategy<Value = String> {
     })
 }
 
+/// Where the proxy's reader returns a document, it is serde_json's reading of the
+/// same bytes (numbers compared bit for bit, through `Debug`); where serde_json
+/// refuses the bytes, the reader gives up.
+fn read_as_serde_reads(bytes: &[u8]) -> Result<bool, TestCaseError> {
+    let own = read::document(bytes);
+    let serde = Json::parse_with_serde(bytes);
+    match (&own, &serde) {
+        (Some(own), Ok(serde)) => prop_assert_eq!(format!("{own:?}"), format!("{serde:?}")),
+        (Some(own), Err(error)) => {
+            prop_assert!(false, "read {own:?} where serde_json refused: {error}")
+        }
+        (None, _) => {}
+    }
+    Ok(own.is_some())
+}
+
+#[test]
+fn the_reader_reads_what_serde_reads_and_gives_up_on_the_rest() {
+    let deep = |n: usize| "[".repeat(n) + &"]".repeat(n);
+    let (shallow, too_deep) = (deep(100), deep(101));
+    let read = [
+        "null",
+        " true ",
+        "false",
+        "0",
+        "-0",
+        "-0.0",
+        "0.1",
+        "1E5",
+        "1e-400",
+        "-1.5e+3",
+        "18446744073709551615",
+        "18446744073709551616",
+        "-9223372036854775808",
+        "-9223372036854775809",
+        "123456789012345678901234567890",
+        r#""""#,
+        r#""\"\\\/\b\f\n\r\t""#,
+        r#""\u00e9\ud83d\ude00 é""#,
+        r#"{"a":1,"b":[],"a":{"c":null}}"#,
+        "[[], {}, [1, [2, [3]]]]",
+        shallow.as_str(),
+    ];
+    for text in read {
+        assert!(
+            read_as_serde_reads(text.as_bytes()).unwrap(),
+            "gave up on {text}"
+        );
+    }
+    let given_up = [
+        "",
+        " ",
+        "nul",
+        "truex",
+        "01",
+        "-",
+        "1.",
+        ".5",
+        "1e",
+        "1e+",
+        "+1",
+        "1e400",
+        "-1e400",
+        "[1,]",
+        "[1 2]",
+        "{\"a\":}",
+        "{\"a\" 1}",
+        "{1:2}",
+        "{\"a\":1,}",
+        "\"\\ud800\"",
+        "\"\\udc00\"",
+        "\"\\ud800\\u0041\"",
+        "\"\\x\"",
+        "\"\\u12\"",
+        "\"tab\there\"",
+        "\"open",
+        "[] []",
+        too_deep.as_str(),
+    ];
+    for text in given_up {
+        assert!(
+            !read_as_serde_reads(text.as_bytes()).unwrap(),
+            "read {text:?}"
+        );
+    }
+    for bytes in [
+        &b"\"\xff\""[..],
+        b"\"\xc3\"",
+        b"\"\\n\xe9\"",
+        b"\xef\xbb\xbf{}",
+    ] {
+        assert!(!read_as_serde_reads(bytes).unwrap());
+    }
+    // Errors are serde_json's, with its position.
+    for text in [&b"{\"a\": tru}"[..], b"[1,\n 2,]", b"\"\\ud800\""] {
+        let (own, serde) = (
+            Json::parse(text).unwrap_err(),
+            serde_json::from_slice::<Value>(text).unwrap_err(),
+        );
+        assert_eq!(own.to_string(), serde.to_string());
+    }
+}
+
+/// JSON number text of every shape the grammar allows.
+fn number_text() -> impl Strategy<Value = String> {
+    "-?(0|[1-9][0-9]{0,24})(\\.[0-9]{1,24})?([eE][+-]?[0-9]{1,3})?"
+}
+
+/// A document with one change: a byte replaced, inserted or removed.
+fn mutated() -> impl Strategy<Value = Vec<u8>> {
+    let bytes = prop::sample::select(b"{}[]\":,.-+eE0159\\u tnrfals\xc3\xa9\x00\x1f\xff".to_vec());
+    (text(), any::<prop::sample::Index>(), bytes, 0..3u8).prop_map(|(text, at, byte, how)| {
+        let mut bytes = text.into_bytes();
+        let at = at.index(bytes.len() + 1);
+        match how {
+            0 if at < bytes.len() => bytes[at] = byte,
+            1 if at < bytes.len() => {
+                bytes.remove(at);
+            }
+            _ => bytes.insert(at, byte),
+        }
+        bytes
+    })
+}
+
 proptest! {
+    #[test]
+    fn the_reader_reads_any_document_as_serde_does(text in text()) {
+        prop_assert!(read_as_serde_reads(text.as_bytes())?, "gave up on {}", text);
+        let pretty = serde_json::to_string_pretty(&serde_json::from_str::<Value>(&text).unwrap()).unwrap();
+        prop_assert!(read_as_serde_reads(pretty.as_bytes())?);
+    }
+
+    #[test]
+    fn the_reader_reads_numbers_as_serde_does(text in number_text()) {
+        read_as_serde_reads(text.as_bytes())?;
+        let finite = serde_json::from_str::<f64>(&text).is_ok_and(f64::is_finite);
+        prop_assert_eq!(read::document(text.as_bytes()).is_some(), finite, "{}", text);
+    }
+
+    #[test]
+    fn the_reader_reads_floats_as_serde_does(f in any::<f64>().prop_filter("finite", |f| f.is_finite())) {
+        for text in [format!("{f}"), format!("{f:e}"), format!("{f:.3}"), format!("{:E}", f)] {
+            prop_assert!(read_as_serde_reads(text.as_bytes())?, "gave up on {}", text);
+        }
+    }
+
+    #[test]
+    fn the_reader_never_reads_what_serde_refuses(bytes in mutated()) {
+        read_as_serde_reads(&bytes)?;
+    }
+
+    #[test]
+    fn the_reader_never_reads_what_serde_refuses_in_random_bytes(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+        read_as_serde_reads(&bytes)?;
+    }
+
     #[test]
     fn any_document_reads_as_a_value_does(text in text()) {
         let value: Value = serde_json::from_str(&text).unwrap();

@@ -1,0 +1,286 @@
+//! The reader behind [`Json::parse`]: one pass over the bytes, no serde visitor.
+//!
+//! It accepts exactly what serde_json accepts and reads it to the same document;
+//! where it is not sure (nesting deeper than [`MAX_DEPTH`], a number whose value is
+//! not finite, a lone surrogate escape, invalid UTF-8, any syntax error) it gives up
+//! and [`Json::parse`] asks serde_json, whose answer (document or error, with its
+//! line and column) is then the one returned. So an error always comes from
+//! serde_json, and a document this reader returns is checked against serde_json's
+//! reading of the same bytes by the tests beside it.
+
+use std::borrow::Cow;
+
+use super::{Json, Number, Object};
+
+/// Nesting this reader follows itself; deeper documents go to serde_json (whose
+/// recursion limit is 128).
+const MAX_DEPTH: usize = 100;
+
+/// Reads a whole document (trailing whitespace allowed), or `None` where serde_json
+/// must decide.
+pub(super) fn document(bytes: &[u8]) -> Option<Json<'_>> {
+    let mut reader = Reader { bytes, at: 0 };
+    let value = reader.value(0)?;
+    reader.skip_whitespace();
+    (reader.at == bytes.len()).then_some(value)
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
+    fn skip_whitespace(&mut self) {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
+            self.at += 1;
+        }
+    }
+
+    /// Consumes `word` (the rest of `null`, `true`, `false`).
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.at.checked_add(word.len())?;
+        (self.bytes.get(self.at..end)? == word).then(|| self.at = end)
+    }
+
+    fn value(&mut self, depth: usize) -> Option<Json<'a>> {
+        self.skip_whitespace();
+        match self.peek()? {
+            b'n' => self.literal(b"null").map(|()| Json::Null),
+            b't' => self.literal(b"true").map(|()| Json::Bool(true)),
+            b'f' => self.literal(b"false").map(|()| Json::Bool(false)),
+            b'"' => self.string().map(Json::String),
+            b'-' | b'0'..=b'9' => self.number().map(Json::Number),
+            b'[' if depth < MAX_DEPTH => self.array(depth + 1),
+            b'{' if depth < MAX_DEPTH => self.object(depth + 1),
+            _ => None,
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> Option<Json<'a>> {
+        self.at += 1;
+        let mut items = Vec::new();
+        self.skip_whitespace();
+        if self.peek()? == b']' {
+            self.at += 1;
+            return Some(Json::Array(items));
+        }
+        loop {
+            items.push(self.value(depth)?);
+            self.skip_whitespace();
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(Json::Array(items));
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Option<Json<'a>> {
+        self.at += 1;
+        let mut object = Object {
+            members: Vec::new(),
+            index: None,
+        };
+        self.skip_whitespace();
+        if self.peek()? == b'}' {
+            self.at += 1;
+            return Some(Json::Object(object));
+        }
+        loop {
+            self.skip_whitespace();
+            if self.peek()? != b'"' {
+                return None;
+            }
+            let key = self.string()?;
+            self.skip_whitespace();
+            if self.peek()? != b':' {
+                return None;
+            }
+            self.at += 1;
+            let value = self.value(depth)?;
+            object.insert(key, value);
+            self.skip_whitespace();
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(Json::Object(object));
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// A string starting at its opening quote: borrowed when it holds no escape.
+    fn string(&mut self) -> Option<Cow<'a, str>> {
+        self.at += 1;
+        let start = self.at;
+        let rest = self.bytes.get(start..)?;
+        let end = rest
+            .iter()
+            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+        match rest[end] {
+            b'"' => {
+                self.at = start + end + 1;
+                std::str::from_utf8(&rest[..end]).ok().map(Cow::Borrowed)
+            }
+            b'\\' => {
+                let mut text = Vec::with_capacity(end + 16);
+                text.extend_from_slice(&rest[..end]);
+                self.at = start + end;
+                self.escaped(text).map(Cow::Owned)
+            }
+            // A control character inside a string: serde_json refuses it.
+            _ => None,
+        }
+    }
+
+    /// The rest of a string holding escapes, `text` its part read so far.
+    fn escaped(&mut self, mut text: Vec<u8>) -> Option<String> {
+        loop {
+            match self.peek()? {
+                b'"' => {
+                    self.at += 1;
+                    return String::from_utf8(text).ok();
+                }
+                b'\\' => {
+                    self.at += 1;
+                    let escape = self.peek()?;
+                    self.at += 1;
+                    match escape {
+                        b'"' => text.push(b'"'),
+                        b'\\' => text.push(b'\\'),
+                        b'/' => text.push(b'/'),
+                        b'b' => text.push(0x08),
+                        b'f' => text.push(0x0c),
+                        b'n' => text.push(b'\n'),
+                        b'r' => text.push(b'\r'),
+                        b't' => text.push(b'\t'),
+                        b'u' => {
+                            let c = self.unicode_escape()?;
+                            let mut utf8 = [0u8; 4];
+                            text.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
+                        }
+                        _ => return None,
+                    }
+                }
+                b if b < 0x20 => return None,
+                b => {
+                    text.push(b);
+                    self.at += 1;
+                }
+            }
+        }
+    }
+
+    /// The character of a `\u` escape (after its `u`), a surrogate pair read whole.
+    fn unicode_escape(&mut self) -> Option<char> {
+        let first = self.hex4()?;
+        match first {
+            0xD800..=0xDBFF => {
+                if self.bytes.get(self.at..self.at + 2)? != b"\\u" {
+                    return None;
+                }
+                self.at += 2;
+                let second = self.hex4()?;
+                if !(0xDC00..=0xDFFF).contains(&second) {
+                    return None;
+                }
+                let code = 0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00);
+                char::from_u32(code)
+            }
+            0xDC00..=0xDFFF => None,
+            _ => char::from_u32(first),
+        }
+    }
+
+    fn hex4(&mut self) -> Option<u32> {
+        let digits = self.bytes.get(self.at..self.at + 4)?;
+        let mut code = 0u32;
+        for &d in digits {
+            code = code * 16 + (d as char).to_digit(16)?;
+        }
+        self.at += 4;
+        Some(code)
+    }
+
+    /// A number, read as serde_json reads it: an integer without fraction or exponent
+    /// is `Unsigned` if it fits `u64`, `Signed` if negative and it fits `i64` (not
+    /// `-0`), and everything else a correctly rounded `f64`.
+    fn number(&mut self) -> Option<Number> {
+        let start = self.at;
+        let negative = self.peek() == Some(b'-');
+        if negative {
+            self.at += 1;
+        }
+        let digits = self.at;
+        match self.peek()? {
+            b'0' => self.at += 1,
+            b'1'..=b'9' => self.skip_digits(),
+            _ => return None,
+        }
+        let integer_end = self.at;
+        let mut integral = true;
+        if self.peek() == Some(b'.') {
+            self.at += 1;
+            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+                return None;
+            }
+            self.skip_digits();
+            integral = false;
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.at += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.at += 1;
+            }
+            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+                return None;
+            }
+            self.skip_digits();
+            integral = false;
+        }
+        if integral {
+            let mut significand = 0u64;
+            let mut fits = true;
+            for &d in &self.bytes[digits..integer_end] {
+                match significand
+                    .checked_mul(10)
+                    .and_then(|n| n.checked_add(u64::from(d - b'0')))
+                {
+                    Some(n) => significand = n,
+                    None => {
+                        fits = false;
+                        break;
+                    }
+                }
+            }
+            if fits {
+                if !negative {
+                    return Some(Number::Unsigned(significand));
+                }
+                if (1..=1u64 << 63).contains(&significand) {
+                    return Some(Number::Signed((significand as i64).wrapping_neg()));
+                }
+            }
+        }
+        // ASCII only, by the grammar above.
+        let token = std::str::from_utf8(&self.bytes[start..self.at]).ok()?;
+        let value: f64 = token.parse().ok()?;
+        value.is_finite().then_some(Number::Float(value))
+    }
+
+    fn skip_digits(&mut self) {
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.at += 1;
+        }
+    }
+}
