@@ -19,11 +19,12 @@
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::http::header::{
-    ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderMap, HeaderName, HeaderValue, USER_AGENT,
+    ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT,
 };
 use axum::http::{Method, Request, Uri};
 use bytes::Bytes;
@@ -478,109 +479,199 @@ impl Remote {
             .await
             .map_err(|_| Error::Saturated)?
             .map_err(|_| Error::Saturated)?;
-        let json = HeaderValue::from_static("application/json");
-        let (method, uri, body) = match (&post, &self.plain) {
-            (Some(post), Some(plain)) => (Method::POST, plain.systemone.clone(), post.body.clone()),
-            (Some(post), None) => (Method::POST, self.systemone_url.clone(), post.body.clone()),
-            (None, Some(plain)) => (Method::GET, plain.models.clone(), Bytes::new()),
-            (None, None) => (Method::GET, self.models_url.clone(), Bytes::new()),
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let exchange = async {
+            match &self.plain {
+                Some(plain) => self.call_plain(plain, post, max_body).await,
+                None => self.call_client(client, post, max_body).await,
+            }
+        };
+        tokio::time::timeout(remaining, exchange)
+            .await
+            .map_err(|_| Error::Timeout)?
+    }
+
+    /// The headers sent upstream, in order (without `host`, `content-length`).
+    fn headers(&self, post: Option<&Post<'_>>, mut emit: impl FnMut(&HeaderName, &HeaderValue)) {
+        let mut user_agent = false;
+        if let Some(post) = post {
+            emit(&CONTENT_TYPE, post.content_type);
+            for name in &FORWARDED {
+                if let Some(value) = post.headers.get(name) {
+                    user_agent |= *name == USER_AGENT;
+                    emit(name, value);
+                }
+            }
+            for switch in post.switches {
+                emit(
+                    &HeaderName::from_static(switch.lower()),
+                    &HeaderValue::from_static("true"),
+                );
+            }
+        }
+        emit(&ACCEPT, &HeaderValue::from_static("application/json"));
+        if !user_agent {
+            emit(&USER_AGENT, &USER_AGENT_VALUE);
+        }
+        if let Some(authorization) = &self.authorization {
+            emit(&AUTHORIZATION, authorization);
+        }
+    }
+
+    /// An `http://` provider: the request written by the proxy over the loop's pool.
+    async fn call_plain(
+        &self,
+        plain: &Plain,
+        post: Option<Post<'_>>,
+        max_body: usize,
+    ) -> Result<Reply, Error> {
+        let (method, target, body): (&[u8], &Uri, &[u8]) = match &post {
+            Some(post) => (b"POST", &plain.systemone, post.body),
+            None => (b"GET", &plain.models, b""),
+        };
+        let mut request = Vec::with_capacity(512 + body.len());
+        request.extend_from_slice(method);
+        request.push(b' ');
+        request.extend_from_slice(
+            target
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .as_bytes(),
+        );
+        request.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+        request.extend_from_slice(plain.host.as_bytes());
+        request.extend_from_slice(b"\r\n");
+        self.headers(post.as_ref(), |name, value| {
+            request.extend_from_slice(name.as_str().as_bytes());
+            request.extend_from_slice(b": ");
+            request.extend_from_slice(value.as_bytes());
+            request.extend_from_slice(b"\r\n");
+        });
+        if post.is_some() {
+            // Writing into a vector cannot fail.
+            let _ = write!(request, "content-length: {}\r\n", body.len());
+        }
+        request.extend_from_slice(b"\r\n");
+        request.extend_from_slice(body);
+        let read = |status: u16| {
+            if (200..300).contains(&status) {
+                Some(max_body)
+            } else {
+                wants_error_body(status, post.as_ref()).then_some(MAX_ERROR_BODY_BYTES)
+            }
+        };
+        let response = plain.pool().send(&request, &read).await?;
+        drop(request);
+        match response.body {
+            pool::Body::Read(body) if (200..300).contains(&response.status) => {
+                Ok(Reply::Success(body))
+            }
+            body => {
+                let body = match body {
+                    pool::Body::Read(body) => Some(body),
+                    pool::Body::Skipped | pool::Body::TooLarge => None,
+                };
+                Ok(status_reply(
+                    response.status,
+                    &response.hints,
+                    body.as_deref(),
+                    post.as_ref(),
+                ))
+            }
+        }
+    }
+
+    /// An `https://` provider: hyper-util's pooled client.
+    async fn call_client(
+        &self,
+        client: &Client,
+        post: Option<Post<'_>>,
+        max_body: usize,
+    ) -> Result<Reply, Error> {
+        let (method, uri, body) = match &post {
+            Some(post) => (Method::POST, self.systemone_url.clone(), post.body.clone()),
+            None => (Method::GET, self.models_url.clone(), Bytes::new()),
         };
         let mut request = Request::new(Full::new(body));
         *request.method_mut() = method;
         *request.uri_mut() = uri;
         let upstream_headers = request.headers_mut();
         upstream_headers.reserve(8);
-        if let Some(post) = post {
-            upstream_headers.insert(CONTENT_TYPE, post.content_type.clone());
-            for name in FORWARDED {
-                if let Some(value) = post.headers.get(&name) {
-                    upstream_headers.insert(name, value.clone());
-                }
-            }
-            for switch in post.switches {
-                upstream_headers.insert(
-                    HeaderName::from_static(switch.lower()),
-                    HeaderValue::from_static("true"),
-                );
-            }
-        }
-        upstream_headers.insert(ACCEPT, json);
-        if !upstream_headers.contains_key(USER_AGENT) {
-            upstream_headers.insert(USER_AGENT, USER_AGENT_VALUE);
-        }
-        if let Some(authorization) = &self.authorization {
-            upstream_headers.insert(AUTHORIZATION, authorization.clone());
-        }
-        if let Some(plain) = &self.plain {
-            upstream_headers.insert(HOST, plain.host.clone());
-        }
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let exchange = async {
-            let (response, lease) = match &self.plain {
-                Some(plain) => {
-                    let pool = plain.pool();
-                    let (response, lease) = pool.send(request).await?;
-                    (response, Some((pool, lease)))
-                }
-                None => (client.request(request).await.map_err(classify)?, None),
+        self.headers(post.as_ref(), |name, value| {
+            upstream_headers.insert(name.clone(), value.clone());
+        });
+        let response = client.request(request).await.map_err(classify)?;
+        let status = response.status().as_u16();
+        if !(200..300).contains(&status) {
+            // The kind of a client error is read from a bounded body, then the body is
+            // dropped here: only the enum leaves this module.
+            let (parts, body) = response.into_parts();
+            let body = if wants_error_body(status, post.as_ref()) {
+                Limited::new(body, MAX_ERROR_BODY_BYTES)
+                    .collect()
+                    .await
+                    .ok()
+                    .map(|body| body.to_bytes())
+            } else {
+                None
             };
-            let status = response.status().as_u16();
-            if !(200..300).contains(&status) {
-                let (retry_after, retry_after_ms) = if status == 429 || status == 529 {
-                    retry_hints(response.headers(), SystemTime::now())
-                } else {
-                    (None, None)
-                };
-                // The kind of a client error is read from a bounded body, then the body is
-                // dropped here: only the enum leaves this module.
-                let problem = match post {
-                    Some(post)
-                        if (400..500).contains(&status) && !matches!(status, 401 | 403 | 429) =>
-                    {
-                        match Limited::new(response.into_body(), MAX_ERROR_BODY_BYTES)
-                            .collect()
-                            .await
-                        {
-                            Ok(body) => provider_error(status, &body.to_bytes(), post.sent),
-                            Err(_) => None,
-                        }
-                    }
-                    _ => None,
-                };
-                return Ok(Reply::Status {
-                    status,
-                    retry_after,
-                    retry_after_ms,
-                    problem,
-                });
-            }
-            let declared = response
-                .headers()
-                .get(axum::http::header::CONTENT_LENGTH)
-                .and_then(|value| value.to_str().ok())
-                .and_then(|value| value.parse::<u64>().ok());
-            if declared.is_some_and(|n| n > max_body as u64) {
-                return Err(Error::TooLarge);
-            }
-            let body = Limited::new(response.into_body(), max_body)
-                .collect()
-                .await
-                .map_err(|error| {
-                    if error.is::<http_body_util::LengthLimitError>() {
-                        Error::TooLarge
-                    } else {
-                        Error::Transport(error)
-                    }
-                })?;
-            // Read to its end: the connection can serve another request.
-            if let Some((pool, lease)) = lease {
-                pool.put(lease);
-            }
-            Ok(Reply::Success(body.to_bytes()))
-        };
-        tokio::time::timeout(remaining, exchange)
+            return Ok(status_reply(
+                status,
+                &parts.headers,
+                body.as_deref(),
+                post.as_ref(),
+            ));
+        }
+        let declared = response
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > max_body as u64) {
+            return Err(Error::TooLarge);
+        }
+        let body = Limited::new(response.into_body(), max_body)
+            .collect()
             .await
-            .map_err(|_| Error::Timeout)?
+            .map_err(|error| {
+                if error.is::<http_body_util::LengthLimitError>() {
+                    Error::TooLarge
+                } else {
+                    Error::Transport(error)
+                }
+            })?;
+        Ok(Reply::Success(body.to_bytes()))
+    }
+}
+
+/// Whether the body of a non-2xx answer is read: a client error (but 401, 403, 429) to
+/// a System One request, whose body names its kind (`wire::provider`).
+fn wants_error_body(status: u16, post: Option<&Post<'_>>) -> bool {
+    post.is_some() && (400..500).contains(&status) && !matches!(status, 401 | 403 | 429)
+}
+
+/// A non-2xx answer as the proxy keeps it: its status, the retry hints re-written (429
+/// and 529) and the kind its bounded body names; the body itself goes no further.
+fn status_reply(
+    status: u16,
+    headers: &HeaderMap,
+    body: Option<&[u8]>,
+    post: Option<&Post<'_>>,
+) -> Reply {
+    let (retry_after, retry_after_ms) = if status == 429 || status == 529 {
+        retry_hints(headers, SystemTime::now())
+    } else {
+        (None, None)
+    };
+    let problem = match (post, body) {
+        (Some(post), Some(body)) => provider_error(status, body, post.sent),
+        _ => None,
+    };
+    Reply::Status {
+        status,
+        retry_after,
+        retry_after_ms,
+        problem,
     }
 }
 

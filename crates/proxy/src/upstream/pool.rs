@@ -1,32 +1,46 @@
-//! The connections of an `http://` provider: HTTP/1.1, one pool per event loop.
+//! The connections of an `http://` provider: HTTP/1.1, one pool per event loop,
+//! spoken by the proxy itself.
 //!
-//! hyper-util's pooled client costs about 2.5 µs per request more than this pool
-//! under load (`docs/benchmarks.md`): a pool keyed by scheme and authority behind a
-//! lock shared by every host, a `Host` header built per request, its request and
-//! response wrappers. A provider's pool here is a stack of idle connections of one
-//! event loop: a request takes the most recently used one that is still open (a
-//! closed one is dropped), or opens a new one. Only a connection whose 2xx answer
-//! was read to its end goes back; one whose request failed, was cut short by the
-//! timeout or answered with an error status is closed.
+//! A provider's pool is a stack of idle connections of one event loop: a request
+//! takes the most recently used one that is still open (a closed one is dropped), or
+//! opens a new one. The exchange runs in the request's own task: the request (head
+//! and body) goes out in one write, the answer is read into the connection's buffer
+//! and parsed there (httparse), so no connection task, channel or header map sits
+//! between a request and its answer (what hyper's client connection costs: about a
+//! tenth of the proxy's instructions per request, `docs/benchmarks.md`).
 //!
-//! A request is sent again on another connection only when hyper hands it back
-//! unsent (the pooled connection had closed before the request was written), so a
-//! request reaches the provider at most once. Connections idle longer than
-//! [`IDLE_TIMEOUT`] are closed: by the next request, and by a sweep every half of it
-//! (a task of the loop, started with the first connection, ended with the pool). At
-//! most [`MAX_IDLE`] are kept. `https://` providers keep hyper-util's client (TLS,
-//! HTTP/2 by ALPN).
+//! What is read, and kept:
+//!
+//! - informational answers (1xx but 101) are skipped; 101 is a transport failure;
+//! - the body is framed by `transfer-encoding: chunked` (any other transfer coding:
+//!   read to the close), else by `content-length` (differing values: a transport
+//!   failure), else read to the close; 204 and 304 have none;
+//! - a head longer than [`MAX_HEAD_BYTES`] or with more than [`MAX_HEADERS`] fields is
+//!   a transport failure; the body is read only as far as the caller's cap for the
+//!   status ([`Read`]): a 2xx body beyond it is [`Error::TooLarge`], an error body
+//!   beyond it is [`Body::TooLarge`], and a status whose body is not wanted is not
+//!   read at all;
+//! - only a connection whose 2xx answer was read to its end, framed by length or
+//!   chunks, HTTP/1.1 without `connection: close`, with nothing after it, goes back
+//!   to the pool; any other is closed (dropped), as is one whose exchange was cut
+//!   short (the caller's timeout drops the future, and with it the connection).
+//!
+//! A request is sent again on another connection only when an idle connection turned
+//! out closed before a single byte of it was written, so a request reaches the
+//! provider at most once. Connections idle longer than [`IDLE_TIMEOUT`] are closed: by
+//! the next request, and by a sweep every half of it (a task of the loop, started
+//! with the first connection, ended with the pool). At most [`MAX_IDLE`] are kept.
+//! `https://` providers keep hyper-util's client (TLS, HTTP/2 by ALPN).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use axum::http::{Request, Response};
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
+use axum::http::HeaderMap;
+use axum::http::header::{HeaderName, HeaderValue};
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use super::Error;
 
@@ -36,9 +50,12 @@ pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 pub(crate) const MAX_IDLE: usize = 64;
 /// How long opening a connection may take.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// A connection's sending half (its connection runs as a task of the loop that opened it).
-pub(crate) type Sender = SendRequest<Full<Bytes>>;
+/// Longest answer head (status line and fields) read, and longest chunked trailer.
+pub(crate) const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// Most header fields an answer may have.
+pub(crate) const MAX_HEADERS: usize = 100;
+/// What a connection's buffer grows by when it must read more.
+const READ_CHUNK: usize = 8 * 1024;
 
 /// One event loop's connections to one provider.
 #[derive(Debug)]
@@ -55,13 +72,65 @@ pub(crate) struct Pool {
 
 #[derive(Debug)]
 struct Idle {
-    sender: Sender,
+    connection: Connection,
     since: Instant,
 }
 
-/// A connection in use: given back with [`Pool::put`] once its response is read.
+/// One open connection and what was read from it but not yet used.
 #[derive(Debug)]
-pub(crate) struct Lease(Sender);
+struct Connection {
+    stream: TcpStream,
+    buffer: BytesMut,
+}
+
+/// How much of an answer's body the caller wants, by status.
+pub(crate) trait Read {
+    /// The most body bytes read for `status`, or `None` to not read the body.
+    fn cap(&self, status: u16) -> Option<usize>;
+}
+
+impl<F: Fn(u16) -> Option<usize>> Read for F {
+    fn cap(&self, status: u16) -> Option<usize> {
+        self(status)
+    }
+}
+
+/// An answer as read.
+#[derive(Debug)]
+pub(crate) struct Response {
+    pub(crate) status: u16,
+    /// The answer's `retry-after` and `retry-after-ms` fields (no others are kept).
+    pub(crate) hints: HeaderMap,
+    pub(crate) body: Body,
+}
+
+/// An answer's body.
+#[derive(Debug)]
+pub(crate) enum Body {
+    /// Read whole.
+    Read(Bytes),
+    /// Not read: the caller does not want it for this status.
+    Skipped,
+    /// Longer than the caller's cap for a non-2xx status (not read further).
+    TooLarge,
+}
+
+/// How an answer's body is delimited.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Framing {
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+/// What the head of an answer says.
+struct Head {
+    status: u16,
+    framing: Framing,
+    /// HTTP/1.1 without `connection: close`.
+    keep_alive: bool,
+    hints: HeaderMap,
+}
 
 impl Pool {
     /// A pool of connections to `address` (`host:port`).
@@ -78,42 +147,88 @@ impl Pool {
         })
     }
 
-    /// Sends `request` (origin-form URI, `Host` set) over an idle connection or a new one.
+    /// Sends `request` (a whole HTTP/1.1 request: head and body) over an idle
+    /// connection or a new one and reads its answer, the body as far as `read` says.
     pub(crate) async fn send(
         self: &Arc<Self>,
-        mut request: Request<Full<Bytes>>,
-    ) -> Result<(Response<Incoming>, Lease), Error> {
-        while let Some(mut idle) = self.take() {
-            if idle.since.elapsed() > self.idle_timeout || idle.sender.ready().await.is_err() {
+        request: &[u8],
+        read: &impl Read,
+    ) -> Result<Response, Error> {
+        while let Some(idle) = self.take() {
+            let mut connection = idle.connection;
+            if idle.since.elapsed() > self.idle_timeout || !connection.is_open() {
                 continue;
             }
-            match idle.sender.try_send_request(request).await {
-                Ok(response) => return Ok((response, Lease(idle.sender))),
-                // Handed back unsent: the connection closed first; try the next one.
-                Err(mut error) => match error.take_message() {
-                    Some(unsent) => request = unsent,
-                    None => return Err(Error::Transport(Box::new(error.into_error()))),
-                },
+            match connection.write(request).await {
+                Ok(()) => return self.exchange(connection, read).await,
+                // Not a byte went out: the connection had closed; try the next one.
+                Err(Unsent::Nothing) => continue,
+                Err(Unsent::Partly(error)) => return Err(Error::Transport(Box::new(error))),
             }
         }
-        let mut sender = self.connect().await?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|error| Error::Transport(Box::new(error)))?;
-        Ok((response, Lease(sender)))
+        let mut connection = self.connect().await?;
+        match connection.write(request).await {
+            Ok(()) => self.exchange(connection, read).await,
+            Err(Unsent::Nothing | Unsent::Partly(_)) => Err(Error::Transport(
+                "the connection closed before the request was sent".into(),
+            )),
+        }
     }
 
-    /// Gives a connection back after its response was read to its end.
-    pub(crate) fn put(&self, lease: Lease) {
+    /// Reads the answer to the request just written, and keeps the connection when it
+    /// can serve another.
+    async fn exchange(
+        &self,
+        mut connection: Connection,
+        read: &impl Read,
+    ) -> Result<Response, Error> {
+        let head = connection.head().await?;
+        let success = (200..300).contains(&head.status);
+        let body = match read.cap(head.status) {
+            None => {
+                return Ok(Response {
+                    status: head.status,
+                    hints: head.hints,
+                    body: Body::Skipped,
+                });
+            }
+            Some(cap) => connection.body(head.framing, cap).await?,
+        };
+        let body = match body {
+            Some(body) => body,
+            None if success => return Err(Error::TooLarge),
+            None => {
+                return Ok(Response {
+                    status: head.status,
+                    hints: head.hints,
+                    body: Body::TooLarge,
+                });
+            }
+        };
+        if success
+            && head.keep_alive
+            && head.framing != Framing::UntilClose
+            && connection.buffer.is_empty()
+        {
+            self.put(connection);
+        }
+        Ok(Response {
+            status: head.status,
+            hints: head.hints,
+            body: Body::Read(body),
+        })
+    }
+
+    /// Keeps a connection whose answer was read to its end.
+    fn put(&self, connection: Connection) {
         let Ok(mut idle) = self.idle.lock() else {
             return;
         };
         let now = Instant::now();
         self.drop_expired(&mut idle, now);
-        if idle.len() < MAX_IDLE && !lease.0.is_closed() {
+        if idle.len() < MAX_IDLE {
             idle.push(Idle {
-                sender: lease.0,
+                connection,
                 since: now,
             });
         }
@@ -129,8 +244,7 @@ impl Pool {
         self.idle.lock().ok()?.pop()
     }
 
-    /// Closes the idle connections older than the idle timeout (dropping a sender
-    /// closes its connection).
+    /// Closes the idle connections older than the idle timeout (dropping one closes it).
     fn expire(&self) {
         if let Ok(mut idle) = self.idle.lock() {
             self.drop_expired(&mut idle, Instant::now());
@@ -154,11 +268,11 @@ impl Pool {
         }
     }
 
-    async fn connect(self: &Arc<Self>) -> Result<Sender, Error> {
+    async fn connect(self: &Arc<Self>) -> Result<Connection, Error> {
         if !self.sweeping.swap(true, Ordering::Relaxed) {
             tokio::spawn(Pool::sweep(Arc::downgrade(self), self.idle_timeout / 2));
         }
-        let connect = tokio::net::TcpStream::connect(self.address.as_str());
+        let connect = TcpStream::connect(self.address.as_str());
         let stream = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
             Err(_) => return Err(Error::Timeout),
             Ok(Err(error)) if error.kind() == std::io::ErrorKind::TimedOut => {
@@ -170,17 +284,264 @@ impl Pool {
         stream
             .set_nodelay(true)
             .map_err(|error| Error::Connect(Box::new(error)))?;
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|error| Error::Connect(Box::new(error)))?;
-        // The connection ends when the provider closes it or its sender is dropped.
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "provider connection closed");
-            }
-        });
-        Ok(sender)
+        Ok(Connection {
+            stream,
+            buffer: BytesMut::new(),
+        })
     }
+}
+
+/// Why a request did not go out whole.
+enum Unsent {
+    /// Not a byte of it was written.
+    Nothing,
+    /// Some of it may have reached the provider.
+    Partly(std::io::Error),
+}
+
+/// A transport failure with a reason of the proxy's own.
+fn broken(reason: &'static str) -> Error {
+    Error::Transport(reason.into())
+}
+
+impl Connection {
+    /// Whether an idle connection is still open: nothing to read (a close or stray
+    /// bytes are both reasons to drop it). Costs no system call when the event loop
+    /// has seen no event on it.
+    fn is_open(&mut self) -> bool {
+        if !self.buffer.is_empty() {
+            return false;
+        }
+        let mut probe = [0u8; 1];
+        matches!(
+            self.stream.try_read(&mut probe),
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock
+        )
+    }
+
+    async fn write(&mut self, request: &[u8]) -> Result<(), Unsent> {
+        let mut written = 0;
+        while written < request.len() {
+            match self.stream.write(&request[written..]).await {
+                Ok(0) if written == 0 => return Err(Unsent::Nothing),
+                Ok(0) => return Err(Unsent::Partly(std::io::ErrorKind::WriteZero.into())),
+                Ok(n) => written += n,
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) if written == 0 => return Err(Unsent::Nothing),
+                Err(error) => return Err(Unsent::Partly(error)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads more into the buffer; `false` at the end of the stream.
+    async fn fill(&mut self) -> Result<bool, Error> {
+        self.buffer.reserve(READ_CHUNK);
+        match self.stream.read_buf(&mut self.buffer).await {
+            Ok(0) => Ok(false),
+            Ok(_) => Ok(true),
+            Err(error) => Err(Error::Transport(Box::new(error))),
+        }
+    }
+
+    /// Reads and parses the answer's head (skipping informational ones).
+    async fn head(&mut self) -> Result<Head, Error> {
+        loop {
+            match parse_head(&self.buffer)? {
+                Some((length, _)) if length > MAX_HEAD_BYTES => {
+                    return Err(broken("the answer's head is too long"));
+                }
+                Some((length, head)) => {
+                    self.buffer.advance(length);
+                    match head.status {
+                        101 => return Err(broken("the provider switched protocols")),
+                        100..=199 => continue,
+                        _ => return Ok(head),
+                    }
+                }
+                None if self.buffer.len() > MAX_HEAD_BYTES => {
+                    return Err(broken("the answer's head is too long"));
+                }
+                None => {
+                    if !self.fill().await? {
+                        return Err(broken("the connection closed before an answer"));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads a body of at most `cap` bytes: `None` when it is longer.
+    async fn body(&mut self, framing: Framing, cap: usize) -> Result<Option<Bytes>, Error> {
+        match framing {
+            Framing::Length(length) => {
+                let Some(length) = usize::try_from(length).ok().filter(|&n| n <= cap) else {
+                    return Ok(None);
+                };
+                while self.buffer.len() < length {
+                    if !self.fill().await? {
+                        return Err(broken("the connection closed inside the body"));
+                    }
+                }
+                Ok(Some(self.buffer.split_to(length).freeze()))
+            }
+            Framing::UntilClose => {
+                while self.fill().await? {
+                    if self.buffer.len() > cap {
+                        return Ok(None);
+                    }
+                }
+                if self.buffer.len() > cap {
+                    return Ok(None);
+                }
+                Ok(Some(self.buffer.split().freeze()))
+            }
+            Framing::Chunked => self.chunked(cap).await,
+        }
+    }
+
+    /// Reads a chunked body of at most `cap` bytes, and its trailer.
+    async fn chunked(&mut self, cap: usize) -> Result<Option<Bytes>, Error> {
+        let mut body = BytesMut::new();
+        loop {
+            let (skip, size) = loop {
+                match httparse::parse_chunk_size(&self.buffer) {
+                    Ok(httparse::Status::Complete(found)) => break found,
+                    Ok(httparse::Status::Partial) if self.buffer.len() > MAX_HEAD_BYTES => {
+                        return Err(broken("a chunk size line is too long"));
+                    }
+                    Ok(httparse::Status::Partial) => {
+                        if !self.fill().await? {
+                            return Err(broken("the connection closed inside the body"));
+                        }
+                    }
+                    Err(_) => return Err(broken("a chunk size is not valid")),
+                }
+            };
+            self.buffer.advance(skip);
+            if size == 0 {
+                break;
+            }
+            let Some(size) = usize::try_from(size)
+                .ok()
+                .filter(|&n| n <= cap.saturating_sub(body.len()))
+            else {
+                return Ok(None);
+            };
+            // The chunk and its closing CRLF.
+            while self.buffer.len() < size + 2 {
+                if !self.fill().await? {
+                    return Err(broken("the connection closed inside the body"));
+                }
+            }
+            if &self.buffer[size..size + 2] != b"\r\n" {
+                return Err(broken("a chunk does not end with CRLF"));
+            }
+            body.extend_from_slice(&self.buffer[..size]);
+            self.buffer.advance(size + 2);
+        }
+        // The trailer: fields up to an empty line (read past, never used).
+        loop {
+            if let Some(end) = trailer_end(&self.buffer) {
+                self.buffer.advance(end);
+                return Ok(Some(body.freeze()));
+            }
+            if self.buffer.len() > MAX_HEAD_BYTES {
+                return Err(broken("the trailer is too long"));
+            }
+            if !self.fill().await? {
+                return Err(broken("the connection closed inside the trailer"));
+            }
+        }
+    }
+}
+
+/// Where a chunked body's trailer (after the last chunk's size line) ends: after an
+/// empty line at its start, or after the first blank line.
+fn trailer_end(buffer: &[u8]) -> Option<usize> {
+    if buffer.starts_with(b"\r\n") {
+        return Some(2);
+    }
+    buffer
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .map(|at| at + 4)
+}
+
+/// The head at the start of `buffer` and its length, `None` when it is not all there.
+fn parse_head(buffer: &[u8]) -> Result<Option<(usize, Head)>, Error> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut fields);
+    let length = match response.parse(buffer) {
+        Ok(httparse::Status::Complete(length)) => length,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(broken("the answer has too many header fields"));
+        }
+        Err(_) => return Err(broken("the answer is not HTTP/1.1")),
+    };
+    let status = response.code.unwrap_or(0);
+    let mut keep_alive = response.version == Some(1);
+    let mut length_field: Option<u64> = None;
+    let mut chunked = None;
+    let mut hints = HeaderMap::new();
+    for field in response.headers.iter() {
+        let name = field.name;
+        if name.eq_ignore_ascii_case("content-length") {
+            let value = std::str::from_utf8(field.value)
+                .ok()
+                .map(str::trim)
+                .filter(|value| !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()))
+                // More than `u64` holds is more than any cap.
+                .map(|value| value.parse::<u64>().unwrap_or(u64::MAX))
+                .ok_or_else(|| broken("the content-length is not a number"))?;
+            if length_field.is_some_and(|seen| seen != value) {
+                return Err(broken("the answer has differing content-lengths"));
+            }
+            length_field = Some(value);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            // The last coding decides: chunked frames the body, anything else runs to the close.
+            let last = field.value.rsplit(|&b| b == b',').next().unwrap_or(b"");
+            chunked = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+        } else if name.eq_ignore_ascii_case("connection") {
+            if field
+                .value
+                .split(|&b| b == b',')
+                .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"))
+            {
+                keep_alive = false;
+            }
+        } else if (name.eq_ignore_ascii_case("retry-after")
+            || name.eq_ignore_ascii_case("retry-after-ms"))
+            && let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_bytes(field.value),
+            )
+        {
+            hints.append(name, value);
+        }
+    }
+    let framing = match (status, chunked, length_field) {
+        (204 | 304 | 100..=199, _, _) => Framing::Length(0),
+        (_, Some(true), _) => Framing::Chunked,
+        (_, Some(false), _) => Framing::UntilClose,
+        (_, None, Some(length)) => Framing::Length(length),
+        (_, None, None) => Framing::UntilClose,
+    };
+    // A body framed by both a coding and a length is read by the coding, and the
+    // connection is not trusted with another request.
+    if chunked.is_some() && length_field.is_some() {
+        keep_alive = false;
+    }
+    Ok(Some((
+        length,
+        Head {
+            status,
+            framing,
+            keep_alive,
+            hints,
+        },
+    )))
 }
 
 #[cfg(test)]
@@ -188,15 +549,22 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use http_body_util::BodyExt;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
     use super::*;
 
-    /// A provider answering every request with `ok`, closing after `per_connection`
-    /// answers (0: never); returns its address and the count of accepted connections.
-    async fn provider(per_connection: usize) -> (String, Arc<AtomicUsize>) {
+    const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+
+    /// A provider answering every request (bodies are empty here: a request ends with
+    /// its head) with `answer`, written `piece` bytes at a time (0: at once), closing
+    /// after `per_connection` answers (0: never); its address and the count of
+    /// accepted connections.
+    async fn scripted(
+        answer: &'static [u8],
+        piece: usize,
+        per_connection: usize,
+    ) -> (String, Arc<AtomicUsize>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap().to_string();
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -204,6 +572,7 @@ mod tests {
         tokio::spawn(async move {
             while let Ok((mut stream, _)) = listener.accept().await {
                 count.fetch_add(1, Ordering::SeqCst);
+                stream.set_nodelay(true).unwrap();
                 tokio::spawn(async move {
                     let mut served = 0;
                     let mut buffer = Vec::new();
@@ -216,12 +585,20 @@ mod tests {
                             return;
                         }
                         buffer.extend_from_slice(&chunk[..n]);
-                        // Bodies are empty in these tests: a request ends with its head.
                         while let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
                             buffer.drain(..end + 4);
-                            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                            if stream.write_all(answer).await.is_err() {
-                                return;
+                            let pieces: Vec<&[u8]> = if piece == 0 {
+                                vec![answer]
+                            } else {
+                                answer.chunks(piece).collect()
+                            };
+                            for part in pieces {
+                                if stream.write_all(part).await.is_err() {
+                                    return;
+                                }
+                                if piece > 0 {
+                                    tokio::task::yield_now().await;
+                                }
                             }
                             served += 1;
                             if served == per_connection {
@@ -235,19 +612,40 @@ mod tests {
         (address, accepted)
     }
 
-    fn request(address: &str) -> Request<Full<Bytes>> {
-        Request::builder()
-            .uri("/v1/models")
-            .header("host", address)
-            .body(Full::new(Bytes::new()))
-            .unwrap()
+    async fn provider(per_connection: usize) -> (String, Arc<AtomicUsize>) {
+        scripted(OK, 0, per_connection).await
+    }
+
+    fn request(address: &str) -> Vec<u8> {
+        format!("GET /v1/models HTTP/1.1\r\nhost: {address}\r\n\r\n").into_bytes()
+    }
+
+    /// Reads up to 1 KiB of any body.
+    fn any(_status: u16) -> Option<usize> {
+        Some(1024)
     }
 
     async fn call(pool: &Arc<Pool>, address: &str) -> Result<Bytes, Error> {
-        let (response, lease) = pool.send(request(address)).await?;
-        let body = response.into_body().collect().await.unwrap().to_bytes();
-        pool.put(lease);
-        Ok(body)
+        let response = pool.send(&request(address), &any).await?;
+        match response.body {
+            Body::Read(body) => Ok(body),
+            other => panic!("unexpected body {other:?}"),
+        }
+    }
+
+    /// One answer from a fresh pool, with the count of connections after a second call.
+    async fn once(answer: &'static [u8], piece: usize) -> (Result<Response, Error>, Arc<Pool>) {
+        let (address, _) = scripted(answer, piece, 0).await;
+        let pool = Pool::new(address.clone());
+        (pool.send(&request(&address), &any).await, pool)
+    }
+
+    fn body(response: Result<Response, Error>) -> (u16, Bytes) {
+        let response = response.unwrap();
+        match response.body {
+            Body::Read(body) => (response.status, body),
+            other => panic!("unexpected body {other:?}"),
+        }
     }
 
     #[tokio::test]
@@ -267,18 +665,18 @@ mod tests {
         let pool = Pool::new(address.clone());
         for _ in 0..10 {
             assert_eq!(call(&pool, &address).await.unwrap(), "ok");
-            // Let the connection task see the close before the next request.
+            // Let the event loop see the close before the next request.
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 10);
     }
 
     #[tokio::test]
-    async fn an_unread_response_keeps_its_connection_out_of_the_pool() {
+    async fn an_unread_body_keeps_its_connection_out_of_the_pool() {
         let (address, accepted) = provider(0).await;
         let pool = Pool::new(address.clone());
-        let (response, _lease) = pool.send(request(&address)).await.unwrap();
-        drop(response);
+        let response = pool.send(&request(&address), &|_| None).await.unwrap();
+        assert!(matches!(response.body, Body::Skipped));
         assert_eq!(pool.idle(), 0);
         assert_eq!(call(&pool, &address).await.unwrap(), "ok");
         assert_eq!(accepted.load(Ordering::SeqCst), 2);
@@ -307,5 +705,169 @@ mod tests {
             call(&pool, &address).await,
             Err(Error::Connect(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn answers_read_a_byte_at_a_time_are_the_same() {
+        let (address, accepted) = scripted(OK, 1, 0).await;
+        let pool = Pool::new(address.clone());
+        for _ in 0..3 {
+            assert_eq!(call(&pool, &address).await.unwrap(), "ok");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn chunked_bodies_are_decoded_with_extensions_and_trailers() {
+        const CHUNKED: &[u8] = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\
+            3;name=value\r\nabc\r\n0A\r\n0123456789\r\n0\r\nx-trailer: 1\r\n\r\n";
+        for piece in [0, 1, 5] {
+            let (response, pool) = once(CHUNKED, piece).await;
+            assert_eq!(body(response), (200, Bytes::from("abc0123456789")));
+            assert_eq!(
+                pool.idle(),
+                1,
+                "a chunked answer read whole keeps its connection"
+            );
+        }
+        let (response, _) = once(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n",
+            0,
+        )
+        .await;
+        assert_eq!(body(response), (200, Bytes::new()));
+    }
+
+    #[tokio::test]
+    async fn informational_answers_are_skipped() {
+        let (response, pool) = once(
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: x\r\n\r\n\
+                HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+            0,
+        )
+        .await;
+        assert_eq!(body(response), (200, Bytes::from("ok")));
+        assert_eq!(pool.idle(), 1);
+    }
+
+    #[tokio::test]
+    async fn bodies_to_the_close_are_read_and_their_connection_not_kept() {
+        let (address, accepted) = scripted(b"HTTP/1.1 200 OK\r\n\r\nuntil close", 0, 1).await;
+        let pool = Pool::new(address.clone());
+        assert_eq!(call(&pool, &address).await.unwrap(), "until close");
+        assert_eq!(pool.idle(), 0);
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn connections_that_must_not_serve_again_are_not_kept() {
+        for answer in [
+            &b"HTTP/1.1 200 OK\r\nconnection: keep-alive, close\r\ncontent-length: 2\r\n\r\nok"[..],
+            b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 9\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+            // More than the answer: bytes nobody asked for.
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n",
+        ] {
+            let (response, pool) = once(answer, 0).await;
+            assert_eq!(body(response), (200, Bytes::from("ok")));
+            assert_eq!(pool.idle(), 0, "{}", String::from_utf8_lossy(answer));
+        }
+        // Error statuses, even read whole.
+        let (response, pool) =
+            once(b"HTTP/1.1 404 Not Found\r\ncontent-length: 2\r\n\r\nno", 0).await;
+        assert_eq!(body(response), (404, Bytes::from("no")));
+        assert_eq!(pool.idle(), 0);
+    }
+
+    #[tokio::test]
+    async fn bodies_beyond_the_cap_are_not_read() {
+        let cap = |_| Some(4);
+        for answer in [
+            &b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n12345"[..],
+            b"HTTP/1.1 200 OK\r\ncontent-length: 99999999999999999999\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nFFFFFFFFFFFFFFF\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n12345",
+        ] {
+            let (address, _) = scripted(answer, 0, 1).await;
+            let pool = Pool::new(address.clone());
+            let result = pool.send(&request(&address), &cap).await;
+            assert!(
+                matches!(result, Err(Error::TooLarge)),
+                "{}: {result:?}",
+                String::from_utf8_lossy(answer)
+            );
+        }
+        let (address, _) = scripted(
+            b"HTTP/1.1 400 Bad Request\r\ncontent-length: 5\r\n\r\n12345",
+            0,
+            0,
+        )
+        .await;
+        let pool = Pool::new(address.clone());
+        let response = pool.send(&request(&address), &cap).await.unwrap();
+        assert_eq!(response.status, 400);
+        assert!(matches!(response.body, Body::TooLarge));
+        let (response, _) = once(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\n1234", 0).await;
+        assert_eq!(body(response).1, "1234");
+    }
+
+    #[tokio::test]
+    async fn malformed_answers_are_transport_failures() {
+        let long_head: &'static [u8] = Box::leak(
+            format!(
+                "HTTP/1.1 200 OK\r\nx-long: {}\r\n\r\n",
+                "a".repeat(MAX_HEAD_BYTES + 1)
+            )
+            .into_bytes()
+            .into_boxed_slice(),
+        );
+        let many_fields: &'static [u8] = Box::leak(
+            format!(
+                "HTTP/1.1 200 OK\r\n{}\r\n",
+                "x-a: 1\r\n".repeat(MAX_HEADERS + 1)
+            )
+            .into_bytes()
+            .into_boxed_slice(),
+        );
+        for answer in [
+            &b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok",
+            b"HTTP/1.1 200 OK\r\ncontent-length: +2\r\n\r\nok",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nok",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nokXX0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n",
+            b"SMTP ready\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-le",
+            b"",
+            long_head,
+            many_fields,
+        ] {
+            // The provider closes after its answer: a short answer stays short.
+            let (address, _) = scripted(answer, 0, 1).await;
+            let pool = Pool::new(address.clone());
+            let result = pool.send(&request(&address), &any).await;
+            assert!(
+                matches!(result, Err(Error::Transport(_))),
+                "{}: {result:?}",
+                String::from_utf8_lossy(&answer[..answer.len().min(60)])
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn retry_hints_are_the_only_fields_kept() {
+        let (response, _) = once(
+            b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\nretry-after-ms: 7000\r\n\
+              x-secret: no\r\ncontent-length: 0\r\n\r\n",
+            0,
+        )
+        .await;
+        let response = response.unwrap();
+        assert_eq!(response.status, 429);
+        assert_eq!(response.hints.len(), 2);
+        assert_eq!(response.hints["retry-after"], "7");
+        assert_eq!(response.hints["retry-after-ms"], "7000");
     }
 }
