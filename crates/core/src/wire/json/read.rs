@@ -19,13 +19,36 @@ const MAX_DEPTH: usize = 100;
 /// Reads a whole document (trailing whitespace allowed), or `None` where serde_json
 /// must decide.
 pub(super) fn document(bytes: &[u8]) -> Option<Json<'_>> {
-    let mut reader = Reader { bytes, at: 0 };
+    // UTF-8 is checked once, over the whole document: serde_json accepts non-ASCII
+    // bytes only inside strings, where they must be UTF-8, and a string (delimited by
+    // ASCII quotes) is then a slice of valid text without a check of its own.
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut reader = Reader {
+        text,
+        bytes: text.as_bytes(),
+        at: 0,
+    };
     let value = reader.value(0)?;
     reader.skip_whitespace();
     (reader.at == bytes.len()).then_some(value)
 }
 
+/// The bytes that end a run of plain string content: the quote, the backslash and the
+/// control characters.
+const STOPS: [bool; 256] = {
+    let mut stops = [false; 256];
+    let mut byte = 0;
+    while byte < 0x20 {
+        stops[byte] = true;
+        byte += 1;
+    }
+    stops[b'"' as usize] = true;
+    stops[b'\\' as usize] = true;
+    stops
+};
+
 struct Reader<'a> {
+    text: &'a str,
     bytes: &'a [u8],
     at: usize,
 }
@@ -124,17 +147,15 @@ impl<'a> Reader<'a> {
         self.at += 1;
         let start = self.at;
         let rest = self.bytes.get(start..)?;
-        let end = rest
-            .iter()
-            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+        let end = rest.iter().position(|&b| STOPS[usize::from(b)])?;
         match rest[end] {
             b'"' => {
                 self.at = start + end + 1;
-                std::str::from_utf8(&rest[..end]).ok().map(Cow::Borrowed)
+                self.text.get(start..start + end).map(Cow::Borrowed)
             }
             b'\\' => {
-                let mut text = Vec::with_capacity(end + 16);
-                text.extend_from_slice(&rest[..end]);
+                let mut text = String::with_capacity(end + 16);
+                text.push_str(self.text.get(start..start + end)?);
                 self.at = start + end;
                 self.escaped(text).map(Cow::Owned)
             }
@@ -144,38 +165,42 @@ impl<'a> Reader<'a> {
     }
 
     /// The rest of a string holding escapes, `text` its part read so far.
-    fn escaped(&mut self, mut text: Vec<u8>) -> Option<String> {
+    fn escaped(&mut self, mut text: String) -> Option<String> {
         loop {
             match self.peek()? {
                 b'"' => {
                     self.at += 1;
-                    return String::from_utf8(text).ok();
+                    return Some(text);
                 }
                 b'\\' => {
                     self.at += 1;
                     let escape = self.peek()?;
                     self.at += 1;
                     match escape {
-                        b'"' => text.push(b'"'),
-                        b'\\' => text.push(b'\\'),
-                        b'/' => text.push(b'/'),
-                        b'b' => text.push(0x08),
-                        b'f' => text.push(0x0c),
-                        b'n' => text.push(b'\n'),
-                        b'r' => text.push(b'\r'),
-                        b't' => text.push(b'\t'),
-                        b'u' => {
-                            let c = self.unicode_escape()?;
-                            let mut utf8 = [0u8; 4];
-                            text.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes());
-                        }
+                        b'"' => text.push('"'),
+                        b'\\' => text.push('\\'),
+                        b'/' => text.push('/'),
+                        b'b' => text.push('\u{8}'),
+                        b'f' => text.push('\u{c}'),
+                        b'n' => text.push('\n'),
+                        b'r' => text.push('\r'),
+                        b't' => text.push('\t'),
+                        b'u' => text.push(self.unicode_escape()?),
                         _ => return None,
                     }
                 }
                 b if b < 0x20 => return None,
-                b => {
-                    text.push(b);
-                    self.at += 1;
+                _ => {
+                    // The run up to the next escape, quote or control character: text
+                    // between ASCII delimiters, so whole characters.
+                    let start = self.at;
+                    let rest = self.bytes.get(start..)?;
+                    let run = rest
+                        .iter()
+                        .position(|&b| STOPS[usize::from(b)])
+                        .unwrap_or(rest.len());
+                    text.push_str(self.text.get(start..start + run)?);
+                    self.at = start + run;
                 }
             }
         }
@@ -272,8 +297,7 @@ impl<'a> Reader<'a> {
                 }
             }
         }
-        // ASCII only, by the grammar above.
-        let token = std::str::from_utf8(&self.bytes[start..self.at]).ok()?;
+        let token = self.text.get(start..self.at)?;
         let value: f64 = token.parse().ok()?;
         value.is_finite().then_some(Number::Float(value))
     }

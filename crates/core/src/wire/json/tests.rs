@@ -269,6 +269,23 @@ fn mutated() -> impl Strategy<Value = Vec<u8>> {
 
 proptest! {
     #[test]
+    fn the_reader_reads_any_string_as_serde_does(text in any::<String>(), raw in any::<bool>()) {
+        // serde_json escapes only what it must; `raw` also escapes every non-ASCII char.
+        let escaped = serde_json::to_string(&text).unwrap();
+        let document = if raw {
+            escaped
+        } else {
+            escaped.chars().map(|c| if c.is_ascii() { c.to_string() } else {
+                let mut units = [0u16; 2];
+                c.encode_utf16(&mut units).iter().map(|u| format!("\\u{u:04x}")).collect()
+            }).collect()
+        };
+        prop_assert!(read_as_serde_reads(document.as_bytes())?, "gave up on {}", document);
+        let read = read::document(document.as_bytes()).unwrap();
+        prop_assert_eq!(format!("{read:?}"), format!("{:?}", Json::String(text.into())));
+    }
+
+    #[test]
     fn the_reader_reads_any_document_as_serde_does(text in text()) {
         prop_assert!(read_as_serde_reads(text.as_bytes())?, "gave up on {}", text);
         let pretty = serde_json::to_string_pretty(&serde_json::from_str::<Value>(&text).unwrap()).unwrap();
