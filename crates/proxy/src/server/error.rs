@@ -225,7 +225,20 @@ impl IntoResponse for Error {
             Error::Request(error) => error.body(),
             _ => releasegate_core::release::error_body(self.error_type(), &self.to_string()),
         };
-        let mut response = (status, axum::Json(body)).into_response();
+        // Error bodies are small maps; serialized once into a vector (as released bodies
+        // are), never through a writer per token.
+        let bytes = serde_json::to_vec(&body).unwrap_or_else(|_| {
+            br#"{"detail":{"error_type":"internal_error","message":"internal error"}}"#.to_vec()
+        });
+        let mut response = (
+            status,
+            [(
+                axum::http::header::CONTENT_TYPE,
+                axum::http::HeaderValue::from_static("application/json"),
+            )],
+            bytes,
+        )
+            .into_response();
         match self {
             Error::UpstreamStatus {
                 retry_after,
