@@ -174,7 +174,7 @@ impl<'a> Json<'a> {
     /// Reads a document from `bytes`, as `serde_json::from_slice` would (trailing
     /// whitespace allowed, anything else after the value an error).
     ///
-    /// The proxy's own reader ([`read`]) reads it in one pass; where it gives up (any
+    /// The proxy's own reader (`read`) reads it in one pass; where it gives up (any
     /// error among others), serde_json reads it, so errors are serde_json's.
     pub fn parse(bytes: &'a [u8]) -> serde_json::Result<Json<'a>> {
         match read::document(bytes) {
