@@ -561,7 +561,6 @@ impl Remote {
             }
         };
         let response = plain.pool().send(&request, &read).await?;
-        drop(request);
         match response.body {
             pool::Body::Read(body) if (200..300).contains(&response.status) => {
                 Ok(Reply::Success(body))

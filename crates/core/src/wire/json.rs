@@ -117,6 +117,14 @@ impl PartialEq for Object<'_> {
 }
 
 impl<'a> Object<'a> {
+    /// An empty object with room for `members` members (indexed as they come).
+    fn with_capacity(members: usize) -> Object<'a> {
+        Object {
+            members: Vec::with_capacity(members),
+            index: None,
+        }
+    }
+
     /// The value of `key`.
     pub fn get(&self, key: &str) -> Option<&Json<'a>> {
         match &self.index {
@@ -217,10 +225,7 @@ impl<'a> Json<'a> {
             Value::String(s) => Json::String(Cow::Borrowed(s)),
             Value::Array(items) => Json::Array(items.iter().map(Json::from_value).collect()),
             Value::Object(map) => {
-                let mut object = Object {
-                    members: Vec::with_capacity(map.len()),
-                    index: None,
-                };
+                let mut object = Object::with_capacity(map.len());
                 for (key, value) in map {
                     object.insert(Cow::Borrowed(key), Json::from_value(value));
                 }
@@ -366,10 +371,7 @@ impl<'de> Visitor<'de> for JsonVisitor {
         Ok(Json::Array(items))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json<'de>, A::Error> {
-        let mut object = Object {
-            members: Vec::with_capacity(map.size_hint().unwrap_or(0).min(INDEXED_FROM)),
-            index: None,
-        };
+        let mut object = Object::with_capacity(map.size_hint().unwrap_or(0).min(INDEXED_FROM));
         while let Some(Key(key)) = map.next_key()? {
             let value = map.next_value()?;
             object.insert(key, value);

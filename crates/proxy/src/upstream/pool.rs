@@ -633,7 +633,7 @@ mod tests {
         }
     }
 
-    /// One answer from a fresh pool, with the count of connections after a second call.
+    /// The answer to one request from a fresh pool, and the pool.
     async fn once(answer: &'static [u8], piece: usize) -> (Result<Response, Error>, Arc<Pool>) {
         let (address, _) = scripted(answer, piece, 0).await;
         let pool = Pool::new(address.clone());
@@ -814,22 +814,17 @@ mod tests {
 
     #[tokio::test]
     async fn malformed_answers_are_transport_failures() {
-        let long_head: &'static [u8] = Box::leak(
-            format!(
-                "HTTP/1.1 200 OK\r\nx-long: {}\r\n\r\n",
-                "a".repeat(MAX_HEAD_BYTES + 1)
-            )
-            .into_bytes()
-            .into_boxed_slice(),
-        );
-        let many_fields: &'static [u8] = Box::leak(
-            format!(
-                "HTTP/1.1 200 OK\r\n{}\r\n",
-                "x-a: 1\r\n".repeat(MAX_HEADERS + 1)
-            )
-            .into_bytes()
-            .into_boxed_slice(),
-        );
+        // The scripted provider serves `'static` answers.
+        let leaked =
+            |answer: String| -> &'static [u8] { Box::leak(answer.into_bytes().into_boxed_slice()) };
+        let long_head = leaked(format!(
+            "HTTP/1.1 200 OK\r\nx-long: {}\r\n\r\n",
+            "a".repeat(MAX_HEAD_BYTES + 1)
+        ));
+        let many_fields = leaked(format!(
+            "HTTP/1.1 200 OK\r\n{}\r\n",
+            "x-a: 1\r\n".repeat(MAX_HEADERS + 1)
+        ));
         for answer in [
             &b"HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\n\r\n"[..],
             b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok",

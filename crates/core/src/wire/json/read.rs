@@ -108,10 +108,7 @@ impl<'a> Reader<'a> {
 
     fn object(&mut self, depth: usize) -> Option<Json<'a>> {
         self.at += 1;
-        let mut object = Object {
-            members: Vec::new(),
-            index: None,
-        };
+        let mut object = Object::with_capacity(0);
         self.skip_whitespace();
         if self.peek()? == b'}' {
             self.at += 1;
