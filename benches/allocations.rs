@@ -40,7 +40,7 @@ fn one(contract: &releasegate_core::contract::Contract, rng: &mut Rng) -> usize 
     let request = wire::Json::parse(REQUEST).unwrap();
     let asked = wire::check_json(&request, contract).unwrap();
     drop(request);
-    let upstream = serde_json::to_vec(&asked.upstream).unwrap();
+    let upstream = wire::json::write::to_vec(&asked.upstream);
     std::hint::black_box(&upstream);
     let native = wire::Json::parse(ANSWER).unwrap();
     let mut options = Options {
@@ -48,7 +48,7 @@ fn one(contract: &releasegate_core::contract::Contract, rng: &mut Rng) -> usize 
         evaluate: false,
     };
     let released = release::release(contract, &asked, &native, &mut options).unwrap();
-    serde_json::to_vec(&released.body).unwrap().len()
+    released.to_bytes().len()
 }
 
 fn main() {

@@ -13,19 +13,26 @@
 pub mod bounding;
 pub mod shape;
 
-use serde_json::{Map, Value};
+use std::borrow::Cow;
+
+use serde_json::Value;
 
 use crate::contract::{Coarsening, Contract, QuestionRule, Shape, View};
 use crate::mechanism::{self, ClassVector, Context, Released};
 use crate::rng::Rng;
-use crate::wire::{self, Asked, AskedQuestion, Invalid, Kind, Node};
+use crate::wire::json::{Number, Object, write};
+use crate::wire::{self, Asked, AskedQuestion, Invalid, Json, Kind, Node};
 use crate::workflow;
 
 /// A released response and what happened to each answer.
+///
+/// The body borrows its strings (labels, question ids, the model) from the contract,
+/// the request and the native answer: building it allocates only its objects' member
+/// lists, and [`Release::to_bytes`] writes it as serde_json would write the same `Value`.
 #[derive(Debug, Clone)]
-pub struct Release {
+pub struct Release<'a> {
     /// The body the recipient receives.
-    pub body: Value,
+    pub body: Json<'a>,
     /// One record per released answer, in request order.
     pub answers: Vec<AnswerRecord>,
 }
@@ -58,6 +65,13 @@ pub struct Evaluation {
     pub released: workflow::Release,
 }
 
+impl Release<'_> {
+    /// The body as the bytes the recipient receives.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        write::to_vec(&self.body)
+    }
+}
+
 /// Per-call options of the release path.
 pub struct Options<'a> {
     /// Fresh randomness for unseeded noise mechanisms.
@@ -84,12 +98,12 @@ pub fn invalid_answer_body(reason: Invalid) -> Value {
 /// Releases `native` (the provider's response body) under `contract`. What it reads of
 /// the request is what went upstream (`asked.upstream`): its `state` feeds
 /// request-dependent workflows, and seeded noise is keyed on it.
-pub fn release<N: Node>(
-    contract: &Contract,
-    asked: &Asked,
-    native: &N,
+pub fn release<'a, N: Node>(
+    contract: &'a Contract,
+    asked: &'a Asked,
+    native: &'a N,
     options: &mut Options<'_>,
-) -> Result<Release, Invalid> {
+) -> Result<Release<'a>, Invalid> {
     let request = &asked.upstream;
     native.object_len().ok_or(Invalid::MissingField)?;
     let model = native
@@ -114,7 +128,7 @@ pub fn release<N: Node>(
         Some(_) => return Err(Invalid::MissingField),
     };
 
-    let mut released_answers = Map::with_capacity(asked.questions.len());
+    let mut released_answers = Object::with_capacity(asked.questions.len());
     let mut records = Vec::with_capacity(asked.questions.len());
     for question in &asked.questions {
         // `check_request` guarantees the contract covers every asked question.
@@ -126,8 +140,8 @@ pub fn release<N: Node>(
         if question.kind == Kind::Box {
             let native = wire::parse_box(answer)?;
             released_answers.insert(
-                question.id.clone(),
-                bounding::release_box(rule, contract.shape, &native),
+                Cow::Borrowed(&question.id),
+                Json::from_owned(bounding::release_box(rule, contract.shape, &native)),
             );
             records.push(AnswerRecord {
                 question: question.id.clone(),
@@ -149,20 +163,20 @@ pub fn release<N: Node>(
             options,
         )?;
         if let Some(value) = value {
-            released_answers.insert(question.id.clone(), value);
+            released_answers.insert(Cow::Borrowed(&question.id), value);
         }
         records.push(record);
     }
 
-    let mut body = Map::with_capacity(3);
-    body.insert("model".into(), Value::String(model.to_string()));
-    body.insert("answers".into(), Value::Object(released_answers));
+    let mut body = Object::with_capacity(3);
+    body.insert(Cow::Borrowed("model"), Json::text(model));
+    body.insert(Cow::Borrowed("answers"), Json::Object(released_answers));
     body.insert(
-        "usage".into(),
-        Value::Object(release_usage(contract, usage)?),
+        Cow::Borrowed("usage"),
+        Json::Object(release_usage(contract, usage)?),
     );
     Ok(Release {
-        body: Value::Object(body),
+        body: Json::Object(body),
         answers: records,
     })
 }
@@ -224,17 +238,17 @@ impl<'a> Form<'a> {
     /// The view's fields come first (a withheld selection keeps only its own
     /// probability: residual scores leak it); the complete shape then fills
     /// every other required field (`shape::fill`).
-    pub fn encode(&self, choice: usize, released: &Released) -> Option<Value> {
+    pub fn encode(&self, choice: usize, released: &Released) -> Option<Json<'a>> {
         // At most type, choice or score or noul, legend, probabilities, confidence.
-        let mut out = Map::with_capacity(5);
+        let mut out = Object::with_capacity(5);
         out.insert(
-            "type".into(),
-            Value::String(self.question.kind.as_str().into()),
+            Cow::Borrowed("type"),
+            Json::text(self.question.kind.as_str()),
         );
         if !self.view.has_choice() || released.deny {
             return match self.shape {
                 Shape::Complete => None,
-                Shape::Minimal => Some(Value::Object(out)),
+                Shape::Minimal => Some(Json::Object(out)),
             };
         }
         let labels = self.labels;
@@ -273,11 +287,11 @@ impl<'a> Form<'a> {
                     Some(p) if !withheld => p,
                     _ => hard,
                 };
-                out.insert("noul".into(), Value::from(noul));
-                return Some(Value::Object(out));
+                out.insert(Cow::Borrowed("noul"), Json::float(noul));
+                return Some(Json::Object(out));
             }
             Kind::Choice => {
-                out.insert("choice".into(), Value::String(label.clone()));
+                out.insert(Cow::Borrowed("choice"), Json::text(label));
             }
             // Box answers are released by `bounding`, never as a class vector.
             Kind::Box => return None,
@@ -295,9 +309,9 @@ impl<'a> Form<'a> {
                     label.parse::<f64>().unwrap_or(0.0)
                 };
                 // The fixed decimal form: no float noise of the weighted sum goes out.
-                out.insert("score".into(), Value::from(shape::fixed(score)));
+                out.insert(Cow::Borrowed("score"), Json::float(shape::fixed(score)));
                 if let Some(legend) = &self.question.legend {
-                    out.insert("legend".into(), Value::Object(legend.clone()));
+                    out.insert(Cow::Borrowed("legend"), Json::from_map(legend));
                 }
             }
         }
@@ -310,18 +324,18 @@ impl<'a> Form<'a> {
             shape::fill(self.question.kind, labels, &mut parts);
         }
         if let Some(entries) = &parts.probabilities {
-            let mut map = Map::with_capacity(entries.len());
+            let mut map = Object::with_capacity(entries.len());
             for (p, label) in entries.iter().zip(labels) {
                 if let Some(p) = p {
-                    map.insert(label.clone(), Value::from(*p));
+                    map.insert(Cow::Borrowed(label), Json::float(*p));
                 }
             }
-            out.insert("probabilities".into(), Value::Object(map));
+            out.insert(Cow::Borrowed("probabilities"), Json::Object(map));
         }
         if let Some(confidence) = parts.confidence {
-            out.insert("confidence".into(), Value::from(confidence));
+            out.insert(Cow::Borrowed("confidence"), Json::float(confidence));
         }
-        Some(Value::Object(out))
+        Some(Json::Object(out))
     }
 
     /// Reads a released answer the way a downstream consumer (the frozen
@@ -338,12 +352,12 @@ impl<'a> Form<'a> {
     /// class is the earliest most probable class when the contract releases
     /// probabilities and the map is full, else the released level (score) or
     /// outcome (noul). An answer left out of `answers` (`null`) reads as `None`.
-    pub fn read(&self, answer: &Value) -> Option<workflow::Release> {
-        let object = answer.as_object()?;
-        let entries = self.entries(object);
-        let choice = self.choice(object, entries.as_deref())?;
+    pub fn read<N: Node>(&self, answer: &N) -> Option<workflow::Release> {
+        answer.object_len()?;
+        let entries = self.entries(answer);
+        let choice = self.choice(answer, entries.as_deref())?;
         if self.question.kind == Kind::Noul {
-            let p_true = object.get("noul")?.as_f64()?;
+            let p_true = answer.member("noul")?.number()?;
             return Some(workflow::Release {
                 choice,
                 probabilities: self
@@ -355,7 +369,7 @@ impl<'a> Form<'a> {
         let mut parts = shape::Parts {
             choice,
             probabilities: entries,
-            confidence: object.get("confidence").and_then(Value::as_f64),
+            confidence: answer.member("confidence").and_then(Node::number),
         };
         shape::fill(self.question.kind, self.labels, &mut parts);
         let probabilities = parts
@@ -376,20 +390,20 @@ impl<'a> Form<'a> {
     /// contract releases for it, as they appear (no fills; an absent field stays
     /// absent, a partial map keeps its omitted entries as `None`; a withheld
     /// selection shows its own probability entry at most).
-    pub fn observe(&self, answer: &Value) -> Observed {
-        let Some(object) = answer.as_object() else {
+    pub fn observe<N: Node>(&self, answer: &N) -> Observed {
+        if answer.object_len().is_none() {
             return Observed::default();
-        };
-        let entries = self.entries(object);
-        let Some(choice) = self.choice(object, entries.as_deref()) else {
+        }
+        let entries = self.entries(answer);
+        let Some(choice) = self.choice(answer, entries.as_deref()) else {
             return Observed::default();
         };
         let probabilities = if !self.view.has_probabilities() {
             None
         } else if self.question.kind == Kind::Noul {
-            object
-                .get("noul")
-                .and_then(Value::as_f64)
+            answer
+                .member("noul")
+                .and_then(Node::number)
                 .filter(|_| !self.withheld(choice))
                 .map(|p| noul_vector(self.labels, p).into_iter().map(Some).collect())
         } else if self.withheld(choice) {
@@ -405,9 +419,9 @@ impl<'a> Form<'a> {
         Observed {
             choice: Some(choice),
             probabilities,
-            confidence: object
-                .get("confidence")
-                .and_then(Value::as_f64)
+            confidence: answer
+                .member("confidence")
+                .and_then(Node::number)
                 .filter(|_| self.releases_confidence(choice)),
         }
     }
@@ -416,18 +430,18 @@ impl<'a> Form<'a> {
     /// every field of the answer completed with `shape::fill` (computed from
     /// the released fields, so a minimal and a complete answer observe the
     /// same), whatever the view releases.
-    pub fn observe_with_fills(&self, answer: &Value) -> Observed {
-        let Some(object) = answer.as_object() else {
+    pub fn observe_with_fills<N: Node>(&self, answer: &N) -> Observed {
+        if answer.object_len().is_none() {
             return Observed::default();
-        };
-        let entries = self.entries(object);
-        let Some(choice) = self.choice(object, entries.as_deref()) else {
+        }
+        let entries = self.entries(answer);
+        let Some(choice) = self.choice(answer, entries.as_deref()) else {
             return Observed::default();
         };
         if self.question.kind == Kind::Noul {
-            let vector = object
-                .get("noul")
-                .and_then(Value::as_f64)
+            let vector = answer
+                .member("noul")
+                .and_then(Node::number)
                 .map(|p| noul_vector(self.labels, p).into_iter().map(Some).collect());
             return Observed {
                 choice: Some(choice),
@@ -438,7 +452,7 @@ impl<'a> Form<'a> {
         let mut parts = shape::Parts {
             choice,
             probabilities: entries,
-            confidence: object.get("confidence").and_then(Value::as_f64),
+            confidence: answer.member("confidence").and_then(Node::number),
         };
         shape::fill(self.question.kind, self.labels, &mut parts);
         Observed {
@@ -449,26 +463,23 @@ impl<'a> Form<'a> {
     }
 
     /// The probability map in label order (`None` entries: omitted classes).
-    fn entries(&self, object: &Map<String, Value>) -> Option<Vec<Option<f64>>> {
-        let map = object.get("probabilities")?.as_object()?;
+    fn entries<N: Node>(&self, answer: &N) -> Option<Vec<Option<f64>>> {
+        let map = answer.member("probabilities")?;
+        map.object_len()?;
         Some(
             self.labels
                 .iter()
-                .map(|l| map.get(l).and_then(Value::as_f64))
+                .map(|l| map.member(l).and_then(Node::number))
                 .collect(),
         )
     }
 
     /// The selected class of a released answer.
-    fn choice(
-        &self,
-        object: &Map<String, Value>,
-        entries: Option<&[Option<f64>]>,
-    ) -> Option<usize> {
+    fn choice<N: Node>(&self, answer: &N, entries: Option<&[Option<f64>]>) -> Option<usize> {
         let labels = self.labels;
         match self.question.kind {
             Kind::Choice => {
-                let label = object.get("choice")?.as_str()?;
+                let label = answer.member("choice")?.text()?;
                 labels.iter().position(|l| l == label)
             }
             Kind::Score => {
@@ -478,7 +489,7 @@ impl<'a> Form<'a> {
                 match full {
                     Some(p) => Some(wire::argmax(&p)),
                     None => {
-                        let level = object.get("score")?.as_f64()?;
+                        let level = answer.member("score")?.number()?;
                         labels
                             .iter()
                             .position(|l| l.parse::<f64>().ok() == Some(level))
@@ -486,7 +497,7 @@ impl<'a> Form<'a> {
                 }
             }
             Kind::Noul => {
-                let p_true = object.get("noul")?.as_f64()?;
+                let p_true = answer.member("noul")?.number()?;
                 Some(wire::argmax(&noul_vector(labels, p_true)))
             }
             Kind::Box => None,
@@ -514,14 +525,14 @@ fn noul_vector(labels: &[String], p_true: f64) -> Vec<f64> {
 
 /// Releases one parsed answer; returns the answer object (`None`: left out of
 /// `answers`) and its record.
-pub fn release_answer(
-    question: &AskedQuestion,
-    rule: &QuestionRule,
+pub fn release_answer<'a>(
+    question: &'a AskedQuestion,
+    rule: &'a QuestionRule,
     shape: Shape,
     native: &ClassVector,
     request: &Value,
     options: &mut Options<'_>,
-) -> Result<(Option<Value>, AnswerRecord), Invalid> {
+) -> Result<(Option<Json<'a>>, AnswerRecord), Invalid> {
     let vector = match &rule.coarsen {
         Some(coarsening) => coarsen(coarsening, native),
         None => native.clone(),
@@ -531,7 +542,7 @@ pub fn release_answer(
     // The last candidate the WCPQ mapper round-tripped, with its encoding: a covered
     // answer is exactly that candidate, and `encode` is a pure function of its inputs, so
     // that encoding goes out instead of a second one.
-    let last_encoded: std::cell::RefCell<Option<(usize, Released, Option<Value>)>> =
+    let last_encoded: std::cell::RefCell<Option<(usize, Released, Option<Json<'a>>)>> =
         std::cell::RefCell::new(None);
     // The native answer as the recipient would read it had it gone out unchanged.
     let native_released = Released {
@@ -621,7 +632,10 @@ pub fn roundtrip(form: &Form<'_>, candidate: &workflow::Release) -> Option<workf
 }
 
 /// A candidate as the release path would hand it to [`Form::encode`], and its encoding.
-fn encode_candidate(form: &Form<'_>, candidate: &workflow::Release) -> (Released, Option<Value>) {
+fn encode_candidate<'a>(
+    form: &Form<'a>,
+    candidate: &workflow::Release,
+) -> (Released, Option<Json<'a>>) {
     let released = Released {
         probabilities: match &candidate.probabilities {
             Some(p) => p.iter().copied().map(Some).collect(),
@@ -635,13 +649,14 @@ fn encode_candidate(form: &Form<'_>, candidate: &workflow::Release) -> (Released
 }
 
 /// Reads an encoded answer as its recipient reads the bytes it is sent as.
-fn read_encoded(form: &Form<'_>, value: &Value) -> Option<workflow::Release> {
-    // Reading `value` is reading the bytes that go out: they are `serde_json`'s printing of
-    // it, and printing then parsing gives `value` back exactly (finite floats print in the
-    // shortest form that parses to the same f64, read with `float_roundtrip`; integers,
-    // strings, arrays and ordered maps are reproduced as they are). So the text is not made
-    // here; `tests::printing_then_parsing_an_encoded_answer_gives_it_back` checks the
-    // identity on every view, shape, question type and confidence, with arbitrary floats.
+fn read_encoded(form: &Form<'_>, value: &Json<'_>) -> Option<workflow::Release> {
+    // Reading `value` is reading the bytes that go out: they are the writer's printing of
+    // it (`wire::json::write`, serde_json's output byte for byte), and printing then
+    // parsing gives `value` back exactly (finite floats print in the shortest form that
+    // parses to the same f64, read with `float_roundtrip`; integers, strings, arrays and
+    // ordered maps are reproduced as they are). So the text is not made here;
+    // `tests::printing_then_parsing_an_encoded_answer_gives_it_back` checks the identity
+    // on every view, shape, question type and confidence, with arbitrary floats.
     form.read(value)
 }
 
@@ -659,7 +674,7 @@ fn same_bits(a: &Released, b: &Released) -> bool {
 }
 
 /// Reads a released answer as a consumer does ([`Form::read`]).
-pub fn read_released(form: &Form<'_>, answer: &Value) -> Option<workflow::Release> {
+pub fn read_released<N: Node>(form: &Form<'_>, answer: &N) -> Option<workflow::Release> {
     form.read(answer)
 }
 
@@ -787,13 +802,19 @@ pub fn coarsen(coarsening: &Coarsening, fine: &ClassVector) -> ClassVector {
 fn release_usage<N: Node>(
     contract: &Contract,
     usage: Option<&N>,
-) -> Result<Map<String, Value>, Invalid> {
-    let mut out = Map::with_capacity(2);
+) -> Result<Object<'static>, Invalid> {
+    let mut out = Object::with_capacity(2);
     if !contract.usage.keeps() {
         // Schema-complete and carrying nothing: the published schema and the SDKs' strict
         // models require both counts, and zero says nothing about the input.
-        out.insert("input_tokens".into(), Value::from(0u64));
-        out.insert("output_tokens".into(), Value::from(0u64));
+        out.insert(
+            Cow::Borrowed("input_tokens"),
+            Json::Number(Number::Unsigned(0)),
+        );
+        out.insert(
+            Cow::Borrowed("output_tokens"),
+            Json::Number(Number::Unsigned(0)),
+        );
         return Ok(out);
     }
     for key in ["input_tokens", "output_tokens"] {
@@ -802,7 +823,7 @@ fn release_usage<N: Node>(
             Some(count) if count.is_null() => {}
             Some(count) => {
                 let count = count.unsigned().ok_or(Invalid::MissingField)?;
-                out.insert(key.into(), Value::from(count));
+                out.insert(Cow::Borrowed(key), Json::Number(Number::Unsigned(count)));
             }
         }
     }

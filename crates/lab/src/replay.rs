@@ -431,7 +431,7 @@ fn process(contract: &Contract, lines: &[(usize, String)], rng: &mut Rng) -> Res
                                 .record(rule, record, state, world.split);
                         }
                     }
-                    released.body
+                    released.body.to_value()
                 }
                 Err(reason) => {
                     summary.rejected_answers.record(

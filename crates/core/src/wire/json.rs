@@ -118,7 +118,7 @@ impl PartialEq for Object<'_> {
 
 impl<'a> Object<'a> {
     /// An empty object with room for `members` members (indexed as they come).
-    fn with_capacity(members: usize) -> Object<'a> {
+    pub fn with_capacity(members: usize) -> Object<'a> {
         Object {
             members: Vec::with_capacity(members),
             index: None,
@@ -224,13 +224,51 @@ impl<'a> Json<'a> {
             }),
             Value::String(s) => Json::String(Cow::Borrowed(s)),
             Value::Array(items) => Json::Array(items.iter().map(Json::from_value).collect()),
+            Value::Object(map) => Json::from_map(map),
+        }
+    }
+
+    /// A `serde_json` map seen as a `Json` object: keys and strings borrowed from it.
+    pub fn from_map(map: &'a serde_json::Map<String, Value>) -> Json<'a> {
+        let mut object = Object::with_capacity(map.len());
+        for (key, value) in map {
+            object.insert(Cow::Borrowed(key), Json::from_value(value));
+        }
+        Json::Object(object)
+    }
+
+    /// A `Value` turned into a `Json` that owns its strings.
+    pub fn from_owned(value: Value) -> Json<'static> {
+        match value {
+            Value::Null => Json::Null,
+            Value::Bool(b) => Json::Bool(b),
+            Value::String(s) => Json::String(Cow::Owned(s)),
+            Value::Array(items) => Json::Array(items.into_iter().map(Json::from_owned).collect()),
             Value::Object(map) => {
                 let mut object = Object::with_capacity(map.len());
                 for (key, value) in map {
-                    object.insert(Cow::Borrowed(key), Json::from_value(value));
+                    object.insert(Cow::Owned(key), Json::from_owned(value));
                 }
                 Json::Object(object)
             }
+            number @ Value::Number(_) => match Json::from_value(&number) {
+                Json::Number(n) => Json::Number(n),
+                _ => Json::Null,
+            },
+        }
+    }
+
+    /// A string borrowed for the document's lifetime.
+    pub fn text(text: &'a str) -> Json<'a> {
+        Json::String(Cow::Borrowed(text))
+    }
+
+    /// A float as `Value::from(f64)` holds it: `null` when it is not finite.
+    pub fn float(x: f64) -> Json<'a> {
+        if x.is_finite() {
+            Json::Number(Number::Float(x))
+        } else {
+            Json::Null
         }
     }
 
@@ -381,6 +419,7 @@ impl<'de> Visitor<'de> for JsonVisitor {
 }
 
 mod read;
+pub mod write;
 
 #[cfg(test)]
 mod tests;

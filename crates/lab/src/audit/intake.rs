@@ -262,7 +262,7 @@ pub fn build_joint(
                 *outcomes.entry(outcome).or_default() += 1;
             }
             // An answer left out of `answers` (no prediction, complete shape) reads as `null`.
-            let answer = &released.body["answers"][u.question.as_str()];
+            let answer = released_answer(&released, &u.question);
             let question = asked
                 .questions
                 .iter()
@@ -343,7 +343,7 @@ fn joint_parts(
             let released = release_saved(contract, &asked, u.world, &stream)?;
             if let Some(question) = asked.questions.iter().find(|q| q.id == u.question) {
                 let form = release::Form::new(question, rule, contract.shape);
-                let answer = &released.body["answers"][u.question.as_str()];
+                let answer = released_answer(&released, &u.question);
                 let features = features_of(&form, reading, answer);
                 part.choice = features.choice;
                 part.probabilities = features.probabilities;
@@ -355,14 +355,22 @@ fn joint_parts(
     Ok(parts)
 }
 
+/// The released answer to `question` (`null` when it was left out of `answers`).
+fn released_answer<'r>(released: &'r release::Release<'_>, question: &str) -> &'r wire::Json<'r> {
+    const LEFT_OUT: &wire::Json<'static> = &wire::Json::Null;
+    wire::Node::member(&released.body, "answers")
+        .and_then(|answers| wire::Node::member(answers, question))
+        .unwrap_or(LEFT_OUT)
+}
+
 /// Releases a world's saved answer under `contract` as the proxy would, with the random
 /// stream named `stream` (unseeded noise stays reproducible per candidate and world).
-fn release_saved(
-    contract: &Contract,
-    asked: &wire::Asked,
-    world: &World,
+fn release_saved<'a>(
+    contract: &'a Contract,
+    asked: &'a wire::Asked,
+    world: &'a World,
     stream: &str,
-) -> Result<release::Release, Error> {
+) -> Result<release::Release<'a>, Error> {
     let mut rng = Rng::from_bytes(stream.as_bytes());
     let mut options = Options {
         rng: &mut rng,
@@ -439,7 +447,11 @@ fn usable_world<'w>(
 /// information. `Reading::WithFills` adds them as features in both shapes
 /// (computed from a minimal answer, read from a complete one): no new
 /// information, but new feature transforms for the decoder library.
-fn features_of(form: &release::Form<'_>, reading: Reading, answer: &Value) -> ReleasedFeatures {
+fn features_of<N: wire::Node>(
+    form: &release::Form<'_>,
+    reading: Reading,
+    answer: &N,
+) -> ReleasedFeatures {
     let observed = match reading {
         Reading::Released => form.observe(answer),
         Reading::WithFills => form.observe_with_fills(answer),

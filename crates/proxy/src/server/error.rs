@@ -225,11 +225,8 @@ impl IntoResponse for Error {
             Error::Request(error) => error.body(),
             _ => releasegate_core::release::error_body(self.error_type(), &self.to_string()),
         };
-        // Error bodies are small maps; serialized once into a vector (as released bodies
-        // are), never through a writer per token.
-        let bytes = serde_json::to_vec(&body).unwrap_or_else(|_| {
-            br#"{"detail":{"error_type":"internal_error","message":"internal error"}}"#.to_vec()
-        });
+        // Error bodies are small maps, written once into a vector as released bodies are.
+        let bytes = releasegate_core::wire::json::write::to_vec(&body);
         let mut response = (
             status,
             [(

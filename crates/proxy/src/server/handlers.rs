@@ -119,7 +119,9 @@ async fn serve_models(
     let started = Instant::now();
     let mut trail = Trail::new(&state, trace_id, spans);
     let selection = Selection::new(&headers, path_contract.as_deref());
-    let result = list_models(&state, selection, &mut trail).await;
+    let result = list_models(&state, selection, &mut trail)
+        .await
+        .map(|models| wire::json::write::to_vec(&models));
     finish(&state, "models", id, trail, started, result)
 }
 
@@ -287,23 +289,17 @@ fn export_server_span(
     });
 }
 
-/// A released body as its response. Serialized into a vector sized for a typical
-/// release: axum's `Json` writes through `BytesMut`'s writer, a call per token, which
-/// cost the proxy about 7 % of its instructions per request. A body that cannot be
-/// serialized (none can: its keys are strings) is an internal error, never raw.
-fn json_response(body: &Value) -> Response {
-    let mut bytes = Vec::with_capacity(512);
-    match serde_json::to_writer(&mut bytes, body) {
-        Ok(()) => (
-            [(
-                header::CONTENT_TYPE,
-                header::HeaderValue::from_static("application/json"),
-            )],
-            bytes,
-        )
-            .into_response(),
-        Err(_) => Error::Internal.into_response(),
-    }
+/// A JSON body (written by the core's JSON writer, serde_json's output byte for byte)
+/// as its response.
+fn json_response(body: Vec<u8>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
 }
 
 fn finish(
@@ -312,7 +308,7 @@ fn finish(
     request_id: RequestId,
     trail: Trail,
     started: Instant,
-    result: Result<Value, Error>,
+    result: Result<Vec<u8>, Error>,
 ) -> Response {
     let contract_label = trail.contract.as_ref().map_or("none", |c| c.name.as_str());
     if let (Err(Error::RateLimited(_)), Some(recipient)) = (&result, &trail.recipient) {
@@ -339,7 +335,7 @@ fn finish(
         Err(error) => error.error_type(),
     };
     let response = match result {
-        Ok(body) => json_response(&body),
+        Ok(body) => json_response(body),
         Err(error) => {
             if let Error::UpstreamAuth { status } = &error {
                 // The provider refused the proxy's own key: an operator must act, callers cannot.
@@ -436,7 +432,7 @@ async fn answer(
     selection: Selection<'_>,
     body: Body,
     trail: &mut Trail,
-) -> Result<Value, Error> {
+) -> Result<Vec<u8>, Error> {
     let headers = selection.headers;
     let live = state.live();
     let contract = select_contract(&live, selection, trail).await?;
@@ -485,7 +481,7 @@ async fn answer(
     )?;
     asked.set_assets(checked.assets);
     // Never the caller's bytes: the contract's questions, the caller's content.
-    let json = Bytes::from(serde_json::to_vec(&asked.upstream).map_err(|_| Error::Internal)?);
+    let json = Bytes::from(wire::json::write::to_vec(&asked.upstream));
     // Sampled for the live capture: keep the JSON request (a world's request; images are
     // not captured) and the answer (reference counts, no copies).
     let captured = state
@@ -573,10 +569,16 @@ async fn answer(
         released.is_err(),
     );
     let released = released.map_err(|reason| reject(state, contract, reason))?;
-    record_released(state, contract, &released);
+    record_released(state, contract, &released.answers);
     trail.answers = released.answers;
     trail.capture = captured;
     Ok(released.body)
+}
+
+/// A released body as the bytes that go out, and what happened to each answer.
+struct Sent {
+    body: Vec<u8>,
+    answers: Vec<release::AnswerRecord>,
 }
 
 /// Runs the pure release path on the provider's answer (`native`, read as a borrowed
@@ -586,7 +588,7 @@ async fn release_off_thread(
     contract: &Arc<Contract>,
     asked: wire::Asked,
     native: Bytes,
-) -> Result<Result<release::Release, wire::Invalid>, Error> {
+) -> Result<Result<Sent, wire::Invalid>, Error> {
     let seed = if contract.needs_fresh_randomness() {
         releasegate_core::rng::os_seed().map_err(|_| Error::Internal)?
     } else {
@@ -601,7 +603,10 @@ async fn release_off_thread(
                 evaluate: false,
             };
             let native = wire::Json::parse(&native).map_err(|_| wire::Invalid::NotJson)?;
-            release::release(&contract, &asked, &native, &mut options)
+            release::release(&contract, &asked, &native, &mut options).map(|released| Sent {
+                body: released.to_bytes(),
+                answers: released.answers,
+            })
         }
     };
     if contract.is_heavy() {
@@ -613,9 +618,9 @@ async fn release_off_thread(
     }
 }
 
-fn record_released(state: &AppState, contract: &Contract, released: &release::Release) {
+fn record_released(state: &AppState, contract: &Contract, answers: &[release::AnswerRecord]) {
     let metrics = state.metrics();
-    for record in &released.answers {
+    for record in answers {
         let labels = [contract.name.as_str(), record.question.as_str()];
         metrics
             .released_answers

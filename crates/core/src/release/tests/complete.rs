@@ -58,14 +58,24 @@ fn contract(shape: &str, view: &str, q: &str, s: &str, n: &str) -> Arc<Contract>
     Config::from_toml(&text).unwrap().contracts["c"].clone()
 }
 
-fn release_with(contract: &Contract, native: &Value) -> Release {
+/// A release with its body read back from the bytes that go out.
+struct Sent {
+    body: Value,
+    answers: Vec<AnswerRecord>,
+}
+
+fn release_with(contract: &Contract, native: &Value) -> Sent {
     let asked = check_request(&request(), contract).unwrap();
     let mut rng = crate::rng::Rng::new(1);
     let mut options = Options {
         rng: &mut rng,
         evaluate: true,
     };
-    release(contract, &asked, native, &mut options).unwrap()
+    let released = release(contract, &asked, native, &mut options).unwrap();
+    Sent {
+        body: serde_json::from_slice(&released.to_bytes()).unwrap(),
+        answers: released.answers,
+    }
 }
 
 /// What typesafe-sdk 0.7.5 (pydantic strict) and typesafe-jev 0.2.0 require of an answer.
@@ -194,14 +204,14 @@ fn every_complete_answer_satisfies_the_clients_and_reads_like_the_minimal_one() 
                     let m = release_with(&minimal, &native);
                     let context = format!("view {view}, q `{q}`, s `{s}`, n `{n}`, {native}");
                     // Same mechanism outcome in both shapes (the mapper verifies each shape's bytes).
-                    let outcomes = |r: &Release| -> Vec<_> {
+                    let outcomes = |r: &Sent| -> Vec<_> {
                         r.answers
                             .iter()
                             .map(|a| (a.mechanism, a.withheld))
                             .collect()
                     };
                     assert_eq!(outcomes(&c), outcomes(&m), "{context}");
-                    let denied = |r: &Release, id: &str| {
+                    let denied = |r: &Sent, id: &str| {
                         r.answers.iter().any(|a| {
                             a.question == id
                                 && matches!(a.mechanism, mechanism::Outcome::Fallback(_))

@@ -109,7 +109,7 @@ fn complete_and_minimal_releases_give_the_same_audit_input_and_recovery() {
         };
         release::release(&contract, &asked, &world.response, &mut options)
             .unwrap()
-            .body
+            .to_bytes()
     };
     for view in [
         View::NoOutput,
