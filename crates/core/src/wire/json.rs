@@ -106,8 +106,13 @@ const INDEXED_FROM: usize = 16;
 #[derive(Debug, Clone, Default)]
 pub struct Object<'a> {
     members: Vec<(Cow<'a, str>, Json<'a>)>,
-    /// Key → position, only for objects with more than `INDEXED_FROM` members.
-    index: Option<HashMap<String, usize>>,
+    /// Key → position, only for objects with more than `INDEXED_FROM` members. Boxed:
+    /// almost no object has one, and every `Json` is as large as its largest variant.
+    #[expect(
+        clippy::box_collection,
+        reason = "the box keeps the inline size small: one pointer instead of a whole map"
+    )]
+    index: Option<Box<HashMap<String, usize>>>,
 }
 
 impl PartialEq for Object<'_> {
@@ -173,7 +178,7 @@ impl<'a> Object<'a> {
                 .enumerate()
                 .map(|(at, (k, _))| (k.to_string(), at))
                 .collect();
-            self.index = Some(index);
+            self.index = Some(Box::new(index));
         }
     }
 }
@@ -419,6 +424,7 @@ impl<'de> Visitor<'de> for JsonVisitor {
 }
 
 mod read;
+mod scan;
 pub mod write;
 
 #[cfg(test)]

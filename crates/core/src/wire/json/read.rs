@@ -10,6 +10,7 @@
 
 use std::borrow::Cow;
 
+use super::scan::find_stop;
 use super::{Json, Number, Object};
 
 /// Nesting this reader follows itself; deeper documents go to serde_json (whose
@@ -32,20 +33,6 @@ pub(super) fn document(bytes: &[u8]) -> Option<Json<'_>> {
     reader.skip_whitespace();
     (reader.at == bytes.len()).then_some(value)
 }
-
-/// The bytes that end a run of plain string content: the quote, the backslash and the
-/// control characters.
-const STOPS: [bool; 256] = {
-    let mut stops = [false; 256];
-    let mut byte = 0;
-    while byte < 0x20 {
-        stops[byte] = true;
-        byte += 1;
-    }
-    stops[b'"' as usize] = true;
-    stops[b'\\' as usize] = true;
-    stops
-};
 
 struct Reader<'a> {
     text: &'a str,
@@ -144,7 +131,7 @@ impl<'a> Reader<'a> {
         self.at += 1;
         let start = self.at;
         let rest = self.bytes.get(start..)?;
-        let end = rest.iter().position(|&b| STOPS[usize::from(b)])?;
+        let end = find_stop(rest)?;
         match rest[end] {
             b'"' => {
                 self.at = start + end + 1;
@@ -192,10 +179,7 @@ impl<'a> Reader<'a> {
                     // between ASCII delimiters, so whole characters.
                     let start = self.at;
                     let rest = self.bytes.get(start..)?;
-                    let run = rest
-                        .iter()
-                        .position(|&b| STOPS[usize::from(b)])
-                        .unwrap_or(rest.len());
+                    let run = find_stop(rest).unwrap_or(rest.len());
                     text.push_str(self.text.get(start..start + run)?);
                     self.at = start + run;
                 }

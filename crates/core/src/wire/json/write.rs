@@ -11,6 +11,7 @@
 
 use serde_json::Value;
 
+use super::scan::find_stop;
 use super::{Json, Number};
 
 /// A document the writer can write: a `serde_json::Value` or a [`Json`].
@@ -127,17 +128,16 @@ static ESCAPE: [u8; 256] = {
 
 /// Appends `text` as a JSON string.
 pub fn write_str(text: &str, out: &mut Vec<u8>) {
-    let bytes = text.as_bytes();
-    out.reserve(bytes.len() + 2);
+    let mut rest = text.as_bytes();
+    out.reserve(rest.len() + 2);
     out.push(b'"');
-    let mut run = 0;
-    for (i, &byte) in bytes.iter().enumerate() {
+    // Runs of plain content are copied whole; `find_stop` finds exactly the bytes `ESCAPE`
+    // names.
+    while let Some(at) = find_stop(rest) {
+        out.extend_from_slice(&rest[..at]);
+        let byte = rest[at];
+        rest = &rest[at + 1..];
         let escape = ESCAPE[usize::from(byte)];
-        if escape == 0 {
-            continue;
-        }
-        out.extend_from_slice(&bytes[run..i]);
-        run = i + 1;
         if escape == b'u' {
             const HEX: &[u8; 16] = b"0123456789abcdef";
             out.extend_from_slice(b"\\u00");
@@ -148,7 +148,7 @@ pub fn write_str(text: &str, out: &mut Vec<u8>) {
             out.push(escape);
         }
     }
-    out.extend_from_slice(&bytes[run..]);
+    out.extend_from_slice(rest);
     out.push(b'"');
 }
 
@@ -169,6 +169,17 @@ mod tests {
         assert_eq!(String::from_utf8(to_vec(&json)).unwrap(), expected);
         let owned = Json::from_owned(value.clone());
         assert_eq!(String::from_utf8(to_vec(&owned)).unwrap(), expected);
+    }
+
+    #[test]
+    fn the_scan_stops_at_exactly_the_escaped_bytes() {
+        for byte in 0..=u8::MAX {
+            assert_eq!(
+                super::super::scan::is_stop(byte),
+                super::ESCAPE[usize::from(byte)] != 0,
+                "{byte:#04x}"
+            );
+        }
     }
 
     #[test]

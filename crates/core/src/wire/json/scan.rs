@@ -1,0 +1,86 @@
+//! The scan both the reader and the writer make through string content: where the next
+//! byte that JSON cannot carry as itself in a string is (a quote, a backslash or a
+//! control character below 0x20). Everything between two such bytes is copied or
+//! borrowed as one run.
+//!
+//! Eight bytes are tested at a time (the classic "has a byte below n" and "has a zero
+//! byte" word tricks): a request's `state` or a long label is mostly plain text, and a
+//! byte-at-a-time table lookup was the reader's and writer's main per-byte cost.
+
+/// Whether a byte ends a run of plain string content.
+pub(super) const fn is_stop(byte: u8) -> bool {
+    byte < 0x20 || byte == b'"' || byte == b'\\'
+}
+
+/// The position of the first byte of `bytes` that ends a run of plain string content.
+pub(super) fn find_stop(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let mut words = bytes.chunks_exact(8);
+    let mut at = 0;
+    for chunk in &mut words {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let word = u64::from_le_bytes(word);
+        // `(x - n) & !x` has a byte's high bit set where that byte of `x` is below `n`
+        // (n ≤ 0x80); a borrow can flag bytes above a true hit, never below one, so the
+        // lowest flagged byte of the three tests is exactly the first stop.
+        let below = |x: u64, n: u64| x.wrapping_sub(ONES * n) & !x;
+        let hits = (below(word, 0x20)
+            | below(word ^ (ONES * u64::from(b'"')), 1)
+            | below(word ^ (ONES * u64::from(b'\\')), 1))
+            & HIGHS;
+        if hits != 0 {
+            // Little-endian: the lowest set bit is the earliest byte.
+            return Some(at + (hits.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    words
+        .remainder()
+        .iter()
+        .position(|&b| is_stop(b))
+        .map(|i| at + i)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::{find_stop, is_stop};
+
+    fn naive(bytes: &[u8]) -> Option<usize> {
+        bytes.iter().position(|&b| is_stop(b))
+    }
+
+    #[test]
+    fn finds_every_stop_at_every_offset() {
+        for stop in (0u8..0x20).chain([b'"', b'\\']) {
+            for len in 0..20 {
+                for at in 0..len {
+                    // Bytes around the stop that sit next to it in value (0x1f/0x20,
+                    // 0x21/0x23, 0x5b/0x5d) and high bytes, which borrow tricks confuse.
+                    let mut bytes: Vec<u8> = (0..len)
+                        .map(|i| [0x20, 0x21, 0x23, 0x5b, 0x5d, 0x80, 0xff, b'a'][i % 8])
+                        .collect();
+                    bytes[at] = stop;
+                    assert_eq!(find_stop(&bytes), Some(at), "{bytes:?}");
+                }
+            }
+        }
+        assert_eq!(find_stop(b""), None);
+        assert_eq!(find_stop("plain text, ünïcödé ✓ and more".as_bytes()), None);
+    }
+
+    proptest! {
+        #[test]
+        fn agrees_with_a_byte_at_a_time_scan(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+            prop_assert_eq!(find_stop(&bytes), naive(&bytes));
+        }
+
+        #[test]
+        fn agrees_on_text_with_few_stops(text in "[ -~é✓\"\\\\\\n]{0,48}") {
+            prop_assert_eq!(find_stop(text.as_bytes()), naive(text.as_bytes()));
+        }
+    }
+}
