@@ -133,10 +133,9 @@ fn format_access(line: &Access<'_>, json: bool, now: std::time::SystemTime) -> S
             // A `String` never fails to take JSON.
             out.push_str(&serde_json::to_string(value).unwrap_or_default());
         };
-        let _ = write!(
-            out,
-            "{{\"timestamp\":\"{timestamp}\",\"level\":\"INFO\",\"fields\":{{\"message\":\"request\",\"request_id\":"
-        );
+        out.push_str("{\"timestamp\":\"");
+        timestamp.push_to(&mut out);
+        out.push_str("\",\"level\":\"INFO\",\"fields\":{\"message\":\"request\",\"request_id\":");
         string(&mut out, &line.request_id.to_string());
         if let Some(trace_id) = line.trace_id {
             out.push_str(",\"trace_id\":");
@@ -158,30 +157,88 @@ fn format_access(line: &Access<'_>, json: bool, now: std::time::SystemTime) -> S
             line.status
         );
     } else {
-        let _ = write!(
-            out,
-            "{timestamp}  INFO {ACCESS_TARGET}: request request_id={}",
-            line.request_id
-        );
+        // Pieces pushed as they are where `fmt` would only copy them: this line is written
+        // for every request.
+        timestamp.push_to(&mut out);
+        out.push_str("  INFO ");
+        out.push_str(ACCESS_TARGET);
+        out.push_str(": request request_id=");
+        let _ = write!(out, "{}", line.request_id);
         if let Some(trace_id) = line.trace_id {
             let _ = write!(out, " trace_id={trace_id}");
         }
         if let Some(recipient) = line.recipient {
-            let _ = write!(out, " recipient={recipient:?}");
+            out.push_str(" recipient=");
+            push_debug_str(&mut out, recipient);
         }
-        let _ = write!(
-            out,
-            " route={:?} contract={:?} status={} latency_ms={:?}",
-            line.route, line.contract, line.status, line.latency_ms
-        );
+        out.push_str(" route=");
+        push_debug_str(&mut out, line.route);
+        out.push_str(" contract=");
+        push_debug_str(&mut out, line.contract);
+        out.push_str(" status=");
+        out.push_str(itoa::Buffer::new().format(line.status));
+        let _ = write!(out, " latency_ms={:?}", line.latency_ms);
     }
     out.push('\n');
     out
 }
 
+/// `text` as `{:?}` writes it. Printable ASCII other than `"` and `\\` is the only text
+/// `{:?}` leaves as it is, so such text (every name a configuration gives) is copied
+/// between quotes; anything else goes through `fmt`.
+fn push_debug_str(out: &mut String, text: &str) {
+    use std::fmt::Write as _;
+    if text
+        .bytes()
+        .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+    {
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+    } else {
+        let _ = write!(out, "{text:?}");
+    }
+}
+
 /// A time as tracing's formatter writes it: RFC 3339 in UTC with microseconds
 /// (`2026-12-02T12:38:52.910029Z`).
 struct Rfc3339(std::time::SystemTime);
+
+impl Rfc3339 {
+    /// Appends the time, laid out as `Display` lays it out, without `fmt`'s machinery
+    /// for the years it can (0 to 9999).
+    fn push_to(&self, out: &mut String) {
+        let since = self
+            .0
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let seconds = since.as_secs();
+        let (year, month, day) = civil_from_days(seconds / 86_400);
+        if year > 9999 {
+            use std::fmt::Write as _;
+            let _ = write!(out, "{self}");
+            return;
+        }
+        let of_day = seconds % 86_400;
+        // "YYYY-MM-DDTHH:MM:SS.uuuuuuZ"
+        let mut text = *b"0000-00-00T00:00:00.000000Z";
+        let mut digits = |at: usize, width: usize, mut value: u64| {
+            for slot in text[at..at + width].iter_mut().rev() {
+                *slot = b'0' + (value % 10) as u8;
+                value /= 10;
+            }
+        };
+        digits(0, 4, year);
+        digits(5, 2, month);
+        digits(8, 2, day);
+        digits(11, 2, of_day / 3600);
+        digits(14, 2, of_day / 60 % 60);
+        digits(17, 2, of_day % 60);
+        digits(20, 6, u64::from(since.subsec_micros()));
+        // ASCII digits and separators only.
+        out.push_str(std::str::from_utf8(&text).unwrap_or_default());
+    }
+}
 
 impl std::fmt::Display for Rfc3339 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -635,11 +692,58 @@ mod tests {
     }
 
     #[test]
+    fn names_are_written_as_debug_writes_them() {
+        for text in [
+            "",
+            "load",
+            "a b~!#$%&'()*+,-./:;<=>?@[]^_`{|}",
+            "quote\"",
+            "back\\slash",
+            "tab\t",
+            "\u{7f}",
+            "équipe",
+            "\u{202e}",
+            "日本",
+        ] {
+            let mut out = String::new();
+            super::push_debug_str(&mut out, text);
+            assert_eq!(out, format!("{text:?}"));
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_name_is_written_as_debug_writes_it(text in proptest::prelude::any::<String>()) {
+            let mut out = String::new();
+            super::push_debug_str(&mut out, &text);
+            proptest::prop_assert_eq!(out, format!("{text:?}"));
+        }
+    }
+
+    #[test]
     fn timestamps_are_rfc3339_in_utc_with_microseconds() {
         let at = |seconds: u64, micros: u64| {
             Rfc3339(std::time::UNIX_EPOCH + Duration::from_micros(seconds * 1_000_000 + micros))
                 .to_string()
         };
+        // The direct layout of the access lines agrees with `Display` wherever it is used.
+        let pushed = |time: std::time::SystemTime| {
+            let mut out = String::new();
+            Rfc3339(time).push_to(&mut out);
+            out
+        };
+        for micros in [
+            0u64,
+            7,
+            951_782_400_000_007,
+            1_796_215_132_910_029,
+            4_107_542_399_999_999,
+            253_402_300_799_999_999, // 9999-12-31T23:59:59.999999Z
+            253_402_300_800_000_000, // year 10000: through `fmt`
+        ] {
+            let time = std::time::UNIX_EPOCH + Duration::from_micros(micros);
+            assert_eq!(pushed(time), Rfc3339(time).to_string());
+        }
         assert_eq!(at(0, 0), "1970-01-01T00:00:00.000000Z");
         assert_eq!(at(951_782_400, 7), "2000-02-29T00:00:00.000007Z");
         assert_eq!(at(1_796_215_132, 910_029), "2026-12-02T12:38:52.910029Z");
