@@ -333,3 +333,10 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #[test]
+    fn keys_are_the_same_exactly_when_equal(a in "[a-c]{0,3}", b in "[a-c]{0,3}") {
+        prop_assert_eq!(super::same_key(&a, &b), a == b);
+    }
+}
