@@ -40,7 +40,7 @@ fn one(contract: &releasegate_core::contract::Contract, rng: &mut Rng) -> usize 
     let request = wire::Json::parse(REQUEST).unwrap();
     let asked = wire::check_json(&request, contract).unwrap();
     drop(request);
-    let upstream = wire::json::write::to_vec(&asked.upstream);
+    let upstream = asked.upstream_bytes();
     std::hint::black_box(&upstream);
     let native = wire::Json::parse(ANSWER).unwrap();
     let mut options = Options {

@@ -223,8 +223,10 @@ pub struct QuestionRule {
 }
 
 /// A question's upstream form and score legend, built once (see `QuestionRule`).
-pub(crate) type PinnedUpstream =
-    std::sync::OnceLock<(Value, Option<serde_json::Map<String, Value>>)>;
+pub(crate) type PinnedUpstream = std::sync::OnceLock<(
+    std::sync::Arc<Value>,
+    Option<serde_json::Map<String, Value>>,
+)>;
 
 /// The question a contract asks: its type and its text. The proxy sends exactly this
 /// upstream, whatever the caller wrote (`wire::check_request`): the model reads the text,

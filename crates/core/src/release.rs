@@ -104,7 +104,6 @@ pub fn release<'a, N: Node>(
     native: &'a N,
     options: &mut Options<'_>,
 ) -> Result<Release<'a>, Invalid> {
-    let request = &asked.upstream;
     native.object_len().ok_or(Invalid::MissingField)?;
     let model = native
         .member("model")
@@ -159,7 +158,7 @@ pub fn release<'a, N: Node>(
             rule,
             contract.shape,
             &native_vector,
-            request,
+            asked,
             options,
         )?;
         if let Some(value) = value {
@@ -530,7 +529,7 @@ pub fn release_answer<'a>(
     rule: &'a QuestionRule,
     shape: Shape,
     native: &ClassVector,
-    request: &Value,
+    asked: &Asked,
     options: &mut Options<'_>,
 ) -> Result<(Option<Json<'a>>, AnswerRecord), Invalid> {
     let vector = match &rule.coarsen {
@@ -555,8 +554,8 @@ pub fn release_answer<'a>(
             .and_then(|value| form.read(&value))
     };
     let applied = if view.has_probabilities() || view.has_confidence() {
-        let state = request.get("state").unwrap_or(&Value::Null);
-        let identity = || identity_bytes(&question.id, request);
+        let state = asked.state();
+        let identity = || identity_bytes(&question.id, asked.upstream());
         let roundtrip = |candidate: &workflow::Release| {
             let (released, value) = encode_candidate(&form, candidate);
             let back = value.as_ref().and_then(|value| read_encoded(&form, value));
@@ -732,7 +731,7 @@ view = "full_native"
     fn identity(text: &str) -> Vec<u8> {
         let asked = wire::check_request(&serde_json::from_str(text).unwrap(), &contract())
             .unwrap_or_else(|error| panic!("{text}: {error}"));
-        identity_bytes("q", &asked.upstream)
+        identity_bytes("q", asked.upstream())
     }
 
     #[test]
@@ -768,8 +767,8 @@ view = "full_native"
         .unwrap();
         let asked = wire::check_request(&request, &contract()).unwrap();
         assert_ne!(
-            identity_bytes("q", &asked.upstream),
-            identity_bytes("u", &asked.upstream)
+            identity_bytes("q", asked.upstream()),
+            identity_bytes("u", asked.upstream())
         );
     }
 }

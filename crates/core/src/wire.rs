@@ -2,6 +2,8 @@
 //! request against a contract, and reading native answers into class vectors
 //! aligned by class id (never by position).
 
+use std::sync::{Arc, OnceLock};
+
 use serde_json::{Map, Value};
 
 use crate::contract::{Contract, QuestionRule};
@@ -31,16 +33,26 @@ pub enum Kind {
 }
 
 /// A request checked against a contract.
+///
+/// It holds the body that goes upstream in parts: the model (the contract's when it
+/// pins one), the caller's `state` (and `assets`), and each question as its contract
+/// states it (`Pinned::upstream`), shared with the contract when the text is the
+/// contract's. [`Asked::upstream_bytes`] writes that body without building it as one
+/// `Value`; [`Asked::upstream`] builds it on first use. The release path reads these,
+/// never the caller's body.
 #[derive(Debug, Clone)]
 pub struct Asked {
     /// The requested model.
     pub model: String,
     /// The questions, in request order.
     pub questions: Vec<AskedQuestion>,
-    /// The body that goes upstream: the model (the contract's when it pins one), the
-    /// caller's `state` (and `assets`), and each question as its contract states it
-    /// (`Pinned::upstream`). The release path reads this, never the caller's body.
-    pub upstream: Value,
+    /// The upstream body's members before `questions`: `model`, then the caller's
+    /// `state` and `assets` where present.
+    head: Map<String, Value>,
+    /// Each question's upstream form, keyed by its id, in request order.
+    upstream_questions: Vec<(String, Arc<Value>)>,
+    /// The whole upstream body, built from the parts on first use.
+    upstream: OnceLock<Value>,
 }
 
 /// One question of a checked request.
@@ -206,7 +218,7 @@ pub fn check_json(body: &Json<'_>, contract: &Contract) -> Result<Asked, Request
 struct Checked {
     model: String,
     questions: Vec<AskedQuestion>,
-    upstream_questions: Map<String, Value>,
+    upstream_questions: Vec<(String, Arc<Value>)>,
     /// The model that goes upstream (pinned or the caller's).
     upstream_model: String,
 }
@@ -214,18 +226,19 @@ struct Checked {
 impl Checked {
     /// The checked request with the caller's members (`member(name)`) in its upstream body.
     fn into_asked(self, mut member: impl FnMut(&str) -> Option<Value>) -> Asked {
-        let mut upstream = Map::with_capacity(4);
-        upstream.insert("model".into(), Value::String(self.upstream_model));
+        let mut head = Map::with_capacity(3);
+        head.insert("model".into(), Value::String(self.upstream_model));
         for name in CALLER_MEMBERS {
             if let Some(value) = member(name) {
-                upstream.insert(name.into(), value);
+                head.insert(name.into(), value);
             }
         }
-        upstream.insert("questions".into(), Value::Object(self.upstream_questions));
         Asked {
             model: self.model,
             questions: self.questions,
-            upstream: Value::Object(upstream),
+            head,
+            upstream_questions: self.upstream_questions,
+            upstream: OnceLock::new(),
         }
     }
 }
@@ -252,7 +265,7 @@ fn check_body(body: &Json<'_>, contract: &Contract) -> Result<Checked, RequestEr
         .and_then(Json::as_object)
         .ok_or_else(|| refuse("the request has no `questions`".into()))?;
     let mut asked = Vec::with_capacity(questions.len());
-    let mut upstream_questions = Map::with_capacity(questions.len());
+    let mut upstream_questions = Vec::with_capacity(questions.len());
     for (id, question) in questions.iter() {
         let rule = contract
             .questions
@@ -263,7 +276,7 @@ fn check_body(body: &Json<'_>, contract: &Contract) -> Result<Checked, RequestEr
             })?;
         let (checked, upstream) = check_question(id, question, rule)?;
         asked.push(checked);
-        upstream_questions.insert(id.to_string(), upstream);
+        upstream_questions.push((id.to_string(), upstream));
     }
     Ok(Checked {
         upstream_model: contract.model.clone().unwrap_or_else(|| model.clone()),
@@ -277,16 +290,66 @@ impl Asked {
     /// Replaces the upstream body's `assets` with the checked and rebuilt ones
     /// (`assets::check`), or removes them when there are none.
     pub fn set_assets(&mut self, assets: Option<Value>) {
-        if let Some(upstream) = self.upstream.as_object_mut() {
-            match assets {
-                Some(assets) => {
-                    upstream.insert("assets".into(), assets);
-                }
-                None => {
-                    upstream.remove("assets");
-                }
+        match assets {
+            Some(assets) => {
+                self.head.insert("assets".into(), assets);
+            }
+            None => {
+                self.head.shift_remove("assets");
             }
         }
+        self.upstream = OnceLock::new();
+    }
+
+    /// The body that goes upstream, as one `Value` (built on first use; the proxy's
+    /// request path writes [`Asked::upstream_bytes`] instead).
+    pub fn upstream(&self) -> &Value {
+        self.upstream.get_or_init(|| {
+            let mut body = self.head.clone();
+            let questions = self
+                .upstream_questions
+                .iter()
+                .map(|(id, question)| (id.clone(), Value::clone(question)))
+                .collect();
+            body.insert("questions".into(), Value::Object(questions));
+            Value::Object(body)
+        })
+    }
+
+    /// The body that goes upstream as its bytes: exactly `upstream()` written by
+    /// `json::write`, without building it.
+    pub fn upstream_bytes(&self) -> Vec<u8> {
+        use json::write::{Document, write_str};
+        let mut out = Vec::with_capacity(256);
+        out.push(b'{');
+        for (key, value) in &self.head {
+            write_str(key, &mut out);
+            out.push(b':');
+            value.write(&mut out);
+            out.push(b',');
+        }
+        write_str("questions", &mut out);
+        out.extend_from_slice(b":{");
+        for (i, (id, question)) in self.upstream_questions.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_str(id, &mut out);
+            out.push(b':');
+            question.write(&mut out);
+        }
+        out.extend_from_slice(b"}}");
+        out
+    }
+
+    /// The caller's `state` as it goes upstream (`null` when absent).
+    pub fn state(&self) -> &Value {
+        self.head.get("state").unwrap_or(&Value::Null)
+    }
+
+    /// The caller's `assets` as they go upstream, if any.
+    pub fn assets(&self) -> Option<&Value> {
+        self.head.get("assets")
     }
 }
 
@@ -581,7 +644,7 @@ fn check_question(
     id: &str,
     question: &Json<'_>,
     rule: &QuestionRule,
-) -> Result<(AskedQuestion, Value), RequestError> {
+) -> Result<(AskedQuestion, Arc<Value>), RequestError> {
     let fail = |reason: &str| RequestError::Contract(format!("question `{id}`: {reason}"));
     let pinned = &rule.question;
     // The schema check guarantees a known tag and well-typed criteria.
@@ -675,7 +738,7 @@ fn check_question(
             },
         );
         let legend = legend_of(kind, &upstream);
-        (upstream, legend)
+        (Arc::new(upstream), legend)
     } else {
         let mismatch = |field: String| RequestError::TextMismatch {
             question: id.to_string(),
@@ -715,9 +778,9 @@ fn check_question(
                 },
             );
             let legend = legend_of(kind, &upstream);
-            (upstream, legend)
+            (Arc::new(upstream), legend)
         });
-        (upstream.clone(), legend.clone())
+        (Arc::clone(upstream), legend.clone())
     };
     Ok((
         AskedQuestion {

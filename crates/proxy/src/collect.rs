@@ -136,18 +136,15 @@ impl Collector {
         // that names one is refused.
         let no_parts = std::collections::BTreeMap::new();
         let checked =
-            wire::assets::check(asked.upstream.get("assets"), &no_parts, self.asset_limits)
-                .map_err(|error| Failure {
+            wire::assets::check(asked.assets(), &no_parts, self.asset_limits).map_err(|error| {
+                Failure {
                     kind: "invalid_request",
                     message: error.to_string(),
                     attempts: 0,
-                })?;
+                }
+            })?;
         asked.set_assets(checked.assets);
-        let body = Bytes::from(serde_json::to_vec(&asked.upstream).map_err(|_| Failure {
-            kind: "invalid_request",
-            message: "the request cannot be serialized".into(),
-            attempts: 0,
-        })?);
+        let body = Bytes::from(asked.upstream_bytes());
         let headers = HeaderMap::new();
         let json = axum::http::HeaderValue::from_static("application/json");
         let mut attempts = 0;
@@ -158,7 +155,7 @@ impl Collector {
                 body: &body,
                 content_type: &json,
                 json: &body,
-                sent: &asked.upstream,
+                sent: Some(&asked),
                 headers: &headers,
                 switches: &[],
             };
@@ -177,7 +174,7 @@ impl Collector {
                         },
                         |response| {
                             Ok(Collected {
-                                request: asked.upstream.clone(),
+                                request: asked.upstream().clone(),
                                 response,
                                 attempts,
                             })

@@ -57,9 +57,10 @@ pub(crate) struct Post<'r> {
     pub(crate) content_type: &'r HeaderValue,
     /// The serialization of `sent` (what the simulated provider reads).
     pub(crate) json: &'r Bytes,
-    /// What the proxy sends (`wire::Asked::upstream`): a provider's validation errors
-    /// may name only what is in it.
-    pub(crate) sent: &'r Value,
+    /// The checked request whose upstream body this is (`wire::Asked::upstream`, built
+    /// only when a provider's validation errors must be cut to what is in it); `None`
+    /// where nothing was checked.
+    pub(crate) sent: Option<&'r releasegate_core::wire::Asked>,
     /// The caller's headers (only `FORWARDED_HEADERS` of them go upstream).
     pub(crate) headers: &'r HeaderMap,
     /// The contract's `forward_headers` the caller switched on: sent as `NAME: true`.
@@ -663,7 +664,12 @@ fn status_reply(
         (None, None)
     };
     let problem = match (post, body) {
-        (Some(post), Some(body)) => provider_error(status, body, post.sent),
+        (Some(post), Some(body)) => provider_error(
+            status,
+            body,
+            post.sent
+                .map_or(&Value::Null, releasegate_core::wire::Asked::upstream),
+        ),
         _ => None,
     };
     Reply::Status {
@@ -812,7 +818,7 @@ mod tests {
             body: &body,
             content_type: &json,
             json: &body,
-            sent: &Value::Null,
+            sent: None,
             headers: &HeaderMap::new(),
             switches: &[],
         };

@@ -445,7 +445,12 @@ mod never_panics {
                 let from_bytes = crate::wire::check_json(&crate::wire::Json::parse(&bytes).unwrap(), &c);
                 let from_value = check_request(&body, &c);
                 let seen = |asked: Result<crate::wire::Asked, crate::wire::RequestError>| {
-                    asked.map(|a| (a.model, serde_json::to_string(&a.upstream).unwrap(), format!("{:?}", a.questions)))
+                    asked.map(|a| {
+                        let text = serde_json::to_string(a.upstream()).unwrap();
+                        // The bytes the proxy sends are that body's serialization.
+                        assert_eq!(String::from_utf8(a.upstream_bytes()).unwrap(), text);
+                        (a.model.clone(), text, format!("{:?}", a.questions))
+                    })
                 };
                 prop_assert_eq!(seen(from_value), seen(from_bytes));
             }

@@ -428,7 +428,7 @@ const PINNED: &str = "[contracts.c.questions.q]\nclasses = [\"B\", \"A\", \"C\"]
      [contracts.c.questions.free]\nclasses = [\"x\", \"y\"]\nview = \"choice\"\ncaller_text = true\n";
 
 fn upstream_of(request: Value) -> Result<Value, RequestError> {
-    check_request(&request, &contract(PINNED)).map(|asked| asked.upstream)
+    check_request(&request, &contract(PINNED)).map(|asked| asked.upstream().clone())
 }
 
 #[test]
@@ -476,7 +476,7 @@ fn a_choice_question_must_name_exactly_the_contracts_classes() {
     // Any order, any null or the contract's own text: the contract's question goes up.
     let asked = ask(json!({"C": null, "A": null, "B": null})).unwrap();
     assert_eq!(
-        serde_json::to_string(&asked.upstream["questions"]["q"]["criteria"]).unwrap(),
+        serde_json::to_string(&asked.upstream()["questions"]["q"]["criteria"]).unwrap(),
         r#"{"A":null,"B":null,"C":null}"#
     );
 }
@@ -495,7 +495,7 @@ fn every_request_sends_the_contracts_question_built_once() {
         let body = json!({"model": "m", "state": "s", "questions": {"s": question}});
         let asked = check_request(&body, &c).unwrap();
         assert_eq!(
-            serde_json::to_string(&asked.upstream["questions"]).unwrap(),
+            serde_json::to_string(&asked.upstream()["questions"]).unwrap(),
             r#"{"s":{"type":"score","criteria":["low","1",["high",2]]}}"#
         );
         let legend = asked.questions[0].legend.as_ref().unwrap();
@@ -527,9 +527,16 @@ fn a_request_read_from_its_bytes_is_checked_and_sent_as_its_value() {
             (Ok(from_value), Ok(from_bytes)) => {
                 assert_eq!(from_value.model, from_bytes.model);
                 assert_eq!(
-                    serde_json::to_string(&from_value.upstream).unwrap(),
-                    serde_json::to_string(&from_bytes.upstream).unwrap()
+                    serde_json::to_string(from_value.upstream()).unwrap(),
+                    serde_json::to_string(from_bytes.upstream()).unwrap()
                 );
+                // The bytes the proxy sends are the body's serialization, without building it.
+                for asked in [&from_value, &from_bytes] {
+                    assert_eq!(
+                        String::from_utf8(asked.upstream_bytes()).unwrap(),
+                        serde_json::to_string(asked.upstream()).unwrap()
+                    );
+                }
                 assert_eq!(
                     format!("{:?}", from_value.questions),
                     format!("{:?}", from_bytes.questions)

@@ -341,10 +341,7 @@ fn measure(
         let Ok(released) = release::release(contract, &asked, &world.response, &mut options) else {
             continue;
         };
-        let state = asked
-            .upstream
-            .get("state")
-            .unwrap_or(&serde_json::Value::Null);
+        let state = asked.state();
         for record in &released.answers {
             let Some(rule) = contract.questions.get(&record.question) else {
                 continue;

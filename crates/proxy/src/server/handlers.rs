@@ -474,14 +474,10 @@ async fn answer(
             )
         })
         .collect();
-    let checked = wire::assets::check(
-        asked.upstream.get("assets"),
-        &part_refs,
-        server.asset_limits(),
-    )?;
+    let checked = wire::assets::check(asked.assets(), &part_refs, server.asset_limits())?;
     asked.set_assets(checked.assets);
     // Never the caller's bytes: the contract's questions, the caller's content.
-    let json = Bytes::from(wire::json::write::to_vec(&asked.upstream));
+    let json = Bytes::from(asked.upstream_bytes());
     // Sampled for the live capture: keep the JSON request (a world's request; images are
     // not captured) and the answer (reference counts, no copies).
     let captured = state
@@ -524,7 +520,7 @@ async fn answer(
         body: &forward,
         content_type: &content_type,
         json: &json,
-        sent: &asked.upstream,
+        sent: Some(&asked),
         headers,
         switches: &switches,
     };
