@@ -96,7 +96,7 @@ pub fn invalid_answer_body(reason: Invalid) -> Value {
 }
 
 /// Releases `native` (the provider's response body) under `contract`. What it reads of
-/// the request is what went upstream (`asked.upstream`): its `state` feeds
+/// the request is what went upstream (`Asked::upstream`): its `state` feeds
 /// request-dependent workflows, and seeded noise is keyed on it.
 pub fn release<'a, N: Node>(
     contract: &'a Contract,
