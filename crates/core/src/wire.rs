@@ -319,7 +319,7 @@ impl Asked {
     /// The body that goes upstream as its bytes: exactly `upstream()` written by
     /// `json::write`, without building it.
     pub fn upstream_bytes(&self) -> Vec<u8> {
-        use json::write::{Document, write_str};
+        use json::write::{Document, write_object, write_str};
         let mut out = Vec::with_capacity(256);
         out.push(b'{');
         for (key, value) in &self.head {
@@ -329,16 +329,10 @@ impl Asked {
             out.push(b',');
         }
         write_str("questions", &mut out);
-        out.extend_from_slice(b":{");
-        for (i, (id, question)) in self.upstream_questions.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            write_str(id, &mut out);
-            out.push(b':');
-            question.write(&mut out);
-        }
-        out.extend_from_slice(b"}}");
+        out.push(b':');
+        let questions = self.upstream_questions.iter();
+        write_object(questions.map(|(id, q)| (id.as_str(), &**q)), &mut out);
+        out.push(b'}');
         out
     }
 

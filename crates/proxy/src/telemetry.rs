@@ -205,36 +205,45 @@ fn push_debug_str(out: &mut String, text: &str) {
 struct Rfc3339(std::time::SystemTime);
 
 impl Rfc3339 {
-    /// Appends the time, laid out as `Display` lays it out, without `fmt`'s machinery
-    /// for the years it can (0 to 9999).
-    fn push_to(&self, out: &mut String) {
+    /// Year, month, day, hour, minute, second and microsecond, in UTC.
+    fn fields(&self) -> [u64; 7] {
         let since = self
             .0
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
         let seconds = since.as_secs();
         let (year, month, day) = civil_from_days(seconds / 86_400);
-        if year > 9999 {
+        let of_day = seconds % 86_400;
+        [
+            year,
+            month,
+            day,
+            of_day / 3600,
+            of_day / 60 % 60,
+            of_day % 60,
+            u64::from(since.subsec_micros()),
+        ]
+    }
+
+    /// Appends the time, laid out as `Display` lays it out, without `fmt`'s machinery
+    /// for the years it can (0 to 9999).
+    fn push_to(&self, out: &mut String) {
+        let fields = self.fields();
+        if fields[0] > 9999 {
             use std::fmt::Write as _;
             let _ = write!(out, "{self}");
             return;
         }
-        let of_day = seconds % 86_400;
-        // "YYYY-MM-DDTHH:MM:SS.uuuuuuZ"
+        // "YYYY-MM-DDTHH:MM:SS.uuuuuuZ": each field's offset and width.
+        const LAYOUT: [(usize, usize); 7] =
+            [(0, 4), (5, 2), (8, 2), (11, 2), (14, 2), (17, 2), (20, 6)];
         let mut text = *b"0000-00-00T00:00:00.000000Z";
-        let mut digits = |at: usize, width: usize, mut value: u64| {
+        for ((at, width), mut value) in LAYOUT.into_iter().zip(fields) {
             for slot in text[at..at + width].iter_mut().rev() {
                 *slot = b'0' + (value % 10) as u8;
                 value /= 10;
             }
-        };
-        digits(0, 4, year);
-        digits(5, 2, month);
-        digits(8, 2, day);
-        digits(11, 2, of_day / 3600);
-        digits(14, 2, of_day / 60 % 60);
-        digits(17, 2, of_day % 60);
-        digits(20, 6, u64::from(since.subsec_micros()));
+        }
         // ASCII digits and separators only.
         out.push_str(std::str::from_utf8(&text).unwrap_or_default());
     }
@@ -242,20 +251,10 @@ impl Rfc3339 {
 
 impl std::fmt::Display for Rfc3339 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let since = self
-            .0
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        let seconds = since.as_secs();
-        let (year, month, day) = civil_from_days(seconds / 86_400);
-        let of_day = seconds % 86_400;
+        let [year, month, day, hour, minute, second, micros] = self.fields();
         write!(
             f,
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-            of_day / 3600,
-            of_day / 60 % 60,
-            of_day % 60,
-            since.subsec_micros()
+            "{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{micros:06}Z"
         )
     }
 }

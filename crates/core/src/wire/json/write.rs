@@ -77,7 +77,8 @@ fn write_array<D: Document>(items: &[D], out: &mut Vec<u8>) {
     out.push(b']');
 }
 
-fn write_object<'d, D: Document + 'd>(
+/// Appends an object of `members` (keys written as given, in order).
+pub fn write_object<'d, D: Document + 'd>(
     members: impl Iterator<Item = (&'d str, &'d D)>,
     out: &mut Vec<u8>,
 ) {
