@@ -10,6 +10,7 @@ mod listener;
 mod middleware;
 mod multipart;
 mod reload;
+mod routes;
 mod trace;
 
 use std::future::Future;
@@ -300,7 +301,7 @@ impl Application {
         // A listener task that ends before the drain is a failure.
         let (ended, mut ended_rx) = tokio::sync::mpsc::unbounded_channel::<&'static str>();
         let public_permits = listener::permits(&self.public.limits);
-        let public_router = router(self.state.clone());
+        let public_router = routes::Routes::public(router(self.state.clone()), self.state.clone());
         let mut event_loops = EventLoops::new();
         let mut public = Vec::with_capacity(loops);
         let first = if loops > 1 {
@@ -360,7 +361,7 @@ impl Application {
             listener::serve(
                 self.admin,
                 admin_permits,
-                admin_router(self.state.clone()),
+                routes::Routes::router_only(admin_router(self.state.clone())),
                 self.connections,
                 admin_rx,
                 None,
@@ -490,7 +491,7 @@ async fn serve_shared(
     limits: listener::Limits,
     socket: std::net::TcpListener,
     permits: Arc<tokio::sync::Semaphore>,
-    router: Router,
+    routes: routes::Routes,
     metrics: listener::ConnectionMetrics,
     stage: watch::Receiver<listener::Stage>,
     turn: listener::Turn,
@@ -504,7 +505,7 @@ async fn serve_shared(
                 limits,
                 refusal,
             };
-            listener::serve(listener, permits, router, metrics, stage, Some(turn)).await;
+            listener::serve(listener, permits, routes, metrics, stage, Some(turn)).await;
         }
         Err(error) => tracing::error!(%error, "an event loop cannot register the listener"),
     }
@@ -709,7 +710,9 @@ impl AppState {
 }
 
 /// The public router (System One endpoints), also under `/contracts/{name}/`
-/// for clients that cannot send `X-Release-Contract`.
+/// for clients that cannot send `X-Release-Contract`. The listeners serve
+/// `POST /v1/systemone` past the router's dispatch, with the same layers and
+/// handler (`routes::Routes::public`).
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/systemone", post(handlers::systemone))
@@ -723,10 +726,9 @@ pub fn router(state: AppState) -> Router {
         .fallback(handlers::not_found)
         .layer(middleware::RequestIdLayer(state.clone()))
         .layer(
-            tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer::new([
-                axum::http::header::AUTHORIZATION,
-                axum::http::HeaderName::from_static(crate::auth::API_KEY_HEADER),
-            ]),
+            tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer::new(
+                routes::sensitive_headers(),
+            ),
         )
         .with_state(state)
 }

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use axum::Router;
+use super::routes::Routes;
 use hyper::Request;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::TokioIo;
@@ -34,7 +34,6 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
-use tower::ServiceExt;
 
 /// File descriptors kept free for the process itself (logs, the runtime, a
 /// connection accepted only to be closed at the cap, name resolution).
@@ -235,7 +234,7 @@ pub(super) fn permits(limits: &Limits) -> Arc<Semaphore> {
 pub(super) async fn serve(
     listener: Listener,
     permits: Arc<Semaphore>,
-    router: Router,
+    routes: Routes,
     metrics: ConnectionMetrics,
     mut stage: watch::Receiver<Stage>,
     turn: Option<Turn>,
@@ -285,7 +284,7 @@ pub(super) async fn serve(
             _permit: permit,
             _seat: turn.as_ref().map(Turn::seat),
         };
-        tokio::spawn(connection.run(stream, router.clone()));
+        tokio::spawn(connection.run(stream, routes.clone()));
     }
     drop(tcp);
     let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
@@ -422,7 +421,7 @@ impl Drop for Seat {
 }
 
 impl Connection {
-    async fn run(mut self, stream: TcpStream, router: Router) {
+    async fn run(mut self, stream: TcpStream, routes: Routes) {
         let open = self.metrics.open.with_label_values(&[self.name]);
         open.inc();
         let activity = Arc::new(Activity::new());
@@ -436,11 +435,11 @@ impl Connection {
             let activity = activity.clone();
             move |request: Request<Incoming>| {
                 let guard = activity.begin_request();
-                let router = router.clone();
+                let routes = routes.clone();
                 // Boxed so the connection is `Unpin` and can hand its socket back at the end
                 // (`poll_without_shutdown`, then `linger`).
                 Box::pin(async move {
-                    let response = router.oneshot(request).await?;
+                    let response = routes.serve(request).await;
                     Ok::<_, Infallible>(response.map(|body| TrackedBody {
                         body,
                         _guard: guard,

@@ -1,0 +1,322 @@
+//! What a listener serves: its axum router, and for the public listener a direct
+//! path to the one route that carries nearly all traffic.
+//!
+//! `POST /v1/systemone` goes through the same layers as every other public route
+//! ([`RequestIdLayer`], then the sensitive-header marking) and the same handler
+//! ([`handlers::systemone`]); only the router's own dispatch is skipped (its route
+//! table lookup, the boxed per-request clone of the matched route, the response
+//! mapping futures). That dispatch was about 6,000 instructions of a request's
+//! 81,000 (`docs/benchmarks.md`). Every other method, path or route (including
+//! `/contracts/{contract}/v1/systemone`, a `HEAD`, a trailing slash) goes to the
+//! router exactly as before, so 404s, 405s and path extraction stay axum's.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderName, HeaderValue, Method, header};
+use axum::response::Response;
+use bytes::Bytes;
+use tower::{Layer, Service, ServiceExt};
+use tower_http::sensitive_headers::{SetSensitiveRequestHeaders, SetSensitiveRequestHeadersLayer};
+
+use super::AppState;
+use super::handlers;
+use super::middleware::{RequestIdLayer, RequestIdService};
+
+/// The header values marked sensitive on every public request (never printed by
+/// `Debug`, so never in a log line): the two ways a caller sends its key.
+pub(super) fn sensitive_headers() -> [HeaderName; 2] {
+    [
+        header::AUTHORIZATION,
+        HeaderName::from_static(crate::auth::API_KEY_HEADER),
+    ]
+}
+
+/// A listener's routes: a router, and optionally the direct `POST /v1/systemone`.
+#[derive(Clone)]
+pub(super) struct Routes {
+    router: Router,
+    systemone: Option<Layered>,
+}
+
+/// [`handlers::systemone`] under the public router's layers.
+type Layered = RequestIdService<SetSensitiveRequestHeaders<SystemOne>>;
+
+impl Routes {
+    /// The public routes: `router` (which must serve `POST /v1/systemone` with
+    /// [`handlers::systemone`] under the same layers) and the direct path to it.
+    pub(super) fn public(router: Router, state: AppState) -> Routes {
+        let layered = RequestIdLayer(state.clone()).layer(
+            SetSensitiveRequestHeadersLayer::new(sensitive_headers()).layer(SystemOne(state)),
+        );
+        Routes {
+            router,
+            systemone: Some(layered),
+        }
+    }
+
+    /// Routes served by `router` alone (the admin listener).
+    pub(super) fn router_only(router: Router) -> Routes {
+        Routes {
+            router,
+            systemone: None,
+        }
+    }
+
+    /// Serves one request.
+    pub(super) async fn serve<B>(&self, request: hyper::Request<B>) -> Response
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
+        match &self.systemone {
+            Some(layered) if is_systemone(&request) => {
+                let request = request.map(Body::new);
+                // Infallible, and every service here is always ready.
+                let mut response = match layered.clone().oneshot(request).await {
+                    Ok(response) => response,
+                    Err(never) => match never {},
+                };
+                set_content_length(&mut response);
+                response
+            }
+            _ => match self.router.clone().oneshot(request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            },
+        }
+    }
+}
+
+/// Whether the router would send `request` to `handlers::systemone`: exactly this
+/// method and path (axum matches the path as sent, query aside).
+fn is_systemone<B>(request: &hyper::Request<B>) -> bool {
+    request.method() == Method::POST && request.uri().path() == "/v1/systemone"
+}
+
+/// A `content-length` for a body of known size, as the router's routes set one (hyper
+/// would write the same header; setting it here keeps the two paths' responses equal).
+fn set_content_length(response: &mut Response) {
+    if response.headers().contains_key(header::CONTENT_LENGTH) {
+        return;
+    }
+    if let Some(size) = hyper::body::Body::size_hint(response.body()).exact() {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(size));
+    }
+}
+
+/// [`handlers::systemone`] as a service.
+#[derive(Clone)]
+pub(super) struct SystemOne(AppState);
+
+impl Service<Request> for SystemOne {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let state = self.0.clone();
+        Box::pin(async move { Ok(handlers::systemone(State(state), request).await) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use http_body_util::BodyExt;
+    use sha2::{Digest, Sha256};
+
+    use super::Routes;
+    use crate::server::{AppState, REQUEST_ID_HEADER, middleware::SDK_REQUEST_ID_HEADER, router};
+
+    const KEY: &str = "routes-test-key";
+
+    /// A request: method, URI, headers, body.
+    type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str);
+
+    fn state() -> AppState {
+        let key_sha256: String = Sha256::digest(KEY.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let text = format!(
+            "[providers.sim]\nkind = \"simulated\"\n\
+             [[recipients]]\nname = \"r\"\nkey_sha256 = \"{key_sha256}\"\ncontracts = [\"c\", \"d\"]\n\
+             [contracts.c]\nprovider = \"sim\"\n[contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\"]\nview = \"full_native\"\n\
+             [contracts.d]\nprovider = \"sim\"\n[contracts.d.questions.q]\nclasses = [\"A\", \"B\", \"C\"]\nview = \"choice\"\n"
+        );
+        AppState::prepare(crate::load::from_toml(&text).unwrap()).unwrap()
+    }
+
+    /// Status, headers (the request ids' values aside) and body of a response.
+    async fn seen(
+        routes: &Routes,
+        request: Request<Body>,
+    ) -> (StatusCode, Vec<(String, String)>, String) {
+        let response = routes.serve(request).await;
+        let status = response.status();
+        let mut headers: Vec<(String, String)> = response
+            .headers()
+            .iter()
+            .map(|(name, value)| {
+                let value = if name == REQUEST_ID_HEADER || name == SDK_REQUEST_ID_HEADER {
+                    "(an id)".to_string()
+                } else {
+                    String::from_utf8_lossy(value.as_bytes()).into_owned()
+                };
+                (name.to_string(), value)
+            })
+            .collect();
+        headers.sort();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let body = String::from_utf8_lossy(&body).into_owned();
+        (status, headers, body)
+    }
+
+    fn request(method: &str, uri: &str, headers: &[(&str, &str)], body: &str) -> Request<Body> {
+        let mut builder = Request::builder().method(method).uri(uri);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        builder.body(Body::from(body.to_string())).unwrap()
+    }
+
+    /// The direct path answers exactly what the router answers, for the requests it takes
+    /// and for those it leaves to the router.
+    #[tokio::test]
+    async fn the_direct_path_answers_as_the_router_does() {
+        let state = state();
+        let direct = Routes::public(router(state.clone()), state.clone());
+        let routed = Routes::router_only(router(state));
+        let bearer = format!("Bearer {KEY}");
+        let json = "application/json";
+        let body = r#"{"model":"jev-latest","state":{"note":"late"},"questions":{"q":{"type":"choice","criteria":{"A":null,"B":null,"C":null}}}}"#;
+        let long = "x".repeat(70_000);
+        let cases: Vec<Case> = vec![
+            (
+                "POST",
+                "/v1/systemone",
+                vec![
+                    ("authorization", &bearer),
+                    ("content-type", json),
+                    ("x-release-contract", "c"),
+                ],
+                body,
+            ),
+            (
+                "POST",
+                "/v1/systemone?x=1",
+                vec![
+                    ("authorization", &bearer),
+                    ("content-type", json),
+                    ("x-release-contract", "d"),
+                ],
+                body,
+            ),
+            (
+                "POST",
+                "/v1/systemone",
+                vec![
+                    ("x-api-key", KEY),
+                    ("content-type", json),
+                    ("x-release-contract", "d"),
+                ],
+                body,
+            ),
+            (
+                "POST",
+                "/v1/systemone",
+                vec![
+                    ("authorization", &bearer),
+                    ("content-type", json),
+                    ("x-release-contract", "nope"),
+                ],
+                body,
+            ),
+            ("POST", "/v1/systemone", vec![("content-type", json)], body),
+            (
+                "POST",
+                "/v1/systemone",
+                vec![("authorization", "Bearer wrong"), ("content-type", json)],
+                body,
+            ),
+            (
+                "POST",
+                "/v1/systemone",
+                vec![("authorization", &bearer), ("content-type", json)],
+                "{not json",
+            ),
+            (
+                "POST",
+                "/v1/systemone",
+                vec![("authorization", &bearer), ("content-type", "text/plain")],
+                body,
+            ),
+            (
+                "POST",
+                "/v1/systemone",
+                vec![
+                    ("authorization", &bearer),
+                    ("content-type", json),
+                    ("x-filler", &long),
+                ],
+                body,
+            ),
+            (
+                "POST",
+                "/v1/systemone/",
+                vec![("authorization", &bearer), ("content-type", json)],
+                body,
+            ),
+            ("GET", "/v1/systemone", vec![("authorization", &bearer)], ""),
+            (
+                "PUT",
+                "/v1/systemone",
+                vec![("authorization", &bearer), ("content-type", json)],
+                body,
+            ),
+            (
+                "POST",
+                "/contracts/d/v1/systemone",
+                vec![("authorization", &bearer), ("content-type", json)],
+                body,
+            ),
+            ("GET", "/v1/models", vec![("authorization", &bearer)], ""),
+        ];
+        let mut statuses = Vec::new();
+        for (method, uri, headers, body) in &cases {
+            let a = seen(&direct, request(method, uri, headers, body)).await;
+            let b = seen(&routed, request(method, uri, headers, body)).await;
+            assert_eq!(a, b, "{method} {uri} {headers:?}");
+            statuses.push(a.0.as_u16());
+        }
+        // The cases reach what they are meant to: answers, and refusals from the layers,
+        // the handler and the router.
+        assert_eq!(
+            statuses,
+            [
+                200, 200, 200, 403, 401, 401, 400, 400, 431, 404, 405, 405, 200, 400
+            ]
+        );
+        // The first nine take the direct path, the rest the router.
+        let direct_taken: Vec<bool> = cases
+            .iter()
+            .map(|(method, uri, headers, body)| {
+                super::is_systemone(&request(method, uri, headers, body))
+            })
+            .collect();
+        assert_eq!(direct_taken, [[true; 9].as_slice(), &[false; 5]].concat());
+    }
+}
