@@ -347,7 +347,13 @@ impl Connection {
     /// Reads and parses the answer's head (skipping informational ones).
     async fn head(&mut self) -> Result<Head, Error> {
         loop {
-            match parse_head(&self.buffer)? {
+            // Nothing read yet (a request just sent): nothing to parse.
+            let parsed = if self.buffer.is_empty() {
+                None
+            } else {
+                parse_head(&self.buffer)?
+            };
+            match parsed {
                 Some((length, _)) if length > MAX_HEAD_BYTES => {
                     return Err(broken("the answer's head is too long"));
                 }
