@@ -7,40 +7,62 @@
 //! byte" word tricks): a request's `state` or a long label is mostly plain text, and a
 //! byte-at-a-time table lookup was the reader's and writer's main per-byte cost.
 
-/// Whether a byte ends a run of plain string content.
+/// Whether a byte ends a run of plain string content (what the word tests below find;
+/// the tests hold them and the writer's escape table to it).
+#[cfg(test)]
 pub(super) const fn is_stop(byte: u8) -> bool {
     byte < 0x20 || byte == b'"' || byte == b'\\'
 }
 
 /// The position of the first byte of `bytes` that ends a run of plain string content.
 pub(super) fn find_stop(bytes: &[u8]) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
     let mut words = bytes.chunks_exact(8);
     let mut at = 0;
     for chunk in &mut words {
         let mut word = [0u8; 8];
         word.copy_from_slice(chunk);
-        let word = u64::from_le_bytes(word);
-        // `(x - n) & !x` has a byte's high bit set where that byte of `x` is below `n`
-        // (n ≤ 0x80); a borrow can flag bytes above a true hit, never below one, so the
-        // lowest flagged byte of the three tests is exactly the first stop.
-        let below = |x: u64, n: u64| x.wrapping_sub(ONES * n) & !x;
-        let hits = (below(word, 0x20)
-            | below(word ^ (ONES * u64::from(b'"')), 1)
-            | below(word ^ (ONES * u64::from(b'\\')), 1))
-            & HIGHS;
-        if hits != 0 {
-            // Little-endian: the lowest set bit is the earliest byte.
-            return Some(at + (hits.trailing_zeros() / 8) as usize);
+        if let Some(i) = first_stop(u64::from_le_bytes(word)) {
+            return Some(at + i);
         }
         at += 8;
     }
-    words
-        .remainder()
-        .iter()
-        .position(|&b| is_stop(b))
-        .map(|i| at + i)
+    // The last bytes (most keys and labels are shorter than a word) as one more word,
+    // padded with spaces, which never stop a run: a hit is always one of the real bytes.
+    let rest = words.remainder();
+    if rest.is_empty() {
+        return None;
+    }
+    first_stop(padded(rest)).map(|i| at + i)
+}
+
+/// `short` (under eight bytes) as a little-endian word padded with spaces. Built a
+/// byte at a time into the word: a copy of a variable length would call `memcpy`.
+#[inline]
+pub(super) fn padded(short: &[u8]) -> u64 {
+    debug_assert!(short.len() < 8);
+    let mut word = u64::from_le_bytes([b' '; 8]);
+    for (i, &byte) in short.iter().enumerate() {
+        let shift = 8 * i;
+        word = (word & !(0xff << shift)) | (u64::from(byte) << shift);
+    }
+    word
+}
+
+/// The index of the first byte of `word` (little-endian) that ends a run, if any.
+#[inline]
+pub(super) fn first_stop(word: u64) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // `(x - n) & !x` has a byte's high bit set where that byte of `x` is below `n`
+    // (n ≤ 0x80); a borrow can flag bytes above a true hit, never below one, so the
+    // lowest flagged byte of the three tests is exactly the first stop.
+    let below = |x: u64, n: u64| x.wrapping_sub(ONES * n) & !x;
+    let hits = (below(word, 0x20)
+        | below(word ^ (ONES * u64::from(b'"')), 1)
+        | below(word ^ (ONES * u64::from(b'\\')), 1))
+        & HIGHS;
+    // Little-endian: the lowest set bit is the earliest byte.
+    (hits != 0).then(|| (hits.trailing_zeros() / 8) as usize)
 }
 
 #[cfg(test)]

@@ -340,3 +340,28 @@ proptest! {
         prop_assert_eq!(super::same_key(&a, &b), a == b);
     }
 }
+
+#[test]
+fn keys_compare_as_strings_do_at_every_length() {
+    // Keys of every length up to past two words that differ in exactly one byte, at each
+    // position, or not at all.
+    for len in 0..40 {
+        let key: String = (0..len).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+        assert!(same_key(&key, &key.clone()), "{key}");
+        for at in 0..len {
+            let mut other = key.clone().into_bytes();
+            other[at] = b'Z';
+            let other = String::from_utf8(other).unwrap();
+            assert!(!same_key(&key, &other), "{key} {other}");
+            assert!(!same_key(&other, &key), "{other} {key}");
+        }
+        assert!(!same_key(&key, &format!("{key}a")));
+    }
+}
+
+proptest! {
+    #[test]
+    fn any_two_keys_compare_as_strings_do(a in "[ab\u{e9}]{0,20}", b in "[ab\u{e9}]{0,20}") {
+        prop_assert_eq!(same_key(&a, &b), a == b);
+    }
+}

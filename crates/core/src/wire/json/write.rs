@@ -11,7 +11,7 @@
 
 use serde_json::Value;
 
-use super::scan::find_stop;
+use super::scan::{find_stop, first_stop, padded};
 use super::{Json, Number};
 
 /// A document the writer can write: a `serde_json::Value` or a [`Json`].
@@ -130,6 +130,20 @@ static ESCAPE: [u8; 256] = {
 /// Appends `text` as a JSON string.
 pub fn write_str(text: &str, out: &mut Vec<u8>) {
     let mut rest = text.as_bytes();
+    // Most keys and labels are under eight bytes and need no escape: they are written
+    // as one whole word, cut to their length (no scan loop, no `memcpy` call).
+    if rest.len() < 8 {
+        let word = padded(rest);
+        if first_stop(word).is_none() {
+            out.reserve(10);
+            out.push(b'"');
+            let end = out.len() + rest.len();
+            out.extend_from_slice(&word.to_le_bytes());
+            out.truncate(end);
+            out.push(b'"');
+            return;
+        }
+    }
     out.reserve(rest.len() + 2);
     out.push(b'"');
     // Runs of plain content are copied whole; `find_stop` finds exactly the bytes `ESCAPE`
