@@ -235,13 +235,22 @@ impl<'a> Reader<'a> {
         }
         let integer_end = self.at;
         let mut integral = true;
+        let mut fraction = integer_end..integer_end;
         if self.peek() == Some(b'.') {
             self.at += 1;
             if !matches!(self.peek(), Some(b'0'..=b'9')) {
                 return None;
             }
+            let start = self.at;
             self.skip_digits();
+            fraction = start..self.at;
             integral = false;
+        }
+        if !integral
+            && !matches!(self.peek(), Some(b'e' | b'E'))
+            && let Some(x) = short_decimal(&self.bytes[digits..integer_end], &self.bytes[fraction])
+        {
+            return Some(Number::Float(if negative { -x } else { x }));
         }
         if let Some(b'e' | b'E') = self.peek() {
             self.at += 1;
@@ -288,4 +297,22 @@ impl<'a> Reader<'a> {
             self.at += 1;
         }
     }
+}
+
+/// A decimal of at most 15 digits in all (`whole` and `fraction`, ASCII digits), read
+/// exactly as `str::parse` reads it: its digits make an integer below 2⁵³ and ten to
+/// the power of its places is exact, so one correctly rounded division gives the
+/// double nearest to it (the classic fast path of decimal reading).
+fn short_decimal(whole: &[u8], fraction: &[u8]) -> Option<f64> {
+    const POWERS: [f64; 16] = [
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+    ];
+    if whole.len() + fraction.len() > 15 {
+        return None;
+    }
+    let significand = whole
+        .iter()
+        .chain(fraction)
+        .fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
+    Some(significand as f64 / POWERS[fraction.len()])
 }

@@ -365,3 +365,44 @@ proptest! {
         prop_assert_eq!(same_key(&a, &b), a == b);
     }
 }
+
+/// A decimal's value, bit for bit, as `Json::parse` reads it.
+fn read_float(text: &str) -> u64 {
+    match Json::parse(text.as_bytes()).unwrap() {
+        Json::Number(Number::Float(x)) => x.to_bits(),
+        other => panic!("{text}: {other:?}"),
+    }
+}
+
+#[test]
+fn decimals_read_as_str_parse_reads_them() {
+    for text in [
+        "0.85",
+        "-0.0",
+        "0.0",
+        "1.5",
+        "0.000000000000001",
+        "999999999999999.9",
+        "99999999999999.99",
+        "123456789012345.6",
+        "9007199254740993.0",
+        "0.30000000000000004",
+        "-12345.678",
+    ] {
+        let expected: f64 = text.parse().unwrap();
+        assert_eq!(read_float(text), expected.to_bits(), "{text}");
+    }
+}
+
+proptest! {
+    #[test]
+    fn any_decimal_reads_as_str_parse_reads_it(
+        negative in any::<bool>(),
+        whole in "(0|[1-9][0-9]{0,12})",
+        fraction in "[0-9]{1,18}",
+    ) {
+        let text = format!("{}{whole}.{fraction}", if negative { "-" } else { "" });
+        let expected: f64 = text.parse().unwrap();
+        prop_assert_eq!(read_float(&text), expected.to_bits(), "{}", text);
+    }
+}
