@@ -205,6 +205,55 @@ async fn usage_drop_and_model_override_and_forwarded_request() {
     app.stop().await;
 }
 
+/// The allowlisted client headers go upstream in the allowlist's order, each with its first
+/// value only, whatever order and repetitions the client sent.
+#[tokio::test]
+async fn forwarded_headers_keep_the_allowlists_order_and_first_values() {
+    let app = spawn("choice", "").await;
+    let response = app
+        .post_raw(
+            serde_json::to_vec(&request()).unwrap(),
+            &[
+                ("x-typesafe-retry-count", "2"),
+                ("x-api-key", CLIENT_KEY),
+                ("user-agent", "first-agent/1"),
+                ("x-typesafe-runtime", "python/3.11"),
+                ("user-agent", "second-agent/2"),
+                ("x-typesafe-sdk", "typesafe-sdk/0.7.5"),
+                ("x-typesafe-retry-count", "3"),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let seen = app.upstream.last();
+    let names: Vec<&str> = seen
+        .headers
+        .keys()
+        .map(|name| name.as_str())
+        .filter(|name| *name == "user-agent" || name.starts_with("x-typesafe-"))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "user-agent",
+            "x-typesafe-sdk",
+            "x-typesafe-runtime",
+            "x-typesafe-retry-count"
+        ]
+    );
+    let values = |name: &str| -> Vec<&str> {
+        seen.headers
+            .get_all(name)
+            .iter()
+            .map(|value| value.to_str().unwrap())
+            .collect()
+    };
+    assert_eq!(values("user-agent"), ["first-agent/1"]);
+    assert_eq!(values("x-typesafe-retry-count"), ["2"]);
+    assert_eq!(values("x-typesafe-runtime"), ["python/3.11"]);
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn the_upstream_body_is_rebuilt_from_the_contract_and_the_callers_content() {
     let app = spawn("choice", "").await;

@@ -497,8 +497,18 @@ impl Remote {
         let mut user_agent = false;
         if let Some(post) = post {
             emit(&CONTENT_TYPE, post.content_type);
-            for name in &FORWARDED {
-                if let Some(value) = post.headers.get(name) {
+            // Each forwarded name's first value (what `HeaderMap::get` returns), found in
+            // one pass over the request's few fields instead of one hashed lookup per name.
+            let forwarded = &FORWARDED;
+            let mut found: [Option<&HeaderValue>; FORWARDED_HEADERS.len()] =
+                [None; FORWARDED_HEADERS.len()];
+            for (name, value) in post.headers {
+                if let Some(at) = forwarded.iter().position(|forwarded| forwarded == name) {
+                    found[at].get_or_insert(value);
+                }
+            }
+            for (name, value) in forwarded.iter().zip(found) {
+                if let Some(value) = value {
                     user_agent |= *name == USER_AGENT;
                     emit(name, value);
                 }
