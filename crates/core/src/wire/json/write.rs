@@ -174,19 +174,36 @@ static ESCAPE: [u8; 256] = {
     table
 };
 
+/// The eight bytes of `bytes` from `at` as a little-endian word.
+fn word_at(bytes: &[u8], at: usize) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(word)
+}
+
 /// Appends `text` as a JSON string.
 pub fn write_str(text: &str, out: &mut Vec<u8>) {
     let mut rest = text.as_bytes();
-    // Most keys and labels are under eight bytes and need no escape: they are written
-    // as one whole word, cut to their length (no scan loop, no `memcpy` call).
-    if rest.len() < 8 {
-        let word = padded(rest);
-        if first_stop(word).is_none() {
-            out.reserve(10);
+    // Most keys, labels and ids are at most sixteen bytes and need no escape: they are
+    // written as one or two whole words (the second overlapping the first), cut to
+    // their length: no scan loop, no `memcpy` call.
+    let n = rest.len();
+    if n <= 16 {
+        let (head, tail) = if n < 8 {
+            (padded(rest), None)
+        } else {
+            (word_at(rest, 0), Some(word_at(rest, n - 8)))
+        };
+        if first_stop(head).is_none() && tail.is_none_or(|tail| first_stop(tail).is_none()) {
+            out.reserve(18);
             out.push(b'"');
-            let end = out.len() + rest.len();
-            out.extend_from_slice(&word.to_le_bytes());
-            out.truncate(end);
+            let start = out.len();
+            out.extend_from_slice(&head.to_le_bytes());
+            if let Some(tail) = tail {
+                out.truncate(start + n - 8);
+                out.extend_from_slice(&tail.to_le_bytes());
+            }
+            out.truncate(start + n);
             out.push(b'"');
             return;
         }
@@ -289,6 +306,23 @@ mod tests {
                     .prop_map(|members| Value::Object(members.into_iter().collect())),
             ]
         })
+    }
+
+    #[test]
+    fn strings_of_every_short_length_are_written_as_serde_json_writes_them() {
+        // Plain strings up to past two words, and each with one byte that needs an escape
+        // (or a multi-byte character) at every position.
+        for len in 0..24 {
+            let plain: String = (0..len).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+            same_as_serde_json(&Value::String(plain.clone()));
+            for at in 0..len {
+                for special in ['"', '\\', '\n', '\u{1}', '\u{1f}', 'é', '\u{7f}'] {
+                    let mut text: Vec<char> = plain.chars().collect();
+                    text[at] = special;
+                    same_as_serde_json(&Value::String(text.into_iter().collect()));
+                }
+            }
+        }
     }
 
     /// `zmij`'s form of `x`, or the short-decimal form where that applies.
