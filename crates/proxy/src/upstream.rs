@@ -520,7 +520,8 @@ impl Remote {
                 );
             }
         }
-        emit(&ACCEPT, &HeaderValue::from_static("application/json"));
+        const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
+        emit(&ACCEPT, &APPLICATION_JSON);
         if !user_agent {
             emit(&USER_AGENT, &USER_AGENT_VALUE);
         }

@@ -242,14 +242,11 @@ where
                 .unwrap_or_else(|| Error::Internal.into_response()),
         };
         let headers = response.headers_mut();
-        headers.insert(
-            HeaderName::from_static(REQUEST_ID_HEADER),
-            this.id.0.clone(),
-        );
-        headers.insert(
-            HeaderName::from_static(SDK_REQUEST_ID_HEADER),
-            this.id.0.clone(),
-        );
+        // Names made at compile time (`from_static` at run time checks every byte).
+        const REQUEST_ID: HeaderName = HeaderName::from_static(REQUEST_ID_HEADER);
+        const SDK_REQUEST_ID: HeaderName = HeaderName::from_static(SDK_REQUEST_ID_HEADER);
+        headers.insert(REQUEST_ID, this.id.0.clone());
+        headers.insert(SDK_REQUEST_ID, this.id.0.clone());
         Poll::Ready(Ok(response))
     }
 }
