@@ -1,8 +1,9 @@
 //! What a listener serves: its axum router, and for the public listener a direct
 //! path to the one route that carries nearly all traffic.
 //!
-//! `POST /v1/systemone` goes through the same layers as every other public route
-//! ([`RequestIdLayer`], then the sensitive-header marking) and the same handler
+//! `POST /v1/systemone` goes through the same layers as every other public route, in
+//! the router's order (the sensitive-header marking, then [`RequestIdLayer`]) and the
+//! same handler
 //! ([`handlers::systemone`]); only the router's own dispatch is skipped (its route
 //! table lookup, the boxed per-request clone of the matched route, the response
 //! mapping futures). That dispatch was about 6,000 instructions of a request's
@@ -44,16 +45,16 @@ pub(super) struct Routes {
     systemone: Option<Layered>,
 }
 
-/// [`handlers::systemone`] under the public router's layers.
-type Layered = RequestIdService<SetSensitiveRequestHeaders<SystemOne>>;
+/// [`handlers::systemone`] under the public router's layers (the last one added to the
+/// router is the outermost).
+type Layered = SetSensitiveRequestHeaders<RequestIdService<SystemOne>>;
 
 impl Routes {
     /// The public routes: `router` (which must serve `POST /v1/systemone` with
     /// [`handlers::systemone`] under the same layers) and the direct path to it.
     pub(super) fn public(router: Router, state: AppState) -> Routes {
-        let layered = RequestIdLayer(state.clone()).layer(
-            SetSensitiveRequestHeadersLayer::new(sensitive_headers()).layer(SystemOne(state)),
-        );
+        let layered = SetSensitiveRequestHeadersLayer::new(sensitive_headers())
+            .layer(RequestIdLayer(state.clone()).layer(SystemOne(state)));
         Routes {
             router,
             systemone: Some(layered),
