@@ -11,7 +11,7 @@ use releasegate_sim::worlds::{Reader, Writer};
 
 /// The same allocator as the `releasegate` binary.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: releasegate_alloc::Allocator = releasegate_alloc::Allocator;
 
 fn main() {
     let worlds = simulate::generate(&Options {

@@ -2,10 +2,10 @@
 
 mod cli;
 
-/// mimalloc: the proxy and the offline tools allocate many small JSON nodes
-/// from several threads; it is markedly faster there than the system allocator.
+/// mimalloc (`releasegate_alloc`): the proxy and the offline tools allocate many small
+/// JSON nodes from several threads; it is markedly faster there than the system allocator.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: releasegate_alloc::Allocator = releasegate_alloc::Allocator;
 
 fn main() -> std::process::ExitCode {
     cli::main()
