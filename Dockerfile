@@ -11,6 +11,7 @@ COPY crates/core/Cargo.toml crates/core/
 COPY crates/sim/Cargo.toml crates/sim/
 COPY crates/proxy/Cargo.toml crates/proxy/
 COPY crates/lab/Cargo.toml crates/lab/
+COPY crates/alloc/Cargo.toml crates/alloc/
 COPY deploy/docker-build-steps.sh deploy/
 RUN bash deploy/docker-build-steps.sh deps
 # Then the sources: only the workspace's own crates are compiled; the binary lands in dist/.
