@@ -224,7 +224,7 @@ pub struct QuestionRule {
 
 /// A question's upstream form and score legend, built once (see `QuestionRule`).
 pub(crate) type PinnedUpstream = std::sync::OnceLock<(
-    std::sync::Arc<Value>,
+    std::sync::Arc<crate::wire::UpstreamQuestion>,
     Option<serde_json::Map<String, Value>>,
 )>;
 

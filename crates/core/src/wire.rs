@@ -50,7 +50,7 @@ pub struct Asked {
     /// `state` and `assets` where present.
     head: Map<String, Value>,
     /// Each question's upstream form, keyed by its id, in request order.
-    upstream_questions: Vec<(String, Arc<Value>)>,
+    upstream_questions: Vec<(String, Arc<UpstreamQuestion>)>,
     /// The whole upstream body, built from the parts on first use.
     upstream: OnceLock<Value>,
 }
@@ -218,7 +218,7 @@ pub fn check_json(body: &Json<'_>, contract: &Contract) -> Result<Asked, Request
 struct Checked {
     model: String,
     questions: Vec<AskedQuestion>,
-    upstream_questions: Vec<(String, Arc<Value>)>,
+    upstream_questions: Vec<(String, Arc<UpstreamQuestion>)>,
     /// The model that goes upstream (pinned or the caller's).
     upstream_model: String,
 }
@@ -309,7 +309,7 @@ impl Asked {
             let questions = self
                 .upstream_questions
                 .iter()
-                .map(|(id, question)| (id.clone(), Value::clone(question)))
+                .map(|(id, question)| (id.clone(), question.value.clone()))
                 .collect();
             body.insert("questions".into(), Value::Object(questions));
             Value::Object(body)
@@ -634,11 +634,33 @@ impl RequestError {
     }
 }
 
+/// A question as it goes upstream: its `Value`, and the bytes `json::write` writes for
+/// it, written once when the form is built (a pinned form once per contract) and copied
+/// into every upstream body as they are.
+#[derive(Debug)]
+pub(crate) struct UpstreamQuestion {
+    value: Value,
+    bytes: Box<[u8]>,
+}
+
+impl UpstreamQuestion {
+    fn new(value: Value) -> UpstreamQuestion {
+        let bytes = json::write::to_vec(&value).into_boxed_slice();
+        UpstreamQuestion { value, bytes }
+    }
+}
+
+impl json::write::Document for UpstreamQuestion {
+    fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.bytes);
+    }
+}
+
 fn check_question(
     id: &str,
     question: &Json<'_>,
     rule: &QuestionRule,
-) -> Result<(AskedQuestion, Arc<Value>), RequestError> {
+) -> Result<(AskedQuestion, Arc<UpstreamQuestion>), RequestError> {
     let fail = |reason: &str| RequestError::Contract(format!("question `{id}`: {reason}"));
     let pinned = &rule.question;
     // The schema check guarantees a known tag and well-typed criteria.
@@ -732,7 +754,7 @@ fn check_question(
             },
         );
         let legend = legend_of(kind, &upstream);
-        (Arc::new(upstream), legend)
+        (Arc::new(UpstreamQuestion::new(upstream)), legend)
     } else {
         let mismatch = |field: String| RequestError::TextMismatch {
             question: id.to_string(),
@@ -772,7 +794,7 @@ fn check_question(
                 },
             );
             let legend = legend_of(kind, &upstream);
-            (Arc::new(upstream), legend)
+            (Arc::new(UpstreamQuestion::new(upstream)), legend)
         });
         (Arc::clone(upstream), legend.clone())
     };
