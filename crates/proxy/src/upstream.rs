@@ -466,6 +466,10 @@ impl Upstreams {
 
 // === impl Remote ===
 
+/// `application/json`, made at compile time (`from_static` at run time checks every
+/// byte): what the proxy accepts from providers, and the type of its own JSON bodies.
+pub(crate) const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
+
 impl Remote {
     async fn call(
         &self,
@@ -520,7 +524,6 @@ impl Remote {
                 );
             }
         }
-        const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
         emit(&ACCEPT, &APPLICATION_JSON);
         if !user_agent {
             emit(&USER_AGENT, &USER_AGENT_VALUE);

@@ -21,6 +21,8 @@ use std::fmt;
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
+use scan::word_at;
+
 /// What the release path reads of a JSON document: implemented by `serde_json::Value`
 /// and by [`Json`], with the same meaning for both.
 pub trait Node {
@@ -198,11 +200,6 @@ fn same_key(a: &str, b: &str) -> bool {
     let n = a.len();
     // Equal lengths: the head and tail words of each (overlapping when shorter than
     // two words) cover every byte.
-    let word = |bytes: &[u8], at: usize| -> u64 {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(&bytes[at..at + 8]);
-        u64::from_le_bytes(word)
-    };
     let half = |bytes: &[u8], at: usize| -> u32 {
         let mut half = [0u8; 4];
         half.copy_from_slice(&bytes[at..at + 4]);
@@ -211,7 +208,7 @@ fn same_key(a: &str, b: &str) -> bool {
     match n {
         0..=3 => a.iter().zip(b).all(|(x, y)| x == y),
         4..=7 => half(a, 0) == half(b, 0) && half(a, n - 4) == half(b, n - 4),
-        8..=16 => word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8),
+        8..=16 => word_at(a, 0) == word_at(b, 0) && word_at(a, n - 8) == word_at(b, n - 8),
         _ => a == b,
     }
 }

@@ -289,13 +289,10 @@ fn export_server_span(
     });
 }
 
-/// `application/json`, made at compile time (`from_static` at run time checks every byte).
-const APPLICATION_JSON: header::HeaderValue = header::HeaderValue::from_static("application/json");
-
 /// A JSON body (written by the core's JSON writer, serde_json's output byte for byte)
 /// as its response.
 fn json_response(body: Vec<u8>) -> Response {
-    ([(header::CONTENT_TYPE, APPLICATION_JSON)], body).into_response()
+    ([(header::CONTENT_TYPE, upstream::APPLICATION_JSON)], body).into_response()
 }
 
 fn finish(
@@ -481,7 +478,7 @@ async fn answer(
         .filter(|capture| capture.sample())
         .map(|_| json.clone());
     let (content_type, forward) = if checked.images.is_empty() {
-        (APPLICATION_JSON, json.clone())
+        (upstream::APPLICATION_JSON, json.clone())
     } else {
         let (content_type, body) = super::multipart::build(&json, &checked.images)?;
         (

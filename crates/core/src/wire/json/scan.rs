@@ -19,9 +19,7 @@ pub(super) fn find_stop(bytes: &[u8]) -> Option<usize> {
     let mut words = bytes.chunks_exact(8);
     let mut at = 0;
     for chunk in &mut words {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        if let Some(i) = first_stop(u64::from_le_bytes(word)) {
+        if let Some(i) = first_stop(word_at(chunk, 0)) {
             return Some(at + i);
         }
         at += 8;
@@ -33,6 +31,15 @@ pub(super) fn find_stop(bytes: &[u8]) -> Option<usize> {
         return None;
     }
     first_stop(padded(rest)).map(|i| at + i)
+}
+
+/// The eight bytes of `bytes` from `at` as a little-endian word (a fixed-length copy:
+/// no `memcpy` call).
+#[inline]
+pub(super) fn word_at(bytes: &[u8], at: usize) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(word)
 }
 
 /// `short` (under eight bytes) as a little-endian word padded with spaces. Built a

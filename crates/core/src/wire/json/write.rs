@@ -11,7 +11,7 @@
 
 use serde_json::Value;
 
-use super::scan::{find_stop, first_stop, padded};
+use super::scan::{find_stop, first_stop, padded, word_at};
 use super::{Json, Number};
 
 /// A document the writer can write: a `serde_json::Value` or a [`Json`].
@@ -173,13 +173,6 @@ static ESCAPE: [u8; 256] = {
     table[b'\\' as usize] = b'\\';
     table
 };
-
-/// The eight bytes of `bytes` from `at` as a little-endian word.
-fn word_at(bytes: &[u8], at: usize) -> u64 {
-    let mut word = [0u8; 8];
-    word.copy_from_slice(&bytes[at..at + 8]);
-    u64::from_le_bytes(word)
-}
 
 /// Appends `text` as a JSON string.
 pub fn write_str(text: &str, out: &mut Vec<u8>) {
