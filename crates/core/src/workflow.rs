@@ -23,7 +23,7 @@ pub use cost::{
     AUTHORED_MATRIX_4, CostBase, DEFAULT_C_CHECK, DEFAULT_C_REVIEW, DEFAULT_C_WRONG, Family,
     Policy, Profile,
 };
-pub use plan::{Plan, PlanDisplay, TIE_TOLERANCE};
+pub use plan::{Decisions, Plan, PlanDisplay, TIE_TOLERANCE};
 pub use posterior::{
     LOGISTIC_FORMAT, LogisticModel, POSTERIOR_SMOOTHING, Posterior, release_features, smooth,
 };
@@ -137,6 +137,9 @@ pub struct Spec {
     profiles: Vec<Profile>,
     posterior: Posterior,
     policies: Vec<Policy>,
+    /// Per policy, the first earlier policy that decides exactly as it does
+    /// ([`Policy::decides_as`]): its plan is that one's, not decided again.
+    twins: Vec<Option<usize>>,
 }
 
 // === impl Error ===
@@ -259,6 +262,11 @@ impl Spec {
                 profile,
                 costs: base.apply(profile),
             })
+            .collect::<Vec<Policy>>();
+        let twins = policies
+            .iter()
+            .enumerate()
+            .map(|(i, policy)| policies[..i].iter().position(|p| p.decides_as(policy)))
             .collect();
         Ok(Spec {
             classes,
@@ -267,6 +275,7 @@ impl Spec {
             profiles,
             posterior,
             policies,
+            twins,
         })
     }
 
@@ -397,7 +406,17 @@ impl Spec {
         let mut q = Vec::with_capacity(self.class_count());
         self.posterior
             .estimate(self.class_count(), release, public, &mut q);
-        self.policies.iter().map(|p| p.decide(&q)).collect()
+        let mut decisions = Decisions::new();
+        decisions.prepare(&q);
+        let mut plans: Vec<Plan> = Vec::with_capacity(self.policies.len());
+        for (policy, twin) in self.policies.iter().zip(&self.twins) {
+            let plan = match twin.and_then(|j| plans.get(j)) {
+                Some(&plan) => plan,
+                None => decisions.decide(policy, &q),
+            };
+            plans.push(plan);
+        }
+        plans
     }
 
     /// The behaviour signature σ of a release (computed from the release as given, i.e. after
@@ -433,10 +452,20 @@ impl Spec {
         }
         self.posterior
             .estimate(self.class_count(), release, public, scratch);
+        let mut decisions = Decisions::new();
+        decisions.prepare(scratch);
+        // In order, stopping at the first difference: a twin's plan is its earlier
+        // twin's, which has already matched `target`'s.
         self.policies
             .iter()
+            .zip(&self.twins)
             .zip(&target.plans)
-            .all(|(policy, plan)| policy.decide(scratch) == *plan)
+            .all(
+                |((policy, twin), plan)| match twin.and_then(|j| target.plans.get(j)) {
+                    Some(earlier) => earlier == plan,
+                    None => decisions.decide(policy, scratch) == *plan,
+                },
+            )
     }
 
     /// The worst realized-cost increase of `released` over `native` (complete plans, one per

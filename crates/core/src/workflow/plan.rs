@@ -176,6 +176,27 @@ impl Policy {
         }
     }
 
+    /// Whether this policy decides exactly as `other` on every posterior: the same family
+    /// and, bit for bit, the same costs that family reads (`c_wrong` and `c_review` for
+    /// selective routing, `c_wrong` and `c_check` for clarification, the matrix for
+    /// asymmetric-cost routing). Profiles that leave those costs unchanged make such twins
+    /// (the standard set of 18 has 6), whose plans need deciding only once.
+    pub fn decides_as(&self, other: &Policy) -> bool {
+        let (a, b) = (&self.costs, &other.costs);
+        let same = |x: f64, y: f64| x.to_bits() == y.to_bits();
+        self.family == other.family
+            && match self.family {
+                Family::Selective => same(a.c_wrong, b.c_wrong) && same(a.c_review, b.c_review),
+                Family::Clarification => same(a.c_wrong, b.c_wrong) && same(a.c_check, b.c_check),
+                Family::Asymmetric => {
+                    a.matrix.len() == b.matrix.len()
+                        && a.matrix.iter().zip(&b.matrix).all(|(x, y)| {
+                            x.len() == y.len() && x.iter().zip(y).all(|(u, v)| same(*u, *v))
+                        })
+                }
+            }
+    }
+
     /// κ_j, the policy's public wrong-route cost: `c_wrong` for selective routing and
     /// clarification, the largest matrix entry for asymmetric-cost routing. A bounded WCPQ
     /// mapper lets a release raise this policy's realized cost by at most α·κ_j.
@@ -225,6 +246,119 @@ impl Policy {
             _ => f64::NAN,
         }
     }
+}
+
+/// What every policy of one posterior shares, computed once per posterior: deciding a
+/// spec's policies ([`Decisions::decide`]) then costs one pass over `n + 1` precomputed
+/// values per policy, where [`Policy::decide`] recomputes them for each.
+///
+/// It decides exactly as [`Policy::decide`] does, bit for bit: every candidate cost is the
+/// same floating-point expression evaluated in the same order (`c_wrong * (1 - q_t)` as
+/// `c_wrong * miss[t]`, `1 - q_k - q_t_no(k)` as `miss[k] - q[t_no(k)]`), and the pick is the
+/// same earliest-within-tolerance rule. The tests hold the two equal on random,
+/// tied and degenerate posteriors for every family and profile.
+#[derive(Debug, Default)]
+pub struct Decisions {
+    /// `1 - q_t` per class.
+    miss: Vec<f64>,
+    /// Clarification: `t_no(k)`, the best class other than `k`, per `k`.
+    no: Vec<u16>,
+    /// Clarification: `1 - q_k - q_t_no(k)` per `k`.
+    rest: Vec<f64>,
+    /// One policy's candidate costs (reused across policies).
+    costs: Vec<f64>,
+    /// Whether `no` and `rest` hold the current posterior's values.
+    clarified: bool,
+}
+
+impl Decisions {
+    /// An empty set of buffers; [`Decisions::prepare`] fills them for a posterior.
+    pub fn new() -> Decisions {
+        Decisions::default()
+    }
+
+    /// Precomputes what the policies share for posterior `q` (canonical order).
+    pub fn prepare(&mut self, q: &[f64]) {
+        self.miss.clear();
+        self.miss.extend(q.iter().map(|&v| 1.0 - v));
+        self.costs.reserve(q.len() + 1);
+        self.clarified = false;
+    }
+
+    /// The complete plan of `policy` for the posterior last given to
+    /// [`Decisions::prepare`] (`q`, the same slice): equal to `policy.decide(q)`.
+    pub fn decide(&mut self, policy: &Policy, q: &[f64]) -> Plan {
+        let c = &policy.costs;
+        let n = q.len();
+        if n == 0 || self.miss.len() != n {
+            return policy.decide(q);
+        }
+        match policy.family {
+            Family::Selective => {
+                self.costs.clear();
+                self.costs.extend(self.miss.iter().map(|&m| c.c_wrong * m));
+                self.costs.push(c.c_review);
+                let pick = pick_min_of(&self.costs);
+                if pick < n {
+                    Plan::Route { class: idx(pick) }
+                } else {
+                    Plan::Review
+                }
+            }
+            Family::Clarification => {
+                if !self.clarified {
+                    let runner = RunnerUp::new(q);
+                    self.no.clear();
+                    self.no.reserve(n);
+                    self.rest.clear();
+                    self.rest.reserve(n);
+                    for (k, &m) in self.miss.iter().enumerate() {
+                        let t_no = runner.best_except(q, k);
+                        self.no.push(idx(t_no));
+                        self.rest.push(m - q[t_no]);
+                    }
+                    self.clarified = true;
+                }
+                self.costs.clear();
+                self.costs.extend(self.miss.iter().map(|&m| c.c_wrong * m));
+                let best = pick_min_of(&self.costs);
+                let now = self.costs[best];
+                self.costs.clear();
+                self.costs.push(now);
+                let checks = self.rest.iter().map(|&r| c.c_check + c.c_wrong * r);
+                self.costs.extend(checks);
+                match pick_min_of(&self.costs).checked_sub(1) {
+                    None => Plan::Now { class: idx(best) },
+                    Some(k) => Plan::Check {
+                        target: idx(k),
+                        yes: idx(k),
+                        no: self.no[k],
+                    },
+                }
+            }
+            Family::Asymmetric => {
+                self.costs.clear();
+                let rows = c.matrix.iter().take(n + 1);
+                let costs =
+                    rows.map(|row| row.iter().zip(q).fold(0.0, |sum, (m, qt)| sum + qt * m));
+                self.costs.extend(costs);
+                Plan::Act {
+                    action: idx(pick_min_of(&self.costs)),
+                }
+            }
+        }
+    }
+}
+
+/// [`pick_min`] over costs already computed.
+fn pick_min_of(costs: &[f64]) -> usize {
+    let min = costs
+        .iter()
+        .fold(f64::INFINITY, |min, &v| if v < min { v } else { min });
+    costs
+        .iter()
+        .position(|&v| v == min || (v - min).abs() <= TIE_TOLERANCE)
+        .unwrap_or(0)
 }
 
 /// Index of the earliest candidate whose cost is within [`TIE_TOLERANCE`] of the minimal cost.

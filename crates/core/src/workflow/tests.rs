@@ -683,3 +683,112 @@ fn reference_plans_for_the_delivery_classes() {
 fn fs_read(path: &Path) -> std::io::Result<Vec<u8>> {
     std::fs::read(path)
 }
+
+/// A random cost base for `n` classes whose values repeat, so that profiles often leave a
+/// family's costs unchanged (twins) and candidate costs often tie.
+fn random_base(rng: &mut Rng, n: usize) -> CostBase {
+    let value = |rng: &mut Rng| [0.0, 0.4, 1.0, 2.0, 10.0, 1e-10][rng.below(6)];
+    CostBase {
+        c_wrong: value(rng),
+        c_review: value(rng),
+        c_check: value(rng),
+        matrix: (0..=n)
+            .map(|_| (0..n).map(|_| value(rng)).collect())
+            .collect(),
+    }
+}
+
+/// A posterior with frequent exact and near ties, and now and then a NaN, an infinity or a
+/// negative value (the decisions must agree even on inputs no release produces).
+fn random_posterior(rng: &mut Rng, n: usize) -> Vec<f64> {
+    (0..n)
+        .map(|_| match rng.below(40) {
+            0 => f64::NAN,
+            1 => f64::INFINITY,
+            2 => -0.25,
+            _ => rng.below(4) as f64 * 0.25 + if rng.below(5) == 0 { 1e-10 } else { 0.0 },
+        })
+        .collect()
+}
+
+#[test]
+fn shared_decisions_decide_exactly_as_each_policy_alone() {
+    let mut rng = Rng::new(23);
+    for round in 0..3000 {
+        let n = 1 + rng.below(9);
+        let base = if round % 3 == 0 && n == 4 {
+            CostBase::authored_4()
+        } else {
+            random_base(&mut rng, n)
+        };
+        let policies: Vec<Policy> = Family::ALL
+            .iter()
+            .flat_map(|&family| Profile::ALL.iter().map(move |&profile| (family, profile)))
+            .map(|(family, profile)| Policy {
+                family,
+                profile,
+                costs: base.apply(profile),
+            })
+            .collect();
+        let mut decisions = Decisions::new();
+        for _ in 0..4 {
+            let q = random_posterior(&mut rng, n);
+            decisions.prepare(&q);
+            // In a shuffled order: what one policy precomputes must not depend on which
+            // policy came first.
+            let mut order: Vec<usize> = (0..policies.len()).collect();
+            for i in (1..order.len()).rev() {
+                order.swap(i, rng.below(i + 1));
+            }
+            for &i in &order {
+                let policy = &policies[i];
+                let alone = policy.decide(&q);
+                assert_eq!(decisions.decide(policy, &q), alone, "{policy:?} {q:?}");
+                for (j, other) in policies.iter().enumerate() {
+                    if other.decides_as(policy) {
+                        assert_eq!(other.decide(&q), alone, "twins {i} and {j}: {q:?}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_specs_plans_and_signature_matches_agree_with_each_policy_alone() {
+    let mut rng = Rng::new(29);
+    for _ in 0..500 {
+        let n = 2 + rng.below(6);
+        let base = random_base(&mut rng, n);
+        let families = &Family::ALL[..1 + rng.below(3)];
+        let profiles = &Profile::ALL[rng.below(3)..];
+        let spec = Spec::new(labels(n), base, families, profiles, Posterior::Native).unwrap();
+        for _ in 0..8 {
+            let q = random_posterior(&mut rng, n)
+                .into_iter()
+                .map(|v| if v.is_finite() { v.abs() } else { 0.5 })
+                .collect::<Vec<f64>>();
+            let r = release(0, &q, None);
+            let mut smoothed = q.clone();
+            smooth(&mut smoothed);
+            let alone: Vec<Plan> = spec
+                .policies()
+                .iter()
+                .map(|p| p.decide(&smoothed))
+                .collect();
+            assert_eq!(spec.plans_with_public(&r, &[]), alone);
+            let target = spec.signature_with_public(&r, &[]);
+            let mut scratch = Vec::new();
+            assert!(spec.signature_matches(&r, &[], &target, &mut scratch));
+            // Any one plan changed: the match fails, wherever the change is.
+            for i in 0..target.plans.len() {
+                let mut other = target.clone();
+                other.plans[i] = match other.plans[i] {
+                    Plan::Review => Plan::Route { class: 0 },
+                    _ => Plan::Review,
+                };
+                assert!(!spec.signature_matches(&r, &[], &other, &mut scratch));
+            }
+        }
+    }
+}
