@@ -10,7 +10,9 @@
 //! round trip of the first admissible codeword. For the request-dependent logistic posterior the
 //! mapper scans the class's candidate list in order.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+
+use foldhash::fast::FixedState;
 
 use serde_json::Value;
 
@@ -121,8 +123,10 @@ pub struct Mapper {
 }
 
 /// For one selected class: `[without probabilities, with probabilities]`, each mapping plans to
-/// the ascending indices of the codewords with exactly those plans.
-type AdmissibleLists = [BTreeMap<Vec<Plan>, Vec<u32>>; 2];
+/// the ascending indices of the codewords with exactly those plans. Hashed with a fixed
+/// seed: the table is built from configuration only and read once per answer, where an
+/// ordered map's comparisons of whole plan lists cost about three times a hash.
+type AdmissibleLists = [HashMap<Vec<Plan>, Vec<u32>, FixedState>; 2];
 
 /// For one selected class: `[without probabilities, with probabilities]`, the codewords whose
 /// plans stay the same when their confidence is released too (one bit per codeword index).

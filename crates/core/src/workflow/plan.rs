@@ -13,7 +13,7 @@ pub const TIE_TOLERANCE: f64 = 1e-9;
 ///
 /// The JSON form (`{"plan":"check","target":1,"yes":1,"no":0}`) is unambiguous; the display form uses
 /// labels through [`Plan::display`], e.g. `check(B, yes->B, no->A)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(tag = "plan", rename_all = "snake_case")]
 pub enum Plan {
     /// Selective routing: route to `class`.
@@ -61,6 +61,23 @@ impl Plan {
             plan: self,
             classes,
         }
+    }
+}
+
+/// One word per plan (its variant and fields packed, distinct plans distinct words), so
+/// that hashing a signature's plans (the WCPQ mapper's table lookup) is one write each.
+impl std::hash::Hash for Plan {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let pack = |tag: u64, a: u16, b: u16, c: u16| {
+            tag << 48 | u64::from(a) << 32 | u64::from(b) << 16 | u64::from(c)
+        };
+        state.write_u64(match *self {
+            Plan::Route { class } => pack(0, class, 0, 0),
+            Plan::Review => pack(1, 0, 0, 0),
+            Plan::Now { class } => pack(2, class, 0, 0),
+            Plan::Check { target, yes, no } => pack(3, target, yes, no),
+            Plan::Act { action } => pack(4, action, 0, 0),
+        });
     }
 }
 

@@ -792,3 +792,23 @@ fn a_specs_plans_and_signature_matches_agree_with_each_policy_alone() {
         }
     }
 }
+
+#[test]
+fn the_standard_policies_have_six_twins() {
+    let spec = Spec::standard(labels(4)).unwrap();
+    let twins: Vec<(usize, usize)> = spec
+        .twins
+        .iter()
+        .enumerate()
+        .filter_map(|(i, twin)| twin.map(|j| (i, j)))
+        .collect();
+    // Family-major, profiles in table order (authored, review_half, review_double,
+    // check_quarter, error_double, asymmetric_class0_double).
+    assert_eq!(
+        twins,
+        [(3, 0), (5, 0), (7, 6), (8, 6), (11, 6), (15, 12)],
+        "selective: check_quarter and asymmetric_class0_double read authored's c_wrong and \
+         c_review; clarification: every profile but check_quarter and error_double; \
+         asymmetric: check_quarter's matrix is authored's"
+    );
+}
