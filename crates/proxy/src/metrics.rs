@@ -1,13 +1,18 @@
 //! Prometheus metrics on an owned registry. Labels come only from
 //! configuration (contract, provider, question ids) and enums.
 
+use std::collections::HashMap;
+
+use foldhash::fast::FixedState;
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use releasegate_core::config::Config;
-use releasegate_core::mechanism::Mechanism;
+use releasegate_core::mechanism::{self, Mechanism};
+use releasegate_core::release::AnswerRecord;
+use releasegate_core::wcpq::{Reason, Stage};
 
 /// Histogram buckets of request and upstream latencies, in seconds.
 const LATENCY_BUCKETS: [f64; 15] = [
@@ -406,6 +411,159 @@ impl Metrics {
     }
 }
 
+/// The series a released answer counts in, per contract and question, resolved once per
+/// configuration generation ([`Metrics::answer_series`]): recording an answer then takes
+/// two map lookups instead of a label lookup per series (four for a WCPQ answer).
+#[derive(Debug, Default)]
+pub struct AnswerSeries {
+    by_contract: HashMap<String, HashMap<String, QuestionSeries, FixedState>, FixedState>,
+}
+
+/// One question's series.
+#[derive(Debug)]
+struct QuestionSeries {
+    /// `releasegate_released_answers_total` under the question's view.
+    released: IntCounter,
+    /// The view of `released`: a record of another view (none today) is counted by label.
+    view: &'static str,
+    wcpq: Option<WcpqSeries>,
+}
+
+/// A WCPQ question's series.
+#[derive(Debug)]
+struct WcpqSeries {
+    covered: IntCounter,
+    fallback: IntCounter,
+    /// In [`Stage::ALL`] order.
+    stages: [IntCounter; 2],
+    /// In [`Reason::LABELS`] order.
+    reasons: [IntCounter; 4],
+    mapping: Histogram,
+}
+
+impl Metrics {
+    /// Resolves the answer series of every question of `config` (creating them, at zero).
+    pub fn answer_series(&self, config: &Config) -> AnswerSeries {
+        let mut by_contract = HashMap::with_hasher(FixedState::default());
+        for (name, contract) in &config.contracts {
+            let mut questions = HashMap::with_hasher(FixedState::default());
+            for (question, rule) in &contract.questions {
+                let labels = [name.as_str(), question.as_str()];
+                let view = rule.view.as_str();
+                let wcpq = matches!(rule.mechanism, Mechanism::Wcpq(_)).then(|| {
+                    let with = |vec: &IntCounterVec, label: &str| {
+                        vec.with_label_values(&[labels[0], labels[1], label])
+                    };
+                    WcpqSeries {
+                        covered: with(&self.wcpq_answers, "covered"),
+                        fallback: with(&self.wcpq_answers, "fallback"),
+                        stages: Stage::ALL.map(|stage| with(&self.wcpq_covered, stage.label())),
+                        reasons: Reason::LABELS.map(|reason| with(&self.wcpq_fallbacks, reason)),
+                        mapping: self.wcpq_mapping.with_label_values(&labels),
+                    }
+                });
+                let series = QuestionSeries {
+                    released: self
+                        .released_answers
+                        .with_label_values(&[labels[0], labels[1], view]),
+                    view,
+                    wcpq,
+                };
+                questions.insert(question.clone(), series);
+            }
+            by_contract.insert(name.clone(), questions);
+        }
+        AnswerSeries { by_contract }
+    }
+
+    /// Counts one released answer of `contract`: through `series` when it has the
+    /// question's, by label otherwise (the same series either way).
+    pub fn record_answer(&self, series: &AnswerSeries, contract: &str, record: &AnswerRecord) {
+        let resolved = series
+            .by_contract
+            .get(contract)
+            .and_then(|questions| questions.get(&record.question))
+            .filter(|resolved| resolved.view == record.view.as_str());
+        let Some(resolved) = resolved else {
+            return self.record_answer_by_label(contract, record, true);
+        };
+        resolved.released.inc();
+        let Some(wcpq) = &resolved.wcpq else {
+            // A question without WCPQ has no mechanism series; should a record carry
+            // one anyway, it is counted by label.
+            if !matches!(record.mechanism, mechanism::Outcome::Applied)
+                || record.mapping_seconds.is_some()
+            {
+                self.record_answer_by_label(contract, record, false);
+            }
+            return;
+        };
+        match &record.mechanism {
+            mechanism::Outcome::Applied => {}
+            mechanism::Outcome::Covered { stage, .. } => {
+                wcpq.covered.inc();
+                let at = Stage::ALL.iter().position(|s| s == stage);
+                match at.and_then(|at| wcpq.stages.get(at)) {
+                    Some(counter) => counter.inc(),
+                    None => self
+                        .wcpq_covered
+                        .with_label_values(&[contract, &record.question, stage.label()])
+                        .inc(),
+                }
+            }
+            mechanism::Outcome::Fallback(reason) => {
+                wcpq.fallback.inc();
+                let at = Reason::LABELS.iter().position(|l| *l == reason.label());
+                match at.and_then(|at| wcpq.reasons.get(at)) {
+                    Some(counter) => counter.inc(),
+                    None => self
+                        .wcpq_fallbacks
+                        .with_label_values(&[contract, &record.question, reason.label()])
+                        .inc(),
+                }
+            }
+        }
+        if let Some(seconds) = record.mapping_seconds {
+            wcpq.mapping.observe(seconds);
+        }
+    }
+
+    /// [`Metrics::record_answer`] by label: the released count too when `released`, then
+    /// the mechanism's series.
+    fn record_answer_by_label(&self, contract: &str, record: &AnswerRecord, released: bool) {
+        let labels = [contract, record.question.as_str()];
+        if released {
+            self.released_answers
+                .with_label_values(&[labels[0], labels[1], record.view.as_str()])
+                .inc();
+        }
+        match &record.mechanism {
+            mechanism::Outcome::Applied => {}
+            mechanism::Outcome::Covered { stage, .. } => {
+                self.wcpq_answers
+                    .with_label_values(&[labels[0], labels[1], "covered"])
+                    .inc();
+                self.wcpq_covered
+                    .with_label_values(&[labels[0], labels[1], stage.label()])
+                    .inc();
+            }
+            mechanism::Outcome::Fallback(reason) => {
+                self.wcpq_answers
+                    .with_label_values(&[labels[0], labels[1], "fallback"])
+                    .inc();
+                self.wcpq_fallbacks
+                    .with_label_values(&[labels[0], labels[1], reason.label()])
+                    .inc();
+            }
+        }
+        if let Some(seconds) = record.mapping_seconds {
+            self.wcpq_mapping
+                .with_label_values(&labels)
+                .observe(seconds);
+        }
+    }
+}
+
 /// The status class label of an HTTP status.
 pub(crate) fn status_class(status: u16) -> &'static str {
     match status {
@@ -414,5 +572,123 @@ pub(crate) fn status_class(status: u16) -> &'static str {
         300..=399 => "3xx",
         400..=499 => "4xx",
         _ => "5xx",
+    }
+}
+
+#[cfg(test)]
+mod answer_series_tests {
+    use super::*;
+    use releasegate_core::contract::View;
+
+    fn config() -> Config {
+        let codebook = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../config/codebooks/delivery-coarse_cause.json"
+        );
+        let classes = r#"classes = ["DELAY", "ADDRESS", "DAMAGE", "DELIVERY_RECORD"]"#;
+        let text = format!(
+            "[providers.p]\nkind = \"simulated\"\n\
+             [[recipients]]\nname = \"r\"\nkey_sha256 = \"{}\"\ncontracts = [\"c\"]\n\
+             [contracts.c]\nprovider = \"p\"\n\
+             [contracts.c.questions.w]\n{classes}\nview = \"full_native\"\n\
+             mechanism = {{ kind = \"wcpq\", codebook = \"{codebook}\", fallback = \"native\" }}\n\
+             workflows = {{ preset = \"tuple-bench\" }}\n\
+             [contracts.c.questions.plain]\n{classes}\nview = \"choice\"\n",
+            "0".repeat(64)
+        );
+        crate::load::from_toml_with_env(&text, &|_| None).unwrap()
+    }
+
+    fn record(question: &str, view: View, mechanism: mechanism::Outcome) -> AnswerRecord {
+        let wcpq = !matches!(mechanism, mechanism::Outcome::Applied);
+        AnswerRecord {
+            question: question.to_string(),
+            view,
+            withheld: false,
+            mechanism,
+            mapping_seconds: wcpq.then_some(0.002),
+            evaluation: None,
+        }
+    }
+
+    /// The exposition's answer series with a value other than 0 (created-at-zero series
+    /// aside).
+    fn counted(metrics: &Metrics) -> Vec<String> {
+        let text = String::from_utf8(metrics.render()).unwrap();
+        text.lines()
+            .filter(|line| line.starts_with("releasegate_") && !line.ends_with(" 0"))
+            .filter(|line| !line.starts_with("releasegate_build_info"))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn resolved_series_count_what_labels_count() {
+        let config = config();
+        let records = [
+            record(
+                "w",
+                View::FullNative,
+                mechanism::Outcome::Covered {
+                    codeword_index: 3,
+                    stage: Stage::Strict,
+                },
+            ),
+            record(
+                "w",
+                View::FullNative,
+                mechanism::Outcome::Covered {
+                    codeword_index: 1,
+                    stage: Stage::Compact,
+                },
+            ),
+            record(
+                "w",
+                View::FullNative,
+                mechanism::Outcome::Fallback(Reason::RoundtripMismatch { mismatches: 2 }),
+            ),
+            record(
+                "w",
+                View::FullNative,
+                mechanism::Outcome::Fallback(Reason::NoCandidate),
+            ),
+            record("plain", View::Choice, mechanism::Outcome::Applied),
+            // Not what the configuration says: counted by label, the same way.
+            record("plain", View::FullNative, mechanism::Outcome::Applied),
+            record("unknown", View::Choice, mechanism::Outcome::Applied),
+        ];
+        let resolved = Metrics::new().unwrap();
+        let series = resolved.answer_series(&config);
+        let by_label = Metrics::new().unwrap();
+        for contract in ["c", "another"] {
+            for record in &records {
+                resolved.record_answer(&series, contract, record);
+                by_label.record_answer(&AnswerSeries::default(), contract, record);
+            }
+        }
+        let counted_resolved = counted(&resolved);
+        assert_eq!(counted_resolved, counted(&by_label));
+        for expected in [
+            "releasegate_released_answers_total{contract=\"c\",question=\"w\",view=\"full_native\"} 4",
+            "releasegate_wcpq_answers_total{contract=\"c\",outcome=\"covered\",question=\"w\"} 2",
+            "releasegate_wcpq_answers_total{contract=\"c\",outcome=\"fallback\",question=\"w\"} 2",
+            "releasegate_wcpq_covered_total{contract=\"c\",question=\"w\",stage=\"strict\"} 1",
+            "releasegate_wcpq_fallbacks_total{contract=\"c\",question=\"w\",reason=\"roundtrip_mismatch\"} 1",
+            "releasegate_wcpq_mapping_seconds_count{contract=\"c\",question=\"w\"} 4",
+            "releasegate_released_answers_total{contract=\"c\",question=\"plain\",view=\"choice\"} 1",
+            "releasegate_released_answers_total{contract=\"c\",question=\"plain\",view=\"full_native\"} 1",
+        ] {
+            assert!(
+                counted_resolved.iter().any(|line| line == expected),
+                "{expected} in {counted_resolved:#?}"
+            );
+        }
+        // Every question's series exist from the start, at zero.
+        let fresh = Metrics::new().unwrap();
+        let _series = fresh.answer_series(&config);
+        let text = String::from_utf8(fresh.render()).unwrap();
+        assert!(text.contains(
+            "releasegate_released_answers_total{contract=\"c\",question=\"plain\",view=\"choice\"} 0"
+        ));
     }
 }

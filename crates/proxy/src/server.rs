@@ -72,6 +72,8 @@ struct Live {
     keys: Keys,
     upstreams: Upstreams,
     limits: crate::ratelimit::Limits,
+    /// The released-answer series of every contract's questions.
+    answer_series: crate::metrics::AnswerSeries,
 }
 
 impl Live {
@@ -89,11 +91,13 @@ impl Live {
                 .map(|store| (store, metrics, loops)),
             previous.map(|live| &live.limits),
         );
+        let answer_series = metrics.answer_series(&config);
         Ok(Live {
             config,
             keys,
             upstreams,
             limits,
+            answer_series,
         })
     }
 }

@@ -23,7 +23,6 @@ use opentelemetry::KeyValue;
 use opentelemetry::trace::SpanKind;
 use releasegate_core::config::Provider;
 use releasegate_core::contract::{Contract, ForwardHeader};
-use releasegate_core::mechanism;
 use releasegate_core::release;
 use releasegate_core::rng::Rng;
 use releasegate_core::wire;
@@ -555,7 +554,7 @@ async fn answer(
         released.is_err(),
     );
     let released = released.map_err(|reason| reject(state, contract, reason))?;
-    record_released(state, contract, &released.answers);
+    record_released(state, &live, contract, &released.answers);
     trail.answers = released.answers;
     trail.capture = captured;
     Ok(released.body)
@@ -604,43 +603,16 @@ async fn release_off_thread(
     }
 }
 
-fn record_released(state: &AppState, contract: &Contract, answers: &[release::AnswerRecord]) {
-    let metrics = state.metrics();
+fn record_released(
+    state: &AppState,
+    live: &Live,
+    contract: &Contract,
+    answers: &[release::AnswerRecord],
+) {
     for record in answers {
-        let labels = [contract.name.as_str(), record.question.as_str()];
-        metrics
-            .released_answers
-            .with_label_values(&[labels[0], labels[1], record.view.as_str()])
-            .inc();
-        match record.mechanism {
-            mechanism::Outcome::Applied => {}
-            mechanism::Outcome::Covered { stage, .. } => {
-                metrics
-                    .wcpq_answers
-                    .with_label_values(&[labels[0], labels[1], "covered"])
-                    .inc();
-                metrics
-                    .wcpq_covered
-                    .with_label_values(&[labels[0], labels[1], stage.label()])
-                    .inc();
-            }
-            mechanism::Outcome::Fallback(reason) => {
-                metrics
-                    .wcpq_answers
-                    .with_label_values(&[labels[0], labels[1], "fallback"])
-                    .inc();
-                metrics
-                    .wcpq_fallbacks
-                    .with_label_values(&[labels[0], labels[1], reason.label()])
-                    .inc();
-            }
-        }
-        if let Some(seconds) = record.mapping_seconds {
-            metrics
-                .wcpq_mapping
-                .with_label_values(&labels)
-                .observe(seconds);
-        }
+        state
+            .metrics()
+            .record_answer(&live.answer_series, &contract.name, record);
     }
 }
 
