@@ -312,14 +312,14 @@ impl Decisions {
         }
         match policy.family {
             Family::Selective => {
-                self.costs.clear();
-                self.costs.extend(self.miss.iter().map(|&m| c.c_wrong * m));
-                self.costs.push(c.c_review);
-                let pick = pick_min_of(&self.costs);
-                if pick < n {
-                    Plan::Route { class: idx(pick) }
-                } else {
-                    Plan::Review
+                // Candidates: route to t at c_wrong · (1 − q_t), then review at c_review.
+                let w = c.c_wrong;
+                let min = lowest(self.miss.iter().map(|&m| w * m)).min_or(c.c_review);
+                match self.miss.iter().position(|&m| near(w * m, min)) {
+                    Some(t) => Plan::Route { class: idx(t) },
+                    None if near(c.c_review, min) => Plan::Review,
+                    // No candidate within tolerance (NaN costs): the first one, as `decide`.
+                    None => Plan::Route { class: 0 },
                 }
             }
             Family::Clarification => {
@@ -336,15 +336,24 @@ impl Decisions {
                     }
                     self.clarified = true;
                 }
-                self.costs.clear();
-                self.costs.extend(self.miss.iter().map(|&m| c.c_wrong * m));
-                let best = pick_min_of(&self.costs);
-                let now = self.costs[best];
-                self.costs.clear();
-                self.costs.push(now);
-                let checks = self.rest.iter().map(|&r| c.c_check + c.c_wrong * r);
-                self.costs.extend(checks);
-                match pick_min_of(&self.costs).checked_sub(1) {
+                // Candidates: now (the best route t*) at c_wrong · (1 − q_t*), then check k
+                // at c_check + c_wrong · (1 − q_k − q_t_no(k)).
+                let w = c.c_wrong;
+                let routes = lowest(self.miss.iter().map(|&m| w * m)).0;
+                let best = self
+                    .miss
+                    .iter()
+                    .position(|&m| near(w * m, routes))
+                    .unwrap_or(0);
+                let now = w * self.miss[best];
+                let checks = self.rest.iter().map(|&r| c.c_check + w * r);
+                let min = lowest(std::iter::once(now).chain(checks.clone())).0;
+                let check = if near(now, min) {
+                    None
+                } else {
+                    checks.clone().position(|v| near(v, min))
+                };
+                match check {
                     None => Plan::Now { class: idx(best) },
                     Some(k) => Plan::Check {
                         target: idx(k),
@@ -369,13 +378,29 @@ impl Decisions {
 
 /// [`pick_min`] over costs already computed.
 fn pick_min_of(costs: &[f64]) -> usize {
-    let min = costs
-        .iter()
-        .fold(f64::INFINITY, |min, &v| if v < min { v } else { min });
-    costs
-        .iter()
-        .position(|&v| v == min || (v - min).abs() <= TIE_TOLERANCE)
-        .unwrap_or(0)
+    let min = lowest(costs.iter().copied()).0;
+    costs.iter().position(|&v| near(v, min)).unwrap_or(0)
+}
+
+/// The minimum of costs as [`pick_min`] finds it: from +∞, a cost replaces the minimum
+/// only when strictly below it (so NaN never does).
+fn lowest(costs: impl Iterator<Item = f64>) -> Lowest {
+    Lowest(costs.fold(f64::INFINITY, |min, v| if v < min { v } else { min }))
+}
+
+/// A running minimum (see [`lowest`]).
+struct Lowest(f64);
+
+impl Lowest {
+    /// The minimum once `cost` comes after the costs seen so far.
+    fn min_or(self, cost: f64) -> f64 {
+        if cost < self.0 { cost } else { self.0 }
+    }
+}
+
+/// Whether `cost` is tied with the minimum `min` ([`pick_min`]'s rule).
+fn near(cost: f64, min: f64) -> bool {
+    cost == min || (cost - min).abs() <= TIE_TOLERANCE
 }
 
 /// Index of the earliest candidate whose cost is within [`TIE_TOLERANCE`] of the minimal cost.
