@@ -46,9 +46,12 @@ pub struct Asked {
     pub model: String,
     /// The questions, in request order.
     pub questions: Vec<AskedQuestion>,
-    /// The upstream body's members before `questions`: `model`, then the caller's
-    /// `state` and `assets` where present.
-    head: Map<String, Value>,
+    /// The upstream body's members before `questions`, in this order: the model that
+    /// goes upstream (pinned or the caller's), then the caller's `state` and `assets`
+    /// where present.
+    upstream_model: String,
+    state: Option<Value>,
+    assets: Option<Value>,
     /// Each question's upstream form, keyed by its id, in request order.
     upstream_questions: Vec<(String, Arc<UpstreamQuestion>)>,
     /// The whole upstream body, built from the parts on first use.
@@ -226,17 +229,13 @@ struct Checked {
 impl Checked {
     /// The checked request with the caller's members (`member(name)`) in its upstream body.
     fn into_asked(self, mut member: impl FnMut(&str) -> Option<Value>) -> Asked {
-        let mut head = Map::with_capacity(3);
-        head.insert("model".into(), Value::String(self.upstream_model));
-        for name in CALLER_MEMBERS {
-            if let Some(value) = member(name) {
-                head.insert(name.into(), value);
-            }
-        }
+        let [state, assets] = CALLER_MEMBERS.map(&mut member);
         Asked {
             model: self.model,
             questions: self.questions,
-            head,
+            upstream_model: self.upstream_model,
+            state,
+            assets,
             upstream_questions: self.upstream_questions,
             upstream: OnceLock::new(),
         }
@@ -290,22 +289,25 @@ impl Asked {
     /// Replaces the upstream body's `assets` with the checked and rebuilt ones
     /// (`assets::check`), or removes them when there are none.
     pub fn set_assets(&mut self, assets: Option<Value>) {
-        match assets {
-            Some(assets) => {
-                self.head.insert("assets".into(), assets);
-            }
-            None => {
-                self.head.shift_remove("assets");
-            }
-        }
+        self.assets = assets;
         self.upstream = OnceLock::new();
+    }
+
+    /// The caller's members that go upstream, in order (after `model`).
+    fn caller_members(&self) -> impl Iterator<Item = (&'static str, &Value)> {
+        let members = CALLER_MEMBERS.into_iter().zip([&self.state, &self.assets]);
+        members.filter_map(|(name, value)| Some((name, value.as_ref()?)))
     }
 
     /// The body that goes upstream, as one `Value` (built on first use; the proxy's
     /// request path writes [`Asked::upstream_bytes`] instead).
     pub fn upstream(&self) -> &Value {
         self.upstream.get_or_init(|| {
-            let mut body = self.head.clone();
+            let mut body = Map::with_capacity(4);
+            body.insert("model".into(), Value::String(self.upstream_model.clone()));
+            for (name, value) in self.caller_members() {
+                body.insert(name.into(), value.clone());
+            }
             let questions = self
                 .upstream_questions
                 .iter()
@@ -322,7 +324,11 @@ impl Asked {
         use json::write::{Document, write_object, write_str};
         let mut out = Vec::with_capacity(256);
         out.push(b'{');
-        for (key, value) in &self.head {
+        write_str("model", &mut out);
+        out.push(b':');
+        write_str(&self.upstream_model, &mut out);
+        out.push(b',');
+        for (key, value) in self.caller_members() {
             write_str(key, &mut out);
             out.push(b':');
             value.write(&mut out);
@@ -338,12 +344,13 @@ impl Asked {
 
     /// The caller's `state` as it goes upstream (`null` when absent).
     pub fn state(&self) -> &Value {
-        self.head.get("state").unwrap_or(&Value::Null)
+        static NULL: Value = Value::Null;
+        self.state.as_ref().unwrap_or(&NULL)
     }
 
     /// The caller's `assets` as they go upstream, if any.
     pub fn assets(&self) -> Option<&Value> {
-        self.head.get("assets")
+        self.assets.as_ref()
     }
 }
 
