@@ -159,6 +159,20 @@ impl<'a> Object<'a> {
         self.members.iter().map(|(k, v)| (k.as_ref(), v))
     }
 
+    /// [`Object::insert`] for the reader: a key not yet present in a small object (the
+    /// common case) is pushed inline; anything else takes `insert`'s whole path.
+    #[inline]
+    fn push_read(&mut self, key: Cow<'a, str>, value: Json<'a>) {
+        if self.index.is_none()
+            && self.members.len() < INDEXED_FROM
+            && !self.members.iter().any(|(k, _)| same_key(k, &key))
+        {
+            self.members.push((key, value));
+        } else {
+            self.insert(key, value);
+        }
+    }
+
     /// Adds a member; a key already present keeps its position and takes the new value.
     pub fn insert(&mut self, key: Cow<'a, str>, value: Json<'a>) {
         let existing = match &self.index {
