@@ -159,22 +159,26 @@ impl<'a> Object<'a> {
         self.members.iter().map(|(k, v)| (k.as_ref(), v))
     }
 
-    /// [`Object::insert`] for the reader: a key not yet present in a small object (the
-    /// common case) is pushed inline; anything else takes `insert`'s whole path.
+    /// Adds a member; a key already present keeps its position and takes the new value.
+    ///
+    /// A key not yet present in an object of fewer than `INDEXED_FROM` members (nearly
+    /// every one) is pushed here, inline; a repeated key, and the member that brings the
+    /// key index, take the out-of-line path.
     #[inline]
-    fn push_read(&mut self, key: Cow<'a, str>, value: Json<'a>) {
+    pub fn insert(&mut self, key: Cow<'a, str>, value: Json<'a>) {
         if self.index.is_none()
             && self.members.len() < INDEXED_FROM
             && !self.members.iter().any(|(k, _)| same_key(k, &key))
         {
             self.members.push((key, value));
         } else {
-            self.insert(key, value);
+            self.insert_rest(key, value);
         }
     }
 
-    /// Adds a member; a key already present keeps its position and takes the new value.
-    pub fn insert(&mut self, key: Cow<'a, str>, value: Json<'a>) {
+    /// [`Object::insert`] beyond its inline case.
+    #[inline(never)]
+    fn insert_rest(&mut self, key: Cow<'a, str>, value: Json<'a>) {
         let existing = match &self.index {
             Some(index) => index.get(key.as_ref()).copied(),
             None => self.members.iter().position(|(k, _)| same_key(k, &key)),

@@ -113,7 +113,7 @@ impl<'a> Reader<'a> {
             }
             self.at += 1;
             let value = self.value(depth)?;
-            object.push_read(key, value);
+            object.insert(key, value);
             self.skip_whitespace();
             match self.peek()? {
                 b',' => self.at += 1,
