@@ -133,15 +133,26 @@ impl<'a> Object<'a> {
     }
 
     /// The value of `key`.
+    ///
+    /// Inline for the small objects (a scan of a few keys); a large object's index is
+    /// read out of line.
+    #[inline]
     pub fn get(&self, key: &str) -> Option<&Json<'a>> {
         match &self.index {
-            Some(index) => index.get(key).map(|&at| &self.members[at].1),
+            Some(_) => self.get_indexed(key),
             None => self
                 .members
                 .iter()
                 .find(|(k, _)| same_key(k, key))
                 .map(|(_, value)| value),
         }
+    }
+
+    /// [`Object::get`] through the key index of a large object.
+    #[inline(never)]
+    fn get_indexed(&self, key: &str) -> Option<&Json<'a>> {
+        let at = *self.index.as_ref()?.get(key)?;
+        self.members.get(at).map(|(_, value)| value)
     }
 
     /// The number of members (distinct keys).
