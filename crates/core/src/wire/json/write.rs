@@ -22,7 +22,8 @@ pub trait Document {
 
 /// `document` as JSON bytes (compact, members in their order).
 pub fn to_vec(document: &impl Document) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256);
+    // A release or an error body mostly fits; larger ones grow as usual.
+    let mut out = Vec::with_capacity(1024);
     document.write(&mut out);
     out
 }
