@@ -450,18 +450,8 @@ impl Metrics {
             for (question, rule) in &contract.questions {
                 let labels = [name.as_str(), question.as_str()];
                 let view = rule.view.as_str();
-                let wcpq = matches!(rule.mechanism, Mechanism::Wcpq(_)).then(|| {
-                    let with = |vec: &IntCounterVec, label: &str| {
-                        vec.with_label_values(&[labels[0], labels[1], label])
-                    };
-                    WcpqSeries {
-                        covered: with(&self.wcpq_answers, "covered"),
-                        fallback: with(&self.wcpq_answers, "fallback"),
-                        stages: Stage::ALL.map(|stage| with(&self.wcpq_covered, stage.label())),
-                        reasons: Reason::LABELS.map(|reason| with(&self.wcpq_fallbacks, reason)),
-                        mapping: self.wcpq_mapping.with_label_values(&labels),
-                    }
-                });
+                let wcpq =
+                    matches!(rule.mechanism, Mechanism::Wcpq(_)).then(|| self.wcpq_series(labels));
                 let series = QuestionSeries {
                     released: self
                         .released_answers
@@ -476,90 +466,67 @@ impl Metrics {
         AnswerSeries { by_contract }
     }
 
-    /// Counts one released answer of `contract`: through `series` when it has the
+    /// A WCPQ question's series (`labels`: contract, question), created at zero.
+    fn wcpq_series(&self, labels: [&str; 2]) -> WcpqSeries {
+        let with = |vec: &IntCounterVec, label: &str| {
+            vec.with_label_values(&[labels[0], labels[1], label])
+        };
+        WcpqSeries {
+            covered: with(&self.wcpq_answers, "covered"),
+            fallback: with(&self.wcpq_answers, "fallback"),
+            stages: Stage::ALL.map(|stage| with(&self.wcpq_covered, stage.label())),
+            reasons: Reason::LABELS.map(|reason| with(&self.wcpq_fallbacks, reason)),
+            mapping: self.wcpq_mapping.with_label_values(&labels),
+        }
+    }
+
+    /// Counts one released answer of `contract`: through `series` where it has the
     /// question's, by label otherwise (the same series either way).
     pub fn record_answer(&self, series: &AnswerSeries, contract: &str, record: &AnswerRecord) {
+        let labels = [contract, record.question.as_str()];
         let resolved = series
             .by_contract
             .get(contract)
-            .and_then(|questions| questions.get(&record.question))
-            .filter(|resolved| resolved.view == record.view.as_str());
-        let Some(resolved) = resolved else {
-            return self.record_answer_by_label(contract, record, true);
-        };
-        resolved.released.inc();
-        let Some(wcpq) = &resolved.wcpq else {
-            // A question without WCPQ has no mechanism series; should a record carry
-            // one anyway, it is counted by label.
-            if !matches!(record.mechanism, mechanism::Outcome::Applied)
-                || record.mapping_seconds.is_some()
-            {
-                self.record_answer_by_label(contract, record, false);
-            }
+            .and_then(|questions| questions.get(&record.question));
+        match resolved.filter(|resolved| resolved.view == record.view.as_str()) {
+            Some(resolved) => resolved.released.inc(),
+            None => self
+                .released_answers
+                .with_label_values(&[labels[0], labels[1], record.view.as_str()])
+                .inc(),
+        }
+        if matches!(record.mechanism, mechanism::Outcome::Applied)
+            && record.mapping_seconds.is_none()
+        {
             return;
+        }
+        let by_label;
+        let wcpq = match resolved.and_then(|resolved| resolved.wcpq.as_ref()) {
+            Some(wcpq) => wcpq,
+            None => {
+                by_label = self.wcpq_series(labels);
+                &by_label
+            }
         };
         match &record.mechanism {
             mechanism::Outcome::Applied => {}
             mechanism::Outcome::Covered { stage, .. } => {
                 wcpq.covered.inc();
-                let at = Stage::ALL.iter().position(|s| s == stage);
-                match at.and_then(|at| wcpq.stages.get(at)) {
-                    Some(counter) => counter.inc(),
-                    None => self
-                        .wcpq_covered
-                        .with_label_values(&[contract, &record.question, stage.label()])
-                        .inc(),
+                // `Stage::ALL` lists every stage.
+                if let Some(at) = Stage::ALL.iter().position(|s| s == stage) {
+                    wcpq.stages[at].inc();
                 }
             }
             mechanism::Outcome::Fallback(reason) => {
                 wcpq.fallback.inc();
-                let at = Reason::LABELS.iter().position(|l| *l == reason.label());
-                match at.and_then(|at| wcpq.reasons.get(at)) {
-                    Some(counter) => counter.inc(),
-                    None => self
-                        .wcpq_fallbacks
-                        .with_label_values(&[contract, &record.question, reason.label()])
-                        .inc(),
+                // `Reason::LABELS` lists every reason's label.
+                if let Some(at) = Reason::LABELS.iter().position(|l| *l == reason.label()) {
+                    wcpq.reasons[at].inc();
                 }
             }
         }
         if let Some(seconds) = record.mapping_seconds {
             wcpq.mapping.observe(seconds);
-        }
-    }
-
-    /// [`Metrics::record_answer`] by label: the released count too when `released`, then
-    /// the mechanism's series.
-    fn record_answer_by_label(&self, contract: &str, record: &AnswerRecord, released: bool) {
-        let labels = [contract, record.question.as_str()];
-        if released {
-            self.released_answers
-                .with_label_values(&[labels[0], labels[1], record.view.as_str()])
-                .inc();
-        }
-        match &record.mechanism {
-            mechanism::Outcome::Applied => {}
-            mechanism::Outcome::Covered { stage, .. } => {
-                self.wcpq_answers
-                    .with_label_values(&[labels[0], labels[1], "covered"])
-                    .inc();
-                self.wcpq_covered
-                    .with_label_values(&[labels[0], labels[1], stage.label()])
-                    .inc();
-            }
-            mechanism::Outcome::Fallback(reason) => {
-                self.wcpq_answers
-                    .with_label_values(&[labels[0], labels[1], "fallback"])
-                    .inc();
-                self.wcpq_fallbacks
-                    .with_label_values(&[labels[0], labels[1], reason.label()])
-                    .inc();
-            }
-        }
-        if let Some(seconds) = record.mapping_seconds {
-            self.wcpq_mapping
-                .with_label_values(&labels)
-                .observe(seconds);
         }
     }
 }
