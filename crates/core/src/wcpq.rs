@@ -17,7 +17,7 @@ use foldhash::fast::FixedState;
 use serde_json::Value;
 
 use crate::codebook::{self, Codebook};
-use crate::workflow::{InvalidRelease, Plan, Release, Signature, Spec};
+use crate::workflow::{InvalidRelease, Plan, Release, Signature, SignatureScratch, Spec};
 
 /// After this many admissible codewords fail the round trip, the mapper falls back.
 ///
@@ -355,7 +355,7 @@ impl Mapper {
     ) -> Outcome {
         let codewords = self.codebook.codewords();
         let mut z = native.clone();
-        let mut scratch = Vec::with_capacity(self.spec.class_count());
+        let mut scratch = SignatureScratch::default();
         let admissible = candidates.iter().map(|&i| i as usize).filter(|&i| {
             let Some(cw) = codewords.get(i) else {
                 return false;

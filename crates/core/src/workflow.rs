@@ -128,6 +128,14 @@ pub struct Signature {
     pub plans: Vec<Plan>,
 }
 
+/// The buffers [`Spec::signature_matches`] reuses from one candidate to the next: the
+/// posterior and the shared decisions.
+#[derive(Debug, Default)]
+pub struct SignatureScratch {
+    posterior: Vec<f64>,
+    decisions: Decisions,
+}
+
 /// The frozen workflow definition of one question.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Spec {
@@ -436,13 +444,13 @@ impl Spec {
 
     /// True when the release's signature equals `target`; same computation as
     /// [`Spec::signature_with_public`], but it stops at the first differing plan and reuses
-    /// `scratch` for the posterior (for scans over many candidates).
+    /// `scratch`'s buffers (for scans over many candidates).
     pub fn signature_matches(
         &self,
         release: &Release,
         public: &[f64],
         target: &Signature,
-        scratch: &mut Vec<f64>,
+        scratch: &mut SignatureScratch,
     ) -> bool {
         if release.choice != target.choice
             || release.availability() != target.availability
@@ -450,10 +458,13 @@ impl Spec {
         {
             return false;
         }
+        let SignatureScratch {
+            posterior,
+            decisions,
+        } = scratch;
         self.posterior
-            .estimate(self.class_count(), release, public, scratch);
-        let mut decisions = Decisions::new();
-        decisions.prepare(scratch);
+            .estimate(self.class_count(), release, public, posterior);
+        decisions.prepare(posterior);
         // In order, stopping at the first difference: a twin's plan is its earlier
         // twin's, which has already matched `target`'s.
         self.policies
@@ -463,7 +474,7 @@ impl Spec {
             .all(
                 |((policy, twin), plan)| match twin.and_then(|j| target.plans.get(j)) {
                     Some(earlier) => earlier == plan,
-                    None => decisions.decide(policy, scratch) == *plan,
+                    None => decisions.decide(policy, posterior) == *plan,
                 },
             )
     }

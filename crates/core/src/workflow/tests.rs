@@ -605,7 +605,7 @@ fn logistic_posterior_follows_the_documented_feature_layout() {
         smooth(&mut z);
         assert_eq!(spec.posterior(&r, &state), z);
         let target = spec.signature(&r, &state);
-        let mut scratch = Vec::new();
+        let mut scratch = SignatureScratch::default();
         assert!(spec.signature_matches(&r, &spec.public_features(&state), &target, &mut scratch));
     }
 }
@@ -778,7 +778,7 @@ fn a_specs_plans_and_signature_matches_agree_with_each_policy_alone() {
                 .collect();
             assert_eq!(spec.plans_with_public(&r, &[]), alone);
             let target = spec.signature_with_public(&r, &[]);
-            let mut scratch = Vec::new();
+            let mut scratch = SignatureScratch::default();
             assert!(spec.signature_matches(&r, &[], &target, &mut scratch));
             // Any one plan changed: the match fails, wherever the change is.
             for i in 0..target.plans.len() {
