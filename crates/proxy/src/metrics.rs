@@ -339,27 +339,8 @@ impl Metrics {
                             wcpq.codebook_sha256.as_str(),
                         ])
                         .set(count);
-                    for outcome in ["covered", "fallback"] {
-                        self.wcpq_answers.with_label_values(&[
-                            name.as_str(),
-                            question.as_str(),
-                            outcome,
-                        ]);
-                    }
-                    for stage in releasegate_core::wcpq::Stage::ALL {
-                        self.wcpq_covered.with_label_values(&[
-                            name.as_str(),
-                            question.as_str(),
-                            stage.label(),
-                        ]);
-                    }
-                    for reason in releasegate_core::wcpq::Reason::LABELS {
-                        self.wcpq_fallbacks.with_label_values(&[
-                            name.as_str(),
-                            question.as_str(),
-                            reason,
-                        ]);
-                    }
+                    // Its answer series are created by `answer_series`, which every
+                    // configuration generation calls.
                 }
             }
         }
