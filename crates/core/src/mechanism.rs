@@ -82,8 +82,9 @@ pub struct Applied {
 
 /// Per-request inputs of a mechanism.
 pub struct Context<'a> {
-    /// The request's `state` (public request features of logistic posteriors).
-    pub state: &'a Value,
+    /// The request's `state` (public request features of logistic posteriors), read
+    /// on demand: only a mapper whose plans depend on the request reads it.
+    pub state: &'a dyn Fn() -> &'a Value,
     /// Fresh randomness for unseeded noise.
     pub rng: &'a mut Rng,
     /// Serializes a candidate exactly as it will be sent (view, withholding,
@@ -667,7 +668,17 @@ impl WcpqMechanism {
         let started = Instant::now();
         let d = (ctx.native)();
         let outcome = match &d {
-            Some(d) => self.mapper.map(d, ctx.state, ctx.roundtrip),
+            Some(d) => {
+                // A posterior that does not depend on the request never reads the
+                // state (its public features are none): null stands in for it.
+                static UNREAD: Value = Value::Null;
+                let state = if self.mapper.reads_state() {
+                    (ctx.state)()
+                } else {
+                    &UNREAD
+                };
+                self.mapper.map(d, state, ctx.roundtrip)
+            }
             None => wcpq::Outcome::Fallback(wcpq::Reason::InvalidNative(
                 workflow::InvalidRelease::Choice,
             )),

@@ -554,7 +554,7 @@ pub fn release_answer<'a>(
             .and_then(|value| form.read(&value))
     };
     let applied = if view.has_probabilities() || view.has_confidence() {
-        let state = asked.state();
+        let state = || asked.state();
         let identity = || identity_bytes(&question.id, asked.upstream());
         let roundtrip = |candidate: &workflow::Release| {
             let (released, value) = encode_candidate(&form, candidate);
@@ -565,7 +565,7 @@ pub fn release_answer<'a>(
         // Ties follow the contract's class order (a choice question's options go upstream in it).
         let tie_order: Vec<usize> = (0..vector.probabilities.len()).collect();
         let mut context = Context {
-            state,
+            state: &state,
             rng: options.rng,
             roundtrip: &roundtrip,
             native: &native_reading,

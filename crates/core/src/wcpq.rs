@@ -239,6 +239,13 @@ impl Mapper {
         })
     }
 
+    /// Whether mapping reads the request's `state`: only a request-dependent posterior
+    /// (a logistic one's public features), here or in the strict stage.
+    pub fn reads_state(&self) -> bool {
+        self.spec.posterior_estimator().is_request_dependent()
+            || self.strict_stage.as_ref().is_some_and(|s| s.reads_state())
+    }
+
     /// The strict stage of a learned codebook's mapper, if it has one.
     pub fn strict_stage(&self) -> Option<&Mapper> {
         self.strict_stage.as_deref()

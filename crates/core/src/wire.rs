@@ -50,7 +50,11 @@ pub struct Asked {
     /// goes upstream (pinned or the caller's), then the caller's `state` and `assets`
     /// where present.
     upstream_model: String,
-    state: Option<Value>,
+    /// The caller's `state` as it goes upstream: its bytes as written (`json::write`).
+    state: Option<Vec<u8>>,
+    /// The same `state` as a `Value`, read back from those bytes where one is read (a
+    /// logistic posterior's public features, `upstream()`, the offline tools).
+    state_value: OnceLock<Value>,
     assets: Option<Value>,
     /// Each question's upstream form, keyed by its id, in request order.
     upstream_questions: Vec<(String, Arc<UpstreamQuestion>)>,
@@ -206,7 +210,12 @@ impl Invalid {
 /// caller's), `state` and `assets` as sent, and each question as its contract states it.
 pub fn check_request(body: &Value, contract: &Contract) -> Result<Asked, RequestError> {
     let checked = check_body(&Json::from_value(body), contract)?;
-    Ok(checked.into_asked(|member| body.get(member).cloned()))
+    let state = body.get("state");
+    let asked = checked.into_asked(state.map(json::write::to_vec), body.get("assets").cloned());
+    if let Some(state) = state {
+        let _ = asked.state_value.set(state.clone());
+    }
+    Ok(asked)
 }
 
 /// [`check_request`] on a body read straight from its bytes (`Json::parse`), as the proxy
@@ -214,7 +223,12 @@ pub fn check_request(body: &Value, contract: &Contract) -> Result<Asked, Request
 /// `Value` built for the whole request.
 pub fn check_json(body: &Json<'_>, contract: &Contract) -> Result<Asked, RequestError> {
     let checked = check_body(body, contract)?;
-    Ok(checked.into_asked(|member| body.member(member).map(Json::to_value)))
+    // The state goes upstream as its bytes, written straight from the document; its
+    // `Value` is made only where one is read (`Asked::state`).
+    Ok(checked.into_asked(
+        body.member("state").map(json::write::to_vec),
+        body.member("assets").map(Json::to_value),
+    ))
 }
 
 /// A request that passed every check, before the caller's content joins it.
@@ -227,14 +241,15 @@ struct Checked {
 }
 
 impl Checked {
-    /// The checked request with the caller's members (`member(name)`) in its upstream body.
-    fn into_asked(self, mut member: impl FnMut(&str) -> Option<Value>) -> Asked {
-        let [state, assets] = CALLER_MEMBERS.map(&mut member);
+    /// The checked request with the caller's `state` (as written) and `assets` in its
+    /// upstream body.
+    fn into_asked(self, state: Option<Vec<u8>>, assets: Option<Value>) -> Asked {
         Asked {
             model: self.model,
             questions: self.questions,
             upstream_model: self.upstream_model,
             state,
+            state_value: OnceLock::new(),
             assets,
             upstream_questions: self.upstream_questions,
             upstream: OnceLock::new(),
@@ -293,20 +308,17 @@ impl Asked {
         self.upstream = OnceLock::new();
     }
 
-    /// The caller's members that go upstream, in order (after `model`).
-    fn caller_members(&self) -> impl Iterator<Item = (&'static str, &Value)> {
-        let members = CALLER_MEMBERS.into_iter().zip([&self.state, &self.assets]);
-        members.filter_map(|(name, value)| Some((name, value.as_ref()?)))
-    }
-
     /// The body that goes upstream, as one `Value` (built on first use; the proxy's
     /// request path writes [`Asked::upstream_bytes`] instead).
     pub fn upstream(&self) -> &Value {
         self.upstream.get_or_init(|| {
             let mut body = Map::with_capacity(4);
             body.insert("model".into(), Value::String(self.upstream_model.clone()));
-            for (name, value) in self.caller_members() {
-                body.insert(name.into(), value.clone());
+            if self.state.is_some() {
+                body.insert("state".into(), self.state().clone());
+            }
+            if let Some(assets) = &self.assets {
+                body.insert("assets".into(), assets.clone());
             }
             let questions = self
                 .upstream_questions
@@ -335,10 +347,16 @@ impl Asked {
         out.push(b':');
         write_str(&self.upstream_model, &mut out);
         out.push(b',');
-        for (key, value) in self.caller_members() {
-            write_str(key, &mut out);
+        if let Some(state) = &self.state {
+            write_str("state", &mut out);
             out.push(b':');
-            value.write(&mut out);
+            out.extend_from_slice(state);
+            out.push(b',');
+        }
+        if let Some(assets) = &self.assets {
+            write_str("assets", &mut out);
+            out.push(b':');
+            assets.write(&mut out);
             out.push(b',');
         }
         write_str("questions", &mut out);
@@ -350,9 +368,18 @@ impl Asked {
     }
 
     /// The caller's `state` as it goes upstream (`null` when absent).
+    ///
+    /// Read back from the bytes that go upstream on first use: they are `json::write`'s
+    /// writing of the caller's state, serde_json's own bytes for it, which serde_json
+    /// reads back to the same value (finite floats in their shortest round-tripping
+    /// form, nesting within its recursion limit, as the request's was).
     pub fn state(&self) -> &Value {
-        static NULL: Value = Value::Null;
-        self.state.as_ref().unwrap_or(&NULL)
+        self.state_value.get_or_init(|| {
+            self.state
+                .as_deref()
+                .and_then(|bytes| serde_json::from_slice(bytes).ok())
+                .unwrap_or(Value::Null)
+        })
     }
 
     /// The caller's `assets` as they go upstream, if any.
@@ -360,11 +387,6 @@ impl Asked {
         self.assets.as_ref()
     }
 }
-
-/// The request members besides `model` and `questions` that go upstream as the caller
-/// sent them: the content the questions are about (`state`, and the images `assets`
-/// refers to). Every other member is dropped.
-pub const CALLER_MEMBERS: [&str; 2] = ["state", "assets"];
 
 /// The question types of the System One schema (a tagged union on `type`).
 const QUESTION_TAGS: [&str; 4] = ["noul", "choice", "score", "box"];

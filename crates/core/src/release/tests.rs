@@ -446,6 +446,9 @@ mod never_panics {
                 let from_value = check_request(&body, &c);
                 let seen = |asked: Result<crate::wire::Asked, crate::wire::RequestError>| {
                     asked.map(|a| {
+                        // The state read back from the bytes that go upstream is the
+                        // caller's, as a `Value` (the one a logistic posterior reads).
+                        assert_eq!(a.state(), body.get("state").unwrap_or(&Value::Null));
                         let text = serde_json::to_string(a.upstream()).unwrap();
                         // The bytes the proxy sends are that body's serialization.
                         assert_eq!(String::from_utf8(a.upstream_bytes()).unwrap(), text);

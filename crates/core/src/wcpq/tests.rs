@@ -314,6 +314,9 @@ fn logistic_posterior_uses_the_scan_and_keeps_plans() {
     .unwrap();
     let mapper = mapper_for(spec, 5, &training(3, 3, 20));
     assert!(mapper.table.is_none());
+    // Its plans read the request's public features: the release path must hand it the
+    // request's state.
+    assert!(mapper.reads_state());
     let mut covered = 0;
     for seed in 0..60u64 {
         let state = json!({"text": if seed % 2 == 0 { "late late" } else { "on time" }});
@@ -322,6 +325,25 @@ fn logistic_posterior_uses_the_scan_and_keeps_plans() {
         covered += usize::from(check_answer(&mapper, &native, &state));
     }
     assert!(covered > 0);
+}
+
+/// A request-independent posterior never reads the state, so the release path hands it
+/// none (`Mapper::reads_state`): any state maps exactly as no state does.
+#[test]
+fn request_independent_mappers_do_not_read_the_state() {
+    let mapper = cached_native_mapper(3, 4);
+    assert!(!mapper.reads_state());
+    let classes = mapper.spec().classes().to_vec();
+    let roundtrip = json_roundtrip(&classes);
+    for seed in 0..40u64 {
+        let conf = if seed % 3 == 0 { None } else { Some(0.5) };
+        let native = native_from(vector(3, (seed % 3) as u8, seed), seed % 5 != 0, conf);
+        let unread = format!("{:?}", mapper.map(&native, &Value::Null, &roundtrip));
+        for state in [json!({"text": "late late"}), json!(["x", 1.5]), json!("s")] {
+            let read = format!("{:?}", mapper.map(&native, &state, &roundtrip));
+            assert_eq!(read, unread, "{state}");
+        }
+    }
 }
 
 #[test]
