@@ -665,20 +665,19 @@ impl WcpqMechanism {
         // D is the native answer as the recipient would read it: the fields the
         // contract releases (view, withholding, a dropped confidence), read back
         // from the bytes that would go out.
+        // A posterior that does not depend on the request never reads the state (its
+        // public features are none): null stands in for it. Read before the clock
+        // starts, as it was when every request's state was read with the request.
+        static UNREAD: Value = Value::Null;
+        let state = if self.mapper.reads_state() {
+            (ctx.state)()
+        } else {
+            &UNREAD
+        };
         let started = Instant::now();
         let d = (ctx.native)();
         let outcome = match &d {
-            Some(d) => {
-                // A posterior that does not depend on the request never reads the
-                // state (its public features are none): null stands in for it.
-                static UNREAD: Value = Value::Null;
-                let state = if self.mapper.reads_state() {
-                    (ctx.state)()
-                } else {
-                    &UNREAD
-                };
-                self.mapper.map(d, state, ctx.roundtrip)
-            }
+            Some(d) => self.mapper.map(d, state, ctx.roundtrip),
             None => wcpq::Outcome::Fallback(wcpq::Reason::InvalidNative(
                 workflow::InvalidRelease::Choice,
             )),
