@@ -662,9 +662,6 @@ impl Mechanism {
 
 impl WcpqMechanism {
     fn apply(&self, native: &ClassVector, ctx: &mut Context<'_>) -> Applied {
-        // D is the native answer as the recipient would read it: the fields the
-        // contract releases (view, withholding, a dropped confidence), read back
-        // from the bytes that would go out.
         // A posterior that does not depend on the request never reads the state (its
         // public features are none): null stands in for it. Read before the clock
         // starts, as it was when every request's state was read with the request.
@@ -675,6 +672,9 @@ impl WcpqMechanism {
             &UNREAD
         };
         let started = Instant::now();
+        // D is the native answer as the recipient would read it: the fields the
+        // contract releases (view, withholding, a dropped confidence), read back
+        // from the bytes that would go out.
         let d = (ctx.native)();
         let outcome = match &d {
             Some(d) => self.mapper.map(d, state, ctx.roundtrip),
