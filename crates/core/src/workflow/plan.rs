@@ -369,21 +369,15 @@ impl Decisions {
                     rows.map(|row| row.iter().zip(q).fold(0.0, |sum, (m, qt)| sum + qt * m));
                 self.costs.extend(costs);
                 Plan::Act {
-                    action: idx(pick_min_of(&self.costs)),
+                    action: idx(pick_min(self.costs.len(), |a| self.costs[a])),
                 }
             }
         }
     }
 }
 
-/// [`pick_min`] over costs already computed.
-fn pick_min_of(costs: &[f64]) -> usize {
-    let min = lowest(costs.iter().copied()).0;
-    costs.iter().position(|&v| near(v, min)).unwrap_or(0)
-}
-
-/// The minimum of costs as [`pick_min`] finds it: from +∞, a cost replaces the minimum
-/// only when strictly below it (so NaN never does).
+/// The minimum of costs, the one rule of [`pick_min`] and [`Decisions`]: from +∞, a cost
+/// replaces the minimum only when strictly below it (so NaN never does).
 fn lowest(costs: impl Iterator<Item = f64>) -> Lowest {
     Lowest(costs.fold(f64::INFINITY, |min, v| if v < min { v } else { min }))
 }
@@ -407,19 +401,8 @@ fn near(cost: f64, min: f64) -> bool {
 ///
 /// Costs are evaluated twice (once for the minimum, once for the pick) to avoid allocation.
 pub(crate) fn pick_min(len: usize, cost: impl Fn(usize) -> f64) -> usize {
-    let mut min = f64::INFINITY;
-    for i in 0..len {
-        let v = cost(i);
-        if v < min {
-            min = v;
-        }
-    }
-    (0..len)
-        .find(|&i| {
-            let v = cost(i);
-            v == min || (v - min).abs() <= TIE_TOLERANCE
-        })
-        .unwrap_or(0)
+    let min = lowest((0..len).map(&cost)).0;
+    (0..len).position(|i| near(cost(i), min)).unwrap_or(0)
 }
 
 fn idx(i: usize) -> u16 {
