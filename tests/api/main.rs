@@ -16,6 +16,7 @@ mod images;
 mod jev_client;
 mod own_provider;
 mod pinning;
+mod plain_path;
 mod process;
 mod ratelimit;
 mod ratelimit_store;

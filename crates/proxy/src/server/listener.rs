@@ -1,5 +1,8 @@
 //! Serving one listener: our own accept loop over hyper's HTTP/1.1
-//! connection driver, so that every connection is bounded.
+//! connection driver, so that every connection is bounded. On the public
+//! listener a connection starts on the plain path ([`plain`]), which serves
+//! plain `POST /v1/systemone` requests itself and hands the connection to hyper
+//! at the first request that is not plain.
 //!
 //! - **Connection cap.** Each connection holds a semaphore permit. At the cap,
 //!   a new connection is accepted and closed at once (the client sees the
@@ -25,7 +28,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+mod plain;
+
 use super::routes::Routes;
+use bytes::Bytes;
 use hyper::Request;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::TokioIo;
@@ -421,12 +427,43 @@ impl Drop for Seat {
 }
 
 impl Connection {
-    async fn run(mut self, stream: TcpStream, routes: Routes) {
+    async fn run(mut self, mut stream: TcpStream, routes: Routes) {
         let open = self.metrics.open.with_label_values(&[self.name]);
         open.inc();
         let activity = Arc::new(Activity::new());
+        let mut unread = Bytes::new();
+        if routes.serves_systemone() {
+            match plain::serve(
+                &mut stream,
+                &activity,
+                &routes,
+                self.limits,
+                &mut self.stage,
+            )
+            .await
+            {
+                plain::Outcome::HandOff(bytes) => unread = bytes,
+                plain::Outcome::Expired(reason) => {
+                    self.metrics.count_closed(self.name, reason);
+                    open.dec();
+                    return;
+                }
+                plain::Outcome::Finished => {
+                    if matches!(*self.stage.borrow(), Stage::Serving) {
+                        linger(stream).await;
+                    }
+                    open.dec();
+                    return;
+                }
+                plain::Outcome::Dropped => {
+                    open.dec();
+                    return;
+                }
+            }
+        }
         let io = TokioIo::new(Tracked {
             stream,
+            unread,
             activity: activity.clone(),
             refusal: self.refusal.take(),
             replacement: None,
@@ -694,6 +731,8 @@ impl hyper::body::Body for TrackedBody {
 /// proxy's own answer instead of hyper's automatic response to a refused head.
 struct Tracked {
     stream: TcpStream,
+    /// Bytes the plain path read and left to hyper, read before the socket.
+    unread: Bytes,
     activity: Arc<Activity>,
     refusal: Option<Refusal>,
     /// The proxy's answer being written in place of hyper's (bytes, bytes written);
@@ -758,6 +797,11 @@ impl AsyncRead for Tracked {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if !this.unread.is_empty() {
+            let n = this.unread.len().min(buf.remaining());
+            buf.put_slice(&this.unread.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         let result = Pin::new(&mut this.stream).poll_read(cx, buf);
         if buf.filled().len() > before {

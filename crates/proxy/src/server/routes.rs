@@ -69,6 +69,11 @@ impl Routes {
         }
     }
 
+    /// Whether these routes take `POST /v1/systemone` directly (the public listener's).
+    pub(super) fn serves_systemone(&self) -> bool {
+        self.systemone.is_some()
+    }
+
     /// Serves one request.
     pub(super) async fn serve<B>(&self, request: hyper::Request<B>) -> Response
     where

@@ -1,0 +1,569 @@
+//! The public connection's plain path: requests the proxy reads and answers itself,
+//! without hyper's connection driver, as long as each one is the plain case.
+//!
+//! A request is plain when its head and its whole body are already read, and it is
+//! `POST /v1/systemone` over HTTP/1.1 with exactly one `Content-Length` (decimal digits,
+//! at most [`MAX_PLAIN_BODY`]), no `Transfer-Encoding`, `Expect` or `Upgrade`, and no
+//! `Connection` other than `keep-alive`. Its head is parsed by the same parser hyper
+//! uses (httparse, at most [`MAX_HEADER_FIELDS`] fields), the request handed to the same
+//! [`Routes::serve`], and the response written as hyper writes it (the status line, the
+//! header fields in order, `content-length`, then hyper's `date` line), so a client
+//! cannot tell the two paths apart.
+//!
+//! At the first request that is not plain (another method or path, a head hyper
+//! would refuse or that is still arriving past [`MAX_PLAIN_HEAD`], a body not yet all
+//! here), the connection goes to hyper for the rest of its life, with every byte read
+//! so far ([`Outcome::HandOff`]): hyper parses that request from its first byte, so
+//! whatever it does with it (its errors, `100 Continue`, chunked bodies, the body's
+//! deadline, the proxy's own refusals) is exactly what it did before this path existed.
+//!
+//! The connection's clocks and drain are the listener's: bytes received move its
+//! [`Activity`] from waiting to head, a dispatched request holds it busy until its
+//! response is written, the watchdog closes it on the header or idle deadline, a drain
+//! closes it between requests (a response written during one says `connection: close`),
+//! and the end of the grace drops it.
+
+use std::mem::MaybeUninit;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version, header};
+use axum::response::Response;
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use super::{Activity, Closed, Limits, MAX_HEADER_FIELDS, Routes, Stage};
+
+/// The one path served here (as sent: no query, no trailing slash).
+const PATH: &[u8] = b"/v1/systemone";
+
+/// Most bytes of a head read on the plain path before the connection goes to hyper
+/// (which reads up to `MAX_HEAD_BUFFER_BYTES` and refuses beyond).
+pub(super) const MAX_PLAIN_HEAD: usize = 16 * 1024;
+
+/// Largest declared body served on the plain path; larger ones go to hyper (whose body
+/// is read as it arrives, under the body's own deadline and caps).
+pub(super) const MAX_PLAIN_BODY: usize = 256 * 1024;
+
+/// How much room a read asks for at least.
+const READ_CHUNK: usize = 8 * 1024;
+
+/// How the plain path left the connection.
+#[derive(Debug)]
+pub(super) enum Outcome {
+    /// Hyper serves the rest of the connection, starting with these bytes.
+    HandOff(Bytes),
+    /// The watchdog's deadline passed (counted and dropped by the caller).
+    Expired(Closed),
+    /// The last response said `connection: close`, or the client ended the connection
+    /// between requests: close the way a client can read the last response (`linger`)
+    /// while the listener serves.
+    Finished,
+    /// Dropped at once: an I/O error, the drain between requests, the end of the grace.
+    Dropped,
+}
+
+/// What the bytes read so far hold.
+#[derive(Debug)]
+enum Parsed {
+    /// A plain request, head and body complete.
+    Plain(Plain),
+    /// A plain head whose body is not all here yet.
+    BodyPending { total: usize },
+    /// Not a complete head yet.
+    Partial,
+    /// Anything else: hyper's.
+    Other,
+}
+
+/// A plain request's framing: where its header fields are, and its length.
+#[derive(Debug)]
+struct Plain {
+    /// (name, value) byte ranges within the head.
+    fields: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
+    /// Head and body, in bytes.
+    total: usize,
+    /// The head's length.
+    head: usize,
+}
+
+/// Serves plain requests on `stream` until one is not plain or the connection ends.
+pub(super) async fn serve(
+    stream: &mut TcpStream,
+    activity: &Arc<Activity>,
+    routes: &Routes,
+    limits: Limits,
+    stage: &mut watch::Receiver<Stage>,
+) -> Outcome {
+    let mut buffer = BytesMut::with_capacity(READ_CHUNK);
+    // Watches for the end of the grace while a request is served.
+    let mut grace = stage.clone();
+    // One watchdog for the connection's life (it looks at the phase each time it wakes),
+    // so a request costs no timer of its own.
+    let expired = activity.expired(limits);
+    let mut expired = std::pin::pin!(expired);
+    loop {
+        match parse(&buffer) {
+            Parsed::Plain(plain) => {
+                let bytes = buffer.split_to(plain.total).freeze();
+                let Some(request) = plain.request(&bytes) else {
+                    // Unreachable for what httparse accepts; hyper decides then.
+                    return hand_off(bytes, buffer);
+                };
+                let guard = activity.begin_request();
+                let closing = async {
+                    let _ = grace.wait_for(|now| *now == Stage::Closing).await;
+                };
+                let served = async {
+                    let response = routes.serve(request).await;
+                    let draining = *stage.borrow() != Stage::Serving;
+                    let (bytes, close) = encode(response, draining).await?;
+                    stream.write_all(&bytes).await.ok()?;
+                    Some(close)
+                };
+                let close = tokio::select! {
+                    close = served => close,
+                    () = closing => None,
+                };
+                drop(guard);
+                match close {
+                    None => return Outcome::Dropped,
+                    Some(true) => return Outcome::Finished,
+                    Some(false) if *stage.borrow() != Stage::Serving => return Outcome::Dropped,
+                    Some(false) => {}
+                }
+                if !buffer.is_empty() {
+                    activity.received();
+                }
+                continue;
+            }
+            Parsed::BodyPending { total } => {
+                // The rest of a body that is already in the socket is read at once; a
+                // body still on its way is hyper's (under the body's own deadline). The
+                // buffer grows only by what arrives, never by what a head declares.
+                while buffer.len() < total {
+                    buffer.reserve(READ_CHUNK.min(total - buffer.len()));
+                    match stream.try_read_buf(&mut buffer) {
+                        Ok(0) | Err(_) => return hand_off(Bytes::new(), buffer),
+                        Ok(_) => {}
+                    }
+                }
+                continue;
+            }
+            Parsed::Other => return hand_off(Bytes::new(), buffer),
+            Parsed::Partial if buffer.len() >= MAX_PLAIN_HEAD => {
+                return hand_off(Bytes::new(), buffer);
+            }
+            Parsed::Partial => {}
+        }
+        // Between requests or within a head: read more, unless the listener is draining.
+        loop {
+            match *stage.borrow_and_update() {
+                Stage::Serving => {}
+                // Idle: closed as hyper closes an idle connection; a head in progress is
+                // hyper's to answer (with `connection: close`).
+                _ if buffer.is_empty() => return Outcome::Dropped,
+                _ => return hand_off(Bytes::new(), buffer),
+            }
+            buffer.reserve(READ_CHUNK);
+            tokio::select! {
+                read = stream.read_buf(&mut buffer) => match read {
+                    Ok(0) if buffer.is_empty() => return Outcome::Finished,
+                    // Cut short within a head: hyper reads the same bytes and the same end.
+                    Ok(0) => return hand_off(Bytes::new(), buffer),
+                    Ok(_) => {
+                        activity.received();
+                        break;
+                    }
+                    Err(_) => return Outcome::Dropped,
+                },
+                reason = &mut expired => return Outcome::Expired(reason),
+                changed = stage.changed() => {
+                    if changed.is_err() {
+                        return Outcome::Dropped;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The connection goes to hyper with `first` then `rest` unread, copied to their size
+/// (the buffer's spare room is not kept for the connection's life).
+fn hand_off(first: Bytes, rest: BytesMut) -> Outcome {
+    let mut all = Vec::with_capacity(first.len() + rest.len());
+    all.extend_from_slice(&first);
+    all.extend_from_slice(&rest);
+    Outcome::HandOff(Bytes::from(all))
+}
+
+/// Reads what `buffer` holds (see [`Parsed`]).
+fn parse(buffer: &[u8]) -> Parsed {
+    if buffer.is_empty() {
+        return Parsed::Partial;
+    }
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADER_FIELDS];
+    let mut request = httparse::Request::new(&mut []);
+    let head = match httparse::ParserConfig::default().parse_request_with_uninit_headers(
+        &mut request,
+        buffer,
+        &mut slots,
+    ) {
+        Ok(httparse::Status::Complete(head)) => head,
+        Ok(httparse::Status::Partial) => return Parsed::Partial,
+        Err(_) => return Parsed::Other,
+    };
+    if request.method != Some("POST")
+        || request.path.map(str::as_bytes) != Some(PATH)
+        || request.version != Some(1)
+    {
+        return Parsed::Other;
+    }
+    let base = buffer.as_ptr() as usize;
+    let offset = |part: &[u8]| part.as_ptr() as usize - base;
+    let mut length = None;
+    let mut fields = Vec::with_capacity(request.headers.len());
+    for field in request.headers.iter() {
+        let name = field.name.as_bytes();
+        if name.eq_ignore_ascii_case(b"content-length") {
+            if length.is_some() {
+                return Parsed::Other;
+            }
+            match content_length(field.value) {
+                Some(n) if n <= MAX_PLAIN_BODY => length = Some(n),
+                _ => return Parsed::Other,
+            }
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            if !field.value.eq_ignore_ascii_case(b"keep-alive") {
+                return Parsed::Other;
+            }
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding")
+            || name.eq_ignore_ascii_case(b"expect")
+            || name.eq_ignore_ascii_case(b"upgrade")
+        {
+            return Parsed::Other;
+        }
+        let name_at = offset(name);
+        let value_at = offset(field.value);
+        fields.push((
+            name_at..name_at + name.len(),
+            value_at..value_at + field.value.len(),
+        ));
+    }
+    let Some(length) = length else {
+        return Parsed::Other;
+    };
+    let total = head + length;
+    if buffer.len() < total {
+        return Parsed::BodyPending { total };
+    }
+    Parsed::Plain(Plain {
+        fields,
+        total,
+        head,
+    })
+}
+
+/// A `Content-Length` value of decimal digits only (what hyper accepts, and no list).
+fn content_length(value: &[u8]) -> Option<usize> {
+    if value.is_empty() || value.len() > 12 || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    value.iter().try_fold(0usize, |n, &d| {
+        n.checked_mul(10)?.checked_add(usize::from(d - b'0'))
+    })
+}
+
+impl Plain {
+    /// The request as hyper hands it to the service: method, URI, HTTP/1.1, the header
+    /// fields in order (names lower-cased, values sharing `bytes`), the body.
+    fn request(&self, bytes: &Bytes) -> Option<Request<Body>> {
+        let mut headers = HeaderMap::with_capacity(self.fields.len());
+        for (name, value) in &self.fields {
+            let name = HeaderName::from_bytes(&bytes[name.clone()]).ok()?;
+            let value = HeaderValue::from_maybe_shared(bytes.slice(value.clone())).ok()?;
+            headers.append(name, value);
+        }
+        let mut request = Request::new(Body::from(bytes.slice(self.head..self.total)));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = Uri::from_static("/v1/systemone");
+        *request.version_mut() = Version::HTTP_11;
+        *request.headers_mut() = headers;
+        Some(request)
+    }
+}
+
+/// The response's bytes as hyper writes them, and whether the connection closes after
+/// it. `draining`: the listener is draining, so the response says `connection: close`
+/// (as hyper's graceful shutdown makes it). `None` when the body fails.
+async fn encode(response: Response, draining: bool) -> Option<(Vec<u8>, bool)> {
+    let (mut parts, body) = response.into_parts();
+    let body = body.collect().await.ok()?.to_bytes();
+    let closes = |headers: &HeaderMap| {
+        headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .any(|value| says_close(value.as_bytes()))
+    };
+    let mut close = closes(&parts.headers);
+    if draining && !close {
+        parts
+            .headers
+            .append(header::CONNECTION, HeaderValue::from_static("close"));
+        close = true;
+    }
+    let mut out = Vec::with_capacity(256 + body.len());
+    let status = parts.status;
+    if status == axum::http::StatusCode::OK {
+        out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+    } else {
+        out.extend_from_slice(b"HTTP/1.1 ");
+        out.extend_from_slice(status.as_str().as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    let mut wrote_length = false;
+    let mut wrote_date = false;
+    for (name, value) in &parts.headers {
+        wrote_length |= *name == header::CONTENT_LENGTH;
+        wrote_date |= *name == header::DATE;
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !wrote_length {
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !wrote_date {
+        out.extend_from_slice(b"date: ");
+        date(|now| out.extend_from_slice(now));
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(&body);
+    Some((out, close))
+}
+
+/// Whether a `Connection` value holds the `close` option (hyper's reading).
+fn says_close(value: &[u8]) -> bool {
+    value
+        .split(|&b| b == b',')
+        .any(|option| option.trim_ascii().eq_ignore_ascii_case(b"close"))
+}
+
+thread_local! {
+    /// This thread's `date` value and the second it was written for (as hyper caches its own).
+    static DATE: std::cell::RefCell<(u64, [u8; 29])> = const { std::cell::RefCell::new((u64::MAX, [0; 29])) };
+}
+
+/// Calls `f` with the current `date` value (an IMF-fixdate, as hyper writes it).
+fn date(f: impl FnOnce(&[u8])) {
+    let now = SystemTime::now();
+    let second = now
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    DATE.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        if cached.0 != second {
+            let text = httpdate::fmt_http_date(now);
+            if text.len() == 29 {
+                cached.1.copy_from_slice(text.as_bytes());
+                cached.0 = second;
+            } else {
+                drop(cached);
+                return f(text.as_bytes());
+            }
+        }
+        f(&cached.1)
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plain(extra: &str, body: &str) -> Vec<u8> {
+        format!(
+            "POST /v1/systemone HTTP/1.1\r\nhost: p\r\ncontent-length: {}\r\n{extra}\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    }
+
+    fn kind(bytes: &[u8]) -> &'static str {
+        match parse(bytes) {
+            Parsed::Plain(_) => "plain",
+            Parsed::BodyPending { .. } => "body pending",
+            Parsed::Partial => "partial",
+            Parsed::Other => "other",
+        }
+    }
+
+    #[test]
+    fn only_plain_requests_are_taken() {
+        assert_eq!(kind(&plain("", "{}")), "plain");
+        assert_eq!(kind(&plain("Connection: Keep-Alive\r\n", "{}")), "plain");
+        assert_eq!(kind(&plain("", "")), "plain");
+        // Still arriving.
+        assert_eq!(kind(b""), "partial");
+        assert_eq!(
+            kind(b"POST /v1/systemone HTTP/1.1\r\nhost: p\r\n"),
+            "partial"
+        );
+        let whole = plain("", "{\"model\": 1}");
+        assert_eq!(kind(&whole[..whole.len() - 3]), "body pending");
+        // Hyper's: other methods, paths, versions, framings and connection options.
+        for other in [
+            b"GET /v1/systemone HTTP/1.1\r\ncontent-length: 0\r\n\r\n".to_vec(),
+            b"post /v1/systemone HTTP/1.1\r\ncontent-length: 0\r\n\r\n".to_vec(),
+            b"POST /v1/systemone?x=1 HTTP/1.1\r\ncontent-length: 0\r\n\r\n".to_vec(),
+            b"POST /v1/systemone/ HTTP/1.1\r\ncontent-length: 0\r\n\r\n".to_vec(),
+            b"POST http://p/v1/systemone HTTP/1.1\r\ncontent-length: 0\r\n\r\n".to_vec(),
+            b"POST /v1/systemone HTTP/1.0\r\ncontent-length: 0\r\n\r\n".to_vec(),
+            b"POST /v1/systemone HTTP/1.1\r\n\r\n".to_vec(),
+            plain("content-length: 2\r\n", "{}"),
+            plain("transfer-encoding: chunked\r\n", "{}"),
+            plain("Expect: 100-continue\r\n", "{}"),
+            plain("upgrade: h2c\r\n", "{}"),
+            plain("connection: close\r\n", "{}"),
+            plain("connection: keep-alive, upgrade\r\n", "{}"),
+            b"POST /v1/systemone HTTP/1.1\r\ncontent-length: +2\r\n\r\n{}".to_vec(),
+            b"POST /v1/systemone HTTP/1.1\r\ncontent-length: 2 2\r\n\r\n{}".to_vec(),
+            b"POST /v1/systemone HTTP/1.1\r\ncontent-length: 99999999999999999999\r\n\r\n".to_vec(),
+            format!(
+                "POST /v1/systemone HTTP/1.1\r\ncontent-length: {}\r\n\r\n",
+                MAX_PLAIN_BODY + 1
+            )
+            .into_bytes(),
+            b"POST /v1/systemone HTTP/1.1\r\nbad name: x\r\ncontent-length: 0\r\n\r\n".to_vec(),
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec(),
+        ] {
+            assert_eq!(kind(&other), "other", "{}", String::from_utf8_lossy(&other));
+        }
+        // More fields than hyper parses: hyper's (it refuses them).
+        let many: String = (0..=MAX_HEADER_FIELDS)
+            .map(|i| format!("x-{i}: v\r\n"))
+            .collect();
+        assert_eq!(kind(&plain(&many, "{}")), "other");
+    }
+
+    #[test]
+    fn a_plain_request_is_what_hyper_hands_the_service() {
+        let bytes = Bytes::from(plain(
+            "Authorization: Bearer k\r\nX-Many: 1\r\nx-many: 2\r\n",
+            "{\"a\":1}",
+        ));
+        let Parsed::Plain(framing) = parse(&bytes) else {
+            panic!("not plain");
+        };
+        assert_eq!(framing.total, bytes.len());
+        let request = framing.request(&bytes).unwrap();
+        assert_eq!(request.method(), Method::POST);
+        assert_eq!(request.uri(), "/v1/systemone");
+        assert_eq!(request.version(), Version::HTTP_11);
+        let fields: Vec<(String, &[u8])> = request
+            .headers()
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.as_bytes()))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                ("host".to_string(), &b"p"[..]),
+                ("content-length".to_string(), b"7"),
+                ("authorization".to_string(), b"Bearer k"),
+                ("x-many".to_string(), b"1"),
+                ("x-many".to_string(), b"2"),
+            ]
+        );
+        assert!(request.extensions().is_empty());
+        let body = futures_util::FutureExt::now_or_never(request.into_body().collect())
+            .unwrap()
+            .unwrap()
+            .to_bytes();
+        assert_eq!(&body[..], b"{\"a\":1}");
+    }
+
+    fn written(response: Response, draining: bool) -> (String, bool) {
+        let (bytes, close) = futures_util::FutureExt::now_or_never(encode(response, draining))
+            .unwrap()
+            .unwrap();
+        (String::from_utf8(bytes).unwrap(), close)
+    }
+
+    /// The date line's value replaced by `D` (checked to be an IMF-fixdate).
+    fn undated(text: &str) -> String {
+        let start = text.find("date: ").unwrap() + 6;
+        let date = &text[start..start + 29];
+        assert!(httpdate::parse_http_date(date).is_ok(), "{date}");
+        format!("{}D{}", &text[..start], &text[start + 29..])
+    }
+
+    #[test]
+    fn responses_are_written_as_hyper_writes_them() {
+        let mut response = Response::new(Body::from("{\"x\":1}"));
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(7u64));
+        headers.append("x-a", HeaderValue::from_static("1"));
+        headers.append("x-a", HeaderValue::from_static("2"));
+        let (text, close) = written(response, false);
+        assert!(!close);
+        assert_eq!(
+            undated(&text),
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 7\r\n\
+             x-a: 1\r\nx-a: 2\r\ndate: D\r\n\r\n{\"x\":1}"
+        );
+        // Another status, no length set: its canonical reason and a length after the fields.
+        let mut response = Response::new(Body::from("no"));
+        *response.status_mut() = axum::http::StatusCode::UNPROCESSABLE_ENTITY;
+        let (text, _) = written(response, false);
+        assert_eq!(
+            undated(&text),
+            "HTTP/1.1 422 Unprocessable Entity\r\ncontent-length: 2\r\ndate: D\r\n\r\nno"
+        );
+        // A handler's `connection: close`, and the drain's.
+        let mut response = Response::new(Body::empty());
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        let (text, close) = written(response, false);
+        assert!(close);
+        assert_eq!(
+            undated(&text),
+            "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\ndate: D\r\n\r\n"
+        );
+        let (text, close) = written(Response::new(Body::from("a")), true);
+        assert!(close);
+        assert_eq!(
+            undated(&text),
+            "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 1\r\ndate: D\r\n\r\na"
+        );
+    }
+
+    #[test]
+    fn connection_options_and_lengths_are_read_as_hyper_reads_them() {
+        assert!(says_close(b"close"));
+        assert!(says_close(b"Keep-Alive, Close"));
+        assert!(says_close(b" close "));
+        assert!(!says_close(b"keep-alive"));
+        assert!(!says_close(b"closed"));
+        assert_eq!(content_length(b"0"), Some(0));
+        assert_eq!(content_length(b"00012"), Some(12));
+        assert_eq!(content_length(b""), None);
+        assert_eq!(content_length(b"-1"), None);
+        assert_eq!(content_length(b"1,1"), None);
+        assert_eq!(content_length(b"9999999999999"), None);
+    }
+}

@@ -1,0 +1,444 @@
+//! The public listener's plain path (plain `POST /v1/systemone` requests read and
+//! answered without hyper's connection driver) against hyper's own: the same bytes for
+//! the same request, whichever serves it, and every request that is not plain (or a
+//! connection after one) still hyper's, with its framing, errors and keep-alive rules.
+//!
+//! A connection is made hyper's for good by a first request that is not plain
+//! (`GET /nope`, answered 404 by the router); a fresh connection starts on the plain path.
+//! Waits are bounded; nothing asserts a duration.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::connections::head;
+use super::helpers::{CLIENT_KEY, PATIENCE, TestApp, TestConfig, request};
+
+/// One response as read off the wire: the head's lines (the request ids' and the date's
+/// values masked) and the body.
+#[derive(Debug, PartialEq)]
+struct Wire {
+    lines: Vec<String>,
+    body: Vec<u8>,
+}
+
+impl Wire {
+    fn status(&self) -> u16 {
+        self.lines[0].split(' ').nth(1).unwrap().parse().unwrap()
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.lines.iter().skip(1).find_map(|line| {
+            let (key, value) = line.split_once(": ")?;
+            (key == name).then_some(value)
+        })
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+}
+
+/// Reads one response off `stream` (bounded by `PATIENCE`); `None` if the connection ends
+/// first. Bytes after it stay in `pending` for the next call.
+async fn read_wire(stream: &mut TcpStream, pending: &mut Vec<u8>) -> Option<Wire> {
+    tokio::time::timeout(PATIENCE, async {
+        let mut chunk = [0u8; 4096];
+        let end = loop {
+            if let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                break end;
+            }
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => pending.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let text = String::from_utf8(pending[..end].to_vec()).unwrap();
+        let lines: Vec<String> = text
+            .split("\r\n")
+            .map(|line| match line.split_once(": ") {
+                Some((name @ ("x-request-id" | "x-typesafe-request-id"), _)) => {
+                    format!("{name}: (id)")
+                }
+                Some(("date", value)) => {
+                    // An IMF-fixdate, as hyper writes it: `Sat, 05 Dec 2026 05:30:08 GMT`.
+                    assert_eq!(value.len(), 29, "date {value:?}");
+                    assert!(value.ends_with(" GMT"), "date {value:?}");
+                    "date: (now)".to_string()
+                }
+                _ => line.to_string(),
+            })
+            .collect();
+        let length: usize = lines
+            .iter()
+            .find_map(|line| line.strip_prefix("content-length: "))
+            .map_or(0, |value| value.parse().unwrap());
+        let start = end + 4;
+        while pending.len() < start + length {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => pending.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let body = pending[start..start + length].to_vec();
+        pending.drain(..start + length);
+        Some(Wire { lines, body })
+    })
+    .await
+    .expect("no response in time")
+}
+
+/// Whether the server has closed `stream` (end of stream or reset, within `PATIENCE`).
+async fn closed(stream: &mut TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(
+        tokio::time::timeout(PATIENCE, stream.read(&mut byte)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+/// A complete `POST /v1/systemone` with `extra` header lines and `body`.
+fn post(extra: &str, body: &[u8]) -> Vec<u8> {
+    let mut bytes = head(
+        "POST",
+        "/v1/systemone",
+        &format!(
+            "content-type: application/json\r\ncontent-length: {}\r\n{extra}",
+            body.len()
+        ),
+    )
+    .into_bytes();
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+fn good_body() -> Vec<u8> {
+    serde_json::to_vec(&request()).unwrap()
+}
+
+async fn app() -> TestApp {
+    TestConfig {
+        max_body_bytes: Some(4096),
+        ..TestConfig::default()
+    }
+    .spawn()
+    .await
+}
+
+fn address(app: &TestApp) -> String {
+    app.address.trim_start_matches("http://").to_string()
+}
+
+/// A connection that hyper serves: its first request is not plain.
+async fn hypers(app: &TestApp) -> (TcpStream, Vec<u8>) {
+    let mut stream = TcpStream::connect(address(app)).await.unwrap();
+    let mut pending = Vec::new();
+    stream
+        .write_all(head("GET", "/nope", "").as_bytes())
+        .await
+        .unwrap();
+    let wire = read_wire(&mut stream, &mut pending).await.unwrap();
+    assert_eq!(wire.status(), 404);
+    (stream, pending)
+}
+
+#[tokio::test]
+async fn plain_and_hyper_paths_answer_byte_for_byte_alike() {
+    let app = app().await;
+    let over_cap = vec![b' '; 5000];
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("answered", post("", &good_body())),
+        (
+            "keep-alive said",
+            post("connection: Keep-Alive\r\n", &good_body()),
+        ),
+        ("x-api-key", {
+            let mut bytes = format!(
+                "POST /v1/systemone HTTP/1.1\r\nhost: p\r\nx-api-key: {CLIENT_KEY}\r\ncontent-length: {}\r\n\r\n",
+                good_body().len()
+            )
+            .into_bytes();
+            bytes.extend_from_slice(&good_body());
+            bytes
+        }),
+        ("not json", post("", b"{\"model\": ")),
+        ("empty body", post("", b"")),
+        (
+            "wrong content type",
+            post("content-type: text/csv\r\n", b"a,b"),
+        ),
+        ("over the cap", post("", &over_cap)),
+        ("no key", {
+            let body = good_body();
+            let mut bytes = format!(
+                "POST /v1/systemone HTTP/1.1\r\nhost: p\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            )
+            .into_bytes();
+            bytes.extend_from_slice(&body);
+            bytes
+        }),
+        (
+            "unknown question",
+            post(
+                "",
+                br#"{"model":"m","questions":{"zzz":{"type":"choice","criteria":["A","B"]}}}"#,
+            ),
+        ),
+    ];
+    for (name, bytes) in &cases {
+        let mut plain = TcpStream::connect(address(&app)).await.unwrap();
+        let mut plain_pending = Vec::new();
+        plain.write_all(bytes).await.unwrap();
+        let from_plain = read_wire(&mut plain, &mut plain_pending).await.unwrap();
+
+        let (mut hyper, mut hyper_pending) = hypers(&app).await;
+        hyper.write_all(bytes).await.unwrap();
+        let from_hyper = read_wire(&mut hyper, &mut hyper_pending).await.unwrap();
+
+        assert_eq!(from_plain, from_hyper, "{name}");
+        // Both keep the connection, or both close it (`connection: close`).
+        if from_plain.header("connection") == Some("close") {
+            assert!(
+                closed(&mut plain).await,
+                "{name}: the plain path kept it open"
+            );
+            assert!(closed(&mut hyper).await, "{name}: hyper kept it open");
+        } else {
+            for (stream, pending) in [
+                (&mut plain, &mut plain_pending),
+                (&mut hyper, &mut hyper_pending),
+            ] {
+                stream.write_all(&post("", &good_body())).await.unwrap();
+                let next = read_wire(stream, pending).await.expect(name);
+                assert_eq!(next.status(), 200, "{name}: the next request");
+            }
+        }
+    }
+    // The answered case is a release.
+    let mut stream = TcpStream::connect(address(&app)).await.unwrap();
+    stream.write_all(&post("", &good_body())).await.unwrap();
+    let wire = read_wire(&mut stream, &mut Vec::new()).await.unwrap();
+    assert_eq!(wire.status(), 200);
+    assert_eq!(wire.json()["answers"]["cause"]["choice"], "B");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn pipelined_and_split_requests_are_all_answered_in_order() {
+    let app = app().await;
+    let mut stream = TcpStream::connect(address(&app)).await.unwrap();
+    let mut pending = Vec::new();
+    // Three requests in one write: two answers and a 422 between them, in order.
+    let mut bytes = post("", &good_body());
+    bytes.extend(post("", b"[]"));
+    bytes.extend(post("", &good_body()));
+    stream.write_all(&bytes).await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(read_wire(&mut stream, &mut pending).await.unwrap().status());
+    }
+    assert_eq!(seen, [200, 422, 200]);
+    // A head cut in two writes, then a body that comes later: both answered.
+    let bytes = post("", &good_body());
+    let (first, rest) = bytes.split_at(20);
+    stream.write_all(first).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let at = rest.len() - 10;
+    stream.write_all(&rest[..at]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    stream.write_all(&rest[at..]).await.unwrap();
+    assert_eq!(
+        read_wire(&mut stream, &mut pending).await.unwrap().status(),
+        200
+    );
+    // Still served after that (now by hyper): a plain request and another path.
+    stream.write_all(&post("", &good_body())).await.unwrap();
+    assert_eq!(
+        read_wire(&mut stream, &mut pending).await.unwrap().status(),
+        200
+    );
+    stream
+        .write_all(head("GET", "/nope", "").as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(
+        read_wire(&mut stream, &mut pending).await.unwrap().status(),
+        404
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn requests_that_are_not_plain_keep_hypers_framing_and_rules() {
+    let app = app().await;
+    let body = good_body();
+    let connect = || async { TcpStream::connect(address(&app)).await.unwrap() };
+
+    // A chunked body.
+    let mut stream = connect().await;
+    let mut bytes = head(
+        "POST",
+        "/v1/systemone",
+        "content-type: application/json\r\ntransfer-encoding: chunked\r\n",
+    )
+    .into_bytes();
+    bytes.extend(format!("{:x}\r\n", body.len()).as_bytes());
+    bytes.extend(&body);
+    bytes.extend(b"\r\n0\r\n\r\n");
+    stream.write_all(&bytes).await.unwrap();
+    let wire = read_wire(&mut stream, &mut Vec::new()).await.unwrap();
+    assert_eq!(wire.status(), 200);
+    assert_eq!(wire.json()["answers"]["cause"]["choice"], "B");
+
+    // `Expect: 100-continue`: hyper's interim answer, then the response.
+    let mut stream = connect().await;
+    let mut pending = Vec::new();
+    stream
+        .write_all(
+            head(
+                "POST",
+                "/v1/systemone",
+                &format!(
+                    "content-type: application/json\r\ncontent-length: {}\r\nexpect: 100-continue\r\n",
+                    body.len()
+                ),
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let interim = read_wire(&mut stream, &mut pending).await.unwrap();
+    assert_eq!(interim.status(), 100);
+    stream.write_all(&body).await.unwrap();
+    assert_eq!(
+        read_wire(&mut stream, &mut pending).await.unwrap().status(),
+        200
+    );
+
+    // `Connection: close`: answered, said back, and the connection closed.
+    let mut stream = connect().await;
+    stream
+        .write_all(&post("connection: close\r\n", &body))
+        .await
+        .unwrap();
+    let wire = read_wire(&mut stream, &mut Vec::new()).await.unwrap();
+    assert_eq!(wire.status(), 200);
+    assert_eq!(wire.header("connection"), Some("close"));
+    assert!(closed(&mut stream).await);
+
+    // HTTP/1.0: answered and closed.
+    let mut stream = connect().await;
+    let mut bytes = format!(
+        "POST /v1/systemone HTTP/1.0\r\nauthorization: Bearer {CLIENT_KEY}\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    bytes.extend(&body);
+    stream.write_all(&bytes).await.unwrap();
+    let wire = read_wire(&mut stream, &mut Vec::new()).await.unwrap();
+    assert!(
+        wire.lines[0].starts_with("HTTP/1.0 200"),
+        "{:?}",
+        wire.lines
+    );
+    assert!(closed(&mut stream).await);
+
+    // Two differing lengths: hyper's 400, the proxy's JSON error in place of its bare one.
+    let mut stream = connect().await;
+    let mut bytes = head(
+        "POST",
+        "/v1/systemone",
+        "content-length: 2\r\ncontent-length: 3\r\n",
+    )
+    .into_bytes();
+    bytes.extend(b"{}");
+    stream.write_all(&bytes).await.unwrap();
+    let wire = read_wire(&mut stream, &mut Vec::new()).await.unwrap();
+    assert_eq!(wire.status(), 400);
+    assert!(
+        wire.json()["detail"]["error_type"].is_string(),
+        "{:?}",
+        wire
+    );
+
+    // A header name hyper refuses: the same refusal as before.
+    let mut stream = connect().await;
+    let mut bytes = head(
+        "POST",
+        "/v1/systemone",
+        "bad header: x\r\ncontent-length: 2\r\n",
+    )
+    .into_bytes();
+    bytes.extend(b"{}");
+    stream.write_all(&bytes).await.unwrap();
+    let wire = read_wire(&mut stream, &mut Vec::new()).await.unwrap();
+    assert_eq!(wire.status(), 400);
+
+    // A query string or a trailing slash: the router's answers, as before.
+    for path in ["/v1/systemone?x=1", "/v1/systemone/"] {
+        let mut stream = connect().await;
+        let mut bytes = head(
+            "POST",
+            path,
+            &format!(
+                "content-type: application/json\r\ncontent-length: {}\r\n",
+                body.len()
+            ),
+        )
+        .into_bytes();
+        bytes.extend(&body);
+        stream.write_all(&bytes).await.unwrap();
+        let wire = read_wire(&mut stream, &mut Vec::new()).await.unwrap();
+        let expected = if path.contains('?') { 200 } else { 404 };
+        assert_eq!(wire.status(), expected, "{path}");
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_plain_request_in_flight_at_the_drain_is_answered_with_connection_close() {
+    // A long grace: the request waits at the upstream's gate until the test lets it go.
+    let app = TestConfig {
+        server: "shutdown_grace_ms = 30000\nworker_threads = 1".into(),
+        ..TestConfig::default()
+    }
+    .spawn()
+    .await;
+    let upstream = app.upstream.clone();
+    upstream.close();
+    // One request in flight on each path.
+    let mut plain = TcpStream::connect(address(&app)).await.unwrap();
+    plain.write_all(&post("", &good_body())).await.unwrap();
+    upstream.arrived().await;
+    let (mut hyper, mut hyper_pending) = hypers(&app).await;
+    hyper.write_all(&post("", &good_body())).await.unwrap();
+    upstream.arrived().await;
+    // An idle plain connection: closed by the drain.
+    let mut idle = TcpStream::connect(address(&app)).await.unwrap();
+    idle.write_all(&post("", b"[]")).await.unwrap();
+    assert_eq!(
+        read_wire(&mut idle, &mut Vec::new())
+            .await
+            .unwrap()
+            .status(),
+        422
+    );
+    let stopping = tokio::spawn(app.stop());
+    assert!(
+        closed(&mut idle).await,
+        "an idle connection outlived the drain"
+    );
+    upstream.release_one();
+    upstream.release_one();
+    let from_plain = read_wire(&mut plain, &mut Vec::new()).await.unwrap();
+    let from_hyper = read_wire(&mut hyper, &mut hyper_pending).await.unwrap();
+    assert_eq!(from_plain.status(), 200);
+    assert_eq!(from_plain.header("connection"), Some("close"));
+    assert_eq!(from_plain, from_hyper);
+    assert!(closed(&mut plain).await);
+    assert!(closed(&mut hyper).await);
+    stopping.await.unwrap();
+}
