@@ -1,6 +1,6 @@
 //! Recipient authentication: keys are compared by SHA-256 digest in constant time.
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 use axum::http::header::AUTHORIZATION;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -13,6 +13,10 @@ use releasegate_core::config::Recipient;
 pub const CONTRACT_HEADER: &str = "x-release-contract";
 /// Alternative to `Authorization: Bearer`.
 pub const API_KEY_HEADER: &str = "x-api-key";
+
+/// The two names as header names, made once: a lookup by text parses the name each time.
+static CONTRACT_HEADER_NAME: HeaderName = HeaderName::from_static(CONTRACT_HEADER);
+static API_KEY_HEADER_NAME: HeaderName = HeaderName::from_static(API_KEY_HEADER);
 
 /// Why a caller is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,7 +80,7 @@ impl Keys {
         }
         let recipient = found.ok_or(Error::Unauthenticated)?;
         let header = headers
-            .get(CONTRACT_HEADER)
+            .get(&CONTRACT_HEADER_NAME)
             .map(|value| value.to_str().map(str::trim).unwrap_or(""));
         let requested = match (path_contract, header) {
             (Some(path), Some(header)) if path != header => return Err(Error::Conflict),
@@ -108,7 +112,7 @@ fn presented_key(headers: &HeaderMap) -> Option<String> {
         let key = key.trim();
         return (scheme.eq_ignore_ascii_case("bearer") && !key.is_empty()).then(|| key.to_string());
     }
-    let key = headers.get(API_KEY_HEADER)?.to_str().ok()?.trim();
+    let key = headers.get(&API_KEY_HEADER_NAME)?.to_str().ok()?.trim();
     (!key.is_empty()).then(|| key.to_string())
 }
 

@@ -12,7 +12,7 @@
 use std::cell::RefCell;
 use std::fmt;
 
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
 use releasegate_core::rng::Rng;
 
@@ -20,6 +20,10 @@ use releasegate_core::rng::Rng;
 pub(super) const TRACEPARENT: &str = "traceparent";
 /// The W3C `tracestate` header.
 pub(super) const TRACESTATE: &str = "tracestate";
+
+/// The two names as header names, made once: a lookup by text parses the name each time.
+static TRACEPARENT_NAME: HeaderName = HeaderName::from_static(TRACEPARENT);
+static TRACESTATE_NAME: HeaderName = HeaderName::from_static(TRACESTATE);
 /// Longest `tracestate` forwarded, in bytes.
 pub(super) const MAX_TRACESTATE_BYTES: usize = 512;
 /// Most `tracestate` list members (W3C).
@@ -99,7 +103,7 @@ impl TraceContext {
     pub(super) fn from_headers(headers: &HeaderMap) -> TraceContext {
         let mut span_id = [0u8; 8];
         random_id(&mut span_id);
-        let mut parents = headers.get_all(TRACEPARENT).iter();
+        let mut parents = headers.get_all(&TRACEPARENT_NAME).iter();
         let parent = match (parents.next(), parents.next()) {
             (Some(value), None) => parse_traceparent(value.as_bytes()),
             _ => None,
@@ -154,13 +158,13 @@ impl TraceContext {
     /// Replaces the request's trace headers with what the provider may receive: our
     /// `traceparent`, and the caller's `tracestate` only if it is kept.
     pub(super) fn apply(&self, headers: &mut HeaderMap) {
-        headers.insert(TRACEPARENT, self.traceparent());
+        headers.insert(TRACEPARENT_NAME.clone(), self.traceparent());
         match &self.tracestate {
             Some(value) => {
-                headers.insert(TRACESTATE, value.clone());
+                headers.insert(TRACESTATE_NAME.clone(), value.clone());
             }
             None => {
-                headers.remove(TRACESTATE);
+                headers.remove(&TRACESTATE_NAME);
             }
         }
     }
@@ -215,7 +219,7 @@ fn hex_into(text: &[u8], out: &mut [u8]) -> Option<()> {
 
 /// The caller's `tracestate` (its fields joined with `,`), if well formed and short enough.
 fn tracestate(headers: &HeaderMap) -> Option<HeaderValue> {
-    let mut values = headers.get_all(TRACESTATE).iter();
+    let mut values = headers.get_all(&TRACESTATE_NAME).iter();
     let first = values.next()?;
     let joined = match values.next() {
         None => first.clone(),
