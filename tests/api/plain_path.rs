@@ -187,6 +187,77 @@ async fn plain_and_hyper_paths_answer_byte_for_byte_alike() {
                 br#"{"model":"m","questions":{"zzz":{"type":"choice","criteria":["A","B"]}}}"#,
             ),
         ),
+        ("zstd body", {
+            let body = zstd::encode_all(good_body().as_slice(), 3).unwrap();
+            post("content-encoding: zstd\r\n", &body)
+        }),
+        ("zstd bomb", {
+            let body = zstd::encode_all(vec![b' '; 1_000_000].as_slice(), 19).unwrap();
+            post("content-encoding: zstd\r\n", &body)
+        }),
+        (
+            "unknown encoding",
+            post("content-encoding: br\r\n", &good_body()),
+        ),
+        (
+            "not multipart",
+            post("content-type: multipart/form-data; boundary=x\r\n", b"--y"),
+        ),
+        (
+            "traced",
+            post(
+                "traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n\
+                 tracestate: congo=t61rcWkgMzE\r\n",
+                &good_body(),
+            ),
+        ),
+        (
+            "two traceparents",
+            post("traceparent: x\r\ntraceparent: y\r\n", &good_body()),
+        ),
+        (
+            "contract named",
+            post("x-release-contract: main\r\n", &good_body()),
+        ),
+        (
+            "contract not the caller's",
+            post("x-release-contract: other\r\n", &good_body()),
+        ),
+        ("obs-text and repeated fields", {
+            let body = good_body();
+            // Latin-1 `é` (obs-text), which both parsers take.
+            let mut bytes =
+                b"POST /v1/systemone HTTP/1.1\r\nhost: p\r\nx-note: caf\xe9\r\nx-note: two\r\n"
+                    .to_vec();
+            bytes.extend(
+                format!(
+                    "authorization: Bearer {CLIENT_KEY}\r\nuser-agent: typesafe-sdk/0.7.5\r\n\
+                     content-length: {}\r\n\r\n",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+            bytes.extend_from_slice(&body);
+            bytes
+        }),
+        (
+            "header section over the cap",
+            post(
+                &format!("x-big: {}\r\n", "a".repeat(33 * 1024)),
+                &good_body(),
+            ),
+        ),
+        ("upper-case names", {
+            let body = good_body();
+            let mut bytes = format!(
+                "POST /v1/systemone HTTP/1.1\r\nHost: p\r\nAuthorization: Bearer {CLIENT_KEY}\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .into_bytes();
+            bytes.extend_from_slice(&body);
+            bytes
+        }),
     ];
     for (name, bytes) in &cases {
         let mut plain = TcpStream::connect(address(&app)).await.unwrap();

@@ -1,7 +1,7 @@
 //! Recipient authentication: keys are compared by SHA-256 digest in constant time.
 
-use axum::http::{HeaderMap, HeaderName};
 use axum::http::header::AUTHORIZATION;
+use axum::http::{HeaderMap, HeaderName};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 

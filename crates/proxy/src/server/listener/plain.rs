@@ -41,6 +41,10 @@ use super::{Activity, Closed, Limits, MAX_HEADER_FIELDS, Routes, Stage};
 /// The one path served here (as sent: no query, no trailing slash).
 const PATH: &[u8] = b"/v1/systemone";
 
+/// [`PATH`] as the request's URI, parsed once.
+static URI: std::sync::LazyLock<Uri> =
+    std::sync::LazyLock::new(|| Uri::from_static("/v1/systemone"));
+
 /// Most bytes of a head read on the plain path before the connection goes to hyper
 /// (which reads up to `MAX_HEAD_BUFFER_BYTES` and refuses beyond).
 pub(super) const MAX_PLAIN_HEAD: usize = 16 * 1024;
@@ -290,7 +294,7 @@ impl Plain {
         }
         let mut request = Request::new(Body::from(bytes.slice(self.head..self.total)));
         *request.method_mut() = Method::POST;
-        *request.uri_mut() = Uri::from_static("/v1/systemone");
+        *request.uri_mut() = URI.clone();
         *request.version_mut() = Version::HTTP_11;
         *request.headers_mut() = headers;
         Some(request)
