@@ -431,36 +431,34 @@ impl Connection {
         let open = self.metrics.open.with_label_values(&[self.name]);
         open.inc();
         let activity = Arc::new(Activity::new());
-        let mut unread = Bytes::new();
-        if routes.serves_systemone() {
-            match plain::serve(
-                &mut stream,
-                &activity,
-                &routes,
-                self.limits,
-                &mut self.stage,
-            )
-            .await
-            {
-                plain::Outcome::HandOff(bytes) => unread = bytes,
-                plain::Outcome::Expired(reason) => {
-                    self.metrics.count_closed(self.name, reason);
-                    open.dec();
-                    return;
-                }
-                plain::Outcome::Finished => {
-                    if matches!(*self.stage.borrow(), Stage::Serving) {
-                        linger(stream).await;
-                    }
-                    open.dec();
-                    return;
-                }
-                plain::Outcome::Dropped => {
-                    open.dec();
-                    return;
-                }
+        let outcome = if routes.serves_systemone() {
+            let limits = self.limits;
+            plain::serve(&mut stream, &activity, &routes, limits, &mut self.stage).await
+        } else {
+            plain::Outcome::HandOff(Bytes::new())
+        };
+        match outcome {
+            plain::Outcome::HandOff(unread) => {
+                self.serve_hyper(stream, unread, activity, routes).await
             }
+            plain::Outcome::Expired(reason) => self.metrics.count_closed(self.name, reason),
+            plain::Outcome::Finished if matches!(*self.stage.borrow(), Stage::Serving) => {
+                linger(stream).await;
+            }
+            plain::Outcome::Finished | plain::Outcome::Dropped => {}
         }
+        open.dec();
+    }
+
+    /// Serves the rest of the connection with hyper, `unread` (what the plain path read
+    /// and did not serve) first.
+    async fn serve_hyper(
+        mut self,
+        stream: TcpStream,
+        unread: Bytes,
+        activity: Arc<Activity>,
+        routes: Routes,
+    ) {
         let io = TokioIo::new(Tracked {
             stream,
             unread,
@@ -532,7 +530,6 @@ impl Connection {
         } else if finished && matches!(*self.stage.borrow(), Stage::Serving) {
             linger(connection.into_parts().io.into_inner().stream).await;
         }
-        open.dec();
     }
 }
 
