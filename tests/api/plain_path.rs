@@ -99,19 +99,28 @@ async fn closed(stream: &mut TcpStream) -> bool {
     )
 }
 
-/// A complete `POST /v1/systemone` with `extra` header lines and `body`.
-fn post(extra: &str, body: &[u8]) -> Vec<u8> {
-    let mut bytes = head(
-        "POST",
-        "/v1/systemone",
-        &format!(
-            "content-type: application/json\r\ncontent-length: {}\r\n{extra}",
-            body.len()
-        ),
-    )
-    .into_bytes();
+/// A request head followed by `body`.
+fn with_body(head: String, body: &[u8]) -> Vec<u8> {
+    let mut bytes = head.into_bytes();
     bytes.extend_from_slice(body);
     bytes
+}
+
+/// A complete `POST /v1/systemone` with `extra` header lines and `body`.
+fn post(extra: &str, body: &[u8]) -> Vec<u8> {
+    let extra = format!(
+        "content-type: application/json\r\ncontent-length: {}\r\n{extra}",
+        body.len()
+    );
+    with_body(head("POST", "/v1/systemone", &extra), body)
+}
+
+/// Sends `bytes` on a new connection and reads the first response.
+async fn answer_on_new_connection(app: &TestApp, bytes: &[u8]) -> (TcpStream, Wire) {
+    let mut stream = TcpStream::connect(address(app)).await.unwrap();
+    stream.write_all(bytes).await.unwrap();
+    let wire = read_wire(&mut stream, &mut Vec::new()).await.unwrap();
+    (stream, wire)
 }
 
 fn good_body() -> Vec<u8> {
@@ -260,10 +269,8 @@ async fn plain_and_hyper_paths_answer_byte_for_byte_alike() {
         }),
     ];
     for (name, bytes) in &cases {
-        let mut plain = TcpStream::connect(address(&app)).await.unwrap();
+        let (mut plain, from_plain) = answer_on_new_connection(&app, bytes).await;
         let mut plain_pending = Vec::new();
-        plain.write_all(bytes).await.unwrap();
-        let from_plain = read_wire(&mut plain, &mut plain_pending).await.unwrap();
 
         let (mut hyper, mut hyper_pending) = hypers(&app).await;
         hyper.write_all(bytes).await.unwrap();
@@ -289,9 +296,7 @@ async fn plain_and_hyper_paths_answer_byte_for_byte_alike() {
         }
     }
     // The answered case is a release.
-    let mut stream = TcpStream::connect(address(&app)).await.unwrap();
-    stream.write_all(&post("", &good_body())).await.unwrap();
-    let wire = read_wire(&mut stream, &mut Vec::new()).await.unwrap();
+    let (_, wire) = answer_on_new_connection(&app, &post("", &good_body())).await;
     assert_eq!(wire.status(), 200);
     assert_eq!(wire.json()["answers"]["cause"]["choice"], "B");
     app.stop().await;
@@ -346,70 +351,61 @@ async fn pipelined_and_split_requests_are_all_answered_in_order() {
 async fn requests_that_are_not_plain_keep_hypers_framing_and_rules() {
     let app = app().await;
     let body = good_body();
-    let connect = || async { TcpStream::connect(address(&app)).await.unwrap() };
+    let sized = |extra: &str| {
+        format!(
+            "content-type: application/json\r\ncontent-length: {}\r\n{extra}",
+            body.len()
+        )
+    };
 
     // A chunked body.
-    let mut stream = connect().await;
-    let mut bytes = head(
-        "POST",
-        "/v1/systemone",
-        "content-type: application/json\r\ntransfer-encoding: chunked\r\n",
+    let mut chunked = format!("{:x}\r\n", body.len()).into_bytes();
+    chunked.extend(&body);
+    chunked.extend(b"\r\n0\r\n\r\n");
+    let (_, wire) = answer_on_new_connection(
+        &app,
+        &with_body(
+            head(
+                "POST",
+                "/v1/systemone",
+                "content-type: application/json\r\ntransfer-encoding: chunked\r\n",
+            ),
+            &chunked,
+        ),
     )
-    .into_bytes();
-    bytes.extend(format!("{:x}\r\n", body.len()).as_bytes());
-    bytes.extend(&body);
-    bytes.extend(b"\r\n0\r\n\r\n");
-    stream.write_all(&bytes).await.unwrap();
-    let wire = read_wire(&mut stream, &mut Vec::new()).await.unwrap();
+    .await;
     assert_eq!(wire.status(), 200);
     assert_eq!(wire.json()["answers"]["cause"]["choice"], "B");
 
     // `Expect: 100-continue`: hyper's interim answer, then the response.
-    let mut stream = connect().await;
-    let mut pending = Vec::new();
-    stream
-        .write_all(
-            head(
-                "POST",
-                "/v1/systemone",
-                &format!(
-                    "content-type: application/json\r\ncontent-length: {}\r\nexpect: 100-continue\r\n",
-                    body.len()
-                ),
-            )
-            .as_bytes(),
-        )
-        .await
-        .unwrap();
-    let interim = read_wire(&mut stream, &mut pending).await.unwrap();
+    let (mut stream, interim) = answer_on_new_connection(
+        &app,
+        head("POST", "/v1/systemone", &sized("expect: 100-continue\r\n")).as_bytes(),
+    )
+    .await;
     assert_eq!(interim.status(), 100);
     stream.write_all(&body).await.unwrap();
     assert_eq!(
-        read_wire(&mut stream, &mut pending).await.unwrap().status(),
+        read_wire(&mut stream, &mut Vec::new())
+            .await
+            .unwrap()
+            .status(),
         200
     );
 
     // `Connection: close`: answered, said back, and the connection closed.
-    let mut stream = connect().await;
-    stream
-        .write_all(&post("connection: close\r\n", &body))
-        .await
-        .unwrap();
-    let wire = read_wire(&mut stream, &mut Vec::new()).await.unwrap();
+    let (mut stream, wire) =
+        answer_on_new_connection(&app, &post("connection: close\r\n", &body)).await;
     assert_eq!(wire.status(), 200);
     assert_eq!(wire.header("connection"), Some("close"));
     assert!(closed(&mut stream).await);
 
     // HTTP/1.0: answered and closed.
-    let mut stream = connect().await;
-    let mut bytes = format!(
+    let http10 = format!(
         "POST /v1/systemone HTTP/1.0\r\nauthorization: Bearer {CLIENT_KEY}\r\ncontent-length: {}\r\n\r\n",
         body.len()
-    )
-    .into_bytes();
-    bytes.extend(&body);
-    stream.write_all(&bytes).await.unwrap();
-    let wire = read_wire(&mut stream, &mut Vec::new()).await.unwrap();
+    );
+    let (mut stream, wire) = answer_on_new_connection(&app, &with_body(http10, &body)).await;
     assert!(
         wire.lines[0].starts_with("HTTP/1.0 200"),
         "{:?}",
@@ -418,16 +414,12 @@ async fn requests_that_are_not_plain_keep_hypers_framing_and_rules() {
     assert!(closed(&mut stream).await);
 
     // Two differing lengths: hyper's 400, the proxy's JSON error in place of its bare one.
-    let mut stream = connect().await;
-    let mut bytes = head(
+    let lengths = head(
         "POST",
         "/v1/systemone",
         "content-length: 2\r\ncontent-length: 3\r\n",
-    )
-    .into_bytes();
-    bytes.extend(b"{}");
-    stream.write_all(&bytes).await.unwrap();
-    let wire = read_wire(&mut stream, &mut Vec::new()).await.unwrap();
+    );
+    let (_, wire) = answer_on_new_connection(&app, &with_body(lengths, b"{}")).await;
     assert_eq!(wire.status(), 400);
     assert!(
         wire.json()["detail"]["error_type"].is_string(),
@@ -436,33 +428,18 @@ async fn requests_that_are_not_plain_keep_hypers_framing_and_rules() {
     );
 
     // A header name hyper refuses: the same refusal as before.
-    let mut stream = connect().await;
-    let mut bytes = head(
+    let bad_name = head(
         "POST",
         "/v1/systemone",
         "bad header: x\r\ncontent-length: 2\r\n",
-    )
-    .into_bytes();
-    bytes.extend(b"{}");
-    stream.write_all(&bytes).await.unwrap();
-    let wire = read_wire(&mut stream, &mut Vec::new()).await.unwrap();
+    );
+    let (_, wire) = answer_on_new_connection(&app, &with_body(bad_name, b"{}")).await;
     assert_eq!(wire.status(), 400);
 
     // A query string or a trailing slash: the router's answers, as before.
     for path in ["/v1/systemone?x=1", "/v1/systemone/"] {
-        let mut stream = connect().await;
-        let mut bytes = head(
-            "POST",
-            path,
-            &format!(
-                "content-type: application/json\r\ncontent-length: {}\r\n",
-                body.len()
-            ),
-        )
-        .into_bytes();
-        bytes.extend(&body);
-        stream.write_all(&bytes).await.unwrap();
-        let wire = read_wire(&mut stream, &mut Vec::new()).await.unwrap();
+        let bytes = with_body(head("POST", path, &sized("")), &body);
+        let (_, wire) = answer_on_new_connection(&app, &bytes).await;
         let expected = if path.contains('?') { 200 } else { 404 };
         assert_eq!(wire.status(), expected, "{path}");
     }
@@ -488,15 +465,8 @@ async fn a_plain_request_in_flight_at_the_drain_is_answered_with_connection_clos
     hyper.write_all(&post("", &good_body())).await.unwrap();
     upstream.arrived().await;
     // An idle plain connection: closed by the drain.
-    let mut idle = TcpStream::connect(address(&app)).await.unwrap();
-    idle.write_all(&post("", b"[]")).await.unwrap();
-    assert_eq!(
-        read_wire(&mut idle, &mut Vec::new())
-            .await
-            .unwrap()
-            .status(),
-        422
-    );
+    let (mut idle, wire) = answer_on_new_connection(&app, &post("", b"[]")).await;
+    assert_eq!(wire.status(), 422);
     let stopping = tokio::spawn(app.stop());
     assert!(
         closed(&mut idle).await,
