@@ -13,6 +13,7 @@ pub(crate) mod capture;
 pub mod collect;
 pub(crate) mod cpus;
 pub mod decisions;
+pub(crate) mod http1;
 pub mod load;
 pub(crate) mod metrics;
 pub(crate) mod otel;

@@ -497,9 +497,7 @@ fn parse_head(buffer: &[u8]) -> Result<Option<(usize, Head)>, Error> {
             let value = std::str::from_utf8(field.value)
                 .ok()
                 .map(str::trim)
-                .filter(|value| !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()))
-                // More than `u64` holds is more than any cap.
-                .map(|value| value.parse::<u64>().unwrap_or(u64::MAX))
+                .and_then(|value| crate::http1::decimal_length(value.as_bytes()))
                 .ok_or_else(|| broken("the content-length is not a number"))?;
             if length_field.is_some_and(|seen| seen != value) {
                 return Err(broken("the answer has differing content-lengths"));
@@ -510,11 +508,7 @@ fn parse_head(buffer: &[u8]) -> Result<Option<(usize, Head)>, Error> {
             let last = field.value.rsplit(|&b| b == b',').next().unwrap_or(b"");
             chunked = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
         } else if name.eq_ignore_ascii_case("connection") {
-            if field
-                .value
-                .split(|&b| b == b',')
-                .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"))
-            {
+            if crate::http1::says_close(field.value) {
                 keep_alive = false;
             }
         } else if (name.eq_ignore_ascii_case("retry-after")

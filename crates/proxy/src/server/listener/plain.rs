@@ -37,6 +37,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::{Activity, Closed, Limits, MAX_HEADER_FIELDS, Routes, Stage};
+use crate::http1::{decimal_length, says_close};
 
 /// The one path served here (as sent: no query, no trailing slash).
 const PATH: &[u8] = b"/v1/systemone";
@@ -238,8 +239,8 @@ fn parse(buffer: &[u8]) -> Parsed {
                 return Parsed::Other;
             }
             match content_length(field.value) {
-                Some(n) if n <= MAX_PLAIN_BODY => length = Some(n),
-                _ => return Parsed::Other,
+                Some(n) => length = Some(n),
+                None => return Parsed::Other,
             }
         } else if name.eq_ignore_ascii_case(b"connection") {
             if !field.value.eq_ignore_ascii_case(b"keep-alive") {
@@ -272,14 +273,12 @@ fn parse(buffer: &[u8]) -> Parsed {
     })
 }
 
-/// A `Content-Length` value of decimal digits only (what hyper accepts, and no list).
+/// A `Content-Length` value of decimal digits only (what hyper accepts, and no list) of at
+/// most [`MAX_PLAIN_BODY`].
 fn content_length(value: &[u8]) -> Option<usize> {
-    if value.is_empty() || value.len() > 12 || !value.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    value.iter().try_fold(0usize, |n, &d| {
-        n.checked_mul(10)?.checked_add(usize::from(d - b'0'))
-    })
+    decimal_length(value)
+        .and_then(|length| usize::try_from(length).ok())
+        .filter(|&length| length <= MAX_PLAIN_BODY)
 }
 
 impl Plain {
@@ -354,13 +353,6 @@ async fn encode(response: Response, draining: bool) -> Option<(Vec<u8>, bool)> {
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(&body);
     Some((out, close))
-}
-
-/// Whether a `Connection` value holds the `close` option (hyper's reading).
-fn says_close(value: &[u8]) -> bool {
-    value
-        .split(|&b| b == b',')
-        .any(|option| option.trim_ascii().eq_ignore_ascii_case(b"close"))
 }
 
 thread_local! {
