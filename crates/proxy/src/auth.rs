@@ -105,15 +105,15 @@ impl Keys {
 }
 
 /// The key from `Authorization: Bearer KEY` or `X-Api-Key: KEY`.
-fn presented_key(headers: &HeaderMap) -> Option<String> {
+fn presented_key(headers: &HeaderMap) -> Option<&str> {
     if let Some(value) = headers.get(AUTHORIZATION) {
         let text = value.to_str().ok()?.trim();
         let (scheme, key) = text.split_once(' ')?;
         let key = key.trim();
-        return (scheme.eq_ignore_ascii_case("bearer") && !key.is_empty()).then(|| key.to_string());
+        return (scheme.eq_ignore_ascii_case("bearer") && !key.is_empty()).then_some(key);
     }
     let key = headers.get(&API_KEY_HEADER_NAME)?.to_str().ok()?.trim();
-    (!key.is_empty()).then(|| key.to_string())
+    (!key.is_empty()).then_some(key)
 }
 
 /// Hex SHA-256 of a key (for `releasegate hash-key`).

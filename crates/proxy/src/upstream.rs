@@ -21,7 +21,7 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use axum::http::header::{
     ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT,
@@ -437,12 +437,15 @@ impl Upstreams {
             .providers
             .get(provider)
             .ok_or_else(|| Error::Rejected(format!("provider `{provider}` is not configured")))?;
-        let started = Instant::now();
+        // The call's one clock reading: its latency and both of its deadlines count from it.
+        let started = tokio::time::Instant::now();
         let result = match upstream {
             Upstream::Simulated => simulated(path, post.map(|post| post.json)),
             Upstream::Remote(remote) => {
                 let client = self.clients.get(EVENT_LOOP.with(Cell::get));
-                remote.call(client, post, self.max_body_bytes).await
+                remote
+                    .call(client, post, self.max_body_bytes, started)
+                    .await
             }
         };
         self.metrics
@@ -471,27 +474,28 @@ impl Upstreams {
 pub(crate) const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
 
 impl Remote {
+    /// Calls the provider; `started` is when the call began: the queue and the whole call
+    /// have their deadlines from it (`queue_timeout`, `timeout`), so neither reads the clock.
     async fn call(
         &self,
         client: &Client,
         post: Option<Post<'_>>,
         max_body: usize,
+        started: tokio::time::Instant,
     ) -> Result<Reply, Error> {
-        let deadline = Instant::now() + self.timeout;
         // A request that cannot get a slot soon is shed (503) rather than queued for its
         // whole budget: it never reached the provider, so the caller may retry elsewhere.
-        let _permit = tokio::time::timeout(self.queue_timeout, self.permits.acquire())
+        let _permit = tokio::time::timeout_at(started + self.queue_timeout, self.permits.acquire())
             .await
             .map_err(|_| Error::Saturated)?
             .map_err(|_| Error::Saturated)?;
-        let remaining = deadline.saturating_duration_since(Instant::now());
         let exchange = async {
             match &self.plain {
                 Some(plain) => self.call_plain(plain, post, max_body).await,
                 None => self.call_client(client, post, max_body).await,
             }
         };
-        tokio::time::timeout(remaining, exchange)
+        tokio::time::timeout_at(started + self.timeout, exchange)
             .await
             .map_err(|_| Error::Timeout)?
     }
