@@ -171,37 +171,68 @@ impl<'a> Object<'a> {
     }
 
     /// Adds a member; a key already present keeps its position and takes the new value.
-    ///
-    /// A key not yet present in an object of fewer than `INDEXED_FROM` members (nearly
-    /// every one) is pushed here, inline; a repeated key, and the member that brings the
-    /// key index, take the out-of-line path.
     #[inline]
     pub fn insert(&mut self, key: Cow<'a, str>, value: Json<'a>) {
-        if self.index.is_none()
+        Json::put(self.slot(key), value);
+    }
+
+    /// The place of `key`'s value, holding `null` for the caller to write (with
+    /// [`Json::put`]): a key already present keeps its position (its old value is
+    /// dropped); a new key is added at the end.
+    ///
+    /// The reader reads each value straight into its place: building a member on the
+    /// stack and moving it into the vector cost more than reading it (the member's
+    /// words are copied back right after they were written, in other widths).
+    ///
+    /// A key not yet present in an object of fewer than `INDEXED_FROM` members (nearly
+    /// every one) is added here, inline; a repeated key, and the member that brings the
+    /// key index, take the out-of-line path.
+    #[inline]
+    pub fn slot(&mut self, key: Cow<'a, str>) -> &mut Json<'a> {
+        let at = if self.index.is_none()
             && self.members.len() < INDEXED_FROM
             && !self.members.iter().any(|(k, _)| same_key(k, &key))
         {
-            self.members.push((key, value));
+            self.members.push((key, Json::Null));
+            self.members.len() - 1
         } else {
-            self.insert_rest(key, value);
-        }
+            self.slot_rest(key)
+        };
+        &mut self.members[at].1
     }
 
-    /// [`Object::insert`] beyond its inline case.
+    /// [`Object::slot`] for a key borrowed from the document (the reader's usual case):
+    /// passed as two words, the new member is written in place.
+    #[inline]
+    pub(crate) fn slot_borrowed(&mut self, key: &'a str) -> &mut Json<'a> {
+        let at = if self.index.is_none()
+            && self.members.len() < INDEXED_FROM
+            && !self.members.iter().any(|(k, _)| same_key(k, key))
+        {
+            self.members.push((Cow::Borrowed(key), Json::Null));
+            self.members.len() - 1
+        } else {
+            self.slot_rest(Cow::Borrowed(key))
+        };
+        &mut self.members[at].1
+    }
+
+    /// [`Object::slot`] beyond its inline case: the position of `key`'s member.
     #[inline(never)]
-    fn insert_rest(&mut self, key: Cow<'a, str>, value: Json<'a>) {
+    fn slot_rest(&mut self, key: Cow<'a, str>) -> usize {
         let existing = match &self.index {
             Some(index) => index.get(key.as_ref()).copied(),
             None => self.members.iter().position(|(k, _)| same_key(k, &key)),
         };
         if let Some(at) = existing {
-            self.members[at].1 = value;
-            return;
+            self.members[at].1 = Json::Null;
+            return at;
         }
+        let at = self.members.len();
         if let Some(index) = &mut self.index {
-            index.insert(key.to_string(), self.members.len());
+            index.insert(key.to_string(), at);
         }
-        self.members.push((key, value));
+        self.members.push((key, Json::Null));
         if self.index.is_none() && self.members.len() > INDEXED_FROM {
             let index = self
                 .members
@@ -211,6 +242,7 @@ impl<'a> Object<'a> {
                 .collect();
             self.index = Some(Box::new(index));
         }
+        at
     }
 }
 
@@ -320,6 +352,16 @@ impl<'a> Json<'a> {
                 _ => Json::Null,
             },
         }
+    }
+
+    /// Writes `value` into `place`, which holds `null` (a new place of an array or
+    /// [`Object::slot`]): nothing is dropped, so the write is a plain store.
+    #[inline]
+    pub fn put(place: &mut Json<'a>, value: Json<'a>) {
+        debug_assert!(matches!(place, Json::Null), "a place to fill holds null");
+        // `null` owns nothing: forgetting it leaks nothing (and, were the place not
+        // `null` after all, forgetting would only leak, never corrupt).
+        std::mem::forget(std::mem::replace(place, value));
     }
 
     /// A string borrowed for the document's lifetime.

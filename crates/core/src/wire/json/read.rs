@@ -58,17 +58,28 @@ impl<'a> Reader<'a> {
     }
 
     fn value(&mut self, depth: usize) -> Option<Json<'a>> {
+        let mut value = Json::Null;
+        self.value_into(depth, &mut value)?;
+        Some(value)
+    }
+
+    /// Reads a value into `out`, its place in an array or object (holding `null`): a
+    /// value returned and then moved into its place is copied again right after it was
+    /// written, which cost the reader more than the reading.
+    fn value_into(&mut self, depth: usize, out: &mut Json<'a>) -> Option<()> {
         self.skip_whitespace();
-        match self.peek()? {
-            b'n' => self.literal(b"null").map(|()| Json::Null),
-            b't' => self.literal(b"true").map(|()| Json::Bool(true)),
-            b'f' => self.literal(b"false").map(|()| Json::Bool(false)),
-            b'"' => self.string().map(Json::String),
-            b'-' | b'0'..=b'9' => self.number().map(Json::Number),
-            b'[' if depth < MAX_DEPTH => self.array(depth + 1),
-            b'{' if depth < MAX_DEPTH => self.object(depth + 1),
-            _ => None,
-        }
+        let value = match self.peek()? {
+            b'n' => self.literal(b"null").map(|()| Json::Null)?,
+            b't' => self.literal(b"true").map(|()| Json::Bool(true))?,
+            b'f' => self.literal(b"false").map(|()| Json::Bool(false))?,
+            b'"' => Json::String(self.string()?),
+            b'-' | b'0'..=b'9' => Json::Number(self.number()?),
+            b'[' if depth < MAX_DEPTH => self.array(depth + 1)?,
+            b'{' if depth < MAX_DEPTH => self.object(depth + 1)?,
+            _ => return None,
+        };
+        Json::put(out, value);
+        Some(())
     }
 
     fn array(&mut self, depth: usize) -> Option<Json<'a>> {
@@ -80,7 +91,9 @@ impl<'a> Reader<'a> {
             return Some(Json::Array(items));
         }
         loop {
-            items.push(self.value(depth)?);
+            items.push(Json::Null);
+            let last = items.len() - 1;
+            self.value_into(depth, &mut items[last])?;
             self.skip_whitespace();
             match self.peek()? {
                 b',' => self.at += 1,
@@ -112,8 +125,11 @@ impl<'a> Reader<'a> {
                 return None;
             }
             self.at += 1;
-            let value = self.value(depth)?;
-            object.insert(key, value);
+            let slot = match key {
+                Cow::Borrowed(key) => object.slot_borrowed(key),
+                key => object.slot(key),
+            };
+            self.value_into(depth, slot)?;
             self.skip_whitespace();
             match self.peek()? {
                 b',' => self.at += 1,

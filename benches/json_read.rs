@@ -1,0 +1,75 @@
+//! Benchmark of the proxy's JSON reader (`wire::Json::parse`, then the drop of the
+//! document): what every request pays twice, for the caller's request and for the
+//! provider's answer.
+//!
+//! The documents are built here: a three-question request as the official Python client
+//! sends it (a 700-byte `state` note, `null` instructions, four criteria each), and a
+//! provider's answer to it (choice, confidence and four probabilities per question).
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::Criterion;
+use releasegate_core::wire::Json;
+use serde_json::json;
+
+const CLASSES: [&str; 4] = ["DELAY", "ADDRESS", "DAMAGE", "DELIVERY_RECORD"];
+
+fn request(questions: usize) -> Vec<u8> {
+    let note = "Parcel 7734 was marked delivered on Tuesday but the customer says nothing \
+                arrived; the driver photo shows a different door. "
+        .repeat(6);
+    let criteria: serde_json::Map<String, serde_json::Value> = CLASSES
+        .iter()
+        .map(|c| (c.to_string(), serde_json::Value::Null))
+        .collect();
+    let questions: serde_json::Map<String, serde_json::Value> = (0..questions)
+        .map(|i| {
+            let question = json!({"type": "choice", "instructions": null, "criteria": criteria});
+            (format!("q{i}"), question)
+        })
+        .collect();
+    let request = json!({
+        "model": "jev-latest",
+        "state": {"note": note, "channel": "email", "order": {"id": "A-99812", "items": 3}},
+        "questions": questions,
+    });
+    serde_json::to_vec(&request).expect("a JSON value prints")
+}
+
+fn answer(questions: usize) -> Vec<u8> {
+    let probabilities =
+        json!({"ADDRESS": 0.04, "DELAY": 0.85, "DAMAGE": 0.06, "DELIVERY_RECORD": 0.05});
+    let answers: serde_json::Map<String, serde_json::Value> = (0..questions)
+        .map(|i| {
+            let answer = json!({
+                "type": "choice", "choice": "DELAY", "confidence": 0.78,
+                "probabilities": probabilities,
+            });
+            (format!("q{i}"), answer)
+        })
+        .collect();
+    let answer = json!({
+        "model": "jev-1.13.0",
+        "answers": answers,
+        "usage": {"input_tokens": 412, "output_tokens": questions},
+    });
+    serde_json::to_vec(&answer).expect("a JSON value prints")
+}
+
+fn main() {
+    let mut criterion = Criterion::default()
+        .sample_size(50)
+        .measurement_time(Duration::from_secs(3))
+        .configure_from_args();
+    for (name, bytes) in [
+        ("json_read_request_3_questions", request(3)),
+        ("json_read_answer_3_questions", answer(3)),
+    ] {
+        assert!(Json::parse(&bytes).is_ok(), "{name}: the document reads");
+        criterion.bench_function(name, |b| {
+            b.iter(|| drop(black_box(Json::parse(black_box(&bytes)))))
+        });
+    }
+    criterion.final_summary();
+}
