@@ -183,28 +183,24 @@ impl<'a> Object<'a> {
     /// The reader reads each value straight into its place: building a member on the
     /// stack and moving it into the vector cost more than reading it (the member's
     /// words are copied back right after they were written, in other widths).
-    ///
-    /// A key not yet present in an object of fewer than `INDEXED_FROM` members (nearly
-    /// every one) is added here, inline; a repeated key, and the member that brings the
-    /// key index, take the out-of-line path.
     #[inline]
     pub fn slot(&mut self, key: Cow<'a, str>) -> &mut Json<'a> {
-        let at = if self.index.is_none()
-            && self.members.len() < INDEXED_FROM
-            && !self.members.iter().any(|(k, _)| same_key(k, &key))
-        {
-            self.members.push((key, Json::Null));
-            self.members.len() - 1
-        } else {
-            self.slot_rest(key)
-        };
-        &mut self.members[at].1
+        match key {
+            Cow::Borrowed(key) => self.slot_borrowed(key),
+            // A key with escapes (rare): out of line.
+            key => {
+                let at = self.slot_rest(key);
+                &mut self.members[at].1
+            }
+        }
     }
 
-    /// [`Object::slot`] for a key borrowed from the document (the reader's usual case):
-    /// passed as two words, the new member is written in place.
+    /// [`Object::slot`] for a borrowed key, passed as two words so that a new member
+    /// is written in place. A key not yet present in an object of fewer than
+    /// `INDEXED_FROM` members (nearly every one) is added here, inline; a repeated key,
+    /// and the member that brings the key index, take the out-of-line path.
     #[inline]
-    pub(crate) fn slot_borrowed(&mut self, key: &'a str) -> &mut Json<'a> {
+    fn slot_borrowed(&mut self, key: &'a str) -> &mut Json<'a> {
         let at = if self.index.is_none()
             && self.members.len() < INDEXED_FROM
             && !self.members.iter().any(|(k, _)| same_key(k, key))
@@ -217,7 +213,8 @@ impl<'a> Object<'a> {
         &mut self.members[at].1
     }
 
-    /// [`Object::slot`] beyond its inline case: the position of `key`'s member.
+    /// [`Object::slot`] beyond its inline case: the position of `key`'s member (found,
+    /// its value reset to `null`, or added).
     #[inline(never)]
     fn slot_rest(&mut self, key: Cow<'a, str>) -> usize {
         let existing = match &self.index {

@@ -125,11 +125,7 @@ impl<'a> Reader<'a> {
                 return None;
             }
             self.at += 1;
-            let slot = match key {
-                Cow::Borrowed(key) => object.slot_borrowed(key),
-                key => object.slot(key),
-            };
-            self.value_into(depth, slot)?;
+            self.value_into(depth, object.slot(key))?;
             self.skip_whitespace();
             match self.peek()? {
                 b',' => self.at += 1,
