@@ -2,6 +2,7 @@
 //! configuration (contract, provider, question ids) and enums.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use foldhash::fast::FixedState;
 use prometheus::{
@@ -392,6 +393,28 @@ impl Metrics {
     }
 }
 
+/// The routes whose request series [`RequestSeries`] keeps resolved.
+const ROUTES: [&str; 2] = ["systemone", "models"];
+
+/// A request's two series for one contract, route and status class:
+/// `releasegate_requests_total` and `releasegate_request_duration_seconds`.
+type RequestPair = (IntCounter, Histogram);
+
+/// The request series per contract (and for requests that selected none, labelled
+/// `none`), per route of [`ROUTES`] and status class, for one configuration generation
+/// ([`Metrics::request_series`]). Each pair is resolved by label at its first request and
+/// kept: a series appears with the first request it counts, as it does by label, and
+/// counting a request then takes one map lookup instead of two label lookups.
+#[derive(Debug, Default)]
+pub struct RequestSeries {
+    by_contract: HashMap<String, ContractRequests, FixedState>,
+}
+
+/// One contract's request pairs, by route (in [`ROUTES`] order) and status class (in
+/// [`STATUS_CLASSES`] order).
+#[derive(Debug, Default)]
+struct ContractRequests([[OnceLock<RequestPair>; STATUS_CLASSES.len()]; ROUTES.len()]);
+
 /// The series a released answer counts in, per contract and question, resolved once per
 /// configuration generation ([`Metrics::answer_series`]): recording an answer then takes
 /// two map lookups instead of a label lookup per series (four for a WCPQ answer).
@@ -445,6 +468,52 @@ impl Metrics {
             by_contract.insert(name.clone(), questions);
         }
         AnswerSeries { by_contract }
+    }
+
+    /// The request series of `config`'s contracts and of requests without one (none
+    /// created yet: see [`RequestSeries`]).
+    pub fn request_series(&self, config: &Config) -> RequestSeries {
+        let mut by_contract = HashMap::with_hasher(FixedState::default());
+        for name in config.contracts.keys().map(String::as_str).chain(["none"]) {
+            by_contract.entry(name.to_string()).or_default();
+        }
+        RequestSeries { by_contract }
+    }
+
+    /// Counts one finished request of `contract` (`none` when it selected none) on
+    /// `route` with `status`, and its latency: through `series` where it keeps the pair,
+    /// by label otherwise (the same series either way).
+    pub fn record_request(
+        &self,
+        series: &RequestSeries,
+        contract: &str,
+        route: &str,
+        status: u16,
+        seconds: f64,
+    ) {
+        let class = status_class(status);
+        let by_label = || {
+            (
+                self.requests.with_label_values(&[contract, class]),
+                self.request_duration
+                    .with_label_values(&[contract, route, class]),
+            )
+        };
+        let kept = series
+            .by_contract
+            .get(contract)
+            .zip(ROUTES.iter().position(|&known| known == route))
+            .map(|(pairs, at)| &pairs.0[at][status_class_index(status)]);
+        let owned;
+        let (count, duration) = match kept {
+            Some(pair) => pair.get_or_init(by_label),
+            None => {
+                owned = by_label();
+                &owned
+            }
+        };
+        count.inc();
+        duration.observe(seconds);
     }
 
     /// A WCPQ question's series (`labels`: contract, question), created at zero.
@@ -512,15 +581,24 @@ impl Metrics {
     }
 }
 
+/// The status class labels, in [`status_class_index`] order.
+const STATUS_CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// The position of an HTTP status's class in [`STATUS_CLASSES`] (anything outside
+/// 100..=499 counts as `5xx`).
+fn status_class_index(status: u16) -> usize {
+    match status {
+        100..=199 => 0,
+        200..=299 => 1,
+        300..=399 => 2,
+        400..=499 => 3,
+        _ => 4,
+    }
+}
+
 /// The status class label of an HTTP status.
 pub(crate) fn status_class(status: u16) -> &'static str {
-    match status {
-        100..=199 => "1xx",
-        200..=299 => "2xx",
-        300..=399 => "3xx",
-        400..=499 => "4xx",
-        _ => "5xx",
-    }
+    STATUS_CLASSES[status_class_index(status)]
 }
 
 #[cfg(test)]
@@ -638,5 +716,65 @@ mod answer_series_tests {
         assert!(text.contains(
             "releasegate_released_answers_total{contract=\"c\",question=\"plain\",view=\"choice\"} 0"
         ));
+    }
+
+    /// The whole exposition's `releasegate_request*` lines.
+    fn request_lines(metrics: &Metrics) -> Vec<String> {
+        let text = String::from_utf8(metrics.render()).unwrap();
+        text.lines()
+            .filter(|line| line.starts_with("releasegate_request"))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn kept_request_series_count_what_labels_count() {
+        let config = config();
+        // Contracts of the configuration, none, and one it does not have; both routes and
+        // one no pair is kept for; every status class and statuses past them.
+        let requests = [
+            ("c", "systemone", 200),
+            ("c", "systemone", 200),
+            ("c", "systemone", 422),
+            ("c", "models", 200),
+            ("c", "models", 502),
+            ("none", "systemone", 401),
+            ("none", "models", 404),
+            ("another", "systemone", 200),
+            ("c", "elsewhere", 200),
+            ("c", "systemone", 101),
+            ("c", "systemone", 302),
+            ("c", "systemone", 503),
+            ("c", "systemone", 600),
+            ("c", "systemone", 0),
+        ];
+        let kept = Metrics::new().unwrap();
+        let series = kept.request_series(&config);
+        let by_label = Metrics::new().unwrap();
+        // Nothing is created before a request counts in it.
+        assert!(
+            request_lines(&kept).is_empty(),
+            "{:#?}",
+            request_lines(&kept)
+        );
+        for (contract, route, status) in requests {
+            kept.record_request(&series, contract, route, status, 0.003);
+            by_label.record_request(&RequestSeries::default(), contract, route, status, 0.003);
+        }
+        let lines = request_lines(&kept);
+        assert_eq!(lines, request_lines(&by_label));
+        for expected in [
+            "releasegate_requests_total{contract=\"c\",status_class=\"2xx\"} 4",
+            "releasegate_requests_total{contract=\"c\",status_class=\"5xx\"} 4",
+            "releasegate_requests_total{contract=\"none\",status_class=\"4xx\"} 2",
+            "releasegate_request_duration_seconds_count{contract=\"c\",route=\"systemone\",status_class=\"2xx\"} 2",
+            "releasegate_request_duration_seconds_count{contract=\"c\",route=\"elsewhere\",status_class=\"2xx\"} 1",
+            "releasegate_request_duration_seconds_count{contract=\"another\",route=\"systemone\",status_class=\"2xx\"} 1",
+        ] {
+            assert!(
+                lines.iter().any(|line| line == expected),
+                "{expected} in {lines:#?}"
+            );
+        }
     }
 }

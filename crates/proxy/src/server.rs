@@ -74,6 +74,8 @@ struct Live {
     limits: crate::ratelimit::Limits,
     /// The released-answer series of every contract's questions.
     answer_series: crate::metrics::AnswerSeries,
+    /// The request series of every contract, kept as requests first count in them.
+    request_series: crate::metrics::RequestSeries,
 }
 
 impl Live {
@@ -92,12 +94,14 @@ impl Live {
             previous.map(|live| &live.limits),
         );
         let answer_series = metrics.answer_series(&config);
+        let request_series = metrics.request_series(&config);
         Ok(Live {
             config,
             keys,
             upstreams,
             limits,
             answer_series,
+            request_series,
         })
     }
 }

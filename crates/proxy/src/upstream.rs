@@ -20,7 +20,7 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io::Write as _;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use axum::http::header::{
@@ -32,6 +32,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use prometheus::Histogram;
 use secrecy::ExposeSecret;
 use serde_json::Value;
 use tokio::sync::Semaphore;
@@ -236,11 +237,20 @@ pub(crate) fn event_loop() -> usize {
 /// All configured providers.
 #[derive(Clone, Debug)]
 pub(crate) struct Upstreams {
-    providers: Arc<BTreeMap<String, Upstream>>,
+    providers: Arc<BTreeMap<String, Configured>>,
     /// One HTTP client per event loop.
     clients: Arc<Clients>,
     max_body_bytes: usize,
     metrics: Metrics,
+}
+
+/// One configured provider and its latency series.
+#[derive(Debug)]
+struct Configured {
+    upstream: Upstream,
+    /// `releasegate_upstream_latency_seconds{provider}`, resolved at the provider's first
+    /// call (so the series appears then, as it would by label) and observed directly after.
+    latency: OnceLock<Histogram>,
 }
 
 /// The HTTP clients, one per event loop (at least one).
@@ -407,7 +417,13 @@ impl Upstreams {
                     }))
                 }
             };
-            providers.insert(name.clone(), upstream);
+            providers.insert(
+                name.clone(),
+                Configured {
+                    upstream,
+                    latency: OnceLock::new(),
+                },
+            );
         }
         Ok(Upstreams {
             providers: Arc::new(providers),
@@ -433,13 +449,13 @@ impl Upstreams {
         path: &str,
         post: Option<Post<'_>>,
     ) -> Result<Reply, Error> {
-        let upstream = self
+        let configured = self
             .providers
             .get(provider)
             .ok_or_else(|| Error::Rejected(format!("provider `{provider}` is not configured")))?;
         // The call's one clock reading: its latency and both of its deadlines count from it.
         let started = tokio::time::Instant::now();
-        let result = match upstream {
+        let result = match &configured.upstream {
             Upstream::Simulated => simulated(path, post.map(|post| post.json)),
             Upstream::Remote(remote) => {
                 let client = self.clients.get(EVENT_LOOP.with(Cell::get));
@@ -448,9 +464,9 @@ impl Upstreams {
                     .await
             }
         };
-        self.metrics
-            .upstream_latency
-            .with_label_values(&[provider])
+        configured
+            .latency
+            .get_or_init(|| self.metrics.upstream_latency.with_label_values(&[provider]))
             .observe(started.elapsed().as_secs_f64());
         let kind = match &result {
             Err(error) => Some(error.kind()),
@@ -850,7 +866,7 @@ mod tests {
         let metrics = || Metrics::new().unwrap();
         let upstreams =
             Upstreams::new(&provider_config("http://127.0.0.1:9/", "sk-1"), metrics()).unwrap();
-        let Upstream::Remote(remote) = &upstreams.providers["up"] else {
+        let Upstream::Remote(remote) = &upstreams.providers["up"].upstream else {
             panic!("not remote");
         };
         assert_eq!(

@@ -16,7 +16,6 @@ use super::trace::{SpanIds, TraceId};
 use super::{AppState, Live, body};
 use std::sync::Arc;
 
-use crate::metrics::status_class;
 use crate::otel;
 use crate::upstream::{self, Reply};
 use opentelemetry::KeyValue;
@@ -350,17 +349,14 @@ fn finish(
     };
     let status = response.status().as_u16();
     export_server_span(state, route, &request_id, &trail, status, outcome);
-    state
-        .metrics()
-        .requests
-        .with_label_values(&[contract_label, status_class(status)])
-        .inc();
     let latency = started.elapsed();
-    state
-        .metrics()
-        .request_duration
-        .with_label_values(&[contract_label, route, status_class(status)])
-        .observe(latency.as_secs_f64());
+    state.metrics().record_request(
+        &state.inner.live.load().request_series,
+        contract_label,
+        route,
+        status,
+        latency.as_secs_f64(),
+    );
     if access_log {
         crate::telemetry::access(&crate::telemetry::Access {
             request_id: &request_id,
