@@ -5,7 +5,13 @@
 //! "unknown". Never fails the build, and depends only on the checked-out commit (not the
 //! time, the machine or uncommitted changes), so the same commit builds the same binary.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// Reruns this script when `path` (a file, or every file under a directory) changes.
+fn watch(path: PathBuf) {
+    println!("cargo:rerun-if-changed={}", path.display());
+}
 
 fn git(args: &[&str]) -> Option<String> {
     let output = Command::new("git").args(args).output().ok()?;
@@ -31,17 +37,29 @@ fn main() {
         Some(commit) => commit,
         None => {
             // Rebuild when HEAD moves: HEAD itself, the branch it points at, packed refs.
+            // Only paths that exist are watched: Cargo counts a missing path as changed,
+            // and would rerun this script (and rebuild the crate) on every build.
             if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
-                println!("cargo:rerun-if-changed={dir}/HEAD");
+                watch(Path::new(&dir).join("HEAD"));
                 if let Some(common) = git(&["rev-parse", "--git-common-dir"]) {
-                    let common = if std::path::Path::new(&common).is_absolute() {
-                        common
+                    let common = if Path::new(&common).is_absolute() {
+                        PathBuf::from(common)
                     } else {
-                        format!("{}/{common}", env!("CARGO_MANIFEST_DIR"))
+                        Path::new(env!("CARGO_MANIFEST_DIR")).join(common)
                     };
-                    println!("cargo:rerun-if-changed={common}/packed-refs");
+                    let packed = common.join("packed-refs");
+                    if packed.exists() {
+                        watch(packed);
+                    }
                     if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-                        println!("cargo:rerun-if-changed={common}/{branch}");
+                        // A branch only in packed refs (or not yet made) gets its loose
+                        // file at its next commit: then the nearest existing directory
+                        // above it changes.
+                        let mut path = common.join(branch);
+                        while !path.exists() && path.pop() {}
+                        if path.starts_with(&common) && path != common {
+                            watch(path);
+                        }
                     }
                 }
             } else {
