@@ -602,7 +602,7 @@ pub(crate) fn status_class(status: u16) -> &'static str {
 }
 
 #[cfg(test)]
-mod answer_series_tests {
+mod series_tests {
     use super::*;
     use releasegate_core::contract::View;
 
