@@ -800,19 +800,19 @@ fn check_question(
             && !pinned
                 .instructions
                 .as_ref()
-                .is_some_and(|own| same_json(own, &sent.to_value()))
+                .is_some_and(|own| same_text(own, sent))
         {
             return Err(mismatch("instructions".into()));
         }
         for ((class, sent), own) in rule.classes.iter().zip(&caller).zip(&pinned.descriptions) {
             let Some(sent) = sent else { continue };
-            let expected = match (kind, own) {
-                (_, Some(own)) => Some(own.clone()),
+            let same = match (kind, own) {
+                (_, Some(own)) => same_text(own, sent),
                 // A score level without a description goes upstream as its name.
-                (Kind::Score, None) => Some(Value::String(class.clone())),
-                (_, None) => None,
+                (Kind::Score, None) => matches!(sent, Json::String(text) if text == class),
+                (_, None) => false,
             };
-            if !expected.is_some_and(|own| same_json(&own, &sent.to_value())) {
+            if !same {
                 return Err(mismatch(match kind {
                     Kind::Score => format!("criteria[{class}]"),
                     _ => format!("criteria.{class}"),
@@ -911,6 +911,19 @@ fn upstream_question(kind: Kind, classes: &[String], text: Text) -> Value {
         }
     }
     Value::Object(out)
+}
+
+/// Whether the caller's `sent` text is the contract's `own`: [`same_json`] of the two,
+/// without building either's canonical form when one is a string (nearly every
+/// instruction and description). Two strings are the same exactly when their text is
+/// (serde_json escapes each string one way, and distinct strings distinctly); a string
+/// and anything else never are (a canonical string starts with `"`, nothing else does).
+fn same_text(own: &Value, sent: &Json<'_>) -> bool {
+    match (own, sent) {
+        (Value::String(own), Json::String(sent)) => own == sent,
+        (Value::String(_), _) | (_, Json::String(_)) => false,
+        _ => same_json(own, &sent.to_value()),
+    }
 }
 
 /// Whether two JSON values are the same value: compared in canonical form (object key

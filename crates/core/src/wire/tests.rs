@@ -649,3 +649,94 @@ fn canonical_json_sorts_keys_and_normalizes_numbers() {
         )
     );
 }
+
+/// Small JSON values that are often equal, or equal but spelled otherwise: strings that
+/// need escapes, numbers with several spellings of one value, nested arrays and objects.
+fn small_text() -> impl proptest::strategy::Strategy<Value = Value> {
+    use proptest::prelude::*;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        prop::sample::select(vec![
+            "",
+            "a",
+            "A",
+            "é",
+            "a\"b",
+            "line\nbreak",
+            "1",
+            "null",
+            "\u{1f600}"
+        ])
+        .prop_map(|text| Value::String(text.into())),
+        prop::sample::select(vec![0u64, 1, 2, 10_000_000_000_000_000_000]).prop_map(Value::from),
+        prop::sample::select(vec![0.0f64, -0.0, 1.0, 2.5, 1e19, -1.0]).prop_map(Value::from),
+        any::<String>().prop_map(Value::String),
+    ];
+    leaf.prop_recursive(3, 16, 3, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+            prop::collection::vec(
+                (
+                    prop::sample::select(vec!["a", "b", "é"]).prop_map(String::from),
+                    inner
+                ),
+                0..3
+            )
+            .prop_map(|members| Value::Object(members.into_iter().collect())),
+        ]
+    })
+}
+
+proptest::proptest! {
+    /// The pinned-text check's shortcut answers exactly as the canonical comparison, on the
+    /// caller's text as the proxy reads it (escaped strings owned, plain ones borrowed).
+    #[test]
+    fn same_text_is_same_json(
+        (own, sent) in proptest::strategy::Strategy::prop_flat_map(small_text(), |own| {
+            use proptest::prelude::*;
+            (Just(own.clone()), prop_oneof![Just(own), small_text()])
+        })
+    ) {
+        let text = serde_json::to_string(&sent).unwrap();
+        // The same text with `é` escaped: read into an owned string.
+        let escaped = text.replace('é', "\\u00e9");
+        for spelled in [text, escaped] {
+            let read = Json::parse(spelled.as_bytes()).unwrap();
+            let expected = same_json(&own, &sent);
+            proptest::prop_assert_eq!(same_text(&own, &read), expected, "{}", spelled);
+            proptest::prop_assert!(same_text(&sent, &read), "{}", spelled);
+        }
+    }
+}
+
+#[test]
+fn same_text_agrees_with_same_json_on_spellings_and_near_misses() {
+    let pairs = [
+        (json!("a"), r#""a""#),
+        (json!("a"), r#""A""#),
+        (json!("a"), r#""b""#),
+        (json!("é"), r#""\u00e9""#),
+        (json!("a\"b"), r#""a\"b""#),
+        (json!("1"), "1"),
+        (json!(1), r#""1""#),
+        (json!(1), "1.0"),
+        (json!(1), "1e0"),
+        (json!(-0.0), "0"),
+        (json!(null), r#""null""#),
+        (json!(""), "null"),
+        (json!([]), r#""[]""#),
+        (json!({"a": 1, "b": "x"}), r#"{"b":"x","a":1.0}"#),
+        (json!({"a": 1}), r#"{"a":"1"}"#),
+        (json!(["x", {"n": 2}]), r#"["x",{"n":2.0}]"#),
+    ];
+    for (own, sent) in pairs {
+        let read = Json::parse(sent.as_bytes()).unwrap();
+        let value: Value = serde_json::from_str(sent).unwrap();
+        assert_eq!(
+            same_text(&own, &read),
+            same_json(&own, &value),
+            "{own} against {sent}"
+        );
+    }
+}
