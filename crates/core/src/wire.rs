@@ -5,6 +5,7 @@
 use std::sync::{Arc, OnceLock};
 
 use serde_json::{Map, Value};
+use subtle::ConstantTimeEq;
 
 use crate::contract::{Contract, QuestionRule};
 use crate::mechanism::ClassVector;
@@ -918,9 +919,15 @@ fn upstream_question(kind: Kind, classes: &[String], text: Text) -> Value {
 /// instruction and description). Two strings are the same exactly when their text is
 /// (serde_json escapes each string one way, and distinct strings distinctly); a string
 /// and anything else never are (a canonical string starts with `"`, nothing else does).
+///
+/// Two strings are compared in a time that does not depend on where they first differ
+/// (their lengths aside): a caller probing the contract's text learns no more from the
+/// timing than from the refusal.
 fn same_text(own: &Value, sent: &Json<'_>) -> bool {
     match (own, sent) {
-        (Value::String(own), Json::String(sent)) => own == sent,
+        (Value::String(own), Json::String(sent)) => {
+            bool::from(own.as_bytes().ct_eq(sent.as_bytes()))
+        }
         (Value::String(_), _) | (_, Json::String(_)) => false,
         _ => same_json(own, &sent.to_value()),
     }
