@@ -925,12 +925,32 @@ fn upstream_question(kind: Kind, classes: &[String], text: Text) -> Value {
 /// timing than from the refusal.
 fn same_text(own: &Value, sent: &Json<'_>) -> bool {
     match (own, sent) {
-        (Value::String(own), Json::String(sent)) => {
-            bool::from(own.as_bytes().ct_eq(sent.as_bytes()))
-        }
+        (Value::String(own), Json::String(sent)) => same_string(own, sent),
         (Value::String(_), _) | (_, Json::String(_)) => false,
         _ => same_json(own, &sent.to_value()),
     }
+}
+
+/// Whether two strings are equal, in a time that depends on their length only: eight
+/// bytes at a time through `subtle`'s constant-time comparison (a byte at a time costs
+/// about ten instructions per byte), the last few bytes as one more word, zero-padded.
+fn same_string(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    // A chunk of at most eight bytes as a word (zero-padded).
+    let word = |chunk: &[u8]| {
+        let mut bytes = [0u8; 8];
+        bytes[..chunk.len()].copy_from_slice(chunk);
+        u64::from_le_bytes(bytes)
+    };
+    let (xs, ys) = (a.chunks_exact(8), b.chunks_exact(8));
+    let rest = word(xs.remainder()).ct_eq(&word(ys.remainder()));
+    let same = xs
+        .zip(ys)
+        .fold(rest, |same, (x, y)| same & word(x).ct_eq(&word(y)));
+    bool::from(same)
 }
 
 /// Whether two JSON values are the same value: compared in canonical form (object key

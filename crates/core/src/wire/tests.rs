@@ -740,3 +740,18 @@ fn same_text_agrees_with_same_json_on_spellings_and_near_misses() {
         );
     }
 }
+
+#[test]
+fn same_string_finds_a_difference_at_every_position_of_every_length() {
+    for len in 0..24 {
+        let text: String = (0..len).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+        assert!(same_string(&text, &text.clone()), "{text}");
+        assert!(!same_string(&text, &format!("{text}a")), "{text}");
+        for at in 0..len {
+            let mut other = text.clone().into_bytes();
+            other[at] ^= 0x01;
+            let other = String::from_utf8(other).unwrap();
+            assert!(!same_string(&text, &other), "{text} against {other}");
+        }
+    }
+}
