@@ -640,12 +640,30 @@ mod series_tests {
     /// The exposition's answer series with a value other than 0 (created-at-zero series
     /// aside).
     fn counted(metrics: &Metrics) -> Vec<String> {
+        exposition_lines(metrics, |line| {
+            line.starts_with("releasegate_")
+                && !line.ends_with(" 0")
+                && !line.starts_with("releasegate_build_info")
+        })
+    }
+
+    /// The exposition's lines that `keep` keeps, in order.
+    fn exposition_lines(metrics: &Metrics, keep: impl Fn(&str) -> bool) -> Vec<String> {
         let text = String::from_utf8(metrics.render()).unwrap();
         text.lines()
-            .filter(|line| line.starts_with("releasegate_") && !line.ends_with(" 0"))
-            .filter(|line| !line.starts_with("releasegate_build_info"))
+            .filter(|line| keep(line))
             .map(str::to_string)
             .collect()
+    }
+
+    /// Asserts that every `expected` line is among `lines`.
+    fn assert_has_lines(lines: &[String], expected: &[&str]) {
+        for expected in expected {
+            assert!(
+                lines.iter().any(|line| line == expected),
+                "{expected} in {lines:#?}"
+            );
+        }
     }
 
     #[test]
@@ -694,21 +712,19 @@ mod series_tests {
         }
         let counted_resolved = counted(&resolved);
         assert_eq!(counted_resolved, counted(&by_label));
-        for expected in [
-            "releasegate_released_answers_total{contract=\"c\",question=\"w\",view=\"full_native\"} 4",
-            "releasegate_wcpq_answers_total{contract=\"c\",outcome=\"covered\",question=\"w\"} 2",
-            "releasegate_wcpq_answers_total{contract=\"c\",outcome=\"fallback\",question=\"w\"} 2",
-            "releasegate_wcpq_covered_total{contract=\"c\",question=\"w\",stage=\"strict\"} 1",
-            "releasegate_wcpq_fallbacks_total{contract=\"c\",question=\"w\",reason=\"roundtrip_mismatch\"} 1",
-            "releasegate_wcpq_mapping_seconds_count{contract=\"c\",question=\"w\"} 4",
-            "releasegate_released_answers_total{contract=\"c\",question=\"plain\",view=\"choice\"} 1",
-            "releasegate_released_answers_total{contract=\"c\",question=\"plain\",view=\"full_native\"} 1",
-        ] {
-            assert!(
-                counted_resolved.iter().any(|line| line == expected),
-                "{expected} in {counted_resolved:#?}"
-            );
-        }
+        assert_has_lines(
+            &counted_resolved,
+            &[
+                "releasegate_released_answers_total{contract=\"c\",question=\"w\",view=\"full_native\"} 4",
+                "releasegate_wcpq_answers_total{contract=\"c\",outcome=\"covered\",question=\"w\"} 2",
+                "releasegate_wcpq_answers_total{contract=\"c\",outcome=\"fallback\",question=\"w\"} 2",
+                "releasegate_wcpq_covered_total{contract=\"c\",question=\"w\",stage=\"strict\"} 1",
+                "releasegate_wcpq_fallbacks_total{contract=\"c\",question=\"w\",reason=\"roundtrip_mismatch\"} 1",
+                "releasegate_wcpq_mapping_seconds_count{contract=\"c\",question=\"w\"} 4",
+                "releasegate_released_answers_total{contract=\"c\",question=\"plain\",view=\"choice\"} 1",
+                "releasegate_released_answers_total{contract=\"c\",question=\"plain\",view=\"full_native\"} 1",
+            ],
+        );
         // Every question's series exist from the start, at zero.
         let fresh = Metrics::new().unwrap();
         let _series = fresh.answer_series(&config);
@@ -720,11 +736,7 @@ mod series_tests {
 
     /// The whole exposition's `releasegate_request*` lines.
     fn request_lines(metrics: &Metrics) -> Vec<String> {
-        let text = String::from_utf8(metrics.render()).unwrap();
-        text.lines()
-            .filter(|line| line.starts_with("releasegate_request"))
-            .map(str::to_string)
-            .collect()
+        exposition_lines(metrics, |line| line.starts_with("releasegate_request"))
     }
 
     #[test]
@@ -763,18 +775,16 @@ mod series_tests {
         }
         let lines = request_lines(&kept);
         assert_eq!(lines, request_lines(&by_label));
-        for expected in [
-            "releasegate_requests_total{contract=\"c\",status_class=\"2xx\"} 4",
-            "releasegate_requests_total{contract=\"c\",status_class=\"5xx\"} 4",
-            "releasegate_requests_total{contract=\"none\",status_class=\"4xx\"} 2",
-            "releasegate_request_duration_seconds_count{contract=\"c\",route=\"systemone\",status_class=\"2xx\"} 2",
-            "releasegate_request_duration_seconds_count{contract=\"c\",route=\"elsewhere\",status_class=\"2xx\"} 1",
-            "releasegate_request_duration_seconds_count{contract=\"another\",route=\"systemone\",status_class=\"2xx\"} 1",
-        ] {
-            assert!(
-                lines.iter().any(|line| line == expected),
-                "{expected} in {lines:#?}"
-            );
-        }
+        assert_has_lines(
+            &lines,
+            &[
+                "releasegate_requests_total{contract=\"c\",status_class=\"2xx\"} 4",
+                "releasegate_requests_total{contract=\"c\",status_class=\"5xx\"} 4",
+                "releasegate_requests_total{contract=\"none\",status_class=\"4xx\"} 2",
+                "releasegate_request_duration_seconds_count{contract=\"c\",route=\"systemone\",status_class=\"2xx\"} 2",
+                "releasegate_request_duration_seconds_count{contract=\"c\",route=\"elsewhere\",status_class=\"2xx\"} 1",
+                "releasegate_request_duration_seconds_count{contract=\"another\",route=\"systemone\",status_class=\"2xx\"} 1",
+            ],
+        );
     }
 }
