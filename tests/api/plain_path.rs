@@ -115,6 +115,19 @@ fn post(extra: &str, body: &[u8]) -> Vec<u8> {
     with_body(head("POST", "/v1/systemone", &extra), body)
 }
 
+/// `bytes` (an HTTP/1.1 request) sent as HTTP/1.0 that keeps its connection, as
+/// ApacheBench's `-k` sends it.
+fn as_http10_kept(bytes: &[u8]) -> Vec<u8> {
+    let line_end = bytes.windows(2).position(|w| w == b"\r\n").unwrap();
+    let line = std::str::from_utf8(&bytes[..line_end]).unwrap();
+    let line = line
+        .strip_suffix(" HTTP/1.1")
+        .expect("an HTTP/1.1 request line");
+    let mut out = format!("{line} HTTP/1.0\r\nConnection: Keep-Alive").into_bytes();
+    out.extend_from_slice(&bytes[line_end..]);
+    out
+}
+
 /// Sends `bytes` on a new connection and reads the first response.
 async fn answer_on_new_connection(app: &TestApp, bytes: &[u8]) -> (TcpStream, Wire) {
     let mut stream = TcpStream::connect(address(app)).await.unwrap();
@@ -157,7 +170,7 @@ async fn hypers(app: &TestApp) -> (TcpStream, Vec<u8>) {
 async fn plain_and_hyper_paths_answer_byte_for_byte_alike() {
     let app = app().await;
     let over_cap = vec![b' '; 5000];
-    let cases: Vec<(&str, Vec<u8>)> = vec![
+    let mut cases: Vec<(&str, Vec<u8>)> = vec![
         ("answered", post("", &good_body())),
         (
             "keep-alive said",
@@ -268,6 +281,23 @@ async fn plain_and_hyper_paths_answer_byte_for_byte_alike() {
             bytes
         }),
     ];
+    // The same requests over HTTP/1.0 that keeps its connection: hyper's `connection`
+    // fix-ups and status line, whichever path serves them.
+    let http10: Vec<(&str, Vec<u8>)> = [
+        ("HTTP/1.0 answered", "answered"),
+        ("HTTP/1.0 not json", "not json"),
+        ("HTTP/1.0 over the cap", "over the cap"),
+        ("HTTP/1.0 no key", "no key"),
+        ("HTTP/1.0 zstd body", "zstd body"),
+        ("HTTP/1.0 upper-case names", "upper-case names"),
+    ]
+    .into_iter()
+    .map(|(name, of)| {
+        let (_, bytes) = cases.iter().find(|(case, _)| *case == of).unwrap();
+        (name, as_http10_kept(bytes))
+    })
+    .collect();
+    cases.extend(http10);
     for (name, bytes) in &cases {
         let (mut plain, from_plain) = answer_on_new_connection(&app, bytes).await;
         let mut plain_pending = Vec::new();
@@ -277,8 +307,14 @@ async fn plain_and_hyper_paths_answer_byte_for_byte_alike() {
         let from_hyper = read_wire(&mut hyper, &mut hyper_pending).await.unwrap();
 
         assert_eq!(from_plain, from_hyper, "{name}");
-        // Both keep the connection, or both close it (`connection: close`).
-        if from_plain.header("connection") == Some("close") {
+        // Both keep the connection, or both close it (`connection: close`, alone or with
+        // HTTP/1.0's `keep-alive` after it).
+        let says_close = from_plain.header("connection").is_some_and(|options| {
+            options
+                .split(',')
+                .any(|option| option.trim().eq_ignore_ascii_case("close"))
+        });
+        if says_close {
             assert!(
                 closed(&mut plain).await,
                 "{name}: the plain path kept it open"
@@ -295,9 +331,13 @@ async fn plain_and_hyper_paths_answer_byte_for_byte_alike() {
             }
         }
     }
-    // The answered case is a release.
+    // The answered case is a release, over HTTP/1.1 and over HTTP/1.0 kept.
     let (_, wire) = answer_on_new_connection(&app, &post("", &good_body())).await;
     assert_eq!(wire.status(), 200);
+    assert_eq!(wire.json()["answers"]["cause"]["choice"], "B");
+    let (_, wire) = answer_on_new_connection(&app, &as_http10_kept(&post("", &good_body()))).await;
+    assert_eq!(wire.lines[0], "HTTP/1.0 200 OK");
+    assert_eq!(wire.header("connection"), Some("keep-alive"));
     assert_eq!(wire.json()["answers"]["cause"]["choice"], "B");
     app.stop().await;
 }
@@ -457,12 +497,19 @@ async fn a_plain_request_in_flight_at_the_drain_is_answered_with_connection_clos
     .await;
     let upstream = app.upstream.clone();
     upstream.close();
-    // One request in flight on each path.
+    // One request in flight on each path, over HTTP/1.1 and over HTTP/1.0 kept.
     let mut plain = TcpStream::connect(address(&app)).await.unwrap();
     plain.write_all(&post("", &good_body())).await.unwrap();
     upstream.arrived().await;
     let (mut hyper, mut hyper_pending) = hypers(&app).await;
     hyper.write_all(&post("", &good_body())).await.unwrap();
+    upstream.arrived().await;
+    let http10 = as_http10_kept(&post("", &good_body()));
+    let mut plain10 = TcpStream::connect(address(&app)).await.unwrap();
+    plain10.write_all(&http10).await.unwrap();
+    upstream.arrived().await;
+    let (mut hyper10, mut hyper10_pending) = hypers(&app).await;
+    hyper10.write_all(&http10).await.unwrap();
     upstream.arrived().await;
     // An idle plain connection: closed by the drain.
     let (mut idle, wire) = answer_on_new_connection(&app, &post("", b"[]")).await;
@@ -472,14 +519,22 @@ async fn a_plain_request_in_flight_at_the_drain_is_answered_with_connection_clos
         closed(&mut idle).await,
         "an idle connection outlived the drain"
     );
-    upstream.release_one();
-    upstream.release_one();
+    for _ in 0..4 {
+        upstream.release_one();
+    }
     let from_plain = read_wire(&mut plain, &mut Vec::new()).await.unwrap();
     let from_hyper = read_wire(&mut hyper, &mut hyper_pending).await.unwrap();
     assert_eq!(from_plain.status(), 200);
     assert_eq!(from_plain.header("connection"), Some("close"));
     assert_eq!(from_plain, from_hyper);
-    assert!(closed(&mut plain).await);
-    assert!(closed(&mut hyper).await);
+    // HTTP/1.0: closing is the default, so nothing says it.
+    let from_plain10 = read_wire(&mut plain10, &mut Vec::new()).await.unwrap();
+    let from_hyper10 = read_wire(&mut hyper10, &mut hyper10_pending).await.unwrap();
+    assert_eq!(from_plain10.lines[0], "HTTP/1.0 200 OK");
+    assert_eq!(from_plain10.header("connection"), None);
+    assert_eq!(from_plain10, from_hyper10);
+    for stream in [&mut plain, &mut hyper, &mut plain10, &mut hyper10] {
+        assert!(closed(stream).await);
+    }
     stopping.await.unwrap();
 }

@@ -1,12 +1,21 @@
-//! HTTP/1.1 field values read the same way on both sides of the proxy: by the public
+//! HTTP/1.x field values read the same way on both sides of the proxy: by the public
 //! listener's plain path (requests) and by the upstream client (answers).
 
 /// Whether a `Connection` value holds the `close` option (a comma-separated list,
 /// options compared without case).
 pub(crate) fn says_close(value: &[u8]) -> bool {
+    says_option(value, b"close")
+}
+
+/// Whether a `Connection` value holds the `keep-alive` option (read as `says_close`).
+pub(crate) fn says_keep_alive(value: &[u8]) -> bool {
+    says_option(value, b"keep-alive")
+}
+
+fn says_option(value: &[u8], option: &[u8]) -> bool {
     value
         .split(|&b| b == b',')
-        .any(|option| option.trim_ascii().eq_ignore_ascii_case(b"close"))
+        .any(|said| said.trim_ascii().eq_ignore_ascii_case(option))
 }
 
 /// A `Content-Length` value of decimal digits only (no sign, no list, no space);
@@ -29,6 +38,10 @@ mod tests {
         assert!(says_close(b"close"));
         assert!(says_close(b"Keep-Alive, Close"));
         assert!(!says_close(b"closed"));
+        assert!(says_keep_alive(b"Keep-Alive"));
+        assert!(says_keep_alive(b"close, keep-alive "));
+        assert!(!says_keep_alive(b"close"));
+        assert!(!says_keep_alive(b"keep-alive2"));
         assert_eq!(decimal_length(b"0"), Some(0));
         assert_eq!(decimal_length(b"00012"), Some(12));
         assert_eq!(decimal_length(b"99999999999999999999999"), Some(u64::MAX));

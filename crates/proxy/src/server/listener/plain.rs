@@ -2,13 +2,15 @@
 //! without hyper's connection driver, as long as each one is the plain case.
 //!
 //! A request is plain when its head and its whole body are already read, and it is
-//! `POST /v1/systemone` over HTTP/1.1 with exactly one `Content-Length` (decimal digits,
-//! at most [`MAX_PLAIN_BODY`]), no `Transfer-Encoding`, `Expect` or `Upgrade`, and no
-//! `Connection` other than `keep-alive`. Its head is parsed by the same parser hyper
-//! uses (httparse, at most [`MAX_HEADER_FIELDS`] fields), the request handed to the same
+//! `POST /v1/systemone` with exactly one `Content-Length` (decimal digits, at most
+//! [`MAX_PLAIN_BODY`]), no `Transfer-Encoding`, `Expect` or `Upgrade`, and no
+//! `Connection` other than `keep-alive`, over HTTP/1.1, or over HTTP/1.0 with
+//! `Connection: keep-alive` (an HTTP/1.0 request without it closes its connection,
+//! which hyper does). Its head is parsed by the same parser hyper uses (httparse, at
+//! most [`MAX_HEADER_FIELDS`] fields), the request handed to the same
 //! [`Routes::serve`], and the response written as hyper writes it (the status line, the
-//! header fields in order, `content-length`, then hyper's `date` line), so a client
-//! cannot tell the two paths apart.
+//! header fields in order, hyper's `connection` fix-ups for HTTP/1.0, `content-length`,
+//! then hyper's `date` line), so a client cannot tell the two paths apart.
 //!
 //! At the first request that is not plain (another method or path, a head hyper
 //! would refuse or that is still arriving past [`MAX_PLAIN_HEAD`], a body not yet all
@@ -37,7 +39,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::{Activity, Closed, Limits, MAX_HEADER_FIELDS, Routes, Stage};
-use crate::http1::{decimal_length, says_close};
+use crate::http1::{decimal_length, says_close, says_keep_alive};
 
 /// The one path served here (as sent: no query, no trailing slash).
 const PATH: &[u8] = b"/v1/systemone";
@@ -85,9 +87,11 @@ enum Parsed {
     Other,
 }
 
-/// A plain request's framing: where its header fields are, and its length.
+/// A plain request's framing: its version, where its header fields are, and its length.
 #[derive(Debug)]
 struct Plain {
+    /// HTTP/1.1, or HTTP/1.0 with `Connection: keep-alive`.
+    version: Version,
     /// (name, value) byte ranges within the head.
     fields: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
     /// Head and body, in bytes.
@@ -119,6 +123,7 @@ pub(super) async fn serve(
                     // Unreachable for what httparse accepts; hyper decides then.
                     return hand_off(bytes, buffer);
                 };
+                let version = plain.version;
                 let guard = activity.begin_request();
                 let closing = async {
                     let _ = grace.wait_for(|now| *now == Stage::Closing).await;
@@ -126,7 +131,7 @@ pub(super) async fn serve(
                 let served = async {
                     let response = routes.serve(request).await;
                     let draining = *stage.borrow() != Stage::Serving;
-                    let (bytes, close) = encode(response, draining).await?;
+                    let (bytes, close) = encode(response, draining, version).await?;
                     stream.write_all(&bytes).await.ok()?;
                     Some(close)
                 };
@@ -222,12 +227,15 @@ fn parse(buffer: &[u8]) -> Parsed {
         Ok(httparse::Status::Partial) => return Parsed::Partial,
         Err(_) => return Parsed::Other,
     };
-    if request.method != Some("POST")
-        || request.path.map(str::as_bytes) != Some(PATH)
-        || request.version != Some(1)
-    {
+    if request.method != Some("POST") || request.path.map(str::as_bytes) != Some(PATH) {
         return Parsed::Other;
     }
+    let version = match request.version {
+        Some(1) => Version::HTTP_11,
+        Some(0) => Version::HTTP_10,
+        _ => return Parsed::Other,
+    };
+    let mut keep_alive = false;
     let base = buffer.as_ptr() as usize;
     let offset = |part: &[u8]| part.as_ptr() as usize - base;
     let mut length = None;
@@ -246,6 +254,7 @@ fn parse(buffer: &[u8]) -> Parsed {
             if !field.value.eq_ignore_ascii_case(b"keep-alive") {
                 return Parsed::Other;
             }
+            keep_alive = true;
         } else if name.eq_ignore_ascii_case(b"transfer-encoding")
             || name.eq_ignore_ascii_case(b"expect")
             || name.eq_ignore_ascii_case(b"upgrade")
@@ -262,11 +271,16 @@ fn parse(buffer: &[u8]) -> Parsed {
     let Some(length) = length else {
         return Parsed::Other;
     };
+    // HTTP/1.0 closes the connection after the response unless the request keeps it.
+    if version == Version::HTTP_10 && !keep_alive {
+        return Parsed::Other;
+    }
     let total = head + length;
     if buffer.len() < total {
         return Parsed::BodyPending { total };
     }
     Parsed::Plain(Plain {
+        version,
         fields,
         total,
         head,
@@ -282,7 +296,7 @@ fn content_length(value: &[u8]) -> Option<usize> {
 }
 
 impl Plain {
-    /// The request as hyper hands it to the service: method, URI, HTTP/1.1, the header
+    /// The request as hyper hands it to the service: method, URI, version, the header
     /// fields in order (names lower-cased, values sharing `bytes`), the body.
     fn request(&self, bytes: &Bytes) -> Option<Request<Body>> {
         let mut headers = HeaderMap::with_capacity(self.fields.len());
@@ -294,16 +308,18 @@ impl Plain {
         let mut request = Request::new(Body::from(bytes.slice(self.head..self.total)));
         *request.method_mut() = Method::POST;
         *request.uri_mut() = URI.clone();
-        *request.version_mut() = Version::HTTP_11;
+        *request.version_mut() = self.version;
         *request.headers_mut() = headers;
         Some(request)
     }
 }
 
-/// The response's bytes as hyper writes them, and whether the connection closes after
-/// it. `draining`: the listener is draining, so the response says `connection: close`
-/// (as hyper's graceful shutdown makes it). `None` when the body fails.
-async fn encode(response: Response, draining: bool) -> Option<(Vec<u8>, bool)> {
+/// The response's bytes as hyper writes them to a request of `version`, and whether the
+/// connection closes after it. `draining`: the listener is draining, so the connection
+/// closes after this response, which says so as hyper's graceful shutdown makes it do
+/// (`connection: close` over HTTP/1.1; over HTTP/1.0, where closing is the default,
+/// nothing). `None` when the body fails.
+async fn encode(response: Response, draining: bool, version: Version) -> Option<(Vec<u8>, bool)> {
     let (mut parts, body) = response.into_parts();
     let body = body.collect().await.ok()?.to_bytes();
     let closes = |headers: &HeaderMap| {
@@ -313,7 +329,25 @@ async fn encode(response: Response, draining: bool) -> Option<(Vec<u8>, bool)> {
             .any(|value| says_close(value.as_bytes()))
     };
     let mut close = closes(&parts.headers);
-    if draining && !close {
+    let http10 = version == Version::HTTP_10;
+    if http10 {
+        // Hyper's fix-up for an HTTP/1.0 peer whose request kept the connection: a
+        // response that does not say `keep-alive` gets it appended to its `connection`
+        // values (after a `close`, which still closes), unless the drain has disabled
+        // keep-alive; then nothing is added and the connection closes.
+        let kept = parts
+            .headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .any(|value| says_keep_alive(value.as_bytes()));
+        if draining {
+            close = true;
+        } else if !kept {
+            parts
+                .headers
+                .append(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+        }
+    } else if draining && !close {
         parts
             .headers
             .append(header::CONNECTION, HeaderValue::from_static("close"));
@@ -321,10 +355,10 @@ async fn encode(response: Response, draining: bool) -> Option<(Vec<u8>, bool)> {
     }
     let mut out = Vec::with_capacity(256 + body.len());
     let status = parts.status;
-    if status == axum::http::StatusCode::OK {
+    if status == axum::http::StatusCode::OK && !http10 {
         out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
     } else {
-        out.extend_from_slice(b"HTTP/1.1 ");
+        out.extend_from_slice(if http10 { b"HTTP/1.0 " } else { b"HTTP/1.1 " });
         out.extend_from_slice(status.as_str().as_bytes());
         out.push(b' ');
         out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
@@ -332,11 +366,20 @@ async fn encode(response: Response, draining: bool) -> Option<(Vec<u8>, bool)> {
     }
     let mut wrote_length = false;
     let mut wrote_date = false;
+    let mut connection_line = false;
     for (name, value) in &parts.headers {
         wrote_length |= *name == header::CONTENT_LENGTH;
         wrote_date |= *name == header::DATE;
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
+        // Hyper writes a field's values one line each, except `connection`'s, which it
+        // joins on one line (a map yields one name's values one after another).
+        if *name == header::CONNECTION && connection_line {
+            out.truncate(out.len() - 2);
+            out.extend_from_slice(b", ");
+        } else {
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+        }
+        connection_line = *name == header::CONNECTION;
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
@@ -408,6 +451,18 @@ mod tests {
         assert_eq!(kind(&plain("", "{}")), "plain");
         assert_eq!(kind(&plain("Connection: Keep-Alive\r\n", "{}")), "plain");
         assert_eq!(kind(&plain("", "")), "plain");
+        // HTTP/1.0 that keeps its connection (ApacheBench's `-k`).
+        let http10 = |extra: &str| {
+            format!("POST /v1/systemone HTTP/1.0\r\n{extra}content-length: 2\r\n\r\n{{}}")
+                .into_bytes()
+        };
+        assert_eq!(kind(&http10("Connection: Keep-Alive\r\n")), "plain");
+        assert_eq!(
+            kind(&http10(
+                "connection: keep-alive\r\nconnection: keep-alive\r\n"
+            )),
+            "plain"
+        );
         // Still arriving.
         assert_eq!(kind(b""), "partial");
         assert_eq!(
@@ -424,6 +479,10 @@ mod tests {
             b"POST /v1/systemone/ HTTP/1.1\r\ncontent-length: 0\r\n\r\n".to_vec(),
             b"POST http://p/v1/systemone HTTP/1.1\r\ncontent-length: 0\r\n\r\n".to_vec(),
             b"POST /v1/systemone HTTP/1.0\r\ncontent-length: 0\r\n\r\n".to_vec(),
+            http10("connection: close\r\n"),
+            http10("connection: keep-alive, close\r\n"),
+            http10("connection: keep-alive\r\nconnection: close\r\n"),
+            http10("keep-alive: timeout=5\r\n"),
             b"POST /v1/systemone HTTP/1.1\r\n\r\n".to_vec(),
             plain("content-length: 2\r\n", "{}"),
             plain("transfer-encoding: chunked\r\n", "{}"),
@@ -486,13 +545,26 @@ mod tests {
             .unwrap()
             .to_bytes();
         assert_eq!(&body[..], b"{\"a\":1}");
+
+        let bytes = Bytes::from_static(
+            b"POST /v1/systemone HTTP/1.0\r\nConnection: Keep-Alive\r\ncontent-length: 0\r\n\r\n",
+        );
+        let Parsed::Plain(framing) = parse(&bytes) else {
+            panic!("not plain");
+        };
+        assert_eq!(framing.request(&bytes).unwrap().version(), Version::HTTP_10);
+    }
+
+    fn written_for(response: Response, draining: bool, version: Version) -> (String, bool) {
+        let (bytes, close) =
+            futures_util::FutureExt::now_or_never(encode(response, draining, version))
+                .unwrap()
+                .unwrap();
+        (String::from_utf8(bytes).unwrap(), close)
     }
 
     fn written(response: Response, draining: bool) -> (String, bool) {
-        let (bytes, close) = futures_util::FutureExt::now_or_never(encode(response, draining))
-            .unwrap()
-            .unwrap();
-        (String::from_utf8(bytes).unwrap(), close)
+        written_for(response, draining, Version::HTTP_11)
     }
 
     /// The date line's value replaced by `D` (checked to be an IMF-fixdate).
@@ -545,6 +617,58 @@ mod tests {
         assert_eq!(
             undated(&text),
             "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 1\r\ndate: D\r\n\r\na"
+        );
+        // The drain's `close` after another option: one `connection` line, as hyper joins
+        // them; other repeated fields keep a line each.
+        let mut response = Response::new(Body::empty());
+        let headers = response.headers_mut();
+        headers.insert(header::CONNECTION, HeaderValue::from_static("x-opt"));
+        headers.append("x-b", HeaderValue::from_static("1"));
+        headers.append("x-b", HeaderValue::from_static("2"));
+        let (text, close) = written(response, true);
+        assert!(close);
+        assert_eq!(
+            undated(&text),
+            "HTTP/1.1 200 OK\r\nconnection: x-opt, close\r\nx-b: 1\r\nx-b: 2\r\n\
+             content-length: 0\r\ndate: D\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn responses_to_http10_get_hypers_connection_fix_ups() {
+        let http10 = |response, draining| written_for(response, draining, Version::HTTP_10);
+        // Kept: `keep-alive` after the response's own fields, and no `200 OK` shortcut.
+        let mut response = Response::new(Body::from("{}"));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        let (text, close) = http10(response, false);
+        assert!(!close);
+        assert_eq!(
+            undated(&text),
+            "HTTP/1.0 200 OK\r\ncontent-type: application/json\r\nconnection: keep-alive\r\n\
+             content-length: 2\r\ndate: D\r\n\r\n{}"
+        );
+        // A handler's `close`: `keep-alive` appended to it, and the connection still closes.
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = axum::http::StatusCode::UNAUTHORIZED;
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        let (text, close) = http10(response, false);
+        assert!(close);
+        assert_eq!(
+            undated(&text),
+            "HTTP/1.0 401 Unauthorized\r\nconnection: close, keep-alive\r\n\
+             content-length: 0\r\ndate: D\r\n\r\n"
+        );
+        // The drain: nothing added (closing is HTTP/1.0's default), and closed.
+        let (text, close) = http10(Response::new(Body::from("a")), true);
+        assert!(close);
+        assert_eq!(
+            undated(&text),
+            "HTTP/1.0 200 OK\r\ncontent-length: 1\r\ndate: D\r\n\r\na"
         );
     }
 
