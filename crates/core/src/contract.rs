@@ -225,7 +225,7 @@ pub struct QuestionRule {
 /// A question's upstream form and score legend, built once (see `QuestionRule`).
 pub(crate) type PinnedUpstream = std::sync::OnceLock<(
     std::sync::Arc<crate::wire::UpstreamQuestion>,
-    Option<serde_json::Map<String, Value>>,
+    Option<std::sync::Arc<serde_json::Map<String, Value>>>,
 )>;
 
 /// The question a contract asks: its type and its text. The proxy sends exactly this

@@ -70,8 +70,9 @@ pub struct AskedQuestion {
     pub id: String,
     /// The question type.
     pub kind: Kind,
-    /// For score questions, the legend echoed from the request's criteria.
-    pub legend: Option<Map<String, Value>>,
+    /// For score questions, the legend echoed from the request's criteria (shared with
+    /// the contract when its text is the contract's: the same for every request).
+    pub legend: Option<Arc<Map<String, Value>>>,
 }
 
 /// Why a request is refused.
@@ -846,7 +847,7 @@ fn check_question(
 }
 
 /// A score question's legend (level → its text as sent upstream); `None` for other types.
-fn legend_of(kind: Kind, upstream: &Value) -> Option<Map<String, Value>> {
+fn legend_of(kind: Kind, upstream: &Value) -> Option<Arc<Map<String, Value>>> {
     match kind {
         Kind::Score => upstream
             .get("criteria")
@@ -857,7 +858,8 @@ fn legend_of(kind: Kind, upstream: &Value) -> Option<Map<String, Value>> {
                     .enumerate()
                     .map(|(level, text)| (level.to_string(), text.clone()))
                     .collect()
-            }),
+            })
+            .map(Arc::new),
         _ => None,
     }
 }

@@ -506,7 +506,12 @@ mod text_identity {
                 Kind::Box => unreachable!("box answers are not class vectors"),
             };
             let legend = (kind == Kind::Score).then(|| {
-                labels.iter().map(|l| (l.clone(), json!(format!("level {l}")))).collect()
+                std::sync::Arc::new(
+                    labels
+                        .iter()
+                        .map(|l| (l.clone(), json!(format!("level {l}"))))
+                        .collect(),
+                )
             });
             let question = AskedQuestion { id: "q".into(), kind, legend };
             let mut withhold = vec![false; n];

@@ -500,7 +500,7 @@ fn every_request_sends_the_contracts_question_built_once() {
         );
         let legend = asked.questions[0].legend.as_ref().unwrap();
         assert_eq!(
-            serde_json::to_string(legend).unwrap(),
+            serde_json::to_string(&**legend).unwrap(),
             r#"{"0":"low","1":"1","2":["high",2]}"#
         );
     }
