@@ -265,12 +265,14 @@ impl<'a> Form<'a> {
                 .map(|i| entry(i).filter(|_| !withheld || i == choice))
                 .collect()
         });
-        let present: Vec<(usize, f64)> = probabilities
-            .iter()
-            .flatten()
-            .enumerate()
-            .filter_map(|(i, p)| p.map(|p| (i, p)))
-            .collect();
+        // The released entries with their classes (read by score and noul answers only).
+        let present = || {
+            probabilities
+                .iter()
+                .flatten()
+                .enumerate()
+                .filter_map(|(i, p)| p.map(|p| (i, p)))
+        };
         let confidence = released
             .confidence
             .filter(|_| self.releases_confidence(choice));
@@ -280,8 +282,8 @@ impl<'a> Form<'a> {
                 let p_true = labels
                     .iter()
                     .position(|l| l == "true")
-                    .and_then(|t| present.iter().find(|(i, _)| *i == t))
-                    .map(|(_, p)| *p);
+                    .and_then(|t| present().find(|(i, _)| *i == t))
+                    .map(|(_, p)| p);
                 let noul = match p_true {
                     Some(p) if !withheld => p,
                     _ => hard,
@@ -297,9 +299,9 @@ impl<'a> Form<'a> {
             Kind::Score => {
                 let level = |index: usize| labels[index].parse::<f64>().unwrap_or(0.0);
                 let score = if show_probabilities && !withheld {
-                    let mass: f64 = present.iter().map(|(_, p)| p).sum();
-                    let total: f64 = present.iter().map(|(i, p)| level(*i) * p).sum();
-                    if present.len() == k || mass <= 0.0 {
+                    let mass: f64 = present().map(|(_, p)| p).sum();
+                    let total: f64 = present().map(|(i, p)| level(i) * p).sum();
+                    if present().count() == k || mass <= 0.0 {
                         total
                     } else {
                         total / mass
@@ -522,6 +524,18 @@ fn noul_vector(labels: &[String], p_true: f64) -> Vec<f64> {
         .collect()
 }
 
+/// `0, 1, 2, ...`: the contract's class order for as many classes as a contract has
+/// (255 at most), without building it for every answer.
+static CLASS_ORDER: [usize; 256] = {
+    let mut order = [0; 256];
+    let mut i = 0;
+    while i < order.len() {
+        order[i] = i;
+        i += 1;
+    }
+    order
+};
+
 /// Releases one parsed answer; returns the answer object (`None`: left out of
 /// `answers`) and its record.
 pub fn release_answer<'a>(
@@ -533,8 +547,8 @@ pub fn release_answer<'a>(
     options: &mut Options<'_>,
 ) -> Result<(Option<Json<'a>>, AnswerRecord), Invalid> {
     let vector = match &rule.coarsen {
-        Some(coarsening) => coarsen(coarsening, native),
-        None => native.clone(),
+        Some(coarsening) => Cow::Owned(coarsen(coarsening, native)),
+        None => Cow::Borrowed(native),
     };
     let view = rule.view;
     let form = Form::new(question, rule, shape);
@@ -543,13 +557,14 @@ pub fn release_answer<'a>(
     // that encoding goes out instead of a second one.
     let last_encoded: std::cell::RefCell<Option<(usize, Released, Option<Json<'a>>)>> =
         std::cell::RefCell::new(None);
-    // The native answer as the recipient would read it had it gone out unchanged.
-    let native_released = Released {
-        probabilities: vector.probabilities.iter().copied().map(Some).collect(),
-        confidence: vector.confidence,
-        deny: false,
-    };
+    // The native answer as the recipient would read it had it gone out unchanged (read
+    // by WCPQ and by the evaluation only).
     let native_reading = || {
+        let native_released = Released {
+            probabilities: vector.probabilities.iter().copied().map(Some).collect(),
+            confidence: vector.confidence,
+            deny: false,
+        };
         form.encode(vector.choice, &native_released)
             .and_then(|value| form.read(&value))
     };
@@ -563,14 +578,22 @@ pub fn release_answer<'a>(
             back
         };
         // Ties follow the contract's class order (a choice question's options go upstream in it).
-        let tie_order: Vec<usize> = (0..vector.probabilities.len()).collect();
+        let n = vector.probabilities.len();
+        let beyond: Vec<usize>;
+        let tie_order: &[usize] = match CLASS_ORDER.get(..n) {
+            Some(order) => order,
+            None => {
+                beyond = (0..n).collect();
+                &beyond
+            }
+        };
         let mut context = Context {
             state: &state,
             rng: options.rng,
             roundtrip: &roundtrip,
             native: &native_reading,
             identity: &identity,
-            tie_order: &tie_order,
+            tie_order,
             kind: question.kind,
             labels: rule.released_labels(),
         };
