@@ -575,6 +575,22 @@ mod tests {
         format!("{}D{}", &text[..start], &text[start + 29..])
     }
 
+    /// Asserts what `encode` wrote (`written`): whether it closes, and its text (dated).
+    fn assert_written((text, close): (String, bool), closes: bool, expected: &str) {
+        assert_eq!(close, closes, "{text}");
+        assert_eq!(undated(&text), expected);
+    }
+
+    /// An empty response with `status` whose handler says `connection: close`.
+    fn closing(status: axum::http::StatusCode) -> Response {
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = status;
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        response
+    }
+
     #[test]
     fn responses_are_written_as_hyper_writes_them() {
         let mut response = Response::new(Body::from("{\"x\":1}"));
@@ -586,37 +602,30 @@ mod tests {
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(7u64));
         headers.append("x-a", HeaderValue::from_static("1"));
         headers.append("x-a", HeaderValue::from_static("2"));
-        let (text, close) = written(response, false);
-        assert!(!close);
-        assert_eq!(
-            undated(&text),
+        assert_written(
+            written(response, false),
+            false,
             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 7\r\n\
-             x-a: 1\r\nx-a: 2\r\ndate: D\r\n\r\n{\"x\":1}"
+             x-a: 1\r\nx-a: 2\r\ndate: D\r\n\r\n{\"x\":1}",
         );
         // Another status, no length set: its canonical reason and a length after the fields.
         let mut response = Response::new(Body::from("no"));
         *response.status_mut() = axum::http::StatusCode::UNPROCESSABLE_ENTITY;
-        let (text, _) = written(response, false);
-        assert_eq!(
-            undated(&text),
-            "HTTP/1.1 422 Unprocessable Entity\r\ncontent-length: 2\r\ndate: D\r\n\r\nno"
+        assert_written(
+            written(response, false),
+            false,
+            "HTTP/1.1 422 Unprocessable Entity\r\ncontent-length: 2\r\ndate: D\r\n\r\nno",
         );
         // A handler's `connection: close`, and the drain's.
-        let mut response = Response::new(Body::empty());
-        response
-            .headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        let (text, close) = written(response, false);
-        assert!(close);
-        assert_eq!(
-            undated(&text),
-            "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\ndate: D\r\n\r\n"
+        assert_written(
+            written(closing(axum::http::StatusCode::OK), false),
+            true,
+            "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\ndate: D\r\n\r\n",
         );
-        let (text, close) = written(Response::new(Body::from("a")), true);
-        assert!(close);
-        assert_eq!(
-            undated(&text),
-            "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 1\r\ndate: D\r\n\r\na"
+        assert_written(
+            written(Response::new(Body::from("a")), true),
+            true,
+            "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 1\r\ndate: D\r\n\r\na",
         );
         // The drain's `close` after another option: one `connection` line, as hyper joins
         // them; other repeated fields keep a line each.
@@ -625,12 +634,11 @@ mod tests {
         headers.insert(header::CONNECTION, HeaderValue::from_static("x-opt"));
         headers.append("x-b", HeaderValue::from_static("1"));
         headers.append("x-b", HeaderValue::from_static("2"));
-        let (text, close) = written(response, true);
-        assert!(close);
-        assert_eq!(
-            undated(&text),
+        assert_written(
+            written(response, true),
+            true,
             "HTTP/1.1 200 OK\r\nconnection: x-opt, close\r\nx-b: 1\r\nx-b: 2\r\n\
-             content-length: 0\r\ndate: D\r\n\r\n"
+             content-length: 0\r\ndate: D\r\n\r\n",
         );
     }
 
@@ -643,32 +651,24 @@ mod tests {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        let (text, close) = http10(response, false);
-        assert!(!close);
-        assert_eq!(
-            undated(&text),
+        assert_written(
+            http10(response, false),
+            false,
             "HTTP/1.0 200 OK\r\ncontent-type: application/json\r\nconnection: keep-alive\r\n\
-             content-length: 2\r\ndate: D\r\n\r\n{}"
+             content-length: 2\r\ndate: D\r\n\r\n{}",
         );
         // A handler's `close`: `keep-alive` appended to it, and the connection still closes.
-        let mut response = Response::new(Body::empty());
-        *response.status_mut() = axum::http::StatusCode::UNAUTHORIZED;
-        response
-            .headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        let (text, close) = http10(response, false);
-        assert!(close);
-        assert_eq!(
-            undated(&text),
+        assert_written(
+            http10(closing(axum::http::StatusCode::UNAUTHORIZED), false),
+            true,
             "HTTP/1.0 401 Unauthorized\r\nconnection: close, keep-alive\r\n\
-             content-length: 0\r\ndate: D\r\n\r\n"
+             content-length: 0\r\ndate: D\r\n\r\n",
         );
         // The drain: nothing added (closing is HTTP/1.0's default), and closed.
-        let (text, close) = http10(Response::new(Body::from("a")), true);
-        assert!(close);
-        assert_eq!(
-            undated(&text),
-            "HTTP/1.0 200 OK\r\ncontent-length: 1\r\ndate: D\r\n\r\na"
+        assert_written(
+            http10(Response::new(Body::from("a")), true),
+            true,
+            "HTTP/1.0 200 OK\r\ncontent-length: 1\r\ndate: D\r\n\r\na",
         );
     }
 
