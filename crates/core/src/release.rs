@@ -525,9 +525,9 @@ fn noul_vector(labels: &[String], p_true: f64) -> Vec<f64> {
 }
 
 /// `0, 1, 2, ...`: the contract's class order for as many classes as a contract has
-/// (255 at most), without building it for every answer.
-static CLASS_ORDER: [usize; 256] = {
-    let mut order = [0; 256];
+/// ([`workflow::MAX_CLASSES`] at most), without building it for every answer.
+static CLASS_ORDER: [usize; workflow::MAX_CLASSES + 1] = {
+    let mut order = [0; workflow::MAX_CLASSES + 1];
     let mut i = 0;
     while i < order.len() {
         order[i] = i;
@@ -577,7 +577,8 @@ pub fn release_answer<'a>(
             last_encoded.replace(Some((candidate.choice, released, value)));
             back
         };
-        // Ties follow the contract's class order (a choice question's options go upstream in it).
+        // Ties follow the contract's class order (a choice question's options go upstream in
+        // it). A longer vector than a contract can have (none reaches here) gets its own.
         let n = vector.probabilities.len();
         let beyond: Vec<usize>;
         let tie_order: &[usize] = match CLASS_ORDER.get(..n) {
