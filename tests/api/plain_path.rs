@@ -343,6 +343,74 @@ async fn plain_and_hyper_paths_answer_byte_for_byte_alike() {
 }
 
 #[tokio::test]
+async fn both_paths_agree_on_every_combination_of_version_connection_body_and_key() {
+    let app = app().await;
+    let versions = ["HTTP/1.1", "HTTP/1.0"];
+    let connections: [&[&str]; 8] = [
+        &[],
+        &["connection: keep-alive"],
+        &["Connection: Keep-Alive"],
+        &["connection: keep-alive", "connection: KEEP-ALIVE"],
+        &["connection: keep-alive, close"],
+        &["connection: keep-alive", "connection: close"],
+        &["connection: close"],
+        &["connection: keep-alive, te"],
+    ];
+    let over_cap = vec![b' '; 5000];
+    let good = good_body();
+    let bodies: [&[u8]; 4] = [&good, b"{\"model\": ", b"[]", &over_cap];
+    let keys = [
+        format!("authorization: Bearer {CLIENT_KEY}"),
+        String::new(),
+        "authorization: Bearer not-a-key".to_string(),
+    ];
+    let mut compared = 0;
+    for version in versions {
+        for connection in connections {
+            for body in bodies {
+                for key in &keys {
+                    let mut head = format!("POST /v1/systemone {version}\r\nhost: proxy\r\n");
+                    for line in connection
+                        .iter()
+                        .copied()
+                        .chain(Some(key.as_str()).filter(|k| !k.is_empty()))
+                    {
+                        head.push_str(line);
+                        head.push_str("\r\n");
+                    }
+                    head.push_str(&format!(
+                        "content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                        body.len()
+                    ));
+                    let bytes = with_body(head, body);
+                    let case = format!("{version} {connection:?} key {key:?} body {}", body.len());
+
+                    let (mut plain, from_plain) = answer_on_new_connection(&app, &bytes).await;
+                    let (mut hyper, mut hyper_pending) = hypers(&app).await;
+                    hyper.write_all(&bytes).await.unwrap();
+                    let from_hyper = read_wire(&mut hyper, &mut hyper_pending).await.unwrap();
+                    assert_eq!(from_plain, from_hyper, "{case}");
+                    // Whether each kept its connection: a next request is answered on both, or
+                    // neither.
+                    let mut kept = Vec::new();
+                    for (stream, pending) in [
+                        (&mut plain, &mut Vec::new()),
+                        (&mut hyper, &mut hyper_pending),
+                    ] {
+                        let _ = stream.write_all(&post("", &good)).await;
+                        kept.push(read_wire(stream, pending).await.map(|wire| wire.status()));
+                    }
+                    assert_eq!(kept[0], kept[1], "{case}: kept alike");
+                    compared += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(compared, 2 * 8 * 4 * 3);
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn pipelined_and_split_requests_are_all_answered_in_order() {
     let app = app().await;
     let mut stream = TcpStream::connect(address(&app)).await.unwrap();
