@@ -935,23 +935,19 @@ fn same_text(own: &Value, sent: &Json<'_>) -> bool {
 
 /// Whether two strings are equal, in a time that depends on their length only: eight
 /// bytes at a time through `subtle`'s constant-time comparison (a byte at a time costs
-/// about ten instructions per byte), the last few bytes as one more word, zero-padded.
+/// about ten instructions per byte), the last few bytes as one more word, padded alike
+/// on both sides (the JSON scanner's words).
 fn same_string(a: &str, b: &str) -> bool {
+    use json::scan::{padded, word_at};
     let (a, b) = (a.as_bytes(), b.as_bytes());
     if a.len() != b.len() {
         return false;
     }
-    // A chunk of at most eight bytes as a word (zero-padded).
-    let word = |chunk: &[u8]| {
-        let mut bytes = [0u8; 8];
-        bytes[..chunk.len()].copy_from_slice(chunk);
-        u64::from_le_bytes(bytes)
-    };
     let (xs, ys) = (a.chunks_exact(8), b.chunks_exact(8));
-    let rest = word(xs.remainder()).ct_eq(&word(ys.remainder()));
-    let same = xs
-        .zip(ys)
-        .fold(rest, |same, (x, y)| same & word(x).ct_eq(&word(y)));
+    let rest = padded(xs.remainder()).ct_eq(&padded(ys.remainder()));
+    let same = xs.zip(ys).fold(rest, |same, (x, y)| {
+        same & word_at(x, 0).ct_eq(&word_at(y, 0))
+    });
     bool::from(same)
 }
 

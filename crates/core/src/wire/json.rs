@@ -522,7 +522,7 @@ impl<'de> Visitor<'de> for JsonVisitor {
 }
 
 mod read;
-mod scan;
+pub(in crate::wire) mod scan;
 pub mod write;
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ pub(super) fn find_stop(bytes: &[u8]) -> Option<usize> {
 /// The eight bytes of `bytes` from `at` as a little-endian word (a fixed-length copy:
 /// no `memcpy` call).
 #[inline]
-pub(super) fn word_at(bytes: &[u8], at: usize) -> u64 {
+pub(in crate::wire) fn word_at(bytes: &[u8], at: usize) -> u64 {
     let mut word = [0u8; 8];
     word.copy_from_slice(&bytes[at..at + 8]);
     u64::from_le_bytes(word)
@@ -45,7 +45,7 @@ pub(super) fn word_at(bytes: &[u8], at: usize) -> u64 {
 /// `short` (under eight bytes) as a little-endian word padded with spaces. Built a
 /// byte at a time into the word: a copy of a variable length would call `memcpy`.
 #[inline]
-pub(super) fn padded(short: &[u8]) -> u64 {
+pub(in crate::wire) fn padded(short: &[u8]) -> u64 {
     debug_assert!(short.len() < 8);
     let mut word = u64::from_le_bytes([b' '; 8]);
     for (i, &byte) in short.iter().enumerate() {
