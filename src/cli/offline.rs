@@ -3,6 +3,7 @@
 //! have a module each.
 
 pub(super) mod audit;
+mod certify;
 pub(super) mod codebook;
 
 use std::io::IsTerminal;

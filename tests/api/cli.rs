@@ -18,7 +18,7 @@ fn succeed(command: &mut Command) -> std::process::Output {
 }
 
 /// Runs `releasegate simulate` into `out` and returns the file's bytes.
-fn simulate(pairs_per_domain: u32, seed: u64, out: &std::path::Path) -> Vec<u8> {
+pub(crate) fn simulate(pairs_per_domain: u32, seed: u64, out: &std::path::Path) -> Vec<u8> {
     succeed(
         Command::new(BIN)
             .args([

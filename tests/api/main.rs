@@ -5,6 +5,7 @@ mod auth;
 mod bad_input;
 mod binary;
 mod boxes;
+mod certification;
 mod cli;
 mod collect;
 mod connections;

@@ -88,6 +88,9 @@ pub struct Config {
     pub rate_limit_store: Option<RateLimitStore>,
     /// `[tracing]`: where spans are exported (`None`: nowhere). Fixed at start.
     pub tracing: Option<Tracing>,
+    /// Every contract and recipient with a policy and its certificate's status
+    /// (`[server] certificates`, `docs/gate.md`).
+    pub certification: crate::certificate::Certification,
 }
 
 /// `[tracing] otlp_endpoint = "http://..."`: OTLP over HTTP (protobuf) span export (built by
@@ -263,6 +266,8 @@ pub struct Server {
     watch_interval: Duration,
     worker_threads: usize,
     access_log: bool,
+    certificates: Option<PathBuf>,
+    certification: crate::certificate::Mode,
 }
 
 fn millis<S: serde::Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
@@ -284,6 +289,15 @@ impl Server {
         self.listen = listen;
         self.admin_listen = admin_listen;
         self
+    }
+    /// The certificates directory (`server.certificates`, resolved against the
+    /// configuration's directory).
+    pub fn certificates(&self) -> Option<&Path> {
+        self.certificates.as_deref()
+    }
+    /// What serving does with an uncertified contract or recipient.
+    pub fn certification(&self) -> crate::certificate::Mode {
+        self.certification
     }
     /// Largest accepted request body, before and after decompression.
     pub fn max_body_bytes(&self) -> usize {
@@ -572,6 +586,7 @@ impl Config {
                 if store.password.is_some() { "set" } else { "none" },
             )),
         }
+        out.push_str(&self.certification.summary());
         match &self.decision_log {
             None => out.push_str("decision log: off\n"),
             Some(log) => out.push_str(&format!(
@@ -694,12 +709,31 @@ impl Config {
         out
     }
 
+    /// In `advisory` certification, one warning per contract or recipient served without a
+    /// certificate for what it releases (logged at start and at every reload).
+    pub fn certification_warnings(&self) -> Vec<String> {
+        if self.certification.mode() != crate::certificate::Mode::Advisory {
+            return Vec::new();
+        }
+        self.certification
+            .uncertified()
+            .map(|entry| {
+                format!(
+                    "{} {} is served uncertified: {} (server.certification = \"advisory\")",
+                    entry.kind.as_str(),
+                    entry.name,
+                    entry.status.describe()
+                )
+            })
+            .collect()
+    }
+
     /// Settings that weaken a contract on purpose, each naming its key (printed by
     /// `check-config` and logged at start-up): a live capture (it stores native answers), a
     /// question whose text the caller writes, and a baseline that releases the provider's own
     /// confidence.
     pub fn warnings(&self) -> Vec<String> {
-        let mut warnings = Vec::new();
+        let mut warnings = self.certification_warnings();
         for (name, capture) in &self.captures {
             warnings.push(format!(
                 "contracts.{name}.capture: {} stores a sample ({}) of this contract's native answers \

@@ -477,6 +477,14 @@ impl Usage {
     pub fn keeps(self) -> bool {
         self == Usage::Keep
     }
+
+    /// The configuration name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Usage::Keep => "keep",
+            Usage::Drop => "drop",
+        }
+    }
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 //! - [`rng`]: deterministic random numbers.
 
 pub mod baseline;
+pub mod certificate;
 pub mod codebook;
 pub mod config;
 pub mod contract;

@@ -217,6 +217,16 @@ pub enum ConfidenceMode {
     Drop,
 }
 
+impl ConfidenceMode {
+    /// The configuration name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfidenceMode::Codeword => "codeword",
+            ConfidenceMode::Drop => "drop",
+        }
+    }
+}
+
 /// A validated WCPQ mechanism.
 #[derive(Debug)]
 pub struct WcpqMechanism {

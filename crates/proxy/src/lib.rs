@@ -21,3 +21,13 @@ pub(crate) mod ratelimit;
 pub mod server;
 pub mod telemetry;
 pub(crate) mod upstream;
+
+/// This build's version and source commit: `releasegate VERSION (COMMIT)`, as
+/// `releasegate_build_info` labels it (certificates record it).
+pub fn build_version() -> String {
+    format!(
+        "releasegate {} ({})",
+        env!("CARGO_PKG_VERSION"),
+        metrics::BUILD_COMMIT
+    )
+}

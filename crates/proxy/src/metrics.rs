@@ -15,6 +15,9 @@ use releasegate_core::mechanism::{self, Mechanism};
 use releasegate_core::release::AnswerRecord;
 use releasegate_core::wcpq::{Reason, Stage};
 
+mod certified;
+pub(crate) use certified::Certified;
+
 /// Histogram buckets of request and upstream latencies, in seconds.
 const LATENCY_BUCKETS: [f64; 15] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -67,6 +70,8 @@ pub struct Metrics {
     pub rate_limit_store_errors: IntCounterVec,
     /// Contract-allowed request headers forwarded to the provider, by contract and header.
     pub forwarded_headers: IntCounterVec,
+    /// Whether each contract and recipient with a policy is certified.
+    pub(crate) certified: Certified,
 }
 
 /// The source commit this binary was built from (`build.rs`): 12 hex digits, or "unknown".
@@ -264,6 +269,7 @@ impl Metrics {
         registry.register(Box::new(upstream_errors.clone()))?;
         registry.register(Box::new(released_answers.clone()))?;
         registry.register(Box::new(rejected_answers.clone()))?;
+        let certified = Certified::register(&registry)?;
         Ok(Metrics {
             registry,
             requests,
@@ -287,6 +293,7 @@ impl Metrics {
             rate_limit_store_degraded,
             rate_limit_store_errors,
             forwarded_headers,
+            certified,
         })
     }
 
@@ -294,6 +301,7 @@ impl Metrics {
     /// starts every provider's upstream error series and every contract's rejected-answer
     /// series (one per reason) at zero.
     pub fn describe(&self, config: &Config) {
+        self.certified.describe(config);
         self.config_info
             .with_label_values(&[config.origin.sha256.as_str()])
             .set(1);
@@ -352,6 +360,7 @@ impl Metrics {
     /// keep their values: a question or provider that disappears keeps its history.
     pub fn redescribe(&self, old: &Config, new: &Config) {
         self.describe(new);
+        self.certified.redescribe(old, new);
         if old.origin.sha256 != new.origin.sha256 {
             let _ = self
                 .config_info

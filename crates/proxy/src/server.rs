@@ -143,6 +143,13 @@ pub enum StartError {
     /// The span exporter could not be set up.
     #[error("tracing.otlp_endpoint: cannot export spans: {0}")]
     Tracing(String),
+    /// `server.certification = "required"` and a contract or recipient with a policy has no
+    /// certificate for what it would serve (one line each).
+    #[error(
+        "server.certification = \"required\": not certified:\n  - {}",
+        .0.join("\n  - ")
+    )]
+    Uncertified(Vec<String>),
     /// The decision log cannot be written where configured.
     #[error("decision_log.path: cannot write {path}")]
     DecisionLog {
@@ -631,6 +638,9 @@ impl AppState {
     /// client and providers, the key table. `check-config` runs it too, so a configuration it
     /// accepts fails under `serve` only if a port cannot be bound.
     pub fn prepare(config: Config) -> Result<AppState, StartError> {
+        if let Some(refusal) = config.certification.refusal() {
+            return Err(StartError::Uncertified(refusal));
+        }
         let metrics = Metrics::new()?;
         metrics.describe(&config);
         let server = config.server.clone();

@@ -72,6 +72,10 @@ pub(in crate::cli) struct AuditArgs {
     /// no output within `max_recovery_gain`); exit 3 when one fails.
     #[arg(long)]
     pub gate: bool,
+    /// With --gate: write a certificate for every gated contract and recipient that passes
+    /// (`DIR/contract-NAME.json`, `DIR/recipient-NAME.json`), for `[server] certificates`.
+    #[arg(long = "certificate-dir", requires = "gate")]
+    pub certificate_dir: Option<PathBuf>,
     /// Privacy-utility frontier: WCPQ admissibility budgets α to sweep (comma-separated); each
     /// setting learns a compact codebook from the train split in memory and is audited as one
     /// more release. Needs a contract whose question uses WCPQ.
@@ -125,6 +129,11 @@ struct Measured {
 pub(in crate::cli) fn audit_command(args: &AuditArgs) -> Result<ExitCode, Error> {
     let config = releasegate_proxy::load::load_offline(Some(&args.config)).or_usage()?;
     let scope = scope(args, &config)?;
+    if args.certificate_dir.is_some() && args.shape.is_some() {
+        return Err(Error::usage(
+            "--certificate-dir certifies the contracts as configured: leave out --shape",
+        ));
+    }
     let candidates = audit::intake::candidates(
         args.views.as_deref(),
         &args.mechanisms,
@@ -150,6 +159,9 @@ pub(in crate::cli) fn audit_command(args: &AuditArgs) -> Result<ExitCode, Error>
         None
     };
     print_gate(gate_results.iter().flatten());
+    if let (Some(dir), Some(results)) = (&args.certificate_dir, &gate_results) {
+        certify(dir, &config, results, args, &measured.settings, unchecked)?;
+    }
     for (release, outcomes) in &measured.intake.mechanisms {
         if outcomes.keys().any(|k| k != "applied") {
             println!("{release}: {outcomes:?}");
@@ -464,6 +476,34 @@ fn gate(scope: &Scope, worlds: &[World], measured: &Measured) -> Result<Vec<Gate
         }
     }
     Ok(results)
+}
+
+/// `--certificate-dir`: writes the passing results' certificates and names them.
+fn certify(
+    dir: &Path,
+    config: &Config,
+    results: &[GateResult],
+    args: &AuditArgs,
+    settings: &audit::Config,
+    unchecked: bool,
+) -> Result<(), Error> {
+    if unchecked {
+        println!("certificates: none written (the pairs failed the input checks)");
+        return Ok(());
+    }
+    let audited = super::certify::Audited {
+        worlds: &args.worlds,
+        settings,
+        recipient: args.recipient.as_deref(),
+    };
+    let written = super::certify::write(dir, config, results, &audited)?;
+    if written.is_empty() {
+        println!("certificates: none written (no gated contract or recipient passed)");
+    }
+    for path in written {
+        println!("certificate: {}", path.display());
+    }
+    Ok(())
 }
 
 /// One line per gate result.

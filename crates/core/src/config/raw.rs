@@ -108,6 +108,8 @@ pub(crate) struct RawServer {
     watch_interval_ms: u64,
     worker_threads: u64,
     access_log: bool,
+    certificates: Option<String>,
+    certification: crate::certificate::Mode,
 }
 
 #[derive(Debug, Deserialize)]
@@ -451,6 +453,8 @@ impl Default for RawServer {
             watch_interval_ms: 1_000,
             worker_threads: 0,
             access_log: true,
+            certificates: None,
+            certification: crate::certificate::Mode::Off,
         }
     }
 }
@@ -466,7 +470,7 @@ impl RawConfig {
         inputs: &super::Inputs<'_>,
     ) -> Result<Config, Error> {
         let mut problems = Vec::new();
-        let server = validate_server(self.server, &mut problems);
+        let server = validate_server(self.server, base_dir, &mut problems);
         let decision_log = self
             .decision_log
             .map(|raw| validate_decision_log(raw, base_dir, &mut problems));
@@ -642,8 +646,16 @@ impl RawConfig {
             }
         }
 
+        let certification = crate::certificate::check(
+            server.certification(),
+            server.certificates().map(Path::to_path_buf),
+            &crate::certificate::subjects(&contracts, &recipients),
+            inputs.codebooks,
+            inputs.files,
+        );
         if problems.is_empty() {
             Ok(Config {
+                certification,
                 server,
                 providers,
                 recipients,
@@ -664,7 +676,7 @@ impl RawConfig {
     }
 }
 
-fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
+fn validate_server(raw: RawServer, base_dir: &Path, problems: &mut Vec<String>) -> Server {
     let mut parse_addr = |key: &str, text: &str| {
         text.parse::<SocketAddr>().unwrap_or_else(|_| {
             problems.push(format!("server.{key}: `{text}` is not an IP:port address"));
@@ -751,6 +763,20 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
             "server.worker_threads: must be between 0 (one per CPU) and {max_worker_threads}"
         ));
     }
+    let certificates = match raw.certificates.as_deref() {
+        Some(dir) if dir.trim().is_empty() => {
+            problems.push("server.certificates: must not be blank".to_string());
+            None
+        }
+        Some(dir) => Some(base_dir.join(dir)),
+        None => None,
+    };
+    if raw.certification != crate::certificate::Mode::Off && raw.certificates.is_none() {
+        problems.push(format!(
+            "server.certification = \"{}\" needs server.certificates, the directory `releasegate audit --gate --certificate-dir` writes",
+            raw.certification.as_str()
+        ));
+    }
     let (low, high) = limits::MAX_CONNECTIONS;
     let connections = |value: u64| usize::try_from(value.clamp(low, high)).unwrap_or(1);
     Server {
@@ -771,6 +797,8 @@ fn validate_server(raw: RawServer, problems: &mut Vec<String>) -> Server {
         watch_interval: Duration::from_millis(raw.watch_interval_ms),
         worker_threads: usize::try_from(raw.worker_threads.min(max_worker_threads)).unwrap_or(0),
         access_log: raw.access_log,
+        certificates,
+        certification: raw.certification,
     }
 }
 

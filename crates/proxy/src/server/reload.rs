@@ -93,6 +93,9 @@ impl AppState {
     }
 
     fn install(&self, config: Config) -> Result<String, ReloadError> {
+        if let Some(refusal) = config.certification.refusal() {
+            return Err(StartError::Uncertified(refusal).into());
+        }
         let current = self.live();
         let mut changed = self.inner.server.changed_keys(&config.server);
         if current.config.decision_log != config.decision_log {
@@ -120,6 +123,9 @@ impl AppState {
         let new = Arc::new(live);
         let old = self.inner.live.swap(new.clone());
         self.inner.metrics.redescribe(&old.config, &new.config);
+        for warning in new.config.certification_warnings() {
+            tracing::warn!("{warning}");
+        }
         Ok(sha256)
     }
 

@@ -1,0 +1,572 @@
+//! Certificates: what the leakage gate certified, bound to what is served.
+//!
+//! `releasegate audit ... --gate --certificate-dir DIR` writes one file for every contract and
+//! recipient that passes its gate (`contract-NAME.json`, `recipient-NAME.json`). A file records
+//! `release_sha256`, the SHA-256 of the canonical JSON of everything that shapes what that
+//! recipient receives ([`contract_release`], [`recipient_release`]), the release itself (so that
+//! a later configuration can say what changed), the policy it was gated against and the verdict.
+//!
+//! With `[server] certificates = "DIR"`, validation reads the files back ([`check`]) and gives
+//! every contract and recipient that has a policy a [`Status`]: certified, stale (with what
+//! changed), missing or invalid. `certification = "required"` refuses to serve a configuration
+//! with any of them uncertified ([`Certification::refusal`]); `"advisory"` serves it and says
+//! so. Pure: the caller reads the files (`config::Inputs::files`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::config::Recipient;
+use crate::contract::{Contract, LeakagePolicy, QuestionRule};
+use crate::mechanism::Mechanism;
+use crate::wcpq::Admissibility;
+
+/// The `format` of a certificate file.
+pub const FORMAT: &str = "releasegate-certificate/1";
+
+/// Largest certificate file read (a release description is a few kilobytes per question).
+pub const MAX_FILE_BYTES: usize = 4 * 1024 * 1024;
+
+/// `[server] certification`: what serving does with an uncertified contract or recipient.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Certificates are not checked at serving (check-config still reports them).
+    #[default]
+    Off,
+    /// Serve, warn for each uncertified one and export `releasegate_*_certified` as 0.
+    Advisory,
+    /// Refuse to start or reload with any of them uncertified.
+    Required,
+}
+
+impl Mode {
+    /// The configuration name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Off => "off",
+            Mode::Advisory => "advisory",
+            Mode::Required => "required",
+        }
+    }
+}
+
+/// What a certificate is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// One contract's release.
+    Contract,
+    /// Everything one recipient's contracts release together.
+    Recipient,
+}
+
+impl Kind {
+    /// `contract` or `recipient`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Contract => "contract",
+            Kind::Recipient => "recipient",
+        }
+    }
+
+    /// The certificate's file name in the certificates directory, or `None` when `name` could
+    /// not be one (a path separator, a leading dot, a control character).
+    pub fn file_name(self, name: &str) -> Option<String> {
+        let plain = !name.is_empty()
+            && !name.starts_with('.')
+            && !name.contains(['/', '\\'])
+            && !name.chars().any(char::is_control);
+        plain.then(|| format!("{}-{name}.json", self.as_str()))
+    }
+}
+
+/// One contract's or recipient's certification.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Status {
+    /// A passing certificate for exactly this release and policy.
+    Certified,
+    /// A certificate for another release or policy: what changed, one entry per field.
+    Stale(Vec<String>),
+    /// No certificate file.
+    Missing,
+    /// A file that is not a passing certificate of this subject (why).
+    Invalid(String),
+    /// Not checked: the configuration was loaded without its codebooks, so a WCPQ release
+    /// cannot be described (offline tools that build or collect for the codebooks).
+    Unchecked,
+}
+
+impl Status {
+    /// Whether it is certified.
+    pub fn is_certified(&self) -> bool {
+        *self == Status::Certified
+    }
+
+    /// One line for people: `certified`, `stale (...)`, `missing`, `invalid (...)`.
+    pub fn describe(&self) -> String {
+        match self {
+            Status::Certified => "certified".to_string(),
+            Status::Stale(changes) => format!("stale ({})", changes.join("; ")),
+            Status::Missing => "missing".to_string(),
+            Status::Invalid(why) => format!("invalid ({why})"),
+            Status::Unchecked => "not checked (codebooks not loaded)".to_string(),
+        }
+    }
+}
+
+/// The certification of one contract or recipient that has a policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    /// Contract or recipient.
+    pub kind: Kind,
+    /// Its name.
+    pub name: String,
+    /// Its status.
+    pub status: Status,
+}
+
+/// `[server] certificates` and `certification`, with every entry's status (built by
+/// validation only).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Certification {
+    mode: Mode,
+    dir: Option<PathBuf>,
+    entries: Vec<Entry>,
+}
+
+impl Certification {
+    /// The mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The certificates directory, when configured.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    /// Every contract and recipient that needs a certificate, contracts first, by name.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The entries that are not certified.
+    pub fn uncertified(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.iter().filter(|e| !e.status.is_certified())
+    }
+
+    /// `check-config`'s lines: the mode and directory, then each contract and recipient that
+    /// needs a certificate with its status (certified, stale with what changed, missing).
+    pub fn summary(&self) -> String {
+        let mut out = format!(
+            "certification: {}{}\n",
+            self.mode.as_str(),
+            self.dir
+                .as_deref()
+                .map_or_else(String::new, |d| format!(" · certificates {}", d.display()))
+        );
+        for entry in &self.entries {
+            out.push_str(&format!(
+                "  {} {}: {}\n",
+                entry.kind.as_str(),
+                entry.name,
+                entry.status.describe()
+            ));
+        }
+        out
+    }
+
+    /// In `required` mode, why this configuration must not be served (one line per uncertified
+    /// contract or recipient); `None` otherwise.
+    pub fn refusal(&self) -> Option<Vec<String>> {
+        if self.mode != Mode::Required {
+            return None;
+        }
+        let lines: Vec<String> = self
+            .uncertified()
+            .map(|e| {
+                format!(
+                    "{} {}: {} (certification = \"required\": certify it with `releasegate audit ... --gate --certificate-dir {}`)",
+                    e.kind.as_str(),
+                    e.name,
+                    e.status.describe(),
+                    self.dir.as_deref().map_or_else(|| "DIR".to_string(), |d| d.display().to_string()),
+                )
+            })
+            .collect();
+        (!lines.is_empty()).then_some(lines)
+    }
+}
+
+/// A certificate file as the gate writes it (what serving reads of it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Certificate {
+    /// [`FORMAT`].
+    pub format: String,
+    /// Contract or recipient.
+    pub kind: Kind,
+    /// Its name.
+    pub name: String,
+    /// SHA-256 (hex) of the canonical JSON of `release`.
+    pub release_sha256: String,
+    /// Everything that shapes what the recipient receives ([`contract_release`],
+    /// [`recipient_release`]).
+    pub release: Value,
+    /// The policy gated against ([`contract_policy`], [`recipient_policy`]).
+    pub policy: Value,
+    /// The gate's verdict: `verdict` is `pass`; the rest (gain, interval, pairs, worlds left
+    /// out) is the gate's report.
+    pub gate: Value,
+    /// The audit's inputs and settings: the worlds' SHA-256, seed, bootstrap, tool version.
+    pub audit: Value,
+    /// When it was written (RFC 3339, UTC).
+    pub date: String,
+}
+
+impl Certificate {
+    /// A passing gate's certificate of `release` against `policy`.
+    pub fn new(
+        kind: Kind,
+        name: &str,
+        release: Value,
+        policy: Value,
+        gate: Value,
+        audit: Value,
+        date: String,
+    ) -> Certificate {
+        Certificate {
+            format: FORMAT.to_string(),
+            kind,
+            name: name.to_string(),
+            release_sha256: release_sha256(&release),
+            release,
+            policy,
+            gate,
+            audit,
+            date,
+        }
+    }
+}
+
+/// SHA-256 (hex) of the canonical JSON of a release description.
+pub fn release_sha256(release: &Value) -> String {
+    let mut bytes = Vec::new();
+    crate::wire::canonical_json(release, &mut bytes);
+    crate::workflow::sha256_hex(&bytes)
+}
+
+/// Everything that shapes what a contract's recipient receives: its shape, usage and pinned
+/// model, and per question the type, classes, text, view, coarsening, withheld labels and
+/// mechanism (a WCPQ codebook by its content hash, with its workflows, admissibility,
+/// fallback and confidence).
+pub fn contract_release(contract: &Contract) -> Value {
+    let questions: serde_json::Map<String, Value> = contract
+        .questions
+        .iter()
+        .map(|(id, rule)| (id.clone(), question_release(rule)))
+        .collect();
+    json!({
+        "shape": contract.shape.as_str(),
+        "usage": contract.usage.as_str(),
+        "model": contract.model,
+        "questions": questions,
+    })
+}
+
+/// Everything a recipient's contracts release, by contract name.
+pub fn recipient_release(contracts: &[&Contract]) -> Value {
+    let by_name: serde_json::Map<String, Value> = contracts
+        .iter()
+        .map(|c| (c.name.clone(), contract_release(c)))
+        .collect();
+    json!({ "contracts": by_name })
+}
+
+fn question_release(rule: &QuestionRule) -> Value {
+    let labels = rule.released_labels();
+    let withheld: Vec<&String> = labels
+        .iter()
+        .zip(&rule.withhold)
+        .filter(|(_, withheld)| **withheld)
+        .map(|(label, _)| label)
+        .collect();
+    json!({
+        "type": rule.question.kind.as_str(),
+        "classes": rule.classes,
+        "instructions": rule.question.instructions,
+        "descriptions": rule.question.descriptions,
+        "caller_text": rule.question.caller_text,
+        "view": rule.view.as_str(),
+        "coarsen": rule.coarsen.as_ref().map(|c| json!({"labels": c.labels, "map": c.map})),
+        "withhold": withheld,
+        "mechanism": mechanism_release(&rule.mechanism, rule),
+    })
+}
+
+fn mechanism_release(mechanism: &Mechanism, rule: &QuestionRule) -> Value {
+    match mechanism {
+        Mechanism::None => json!({"kind": "none"}),
+        Mechanism::Wcpq(wcpq) => json!({
+            "kind": "wcpq",
+            "codebook_sha256": wcpq.codebook_sha256,
+            "workflows_sha256": rule.workflows.as_ref().map(|spec| spec.sha256()),
+            "admissibility": match wcpq.mapper.admissibility() {
+                Admissibility::Strict => json!("strict"),
+                Admissibility::Budget(alpha) => json!({"budget": alpha}),
+            },
+            "fallback": wcpq.fallback.as_str(),
+            "confidence": wcpq.confidence.as_str(),
+        }),
+        Mechanism::Quantize { step, confidence } => {
+            json!({"kind": "quantize", "step": step, "confidence": confidence.as_str()})
+        }
+        Mechanism::TopK { k, confidence } => {
+            json!({"kind": "top_k", "k": k, "confidence": confidence.as_str()})
+        }
+        Mechanism::Temperature { tau, confidence } => {
+            json!({"kind": "temperature", "tau": tau, "confidence": confidence.as_str()})
+        }
+        Mechanism::Gaussian {
+            sigma,
+            seed,
+            confidence,
+        } => {
+            json!({"kind": "gaussian", "sigma": sigma, "seed": seed, "confidence": confidence.as_str()})
+        }
+    }
+}
+
+/// A contract's policy as a certificate records it.
+pub fn contract_policy(policy: &LeakagePolicy) -> Value {
+    let keep: Vec<String> = policy
+        .keep
+        .iter()
+        .map(|k| match &k.question {
+            Some(q) => format!("{q}.{}", k.field.as_str()),
+            None => k.field.as_str().to_string(),
+        })
+        .collect();
+    json!({
+        "keep": keep,
+        "hide": policy.hide.iter().map(|_| "secret").collect::<Vec<_>>(),
+        "max_recovery_gain": policy.max_recovery_gain,
+    })
+}
+
+/// The budget a recipient is gated against: its own, or else the smallest among its
+/// contracts' (`docs/gate.md`), when either hides something.
+pub fn recipient_budget(recipient: &Recipient, contracts: &[&Contract]) -> Option<f64> {
+    let own = recipient
+        .policy
+        .as_ref()
+        .filter(|p| !p.hide.is_empty())
+        .map(|p| p.max_recovery_gain);
+    own.or_else(|| {
+        contracts
+            .iter()
+            .filter_map(|c| c.policy.as_ref())
+            .filter(|p| !p.hide.is_empty())
+            .map(|p| p.max_recovery_gain)
+            .reduce(f64::min)
+    })
+}
+
+/// A recipient's policy as a certificate records it (`None`: it has none to certify).
+pub fn recipient_policy(budget: f64) -> Value {
+    json!({ "hide": ["secret"], "max_recovery_gain": budget })
+}
+
+/// Whether a recipient needs a certificate of its own: it declares a policy, or it holds
+/// several contracts and one of them hides something (together they may leak more than each
+/// alone, so the strictest budget binds them jointly).
+pub fn recipient_needs_certificate(recipient: &Recipient, contracts: &[&Contract]) -> bool {
+    recipient.policy.is_some()
+        || (contracts.len() > 1 && recipient_budget(recipient, contracts).is_some())
+}
+
+/// What a subject must be certified as: its release and its policy.
+#[derive(Debug, Clone)]
+pub struct Subject {
+    /// Contract or recipient.
+    pub kind: Kind,
+    /// Its name.
+    pub name: String,
+    /// [`contract_release`] or [`recipient_release`].
+    pub release: Value,
+    /// [`contract_policy`] or [`recipient_policy`].
+    pub policy: Value,
+}
+
+/// Every contract with a policy and every recipient that needs a certificate
+/// ([`recipient_needs_certificate`]), contracts first, each by name.
+pub fn subjects(
+    contracts: &BTreeMap<String, std::sync::Arc<Contract>>,
+    recipients: &[Recipient],
+) -> Vec<Subject> {
+    let mut out: Vec<Subject> = contracts
+        .values()
+        .filter_map(|c| {
+            let policy = c.policy.as_ref()?;
+            Some(Subject {
+                kind: Kind::Contract,
+                name: c.name.clone(),
+                release: contract_release(c),
+                policy: contract_policy(policy),
+            })
+        })
+        .collect();
+    let mut recipients: Vec<&Recipient> = recipients.iter().collect();
+    recipients.sort_by(|a, b| a.name.cmp(&b.name));
+    for recipient in recipients {
+        let held: Vec<&Contract> = recipient
+            .contracts
+            .iter()
+            .filter_map(|name| contracts.get(name).map(|c| &**c))
+            .collect();
+        if !recipient_needs_certificate(recipient, &held) {
+            continue;
+        }
+        let policy = recipient_budget(recipient, &held)
+            .map_or_else(|| json!({"hide": []}), recipient_policy);
+        out.push(Subject {
+            kind: Kind::Recipient,
+            name: recipient.name.clone(),
+            release: recipient_release(&held),
+            policy,
+        });
+    }
+    out
+}
+
+/// Checks every subject against its certificate in `dir`, read with `read` (a missing file is
+/// `NotFound`). Without the codebooks (`codebooks` false) a WCPQ release cannot be described,
+/// so nothing is checked.
+pub fn check(
+    mode: Mode,
+    dir: Option<PathBuf>,
+    subjects: &[Subject],
+    codebooks: bool,
+    read: &dyn Fn(&Path) -> std::io::Result<Vec<u8>>,
+) -> Certification {
+    let entries = subjects
+        .iter()
+        .map(|subject| Entry {
+            kind: subject.kind,
+            name: subject.name.clone(),
+            status: match &dir {
+                _ if !codebooks => Status::Unchecked,
+                None => Status::Missing,
+                Some(dir) => status_of(subject, dir, read),
+            },
+        })
+        .collect();
+    Certification { mode, dir, entries }
+}
+
+fn status_of(
+    subject: &Subject,
+    dir: &Path,
+    read: &dyn Fn(&Path) -> std::io::Result<Vec<u8>>,
+) -> Status {
+    let Some(file) = subject.kind.file_name(&subject.name) else {
+        return Status::Invalid("its name cannot name a certificate file".to_string());
+    };
+    let path = dir.join(file);
+    let bytes = match read(&path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Status::Missing,
+        Err(error) => return Status::Invalid(format!("cannot read {}: {error}", path.display())),
+    };
+    if bytes.len() > MAX_FILE_BYTES {
+        return Status::Invalid(format!("{} is over {MAX_FILE_BYTES} bytes", path.display()));
+    }
+    match serde_json::from_slice::<Certificate>(&bytes) {
+        Ok(certificate) => judge(subject, &certificate),
+        Err(error) => Status::Invalid(format!("{} is not a certificate: {error}", path.display())),
+    }
+}
+
+/// A certificate's status for `subject`.
+pub fn judge(subject: &Subject, certificate: &Certificate) -> Status {
+    if certificate.format != FORMAT {
+        return Status::Invalid(format!(
+            "format `{}`, expected `{FORMAT}`",
+            certificate.format
+        ));
+    }
+    if certificate.kind != subject.kind || certificate.name != subject.name {
+        return Status::Invalid(format!(
+            "it certifies {} {}",
+            certificate.kind.as_str(),
+            certificate.name
+        ));
+    }
+    if certificate.gate.get("verdict").and_then(Value::as_str) != Some("pass") {
+        return Status::Invalid("its gate verdict is not pass".to_string());
+    }
+    if release_sha256(&certificate.release) != certificate.release_sha256 {
+        return Status::Invalid("its release does not hash to its release_sha256".to_string());
+    }
+    let mut changes = Vec::new();
+    if certificate.release_sha256 != release_sha256(&subject.release) {
+        diff("", &certificate.release, &subject.release, &mut changes);
+        if changes.is_empty() {
+            changes.push("release_sha256".to_string());
+        }
+    }
+    diff("policy", &certificate.policy, &subject.policy, &mut changes);
+    if changes.is_empty() {
+        Status::Certified
+    } else {
+        Status::Stale(changes)
+    }
+}
+
+/// The fields where `old` and `new` differ, as `path: old -> new` (objects by key; other
+/// values whole), after canonical comparison (`1` and `1.0` are the same).
+fn diff(path: &str, old: &Value, new: &Value, out: &mut Vec<String>) {
+    if crate::wire::same_json(old, new) {
+        return;
+    }
+    let join = |key: &str| {
+        if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for key in keys {
+                let (x, y) = (
+                    a.get(key).unwrap_or(&Value::Null),
+                    b.get(key).unwrap_or(&Value::Null),
+                );
+                diff(&join(key), x, y, out);
+            }
+        }
+        _ => out.push(format!(
+            "{}: {} -> {}",
+            if path.is_empty() { "release" } else { path },
+            short(old),
+            short(new)
+        )),
+    }
+}
+
+/// A value in at most 80 characters.
+fn short(value: &Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() <= 80 {
+        return text;
+    }
+    let cut: String = text.chars().take(77).collect();
+    format!("{cut}...")
+}
+
+#[cfg(test)]
+mod tests;
