@@ -83,6 +83,11 @@ fn subject(
             .iter()
             .filter_map(|c| config.contract(c).map(|c| &**c))
             .collect();
+        // A recipient bound to one contract and no policy of its own is certified by that
+        // contract's certificate: a file of its own would never be read.
+        if !certificate::recipient_needs_certificate(recipient, &held) {
+            return None;
+        }
         let budget = certificate::recipient_budget(recipient, &held)?;
         return Some((
             Kind::Recipient,
