@@ -277,7 +277,8 @@ fn audit_reports_recovery_and_costs_for_every_release() {
             "full_native",
             "wcpq (contract)",
             "quantize=0.2",
-            "top_k"
+            "top_k",
+            "workflow floor"
         ]
     );
     assert_eq!(json["intake"]["worlds_used"], 240);
@@ -546,6 +547,8 @@ fn audit_sweeps_wcpq_budgets_into_a_frontier() {
     );
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(text.contains("frontier wcpq a=0.2 K=64"), "{text}");
+    // The floor no setting that keeps the plans goes below, beside the settings.
+    assert!(text.contains("frontier workflow floor: recovery"), "{text}");
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("audit.json")).unwrap()).unwrap();
     let frontier = json["frontier"].as_array().unwrap();
@@ -579,6 +582,10 @@ fn audit_sweeps_wcpq_budgets_into_a_frontier() {
         }
         assert!(point["recovery"]["mean"].is_number(), "{point}");
         assert!(point["recovery_gain"]["upper"].is_number(), "{point}");
+        assert!(
+            point["paired"]["workflow floor"]["mean"].is_number(),
+            "{point}"
+        );
         let worst = point["worst_relative_increase"].as_object().unwrap();
         assert_eq!(worst.len(), 18);
         // The shipped contracts fall back to the native answer, so every output stays in budget.
@@ -613,6 +620,106 @@ fn audit_sweeps_wcpq_budgets_into_a_frontier() {
         .output()
         .unwrap();
     assert_eq!(plain.status.code(), Some(64));
+}
+
+#[test]
+fn audit_reports_the_workflow_floor_of_every_wcpq_question() {
+    let dir = scratch("floor");
+    let worlds = dir.join("worlds.jsonl");
+    simulate(40, 5, &worlds);
+    let root = env!("CARGO_MANIFEST_DIR");
+    let audit = |config: &std::path::Path, views: &str, json: &str| {
+        let output = succeed(
+            Command::new(BIN)
+                .arg("audit")
+                .arg("--config")
+                .arg(config)
+                .args(["--contract", "delivery", "--contract", "equipment"])
+                .args(["--contract", "it_ops", "--views", views])
+                .args(["--bootstrap", "50", "--worlds"])
+                .arg(&worlds)
+                .arg("--json")
+                .arg(dir.join(json)),
+        );
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join(json)).unwrap()).unwrap();
+        (String::from_utf8_lossy(&output.stdout).to_string(), json)
+    };
+    let shipped = std::path::PathBuf::from(format!("{root}/config/tuple-bench.toml"));
+    let (text, json) = audit(&shipped, "no_output,full_native", "a.json");
+    assert!(
+        text.contains("workflow floor: recovery from the frozen workflows' plans alone"),
+        "{text}"
+    );
+    assert!(text.contains("wcpq (contract) minus floor"), "{text}");
+    let floor = &json["floor"];
+    assert_eq!(floor["release"], "workflow floor");
+    assert!(floor["at_floor"].is_boolean(), "{floor}");
+    assert!(floor["strict_minus_floor"]["upper"].is_number(), "{floor}");
+    assert!(
+        floor["full_native"]["accuracy"]["mean"].is_number(),
+        "{floor}"
+    );
+    for (contract, domain) in [
+        ("delivery", "delivery"),
+        ("equipment", "equipment"),
+        ("it_ops", "it_ops"),
+    ] {
+        let question = &floor["questions"][format!("{contract}/coarse_cause")];
+        assert_eq!(question["policies"], 18, "{question}");
+        assert_eq!(question["worlds"], 80, "{question}");
+        assert!(question["figures"][domain]["floor"]["accuracy"]["mean"].is_number());
+        assert!(question["figures"][domain]["strict"]["gain"]["mean"].is_number());
+        assert!(text.contains(&format!(
+            "workflow floor {contract}/coarse_cause: 18 policies"
+        )));
+    }
+    // The attacker reads the plans: some domain's chosen strategy is the plans' subview.
+    let release = json["report"]["releases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["release"] == "workflow floor")
+        .unwrap();
+    assert!(
+        release["domains"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["strategy"]["subview"] == "choice"),
+        "{release}"
+    );
+    // Contracts that release otherwise (another fallback) but keep the same plans, audited
+    // beside other views, have the same floor.
+    let text = std::fs::read_to_string(&shipped)
+        .unwrap()
+        .replace("fallback = \"native\"", "fallback = \"choice_only\"")
+        .replace(
+            "codebook = \"codebooks/",
+            &format!("codebook = \"{root}/config/codebooks/"),
+        );
+    assert!(text.contains("choice_only"));
+    let other = dir.join("other.toml");
+    std::fs::write(&other, text).unwrap();
+    let (_, again) = audit(&other, "no_output,choice", "b.json");
+    assert_eq!(again["floor"]["floor"], floor["floor"]);
+    for key in [
+        "delivery/coarse_cause",
+        "equipment/coarse_cause",
+        "it_ops/coarse_cause",
+    ] {
+        let figures = |json: &serde_json::Value| json["floor"]["questions"][key]["figures"].clone();
+        let domain = key.split('/').next().unwrap();
+        assert_eq!(
+            figures(&again)[domain]["floor"],
+            figures(&json)[domain]["floor"]
+        );
+        assert!(figures(&json)[domain]["floor"].is_object());
+    }
+    assert_ne!(
+        again["floor"]["strict"], floor["strict"],
+        "the strict releases differ"
+    );
 }
 
 #[test]

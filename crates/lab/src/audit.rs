@@ -17,6 +17,7 @@ pub mod bootstrap;
 pub mod checks;
 pub mod decoders;
 pub mod ensemble;
+pub mod floor;
 pub mod frontier;
 pub mod gate;
 pub mod group;

@@ -123,6 +123,8 @@ struct Measured {
     reading: Reading,
     /// The audit's settings (the gate runs with the same).
     settings: audit::Config,
+    /// The workflow floor of every WCPQ question, when there is one.
+    floor: Option<audit::floor::Summary>,
 }
 
 /// `releasegate audit`.
@@ -152,7 +154,7 @@ pub(in crate::cli) fn audit_command(args: &AuditArgs) -> Result<ExitCode, Error>
     let (checks, unchecked) = input_checks(&measured, args.allow_unpaired)?;
     print_report(&measured, &scope.contracts, unchecked);
     audit::frontier::fill(&mut measured.frontier, &measured.report);
-    print_frontier(&measured.frontier);
+    print_frontier(&measured.frontier, measured.floor.as_ref());
     let gate_results = if args.gate {
         Some(gate(&scope, &worlds, &measured)?)
     } else {
@@ -181,6 +183,7 @@ pub(in crate::cli) fn audit_command(args: &AuditArgs) -> Result<ExitCode, Error>
             "worlds": args.worlds.display().to_string(),
             "gate": gate_results,
             "frontier": measured.frontier,
+            "floor": measured.floor,
             "checks": checks,
             "unchecked": unchecked,
         });
@@ -277,18 +280,30 @@ fn measure(
     } else {
         Reading::Released
     };
-    let (input, intake) =
+    let (mut input, intake) =
         audit::intake::build(contracts, worlds, &candidates, reading, args.seed).or_failure()?;
-    bar.set_message("fitting attackers");
     let mut settings = audit::Config {
         seed: args.seed,
         n_bootstrap: args.bootstrap,
         threads: args.threads.unwrap_or(0),
         ..audit::Config::default()
     };
+    let floor = match input.releases.first() {
+        Some(template) => audit::floor::build(contracts, worlds, template).or_failure()?,
+        None => None,
+    };
+    let questions = floor.map_or_else(Vec::new, |floor| {
+        input.releases.push(floor.release);
+        input.costs.extend(floor.costs);
+        settings.references.push(audit::floor::RELEASE.to_string());
+        floor.questions
+    });
     settings.references.extend(args.compare_to.iter().cloned());
+    bar.set_message("fitting attackers");
     let report = audit::run(&input, &settings).or_failure()?;
+    let floor = audit::floor::summarize(&report, &questions);
     Ok(Measured {
+        floor,
         input,
         intake,
         report,
@@ -340,6 +355,9 @@ fn print_report(measured: &Measured, contracts: &[Arc<Contract>], unchecked: boo
         );
     }
     println!("{}", measured.report.to_text());
+    if let Some(floor) = &measured.floor {
+        println!("{}", floor.to_text());
+    }
     print_sample_size(&measured.report, &measured.input, contracts);
     println!(
         "worlds used: {}; left out: {:?}",
@@ -386,8 +404,9 @@ fn print_sample_size(report: &Report, input: &audit::Input, contracts: &[Arc<Con
     }
 }
 
-/// Two lines per frontier setting: its codebooks and figures, and the answers it moved.
-fn print_frontier(frontier: &[Point]) {
+/// Two lines per frontier setting: its codebooks and figures, and the answers it moved; then
+/// the workflow floor no setting can go below.
+fn print_frontier(frontier: &[Point], floor: Option<&audit::floor::Summary>) {
     let interval = |estimate: Option<audit::bootstrap::Estimate>| {
         estimate.map_or_else(
             || "-".to_string(),
@@ -434,6 +453,14 @@ fn print_frontier(frontier: &[Point]) {
                 .map(|(family, n)| format!("{family} {n}"))
                 .collect::<Vec<_>>()
                 .join(", ")
+        );
+    }
+    if let (false, Some(floor)) = (frontier.is_empty(), floor) {
+        println!(
+            "frontier {}: recovery {}, gain {}: no setting that keeps the workflows' plans goes below it",
+            floor.release,
+            interval(Some(floor.floor.accuracy)),
+            interval(Some(floor.floor.gain))
         );
     }
 }

@@ -181,12 +181,16 @@ pub struct Intake {
 }
 
 /// A world that fits one of the contracts.
-struct Usable<'w> {
-    world: &'w World,
-    contract: usize,
-    question: String,
+pub(super) struct Usable<'w> {
+    /// The world.
+    pub(super) world: &'w World,
+    /// The first contract whose request it fits.
+    pub(super) contract: usize,
+    /// Its labelled question.
+    pub(super) question: String,
     labels: Vec<String>,
-    t_index: usize,
+    /// The authorized class among the question's released labels.
+    pub(super) t_index: usize,
     s_index: usize,
     public: Vec<f64>,
 }
@@ -387,7 +391,7 @@ fn release_saved<'a>(
     })
 }
 
-fn world_error(world: &World, reason: &str) -> Error {
+pub(super) fn world_error(world: &World, reason: &str) -> Error {
     Error::World {
         world_id: world.world_id.clone(),
         reason: reason.to_string(),
@@ -398,7 +402,9 @@ fn labels_of(world: &World) -> Option<&worlds::Labels> {
     world.labels.as_ref()
 }
 
-fn usable_world<'w>(
+/// The world as the audit uses it: under the first of `contracts` its request fits, with its
+/// labelled question asked and its classes released; otherwise why it is left out.
+pub(super) fn usable_world<'w>(
     contracts: &[Arc<Contract>],
     world: &'w World,
 ) -> Result<Usable<'w>, &'static str> {
