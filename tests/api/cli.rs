@@ -66,7 +66,7 @@ fn check_config_accepts_the_default_and_names_the_broken_key() {
     assert!(summary.contains("contract dispatcher"));
     // The summary says what a recipient can tell of a WCPQ fallback.
     assert!(
-        summary.contains("contract planner: provider sim, usage Input, shape complete"),
+        summary.contains("contract planner: provider sim, usage Drop, shape complete"),
         "{summary}"
     );
     assert!(
