@@ -392,4 +392,18 @@ fn the_attacker_reads_usage_as_the_contract_releases_it() {
         .collect();
     assert!(outputs.len() > 1, "{outputs:?}");
     assert!(read("drop").iter().all(ReleasedUsage::is_empty));
+    // A recipient's other contract joins with the counts it releases.
+    let (joined, _) = build_joint(
+        &[coarsening("drop", "choice")],
+        &[coarsening("keep", "choice")],
+        &worlds,
+        &own_release(),
+        Reading::Released,
+        1,
+    )
+    .unwrap();
+    for (example, keep) in joined.releases[0].examples.iter().zip(&keep) {
+        assert!(example.release.usage.is_empty());
+        assert_eq!(example.release.joint[0].usage, *keep);
+    }
 }
