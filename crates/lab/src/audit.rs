@@ -20,6 +20,7 @@ pub mod ensemble;
 pub mod frontier;
 pub mod gate;
 pub mod group;
+pub mod guard;
 pub mod intake;
 pub mod logistic;
 pub mod report;
