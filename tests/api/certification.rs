@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 use super::binary::{BIN, Served, client, serve_command};
-use super::cli::simulate;
+use super::cli::{gate_audit, simulate};
 use super::helpers::{PATIENCE, scratch};
 
 const KEY: &str = "certification-test-key";
@@ -292,26 +292,8 @@ fn a_plan_keeping_wcpq_contract_is_gated_on_its_workflow_floor_too() {
     let gate = |toml: &str, name: &str| -> (String, Value) {
         let config = dir.join(format!("{name}.toml"));
         std::fs::write(&config, toml).unwrap();
-        let json = dir.join(format!("{name}.json"));
-        let output = Command::new(BIN)
-            .args(["audit", "--config"])
-            .arg(&config)
-            .args([
-                "--contract",
-                "delivery",
-                "--views",
-                "no_output",
-                "--bootstrap",
-                "50",
-            ])
-            .args(["--gate", "--worlds"])
-            .arg(&worlds)
-            .arg("--json")
-            .arg(&json)
-            .output()
-            .unwrap();
-        let value: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-        (text(&output), value["gate"][0].clone())
+        let (_, stdout, value) = gate_audit(&config, "delivery", &worlds);
+        (stdout, value["gate"][0].clone())
     };
     let (text, result) = gate(&shipped, "keeps");
     let floor = &result["workflow_floor"];

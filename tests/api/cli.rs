@@ -1121,7 +1121,7 @@ fn build_codebook_keeps_training_answers_out_unless_asked() {
 
 /// `audit --gate` of `contract` in `config` over `worlds` (own release only, 50 resamples):
 /// the exit code, stdout and the JSON report.
-fn gate_audit(
+pub(crate) fn gate_audit(
     config: &std::path::Path,
     contract: &str,
     worlds: &std::path::Path,
