@@ -28,7 +28,7 @@ use releasegate_core::workflow::{Plan, Spec};
 use releasegate_sim::worlds::{Split, World};
 
 mod summary;
-pub use summary::{at_floor, summarize};
+pub use summary::{at_floor, below_floor, summarize};
 
 /// The floor's release name in the report.
 pub const RELEASE: &str = "workflow floor";

@@ -54,9 +54,17 @@ pub fn summarize(report: &Report, questions: &[Question]) -> Option<Summary> {
 }
 
 /// The reading rule: the paired difference (release minus floor) is below [`TOLERANCE`], or
-/// its 95% interval reaches 0 (the data cannot tell the release above the floor).
+/// its 95% interval reaches 0 (the data cannot tell the release above the floor), and the
+/// release is not measured below the floor with confidence ([`below_floor`]).
 pub fn at_floor(difference: &Estimate) -> bool {
-    difference.mean < TOLERANCE || difference.lower <= 0.0
+    !below_floor(difference) && (difference.mean < TOLERANCE || difference.lower <= 0.0)
+}
+
+/// Whether the release measures below its floor with confidence (the interval's upper bound
+/// under 0): no plan-keeping release can leak less than the floor, so its own attackers miss
+/// what the plans reveal, and the floor is the better estimate of what it releases.
+pub fn below_floor(difference: &Estimate) -> bool {
+    difference.upper < 0.0
 }
 
 /// One domain's figures, when the floor was fitted on it.
@@ -133,7 +141,16 @@ impl Summary {
     /// One sentence on what is left to change.
     fn reading(&self) -> Option<String> {
         let d = self.strict_minus_floor?;
-        Some(if at_floor(&d) {
+        Some(if below_floor(&d) {
+            format!(
+                "{}: {} measures {:.1} points below the floor with confidence: a release that keeps \
+                 the plans cannot leak less than they do, so its own attackers miss what the plans \
+                 reveal; read the floor as what it releases (the gate holds it to the floor)",
+                self.release,
+                self.strict_release,
+                -100.0 * d.mean
+            )
+        } else if at_floor(&d) {
             format!(
                 "{}: {} is at the floor (paired difference under {:.0} points or its interval reaching 0): \
                  what it reveals is what the frozen workflows' own decisions reveal, so no codebook, \

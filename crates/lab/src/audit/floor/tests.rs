@@ -244,6 +244,10 @@ fn the_reading_says_when_the_release_is_at_the_floor() {
     assert!(at_floor(&estimate(-0.03, -0.06, 0.0)));
     assert!(!at_floor(&estimate(0.08, 0.03, 0.13)));
     assert!(!at_floor(&estimate(TOLERANCE, 1e-3, 0.05)));
+    // Below the floor with confidence: not at it, and said so.
+    assert!(!at_floor(&estimate(-0.09, -0.146, -0.035)));
+    assert!(below_floor(&estimate(-0.09, -0.146, -0.035)));
+    assert!(!below_floor(&estimate(-0.03, -0.06, 0.0)));
     let summary = |difference: Estimate| Summary {
         release: RELEASE.to_string(),
         strict_release: STRICT.to_string(),
@@ -255,6 +259,11 @@ fn the_reading_says_when_the_release_is_at_the_floor() {
         at_floor: Some(at_floor(&difference)),
         questions: BTreeMap::new(),
     };
+    let below = summary(estimate(-0.09, -0.146, -0.035)).to_text();
+    assert!(
+        below.contains("9.0 points below the floor") && below.contains("holds it to the floor"),
+        "{below}"
+    );
     let at = summary(estimate(0.01, -0.02, 0.04)).to_text();
     assert!(
         at.contains("is at the floor") && at.contains("workflows themselves"),
