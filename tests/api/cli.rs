@@ -66,7 +66,7 @@ fn check_config_accepts_the_default_and_names_the_broken_key() {
     assert!(summary.contains("contract dispatcher"));
     // The summary says what a recipient can tell of a WCPQ fallback.
     assert!(
-        summary.contains("contract planner: provider sim, usage Keep, shape complete"),
+        summary.contains("contract planner: provider sim, usage Drop, shape complete"),
         "{summary}"
     );
     assert!(
@@ -84,7 +84,7 @@ fn check_config_accepts_the_default_and_names_the_broken_key() {
     let risky = dir.join("risky.toml");
     std::fs::write(
         &risky,
-        "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n\
+        "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\nusage = \"keep\"\n\
          [contracts.c.questions.free]\nclasses = [\"x\", \"y\"]\nview = \"choice\"\ncaller_text = true\n\
          [contracts.c.questions.noisy]\nclasses = [\"x\", \"y\"]\nview = \"full_native\"\n\
          mechanism = { kind = \"gaussian\", sigma = 0.1, confidence = \"native\" }\n",
@@ -103,6 +103,12 @@ fn check_config_accepts_the_default_and_names_the_broken_key() {
     );
     assert!(
         summary.contains("warning: contracts.c.questions.noisy.mechanism.confidence = \"native\""),
+        "{summary}"
+    );
+    // Token counts a contract keeps can undo what it hides.
+    assert!(
+        summary.contains("warning: contracts.c.usage = \"keep\"")
+            && summary.contains("output_tokens"),
         "{summary}"
     );
 
@@ -1006,4 +1012,190 @@ fn build_codebook_keeps_training_answers_out_unless_asked() {
             assert!(((p * 6.0) - (p * 6.0).round()).abs() < 1e-9, "{p}");
         }
     }
+}
+
+/// `audit --gate` of `contract` in `config` over `worlds` (own release only, 50 resamples):
+/// the exit code, stdout and the JSON report.
+fn gate_audit(
+    config: &std::path::Path,
+    contract: &str,
+    worlds: &std::path::Path,
+) -> (Option<i32>, String, serde_json::Value) {
+    let json = worlds.with_extension(format!("{contract}.json"));
+    let output = Command::new(BIN)
+        .arg("audit")
+        .arg("--config")
+        .arg(config)
+        .args(["--contract", contract, "--views", "no_output"])
+        .args(["--bootstrap", "50", "--gate", "--worlds"])
+        .arg(worlds)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let value = serde_json::from_slice(&std::fs::read(&json).unwrap_or_default())
+        .unwrap_or_else(|_| panic!("{stdout}{stderr}"));
+    (output.status.code(), stdout, value)
+}
+
+#[test]
+fn audit_of_a_coarsening_contract_leaves_out_no_world_and_a_gate_says_what_it_left_out() {
+    let dir = scratch("coarse-audit");
+    let worlds = dir.join("worlds.jsonl");
+    simulate(30, 4, &worlds);
+    let delivery = releasegate_sim::simulate::ontology::domain("delivery").unwrap();
+    let config = dir.join("coarse.toml");
+    std::fs::write(
+        &config,
+        "[providers.sim]\nkind = \"simulated\"\n[contracts.coarse]\nprovider = \"sim\"\n\
+         policy = { hide = [\"secret\"], max_recovery_gain = 1.0 }\n\
+         [contracts.coarse.questions.coarse_cause]\n\
+         classes = [\"DELAY\", \"ADDRESS\", \"DAMAGE\", \"DELIVERY_RECORD\"]\nview = \"full_probabilities\"\n\
+         coarsen = { ADDRESS = \"CUSTOMER_SIDE\", DELIVERY_RECORD = \"CUSTOMER_SIDE\" }\n\
+         withhold_labels = [\"DAMAGE\"]\n"
+            .to_string()
+            + &releasegate_sim::simulate::pinned_text_toml(delivery),
+    )
+    .unwrap();
+    let (code, stdout, value) = gate_audit(&config, "coarse", &worlds);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(stdout.contains("gate coarse: pass"), "{stdout}");
+    // Every delivery world is in, merged and withheld classes included.
+    let intake = &value["intake"];
+    let text = std::fs::read_to_string(&worlds).unwrap();
+    let in_domain = text
+        .lines()
+        .filter(|l| l.contains("\"domain\":\"delivery\""))
+        .count();
+    assert_eq!(intake["worlds_used"], in_domain as u64, "{intake}");
+    assert_eq!(intake["left_out_test"], serde_json::json!({}), "{intake}");
+    assert!(intake["labelled_test_worlds"].as_u64().unwrap() > 0);
+    assert_eq!(value["gate"][0]["left_out_test_worlds"], 0);
+    assert_eq!(value["gate"][0]["too_many_left_out"], false);
+
+    // Labels of a class the contract does not know, on a few whole test pairs: those worlds
+    // are counted, by reason, and the verdict cannot certify the contract.
+    let mut edited = String::new();
+    let mut pairs = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let mut world: serde_json::Value = serde_json::from_str(line).unwrap();
+        let pair = world["pair_id"].as_str().unwrap().to_string();
+        let number: u32 = pair.rsplit('p').next().unwrap().parse().unwrap();
+        if world["domain"] == "delivery" && world["split"] == "test" && number.is_multiple_of(3) {
+            world["labels"]["T"] = serde_json::json!("NOWHERE");
+            pairs.insert(pair);
+        }
+        edited += &format!("{world}\n");
+    }
+    assert!(!pairs.is_empty());
+    let tampered = dir.join("tampered.jsonl");
+    std::fs::write(&tampered, edited).unwrap();
+    let (code, stdout, value) = gate_audit(&config, "coarse", &tampered);
+    assert_eq!(code, Some(4), "{stdout}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("gate coarse: "))
+        .unwrap();
+    assert!(
+        line.starts_with("gate coarse: INCONCLUSIVE")
+            && line.contains("authorized_class_not_in_contract")
+            && line.contains("more than 5%"),
+        "{line}"
+    );
+    let gate = &value["gate"][0];
+    assert_eq!(gate["verdict"], "inconclusive");
+    assert_eq!(gate["too_many_left_out"], true);
+    assert_eq!(gate["left_out_test_worlds"], 2 * pairs.len() as u64);
+    assert_eq!(
+        value["intake"]["left_out_test"]["authorized_class_not_in_contract"],
+        2 * pairs.len() as u64
+    );
+}
+
+#[test]
+fn audit_measures_the_output_tokens_a_contract_keeps() {
+    let dir = scratch("usage-audit");
+    let generated = dir.join("generated.jsonl");
+    simulate(400, 1, &generated);
+    // A question over one coarse class's fine mechanisms (and one more label), coarsened
+    // into that class: the release hides the mechanism, the simulator's output count
+    // follows the length of the mechanism's name it wrote.
+    let delivery = releasegate_sim::simulate::ontology::domain("delivery").unwrap();
+    let class = &delivery.classes[0];
+    let mut labels: Vec<&str> = class.mechanisms.iter().map(|m| m.id).collect();
+    labels.push("OTHER");
+    let criteria: serde_json::Map<String, serde_json::Value> = labels
+        .iter()
+        .map(|l| (l.to_string(), serde_json::Value::Null))
+        .collect();
+    let mut requests = String::new();
+    for line in std::fs::read_to_string(&generated).unwrap().lines() {
+        let world: serde_json::Value = serde_json::from_str(line).unwrap();
+        if world["labels"]["T"] != class.label {
+            continue;
+        }
+        let request = serde_json::json!({
+            "id": world["world_id"], "pair_id": world["pair_id"], "split": world["split"],
+            "domain": world["domain"], "question": "cause", "coarse": class.label,
+            "secret": world["labels"]["S"], "hypotheses": world["labels"]["hypotheses"],
+            "request": {"model": "jev-latest", "state": world["request"]["state"],
+                "questions": {"cause": {"type": "choice", "criteria": criteria}}},
+        });
+        requests += &format!("{request}\n");
+    }
+    std::fs::write(dir.join("requests.jsonl"), requests).unwrap();
+    let coarsen: Vec<String> = class
+        .mechanisms
+        .iter()
+        .map(|m| format!("{} = \"{}\"", m.id, class.label))
+        .collect();
+    let mut text = "[providers.sim]\nkind = \"simulated\"\n".to_string();
+    for usage in ["keep", "input"] {
+        text += &format!(
+            "[contracts.{usage}]\nprovider = \"sim\"\nusage = \"{usage}\"\n\
+             policy = {{ hide = [\"secret\"], max_recovery_gain = 0.05 }}\n\
+             [contracts.{usage}.questions.cause]\nclasses = {labels:?}\nview = \"full_probabilities\"\n\
+             coarsen = {{ {} }}\n",
+            coarsen.join(", ")
+        );
+    }
+    let config = dir.join("usage.toml");
+    std::fs::write(&config, text).unwrap();
+    let checked = succeed(
+        Command::new(BIN)
+            .arg("check-config")
+            .arg("--config")
+            .arg(&config),
+    );
+    let summary = String::from_utf8_lossy(&checked.stdout);
+    assert!(
+        summary.contains("warning: contracts.keep.usage = \"keep\"")
+            && !summary.contains("contracts.input.usage"),
+        "{summary}"
+    );
+    let worlds = dir.join("worlds.jsonl");
+    succeed(
+        Command::new(BIN)
+            .args(["collect", "--config"])
+            .arg(&config)
+            .args(["--contract", "keep", "--requests"])
+            .arg(dir.join("requests.jsonl"))
+            .arg("--out")
+            .arg(&worlds),
+    );
+    let gain = |value: &serde_json::Value, bound: &str| {
+        value["gate"][0]["recovery_gain"][bound].as_f64().unwrap()
+    };
+    // Kept, the output count tells the mechanisms apart: the gate fails.
+    let (code, stdout, keep) = gate_audit(&config, "keep", &worlds);
+    assert_eq!(code, Some(3), "{stdout}");
+    assert!(stdout.contains("gate keep: FAIL"), "{stdout}");
+    assert!(gain(&keep, "lower") > 0.05, "{stdout}");
+    // Released as 0, it tells nothing: the same contract's gain is well below.
+    let (code, stdout, input) = gate_audit(&config, "input", &worlds);
+    assert_ne!(code, Some(3), "{stdout}");
+    assert!(gain(&input, "mean") < gain(&keep, "lower"), "{stdout}");
+    assert_eq!(keep["intake"]["left_out_test"], serde_json::json!({}));
 }

@@ -745,6 +745,14 @@ impl Config {
             ));
         }
         for (name, contract) in &self.contracts {
+            if let Some(why) = usage_keep_risk(contract) {
+                warnings.push(format!(
+                    "contracts.{name}.usage = \"keep\": the provider's output_tokens goes out unchanged, \
+                     and it follows what the model wrote (a longer label, a longer answer) although {why}; \
+                     two releases that differ only in output_tokens can tell apart what the release \
+                     hides. Use usage = \"input\" (input_tokens only) or \"drop\""
+                ));
+            }
             for (id, rule) in &contract.questions {
                 let key = format!("contracts.{name}.questions.{id}");
                 if rule.question.caller_text {
@@ -776,6 +784,29 @@ impl Config {
         }
         warnings
     }
+}
+
+/// Why `usage = "keep"` undoes part of `contract` (`None` when it keeps usage otherwise, or
+/// releases every question in full): a question that coarsens, withholds, uses a mechanism or
+/// releases less than `full_native`.
+fn usage_keep_risk(contract: &Contract) -> Option<String> {
+    if !contract.usage.keeps() {
+        return None;
+    }
+    contract.questions.iter().find_map(|(id, rule)| {
+        let why = if rule.coarsen.is_some() {
+            "it coarsens"
+        } else if rule.withhold.iter().any(|w| *w) {
+            "it withholds labels"
+        } else if !matches!(rule.mechanism, Mechanism::None) {
+            "it rewrites the answer with a mechanism"
+        } else if rule.view != View::FullNative {
+            "its view releases less than full_native"
+        } else {
+            return None;
+        };
+        Some(format!("question {id}: {why}"))
+    })
 }
 
 /// Whether an environment key (prefix stripped, levels joined by `.`) targets a top-level key of

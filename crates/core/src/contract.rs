@@ -263,6 +263,11 @@ pub enum Usage {
     /// Release `usage` with both counts 0: schema-complete, and nothing of the input size
     /// (token counts reveal it).
     Drop,
+    /// Forward `usage.input_tokens` (a function of what went upstream: the contract's
+    /// question and the caller's state and assets) and release `output_tokens` as 0: the
+    /// output count follows what the model wrote (the fine label it chose, say), which a
+    /// coarsening, withholding or mechanism exists to hide.
+    Input,
 }
 
 /// How released answers are shaped.
@@ -473,16 +478,22 @@ impl fmt::Display for Shape {
 // === impl Usage ===
 
 impl Usage {
-    /// Whether token usage goes out.
+    /// Whether both token counts go out as received.
     pub fn keeps(self) -> bool {
         self == Usage::Keep
     }
 
-    /// The configuration name.
+    /// Whether the provider's `input_tokens` goes out (`keep` and `input`).
+    pub fn keeps_input(self) -> bool {
+        matches!(self, Usage::Keep | Usage::Input)
+    }
+
+    /// The configuration's name of this setting.
     pub fn as_str(self) -> &'static str {
         match self {
             Usage::Keep => "keep",
             Usage::Drop => "drop",
+            Usage::Input => "input",
         }
     }
 }

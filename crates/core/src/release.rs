@@ -17,7 +17,7 @@ use std::borrow::Cow;
 
 use serde_json::Value;
 
-use crate::contract::{Coarsening, Contract, QuestionRule, Shape, View};
+use crate::contract::{Coarsening, Contract, QuestionRule, Shape, Usage, View};
 use crate::mechanism::{self, ClassVector, Context, Released};
 use crate::rng::Rng;
 use crate::wire::json::{Number, Object, write};
@@ -827,28 +827,30 @@ fn release_usage<N: Node>(
     usage: Option<&N>,
 ) -> Result<Object<'static>, Invalid> {
     let mut out = Object::with_capacity(2);
-    if !contract.usage.keeps() {
-        // Schema-complete and carrying nothing: the published schema and the SDKs' strict
-        // models require both counts, and zero says nothing about the input.
-        out.insert(
-            Cow::Borrowed("input_tokens"),
-            Json::Number(Number::Unsigned(0)),
-        );
-        out.insert(
-            Cow::Borrowed("output_tokens"),
-            Json::Number(Number::Unsigned(0)),
-        );
-        return Ok(out);
+    let zero = || Json::Number(Number::Unsigned(0));
+    // `drop`: schema-complete and carrying nothing: the published schema and the SDKs'
+    // strict models require both counts, and zero says nothing about the input.
+    let keys: &[&'static str] = match contract.usage {
+        Usage::Keep => &["input_tokens", "output_tokens"],
+        Usage::Input => &["input_tokens"],
+        Usage::Drop => &[],
+    };
+    if keys.is_empty() {
+        out.insert(Cow::Borrowed("input_tokens"), zero());
     }
-    for key in ["input_tokens", "output_tokens"] {
+    for key in keys {
         match usage.and_then(|usage| usage.member(key)) {
             None => {}
             Some(count) if count.is_null() => {}
             Some(count) => {
                 let count = count.unsigned().ok_or(Invalid::MissingField)?;
-                out.insert(Cow::Borrowed(key), Json::Number(Number::Unsigned(count)));
+                out.insert(Cow::Borrowed(*key), Json::Number(Number::Unsigned(count)));
             }
         }
+    }
+    if !contract.usage.keeps() {
+        // `input` and `drop`: the output count follows what the model wrote.
+        out.insert(Cow::Borrowed("output_tokens"), zero());
     }
     Ok(out)
 }

@@ -120,6 +120,9 @@ pub struct ReleasedFeatures {
     pub probabilities: Option<Vec<Option<f64>>>,
     /// Native confidence, if released.
     pub confidence: Option<f64>,
+    /// The token counts the release carried, where the contract releases them (`usage`).
+    #[serde(default, skip_serializing_if = "ReleasedUsage::is_empty")]
+    pub usage: ReleasedUsage,
     /// What the same recipient received for the same world under its other contracts
     /// (`audit --recipient`): the attacker reads them together with this release.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -135,10 +138,41 @@ pub struct JointPart {
     pub probabilities: Option<Vec<Option<f64>>>,
     /// Confidence, if released.
     pub confidence: Option<f64>,
+    /// The token counts that contract releases.
+    #[serde(default, skip_serializing_if = "ReleasedUsage::is_empty")]
+    pub usage: ReleasedUsage,
     /// Index of the authorized class among that contract's labels.
     pub t_index: usize,
     /// That contract's label count.
     pub class_count: usize,
+}
+
+/// A release's `usage` as the attacker reads it: each count the contract releases as
+/// received (`None`: not released, or a count that carries nothing, such as the 0 of
+/// `usage = "drop"` and the `output_tokens` 0 of `"input"`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReleasedUsage {
+    /// `usage.input_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<f64>,
+    /// `usage.output_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<f64>,
+}
+
+impl ReleasedUsage {
+    /// Whether no count is released.
+    pub fn is_empty(&self) -> bool {
+        self.input_tokens.is_none() && self.output_tokens.is_none()
+    }
+
+    /// The counts, each finite or `None`.
+    pub fn finite(&self) -> ReleasedUsage {
+        ReleasedUsage {
+            input_tokens: self.input_tokens.filter(|v| v.is_finite()),
+            output_tokens: self.output_tokens.filter(|v| v.is_finite()),
+        }
+    }
 }
 
 /// One world as seen by the attacker, plus its label.

@@ -360,8 +360,11 @@ fn print_report(measured: &Measured, contracts: &[Arc<Contract>], unchecked: boo
     }
     print_sample_size(&measured.report, &measured.input, contracts);
     println!(
-        "worlds used: {}; left out: {:?}",
-        measured.intake.worlds_used, measured.intake.skipped
+        "worlds used: {}; left out: {:?} ({} of {} labelled test worlds)",
+        measured.intake.worlds_used,
+        measured.intake.skipped,
+        measured.intake.left_out_test_worlds(),
+        measured.intake.labelled_test_worlds
     );
     for contract in contracts {
         let reasons = contract.not_certifiable_reasons();
@@ -571,15 +574,33 @@ fn print_gate<'r>(results: impl Iterator<Item = &'r GateResult>) {
             _ => String::new(),
         };
         println!(
-            "gate {}: {}{gain}{dropped}{uncertified}{inconclusive}",
+            "gate {}: {}{gain}{dropped}{uncertified}{inconclusive}{}",
             result.contract,
             match result.verdict {
                 Verdict::Pass => "pass",
                 Verdict::Fail => "FAIL",
                 Verdict::Inconclusive => "INCONCLUSIVE",
-            }
+            },
+            left_out(result)
         );
     }
+}
+
+/// What a gate result's measurement left out, by reason, and what that does to the verdict.
+fn left_out(result: &GateResult) -> String {
+    if result.left_out.is_empty() {
+        return String::new();
+    }
+    let held = if result.too_many_left_out {
+        ": more than 5%, so the verdict is at best inconclusive (it would certify the worlds \
+         measured, not the contract)"
+    } else {
+        ""
+    };
+    format!(
+        "; left out {:?}, {} of {} labelled test worlds{held}",
+        result.left_out, result.left_out_test_worlds, result.labelled_test_worlds
+    )
 }
 
 /// Writes an output file of the audit.

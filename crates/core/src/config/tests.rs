@@ -918,3 +918,52 @@ fn box_questions_take_a_view_and_quantize_and_nothing_of_classes() {
         );
     }
 }
+
+#[test]
+fn usage_keep_is_warned_about_where_the_contract_hides_something() {
+    let with_usage = |usage: &str, question: &str| {
+        let text = MINIMAL.replace(
+            "provider = \"sim\"\n",
+            &format!("provider = \"sim\"\nusage = \"{usage}\"\n"),
+        );
+        let text = text.replace("view = \"full_native\"\n", question);
+        Config::from_toml(&text).unwrap()
+    };
+    let usage_warnings = |config: &Config| -> Vec<String> {
+        config
+            .warnings()
+            .into_iter()
+            .filter(|w| w.starts_with("contracts.c.usage = \"keep\""))
+            .collect()
+    };
+    let hiding = [
+        (
+            "view = \"full_native\"\ncoarsen = { A = \"AB\", B = \"AB\" }\n",
+            "coarsens",
+        ),
+        (
+            "view = \"full_native\"\nwithhold_labels = [\"A\"]\n",
+            "withholds",
+        ),
+        (
+            "view = \"full_native\"\nmechanism = { kind = \"quantize\", step = 0.1 }\n",
+            "mechanism",
+        ),
+        ("view = \"choice\"\n", "full_native"),
+    ];
+    for (question, why) in hiding {
+        let found = usage_warnings(&with_usage("keep", question));
+        assert_eq!(found.len(), 1, "{question}: {found:?}");
+        assert!(found[0].contains(why), "{question}: {found:?}");
+        assert!(found[0].contains("usage = \"input\""), "{found:?}");
+        for usage in ["input", "drop"] {
+            assert!(usage_warnings(&with_usage(usage, question)).is_empty());
+        }
+    }
+    // A contract that releases everything in full has nothing for the count to undo.
+    assert!(usage_warnings(&with_usage("keep", "view = \"full_native\"\n")).is_empty());
+    assert_eq!(
+        with_usage("input", "view = \"choice\"\n").contracts["c"].usage,
+        crate::contract::Usage::Input
+    );
+}

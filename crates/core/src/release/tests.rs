@@ -145,6 +145,31 @@ fn usage_is_kept_or_dropped() {
         released("choice", "", "drop")["usage"],
         json!({"input_tokens": 0, "output_tokens": 0})
     );
+    // `input`: what went upstream is counted, what the model wrote is not.
+    assert_eq!(
+        released("choice", "", "input")["usage"],
+        json!({"input_tokens": 392, "output_tokens": 0})
+    );
+}
+
+#[test]
+fn usage_input_checks_the_input_count_only() {
+    let c = contract("choice", "", "input");
+    let asked = check_request(&request(), &c).unwrap();
+    let mut bad = native();
+    bad["usage"]["input_tokens"] = json!(1.5);
+    assert_eq!(run(&c, &asked, &bad).unwrap_err(), Invalid::MissingField);
+    let mut other = native();
+    other["usage"]["output_tokens"] = json!("many");
+    let body: Value = serde_json::from_slice(&run(&c, &asked, &other).unwrap().to_bytes()).unwrap();
+    assert_eq!(
+        body["usage"],
+        json!({"input_tokens": 392, "output_tokens": 0})
+    );
+    let mut none = native();
+    none["usage"] = json!({});
+    let body: Value = serde_json::from_slice(&run(&c, &asked, &none).unwrap().to_bytes()).unwrap();
+    assert_eq!(body["usage"], json!({"output_tokens": 0}));
 }
 
 #[test]

@@ -147,7 +147,7 @@ pub fn build(
     }
     let usable: Vec<Usable<'_>> = worlds
         .iter()
-        .filter_map(|w| intake::usable_world(contracts, w).ok())
+        .filter_map(|w| intake::usable::usable_world(contracts, w).ok())
         .collect();
     let aligned = usable.len() == template.examples.len()
         && usable

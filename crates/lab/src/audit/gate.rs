@@ -6,9 +6,12 @@
 //! the recovery gain over no output is above the budget with confidence (the interval's
 //! lower bound is above it). It **passes** when the interval's upper bound is within the
 //! budget and the interval is no wider than the budget. Otherwise the data cannot tell:
-//! the verdict is **inconclusive**, with the number of pairs the data would need.
+//! the verdict is **inconclusive**, with the number of pairs the data would need. A verdict
+//! on data that leaves out more than 5% of the labelled test worlds (their class is not one
+//! the contract can be asked about, their request does not fit, ...) is at best
+//! inconclusive: it would certify the classes measured, not the contract.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -56,6 +59,44 @@ pub struct GateResult {
     /// shrink as one over the square root of the pairs); `None` when the budget is 0, which
     /// no amount of data resolves.
     pub pairs_needed: Option<usize>,
+    /// Worlds the measurement left out, by reason (`intake::Intake::skipped`).
+    pub left_out: BTreeMap<String, u64>,
+    /// Labelled test worlds, used or not.
+    pub labelled_test_worlds: u64,
+    /// Labelled test worlds left out: above 5% of them the verdict is at best inconclusive.
+    pub left_out_test_worlds: u64,
+    /// Whether the verdict was held at inconclusive because too many labelled test worlds
+    /// were left out (`intake::usable::MAX_LEFT_OUT_SHARE`).
+    pub too_many_left_out: bool,
+}
+
+/// What a gate measurement left out, and the verdict it allows at best.
+#[derive(Debug, Clone, Default)]
+struct LeftOut {
+    skipped: BTreeMap<String, u64>,
+    labelled_test: u64,
+    left_out_test: u64,
+    too_many: bool,
+}
+
+impl LeftOut {
+    fn of(intake: &intake::Intake) -> LeftOut {
+        LeftOut {
+            skipped: intake.skipped.clone(),
+            labelled_test: intake.labelled_test_worlds,
+            left_out_test: intake.left_out_test_worlds(),
+            too_many: intake.too_many_left_out(),
+        }
+    }
+
+    /// `verdict`, at best inconclusive when too many labelled test worlds were left out.
+    fn cap(&self, verdict: Verdict) -> Verdict {
+        if self.too_many {
+            verdict.max(Verdict::Inconclusive)
+        } else {
+            verdict
+        }
+    }
 }
 
 /// The verdict of a measured gain against `budget` (see the module documentation).
@@ -177,9 +218,10 @@ pub fn gate(
             .map(String::from)
             .collect();
         let mut recovery_gain = None;
+        let mut left_out = LeftOut::default();
         if !policy.hide.is_empty() {
             let candidate = Candidate::uniform(format!("{} (gate)", contract.name), None, None);
-            let (input, _) = intake::build(
+            let (input, intake) = intake::build(
                 std::slice::from_ref(contract),
                 worlds,
                 &[candidate],
@@ -190,9 +232,11 @@ pub fn gate(
             let report = run(&input, settings)
                 .map_err(|error| format!("gate {}: {error}", contract.name))?;
             recovery_gain = report.releases.first().map(|r| r.pooled.gain);
+            left_out = LeftOut::of(&intake);
         }
         let budget = policy.max_recovery_gain;
-        let measured = recovery_gain.map_or(Verdict::Pass, |gain| verdict(&gain, budget));
+        let measured =
+            left_out.cap(recovery_gain.map_or(Verdict::Pass, |gain| verdict(&gain, budget)));
         let verdict = if !dropped_keep.is_empty() || !not_certifiable.is_empty() {
             Verdict::Fail
         } else {
@@ -211,6 +255,10 @@ pub fn gate(
             pairs: recovery_gain.map(|g| g.n_pairs),
             pairs_needed: recovery_gain
                 .and_then(|g| pairs_needed(g.upper - g.lower, g.n_pairs, budget)),
+            left_out: left_out.skipped,
+            labelled_test_worlds: left_out.labelled_test,
+            left_out_test_worlds: left_out.left_out_test,
+            too_many_left_out: left_out.too_many,
         });
     }
     Ok(results)
@@ -247,7 +295,7 @@ pub fn recipient(
     };
     let label = format!("recipient {name}");
     let candidate = Candidate::uniform(format!("{label} (joint)"), None, None);
-    let (input, _) = intake::build_joint(
+    let (input, intake) = intake::build_joint(
         std::slice::from_ref(main),
         joint,
         worlds,
@@ -266,7 +314,8 @@ pub fn recipient(
                 .map(move |q| format!("{}.{q}", c.name))
         })
         .collect();
-    let measured = gain.map_or(Verdict::Inconclusive, |gain| verdict(&gain, budget));
+    let left_out = LeftOut::of(&intake);
+    let measured = left_out.cap(gain.map_or(Verdict::Inconclusive, |gain| verdict(&gain, budget)));
     let verdict = if not_certifiable.is_empty() {
         measured
     } else {
@@ -283,6 +332,10 @@ pub fn recipient(
         interval_width: gain.map(|g| g.upper - g.lower),
         pairs: gain.map(|g| g.n_pairs),
         pairs_needed: gain.and_then(|g| pairs_needed(g.upper - g.lower, g.n_pairs, budget)),
+        left_out: left_out.skipped,
+        labelled_test_worlds: left_out.labelled_test,
+        left_out_test_worlds: left_out.left_out_test,
+        too_many_left_out: left_out.too_many,
     }))
 }
 

@@ -177,6 +177,7 @@ impl Group {
                     .as_ref()
                     .map(|p| p.iter().map(|v| v.filter(|x| x.is_finite())).collect()),
                 confidence: ex.release.confidence.filter(|v| v.is_finite()),
+                usage: ex.release.usage.finite(),
                 joint: ex
                     .release
                     .joint
@@ -187,6 +188,7 @@ impl Group {
                             .as_ref()
                             .map(|p| p.iter().map(|v| v.filter(|x| x.is_finite())).collect()),
                         confidence: part.confidence.filter(|v| v.is_finite()),
+                        usage: part.usage.finite(),
                         ..part.clone()
                     })
                     .collect(),
@@ -313,6 +315,7 @@ impl Group {
             fields.choice as u8,
             fields.probabilities as u8,
             fields.confidence as u8,
+            fields.usage as u8,
         ]);
         for row in &self.rows {
             put(&[row.swapped_copy as u8, row.reversed as u8, row.split as u8]);
@@ -353,6 +356,12 @@ impl Group {
                     .confidence
                     .map_or(u64::MAX, f64::to_bits)
                     .to_le_bytes());
+            }
+            if fields.usage {
+                let usage = &row.release.usage;
+                for count in [usage.input_tokens, usage.output_tokens] {
+                    put(&count.map_or(u64::MAX, f64::to_bits).to_le_bytes());
+                }
             }
         }
         h.finalize().into()

@@ -174,10 +174,38 @@ pub struct Intake {
     pub worlds_used: u64,
     /// Worlds left out, by reason.
     pub skipped: BTreeMap<String, u64>,
+    /// Labelled worlds of the test split whose request one of the contracts accepts (the
+    /// proxy refuses the others: nothing is released), used or not.
+    pub labelled_test_worlds: u64,
+    /// Labelled test worlds left out, by reason (also counted in `skipped`).
+    pub left_out_test: BTreeMap<String, u64>,
     /// Per release: mechanism outcomes on every used world (covered, fallback reasons).
     pub mechanisms: BTreeMap<String, BTreeMap<String, u64>>,
     /// Per release and workflow: the posterior the recipient policy uses.
     pub recipient_posteriors: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+// === impl Intake ===
+
+impl Intake {
+    /// Labelled test worlds left out.
+    pub fn left_out_test_worlds(&self) -> u64 {
+        self.left_out_test.values().sum()
+    }
+
+    /// The share of labelled test worlds left out (0 without any).
+    pub fn left_out_share(&self) -> f64 {
+        if self.labelled_test_worlds == 0 {
+            return 0.0;
+        }
+        self.left_out_test_worlds() as f64 / self.labelled_test_worlds as f64
+    }
+
+    /// Whether too many labelled test worlds are left out for a verdict on the contract
+    /// (more than [`usable::MAX_LEFT_OUT_SHARE`]).
+    pub fn too_many_left_out(&self) -> bool {
+        self.left_out_share() > usable::MAX_LEFT_OUT_SHARE
+    }
 }
 
 /// A world that fits one of the contracts.
@@ -220,13 +248,7 @@ pub fn build_joint(
     seed: u64,
 ) -> Result<(Input, Intake), Error> {
     let mut intake = Intake::default();
-    let mut usable = Vec::new();
-    for world in worlds {
-        match usable_world(contracts, world) {
-            Ok(found) => usable.push(found),
-            Err(reason) => *intake.skipped.entry(reason.to_string()).or_default() += 1,
-        }
-    }
+    let mut usable = usable::select(contracts, worlds, &mut intake);
     if usable.is_empty() {
         return Err(Error::Empty);
     }
@@ -288,6 +310,7 @@ pub fn build_joint(
                     .unwrap_or_default(),
                 s_index: Some(u.s_index),
                 release: ReleasedFeatures {
+                    usage: usable::released_usage(contract, &released),
                     joint: joint_parts(joint, u, reading, seed)?,
                     ..features_of(&form, reading, answer)
                 },
@@ -333,10 +356,7 @@ fn joint_parts(
         })?;
         let labels = rule.released_labels();
         // The authorized class in that contract's labels (its coarse label when it coarsens).
-        let t_index = labels.iter().position(|l| l == t).or_else(|| {
-            let fine = rule.classes.iter().position(|c| c == t)?;
-            rule.coarsen.as_ref()?.map.get(fine).copied()
-        });
+        let t_index = usable::released_class(rule, t);
         let mut part = JointPart {
             t_index: t_index.unwrap_or(0),
             class_count: labels.len(),
@@ -352,6 +372,7 @@ fn joint_parts(
                 part.choice = features.choice;
                 part.probabilities = features.probabilities;
                 part.confidence = features.confidence;
+                part.usage = usable::released_usage(contract, &released);
             }
         }
         parts.push(part);
@@ -402,50 +423,6 @@ fn labels_of(world: &World) -> Option<&worlds::Labels> {
     world.labels.as_ref()
 }
 
-/// The world as the audit uses it: under the first of `contracts` its request fits, with its
-/// labelled question asked and its classes released; otherwise why it is left out.
-pub(super) fn usable_world<'w>(
-    contracts: &[Arc<Contract>],
-    world: &'w World,
-) -> Result<Usable<'w>, &'static str> {
-    let labels = world.labels.as_ref().ok_or("no_labels")?;
-    let (index, contract, asked) = contracts
-        .iter()
-        .enumerate()
-        .find_map(|(i, c)| {
-            wire::check_request(&world.request, c)
-                .ok()
-                .map(|asked| (i, c, asked))
-        })
-        .ok_or("request_does_not_fit")?;
-    let rule = contract
-        .questions
-        .get(&labels.question)
-        .ok_or("question_not_in_contract")?;
-    if !asked.questions.iter().any(|q| q.id == labels.question) {
-        return Err("question_not_asked");
-    }
-    let released_labels = rule.released_labels().to_vec();
-    let t_index = released_labels
-        .iter()
-        .position(|l| *l == labels.t)
-        .ok_or("authorized_class_not_released")?;
-    let s_index = labels
-        .hypotheses
-        .iter()
-        .position(|h| *h == labels.s)
-        .ok_or("secret_not_a_hypothesis")?;
-    Ok(Usable {
-        world,
-        contract: index,
-        question: labels.question.clone(),
-        labels: released_labels,
-        t_index,
-        s_index,
-        public: Vec::new(),
-    })
-}
-
 /// The attacker's view of a released answer. By default exactly the fields
 /// the contract releases for it, as they appear in the body (`Form::observe`):
 /// the complete shape's fills are not features, since each is a known function
@@ -466,6 +443,7 @@ fn features_of<N: wire::Node>(
         choice: observed.choice,
         probabilities: observed.probabilities,
         confidence: observed.confidence,
+        usage: Default::default(),
         joint: Vec::new(),
     }
 }
@@ -696,3 +674,4 @@ fn recipient_posteriors(
 
 #[cfg(test)]
 mod tests;
+pub mod usable;

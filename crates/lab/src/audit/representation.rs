@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::{Example, ReleasedFeatures};
+use super::{Example, ReleasedFeatures, ReleasedUsage};
 
 /// Floor added inside logarithms of probabilities (paper Appendix D.3).
 pub const LOG_EPS: f64 = 1e-4;
@@ -23,6 +23,10 @@ pub struct FieldSet {
     pub probabilities: bool,
     /// The native confidence.
     pub confidence: bool,
+    /// The released token counts (`usage`): read with every subview but no output, since
+    /// they go out with every answer the contract releases.
+    #[serde(default)]
+    pub usage: bool,
 }
 
 /// How a probability-bearing view is turned into numbers.
@@ -55,12 +59,16 @@ impl FieldSet {
         choice: false,
         probabilities: false,
         confidence: false,
+        usage: false,
     };
 
     /// Stable snake_case name (`no_output`, `choice`, `choice_confidence`,
     /// `choice_probabilities`, `full`, or a generic join for other sets).
+    /// The token counts do not change the name (`Strategy::fields` says whether they were
+    /// read), except where they are all there is (`usage`).
     pub fn name(&self) -> String {
         match (self.choice, self.probabilities, self.confidence) {
+            (false, false, false) if self.usage => "usage".to_string(),
             (false, false, false) => "no_output".to_string(),
             (true, false, false) => "choice".to_string(),
             (true, false, true) => "choice_confidence".to_string(),
@@ -77,6 +85,7 @@ impl FieldSet {
         (!self.choice || other.choice)
             && (!self.probabilities || other.probabilities)
             && (!self.confidence || other.confidence)
+            && (!self.usage || other.usage)
     }
 
     /// The fields present in at least one example.
@@ -86,34 +95,41 @@ impl FieldSet {
             set.choice |= ex.release.choice.is_some();
             set.probabilities |= ex.release.probabilities.is_some();
             set.confidence |= ex.release.confidence.is_some();
+            set.usage |= !ex.release.usage.is_empty();
             for part in &ex.release.joint {
                 set.choice |= part.choice.is_some();
                 set.probabilities |= part.probabilities.is_some();
                 set.confidence |= part.confidence.is_some();
+                set.usage |= !part.usage.is_empty();
             }
         }
         set
     }
 
     /// Nested subviews the attacker may select from (paper D.3): the view itself, then
-    /// choice+probabilities, choice+confidence, choice and no output when permitted.
+    /// choice+probabilities, choice+confidence, choice and no output when permitted. Every
+    /// subview but no output reads the released token counts when the view has them.
     pub fn subviews(&self) -> Vec<FieldSet> {
+        let usage = self.usage;
         let candidates = [
             *self,
             FieldSet {
                 choice: true,
                 probabilities: true,
                 confidence: false,
+                usage,
             },
             FieldSet {
                 choice: true,
                 probabilities: false,
                 confidence: true,
+                usage,
             },
             FieldSet {
                 choice: true,
                 probabilities: false,
                 confidence: false,
+                usage,
             },
             FieldSet::NONE,
         ];
@@ -241,6 +257,9 @@ pub fn release_row(
         push(&mut row, conf.unwrap_or(0.0), true);
         push(&mut row, if conf.is_some() { 1.0 } else { 0.0 }, false);
     }
+    if fields.usage {
+        push_usage(&mut row.values, &mut row.numeric, &release.usage);
+    }
     // The recipient's other releases of the same world, each in its own label space, under
     // the same fields and representation.
     for part in &release.joint {
@@ -248,6 +267,7 @@ pub fn release_row(
             choice: part.choice,
             probabilities: part.probabilities.clone(),
             confidence: part.confidence,
+            usage: part.usage,
             joint: Vec::new(),
         };
         let more = release_row(&single, part.t_index, part.class_count, fields, rep);
@@ -255,6 +275,17 @@ pub fn release_row(
         row.numeric.extend(more.numeric);
     }
     row
+}
+
+/// The token counts as `ln(1 + count)` (numeric), each beside its availability flag.
+fn push_usage(values: &mut Vec<f64>, numeric: &mut Vec<bool>, usage: &ReleasedUsage) {
+    for count in [usage.input_tokens, usage.output_tokens] {
+        let count = count.filter(|v| v.is_finite());
+        values.push(count.map_or(0.0, |v| v.max(0.0).ln_1p()));
+        numeric.push(true);
+        values.push(if count.is_some() { 1.0 } else { 0.0 });
+        numeric.push(false);
+    }
 }
 
 /// One-hot of `index` over `k` slots (all zero when out of range).
@@ -271,6 +302,7 @@ mod tests {
             choice: Some(1),
             probabilities: p,
             confidence: Some(0.7),
+            usage: Default::default(),
             joint: Vec::new(),
         }
     }
@@ -279,6 +311,7 @@ mod tests {
         choice: true,
         probabilities: true,
         confidence: true,
+        usage: false,
     };
 
     #[test]
@@ -299,8 +332,55 @@ mod tests {
             choice: false,
             probabilities: true,
             confidence: false,
+            usage: false,
         };
         assert_eq!(probs_only.subviews(), vec![probs_only, FieldSet::NONE]);
+        // Released token counts go with every subview but no output.
+        let with_usage = FieldSet { usage: true, ..ALL };
+        let subviews = with_usage.subviews();
+        assert_eq!(subviews.len(), 5);
+        assert!(subviews[..4].iter().all(|f| f.usage));
+        assert_eq!(subviews[4], FieldSet::NONE);
+        let usage_only = FieldSet {
+            usage: true,
+            ..FieldSet::NONE
+        };
+        assert_eq!(usage_only.subviews(), vec![usage_only, FieldSet::NONE]);
+        assert_eq!(usage_only.name(), "usage");
+    }
+
+    #[test]
+    fn released_token_counts_are_read_with_their_flags() {
+        let mut r = release(None);
+        r.usage = ReleasedUsage {
+            input_tokens: Some(99.0),
+            output_tokens: None,
+        };
+        let fields = FieldSet {
+            choice: true,
+            usage: true,
+            ..FieldSet::NONE
+        };
+        let row = release_row(&r, 0, 3, fields, Representation::Raw);
+        let without = release_row(
+            &r,
+            0,
+            3,
+            FieldSet {
+                usage: false,
+                ..fields
+            },
+            Representation::Raw,
+        );
+        assert_eq!(row.values[..without.values.len()], without.values[..]);
+        assert_eq!(
+            row.values[without.values.len()..],
+            [100f64.ln(), 1.0, 0.0, 0.0]
+        );
+        assert_eq!(
+            row.numeric[without.numeric.len()..],
+            [true, false, true, false]
+        );
     }
 
     #[test]

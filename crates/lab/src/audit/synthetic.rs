@@ -138,24 +138,28 @@ pub fn views(natives: &[Native]) -> Vec<Release> {
                             choice: Some(n.choice),
                             probabilities: probs(&|_, p| Some(p)),
                             confidence: None,
+                            usage: Default::default(),
                             joint: Vec::new(),
                         },
                         "top2" => ReleasedFeatures {
                             choice: Some(n.choice),
                             probabilities: probs(&|i, p| order[..2].contains(&i).then_some(p)),
                             confidence: Some(n.confidence),
+                            usage: Default::default(),
                             joint: Vec::new(),
                         },
                         "quantized" => ReleasedFeatures {
                             choice: Some(n.choice),
                             probabilities: probs(&|_, p| Some((p * 10.0).round() / 10.0)),
                             confidence: Some(n.confidence),
+                            usage: Default::default(),
                             joint: Vec::new(),
                         },
                         _ => ReleasedFeatures {
                             choice: Some(n.choice),
                             probabilities: probs(&|_, p| Some(p)),
                             confidence: Some(n.confidence),
+                            usage: Default::default(),
                             joint: Vec::new(),
                         },
                     };

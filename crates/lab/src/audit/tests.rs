@@ -10,6 +10,7 @@ const FULL: FieldSet = FieldSet {
     choice: true,
     probabilities: true,
     confidence: true,
+    usage: false,
 };
 
 fn quick_config() -> Config {
@@ -77,6 +78,7 @@ fn signature_release(t: usize, mech: usize, _hi: bool, rng: &mut Rng) -> Release
         choice: Some(t),
         probabilities: Some(p.iter().map(|v| Some(v / total)).collect()),
         confidence: Some(0.8),
+        usage: Default::default(),
         joint: Vec::new(),
     }
 }
@@ -91,6 +93,7 @@ fn noise_release(t: usize, _mech: usize, _hi: bool, rng: &mut Rng) -> ReleasedFe
         choice: Some(rng.below(k)),
         probabilities: Some(raw.iter().map(|v| Some(v / total)).collect()),
         confidence: Some(rng.uniform()),
+        usage: Default::default(),
         joint: Vec::new(),
     }
 }
@@ -363,6 +366,7 @@ fn degenerate_data_runs() {
         choice: Some(0),
         probabilities: Some(vec![Some(0.25), Some(f64::NAN), None, Some(0.25)]),
         confidence: Some(f64::INFINITY),
+        usage: Default::default(),
         joint: Vec::new(),
     };
     let mut examples = dataset(30, 4, 3, 2, &constant);
@@ -405,6 +409,7 @@ fn degenerate_data_runs() {
             choice: Some(t),
             probabilities: Some(p),
             confidence: None,
+            usage: Default::default(),
             joint: Vec::new(),
         }
     };

@@ -135,11 +135,33 @@ fn answer(request: &Value, input_len: usize) -> Result<Value, Error> {
         answers.insert(question.id.to_string(), answer);
     }
     let input_tokens = (input_len / 4).max(1) as u64;
+    let output_tokens = answers.values().map(written_tokens).sum::<u64>().max(1);
     Ok(json!({
         "model": model,
         "answers": answers,
-        "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
     }))
+}
+
+/// Tokens of what the model writes for one answer, as a model's output count follows it:
+/// the chosen label of a choice answer, the number of a score or noul answer, the four
+/// edges of a box; each text counts one token per 4 bytes started, at least 1.
+fn written_tokens(answer: &Value) -> u64 {
+    let tokens = |value: &Value| -> u64 {
+        let len = match value {
+            Value::String(text) => text.len(),
+            other => other.to_string().len(),
+        };
+        len.div_ceil(4).max(1) as u64
+    };
+    match answer.get("type").and_then(Value::as_str) {
+        Some("box") => answer
+            .get("box")
+            .and_then(Value::as_object)
+            .map_or(1, |edges| edges.values().map(tokens).sum()),
+        Some(kind) => answer.get(kind).map_or(1, tokens),
+        None => 1,
+    }
 }
 
 // --- validation ---

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::audit::ReleasedUsage;
 use releasegate_core::config::Config as AppConfig;
 use releasegate_core::contract::Shape;
 use releasegate_sim::simulate;
@@ -213,4 +214,196 @@ fn the_candidates_are_the_views_the_contracts_own_release_and_the_mechanisms() {
     assert!(error.contains("unknown mechanism `blur`"), "{error}");
     let error = super::candidates(None, &["quantize=-1".to_string()], &plain, 1).unwrap_err();
     assert!(error.starts_with("`quantize=-1`: "), "{error}");
+}
+
+/// A contract over the simulator's delivery question that coarsens ADDRESS and
+/// DELIVERY_RECORD, withholds DAMAGE and releases usage as `usage` says.
+fn coarsening(usage: &str, view: &str) -> Arc<Contract> {
+    let delivery = simulate::ontology::domain("delivery").unwrap();
+    let text = format!(
+        "[providers.sim]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"sim\"\nusage = \"{usage}\"\n\
+         [contracts.c.questions.coarse_cause]\n\
+         classes = [\"DELAY\", \"ADDRESS\", \"DAMAGE\", \"DELIVERY_RECORD\"]\nview = \"{view}\"\n\
+         coarsen = {{ ADDRESS = \"CUSTOMER_SIDE\", DELIVERY_RECORD = \"CUSTOMER_SIDE\" }}\n\
+         withhold_labels = [\"DAMAGE\"]\n{}",
+        simulate::pinned_text_toml(delivery)
+    );
+    AppConfig::from_toml_with(
+        &text,
+        "coarsening.toml",
+        std::path::Path::new("."),
+        releasegate_core::config::Inputs {
+            env: None,
+            files: &|path| std::fs::read(path),
+            codebooks: false,
+        },
+    )
+    .unwrap()
+    .contracts["c"]
+        .clone()
+}
+
+fn own_release() -> Vec<Candidate> {
+    vec![Candidate::uniform("own", None, None)]
+}
+
+#[test]
+fn a_coarsening_contract_audits_every_labelled_world_under_its_coarse_class() {
+    let worlds = simulate::generate(&simulate::Options {
+        pairs_per_domain: 20,
+        seed: 3,
+    })
+    .unwrap();
+    let contract = coarsening("drop", "full_probabilities");
+    let (input, intake) = build(
+        std::slice::from_ref(&contract),
+        &worlds,
+        &own_release(),
+        Reading::Released,
+        1,
+    )
+    .unwrap();
+    let delivery: Vec<&World> = worlds.iter().filter(|w| w.domain == "delivery").collect();
+    // Every delivery world is in, merged and withheld classes included; the other domains'
+    // requests are refused by the contract and are not its to audit.
+    assert_eq!(intake.worlds_used, delivery.len() as u64);
+    assert_eq!(
+        intake.skipped.keys().collect::<Vec<_>>(),
+        ["request_does_not_fit"]
+    );
+    assert!(
+        intake.left_out_test.is_empty(),
+        "{:?}",
+        intake.left_out_test
+    );
+    let test = delivery
+        .iter()
+        .filter(|w| w.split == worlds::Split::Test)
+        .count();
+    assert_eq!(intake.labelled_test_worlds, test as u64);
+    assert_eq!(intake.left_out_share(), 0.0);
+    assert!(!intake.too_many_left_out());
+    let examples = &input.releases[0].examples;
+    for (world, example) in delivery.iter().zip(examples) {
+        let fine = &world.labels.as_ref().unwrap().t;
+        let expected = match fine.as_str() {
+            "ADDRESS" | "DELIVERY_RECORD" => "CUSTOMER_SIDE",
+            other => other,
+        };
+        assert_eq!(example.t, expected, "{}", world.world_id);
+        assert_eq!(example.class_count, 3);
+        assert_eq!(
+            contract.questions["coarse_cause"].released_labels()[example.t_index],
+            expected
+        );
+    }
+    for class in ["ADDRESS", "DELIVERY_RECORD", "DAMAGE"] {
+        assert!(
+            delivery
+                .iter()
+                .any(|w| w.labels.as_ref().unwrap().t == class && w.split == worlds::Split::Test),
+            "the data hold test worlds of {class}"
+        );
+    }
+}
+
+#[test]
+fn labelled_test_worlds_left_out_are_counted_by_reason() {
+    let worlds = simulate::generate(&simulate::Options {
+        pairs_per_domain: 20,
+        seed: 3,
+    })
+    .unwrap();
+    // Labels the contract cannot read: a class it does not have, a secret off its hypotheses.
+    let mut edited = worlds.clone();
+    let mut broken = 0;
+    for world in edited
+        .iter_mut()
+        .filter(|w| w.domain == "delivery" && w.split == worlds::Split::Test)
+        .step_by(3)
+    {
+        let labels = world.labels.as_mut().unwrap();
+        if broken % 2 == 0 {
+            labels.t = "UNKNOWN".into();
+        } else {
+            labels.s = "elsewhere".into();
+        }
+        broken += 1;
+    }
+    let contract = coarsening("drop", "choice");
+    let (_, intake) = build(
+        std::slice::from_ref(&contract),
+        &edited,
+        &own_release(),
+        Reading::Released,
+        1,
+    )
+    .unwrap();
+    assert_eq!(intake.left_out_test_worlds(), broken);
+    assert_eq!(
+        intake.left_out_test.keys().collect::<Vec<_>>(),
+        [
+            "authorized_class_not_in_contract",
+            "secret_not_a_hypothesis"
+        ]
+    );
+    assert!(intake.left_out_share() > usable::MAX_LEFT_OUT_SHARE);
+    assert!(intake.too_many_left_out());
+}
+
+#[test]
+fn the_attacker_reads_usage_as_the_contract_releases_it() {
+    let worlds = simulate::generate(&simulate::Options {
+        pairs_per_domain: 10,
+        seed: 5,
+    })
+    .unwrap();
+    let delivery: Vec<&World> = worlds.iter().filter(|w| w.domain == "delivery").collect();
+    let read = |usage: &str| {
+        let contract = coarsening(usage, "choice");
+        let (input, _) = build(
+            std::slice::from_ref(&contract),
+            &worlds,
+            &own_release(),
+            Reading::Released,
+            1,
+        )
+        .unwrap();
+        input.releases[0]
+            .examples
+            .iter()
+            .map(|e| e.release.usage)
+            .collect::<Vec<_>>()
+    };
+    let count = |world: &World, key: &str| world.response["usage"][key].as_f64();
+    let keep = read("keep");
+    let input = read("input");
+    for ((world, keep), input) in delivery.iter().zip(&keep).zip(&input) {
+        assert_eq!(keep.input_tokens, count(world, "input_tokens"));
+        assert_eq!(keep.output_tokens, count(world, "output_tokens"));
+        assert_eq!(input.input_tokens, count(world, "input_tokens"));
+        assert_eq!(input.output_tokens, None, "released as 0: nothing to read");
+    }
+    // The simulator's output count follows the fine label written: it varies.
+    let outputs: std::collections::BTreeSet<u64> = keep
+        .iter()
+        .filter_map(|u| u.output_tokens)
+        .map(|t| t as u64)
+        .collect();
+    assert!(outputs.len() > 1, "{outputs:?}");
+    assert!(read("drop").iter().all(ReleasedUsage::is_empty));
+    // A recipient's other contract joins with the counts it releases.
+    let (joined, _) = build_joint(
+        &[coarsening("drop", "choice")],
+        &[coarsening("keep", "choice")],
+        &worlds,
+        &own_release(),
+        Reading::Released,
+        1,
+    )
+    .unwrap();
+    for (example, keep) in joined.releases[0].examples.iter().zip(&keep) {
+        assert!(example.release.usage.is_empty());
+        assert_eq!(example.release.joint[0].usage, *keep);
+    }
 }

@@ -78,7 +78,49 @@ fn answers_the_reference_wire_examples_with_the_real_shapes() {
     let tokens = response["usage"]["input_tokens"].as_u64().expect("integer");
     let len = serde_json::to_vec(&request).expect("serializes").len() as u64;
     assert_eq!(tokens, len / 4);
-    assert_eq!(response["usage"]["output_tokens"], 1);
+    // What the model wrote: the chosen department, the noul and score numbers.
+    let written = |text: String| text.len().div_ceil(4) as u64;
+    let expected = written(
+        answers["department"]["choice"]
+            .as_str()
+            .expect("label")
+            .to_string(),
+    ) + written(noul["noul"].to_string())
+        + written(score["score"].to_string());
+    assert_eq!(response["usage"]["output_tokens"].as_u64(), Some(expected));
+}
+
+#[test]
+fn output_tokens_follow_the_label_the_model_writes() {
+    // Labels of 1, 2 and 4 tokens: the count tells which was chosen, whatever the state.
+    let labels = ["a", "medium", "a_much_longer_label"];
+    let mut seen = std::collections::BTreeSet::new();
+    for case in 0..60 {
+        let request = json!({"model": "jev-latest", "state": {"case": case},
+            "questions": {"q": {"type": "choice",
+                "criteria": {labels[0]: null, labels[1]: null, labels[2]: null}}}});
+        let response = respond(&request).expect("valid");
+        let choice = response["answers"]["q"]["choice"].as_str().expect("choice");
+        let tokens = response["usage"]["output_tokens"].as_u64().expect("count");
+        assert_eq!(tokens, choice.len().div_ceil(4) as u64, "{choice}");
+        assert_eq!(
+            respond(&request).expect("valid")["usage"],
+            response["usage"]
+        );
+        seen.insert(tokens);
+    }
+    assert_eq!(seen.len(), 3, "every label chosen at least once: {seen:?}");
+    // A box answer writes its four edges.
+    let boxed = respond(&json!({"model": "jev-latest", "state": "s",
+        "questions": {"b": {"type": "box"}}}))
+    .expect("valid");
+    let edges: u64 = boxed["answers"]["b"]["box"]
+        .as_object()
+        .expect("box")
+        .values()
+        .map(|v| v.to_string().len().div_ceil(4) as u64)
+        .sum();
+    assert_eq!(boxed["usage"]["output_tokens"].as_u64(), Some(edges));
 }
 
 #[test]
