@@ -582,6 +582,8 @@ fn every_server_key_is_fixed_at_start() {
         ("watch_interval_ms", "700"),
         ("worker_threads", "7"),
         ("access_log", "false"),
+        ("certificates", "\"certs\""),
+        ("certification", "\"advisory\""),
     ];
     let base = Config::from_toml(MINIMAL).unwrap();
     assert!(base.server.changed_keys(&base.server).is_empty());
@@ -593,7 +595,16 @@ fn every_server_key_is_fixed_at_start() {
             .find(|(name, _)| name == key)
             .unwrap_or_else(|| panic!("give server.{key} a value in this test"))
             .1;
-        let changed = Config::from_toml(&format!("[server]\n{key} = {value}\n{MINIMAL}")).unwrap();
+        // A certification mode other than `off` needs its directory, in both files.
+        let (base, context) = if *key == "certification" {
+            let context = "certificates = \"certs\"\n";
+            let text = format!("[server]\n{context}{MINIMAL}");
+            (Config::from_toml(&text).unwrap(), context)
+        } else {
+            (Config::from_toml(MINIMAL).unwrap(), "")
+        };
+        let changed =
+            Config::from_toml(&format!("[server]\n{context}{key} = {value}\n{MINIMAL}")).unwrap();
         assert_eq!(
             base.server.changed_keys(&changed.server),
             [format!("server.{key}")],

@@ -337,6 +337,8 @@ fn parts(
                     .filter(|&c| c < slot.size),
                 probabilities: None,
                 confidence: None,
+                // The plans alone: nothing of the release's token counts.
+                usage: super::ReleasedUsage::default(),
                 t_index: if own && slot.start == 0 && t_index < class_count {
                     t_index
                 } else {
