@@ -37,8 +37,15 @@ The configuration written beside the worlds (``own-domains-<n>.toml``) holds, pe
   families, the six profiles, the paper's costs 10 / 2 / 0.4 and an (n+1) x n matrix: the
   paper's authored 4-class matrix cut to 3 classes or extended by one class, MATRICES below),
   since the ``tuple-bench`` preset is a 4-class model;
+* ``D-coarse``: the ``choice`` view with two classes no derivation merges coarsened into one
+  label (``coarsen``, DOMAINS below);
 * with ``--max-recovery-gain B``, ``policy = { hide = ["secret"], max_recovery_gain = B }`` on
   every ``D-wcpq``, for ``audit --gate --certificate-dir``.
+
+``D`` releases the provider's token counts (``usage = "keep"``), so the collected worlds carry
+them as the provider sent them; ``D-wcpq`` and ``D-coarse`` release what ``--usage`` says
+(default ``drop``, as the shipped contracts that hide something: the audit's attacker reads
+released counts, and the input count follows the private report's length, docs/audit.md).
 
 With ``--build-codebooks`` it also runs ``releasegate build-codebook --pool grid`` (strict,
 denominator 20, from the train split) for every ``D-wcpq``; otherwise the audit refuses the WCPQ
@@ -73,7 +80,8 @@ from pathlib import Path
 QUESTION = "coarse_cause"
 
 # Each domain's canonical class order (config/tuple-bench.toml), the two classes merged for
-# 3 classes with the new label and its description, and the class added for 5 classes.
+# 3 classes with the new label and its description, the two classes the `D-coarse` contract
+# coarsens (classes no derivation merges, so they exist in both) and the class added for 5.
 DOMAINS = {
     "delivery": {
         "classes": ["DELAY", "ADDRESS", "DAMAGE", "DELIVERY_RECORD"],
@@ -84,6 +92,7 @@ DOMAINS = {
             "The destination information is wrong or incomplete, or the delivery confirmation "
             "or handover record is inconsistent.",
         ),
+        "coarsen": ("DELAY", "DAMAGE", "IN_TRANSIT"),
         "add": (
             "CUSTOMS_HOLD",
             "The shipment is held by a customs, import or other regulatory check.",
@@ -98,6 +107,7 @@ DOMAINS = {
             "The fault lies in how the unit measures its process or in its mechanical drive "
             "or positioning.",
         ),
+        "coarsen": ("POWER", "LINK", "SUPPLY_OR_LINK"),
         "add": (
             "CONTROL_LOGIC",
             "The fault lies in the unit's control program or its configured set points.",
@@ -112,6 +122,7 @@ DOMAINS = {
             "The incident stems from databases, volumes or file systems, or from the "
             "service's own code, configuration or runtime.",
         ),
+        "coarsen": ("IDENTITY", "NETWORK", "ACCESS_PATH"),
         "add": (
             "CAPACITY",
             "The incident stems from exhausted compute, memory or quota.",
@@ -223,7 +234,15 @@ def workflows_toml(n: int) -> str:
     )
 
 
-def config_toml(classes: int, questions: dict, instructions: dict, budget: float | None) -> str:
+def contract_toml(name: str, usage: str, lines: list[str], question: list[str], tables: list[tuple[str, list[str]]]) -> list[str]:
+    out = [f"[contracts.{toml_str(name)}]", 'provider = "sim"', f"usage = {toml_str(usage)}", PUBLIC_FEATURES]
+    out += lines + ["", f"[contracts.{toml_str(name)}.questions.{QUESTION}]"] + question
+    for table, body in tables:
+        out += ["", f"[contracts.{toml_str(name)}.questions.{QUESTION}.{table}]"] + body
+    return out + [""]
+
+
+def config_toml(classes: int, questions: dict, instructions: dict, budget: float | None, usage: str) -> str:
     out = [
         f"# {classes}-class domains derived from `releasegate simulate` worlds by",
         "# benches/own_domains.py (docs/own-domains.md). Generated: edit the script, not this file.",
@@ -233,27 +252,25 @@ def config_toml(classes: int, questions: dict, instructions: dict, budget: float
         "",
     ]
     for domain, (order, descriptions) in questions.items():
-        for name, wcpq in ((domain, False), (f"{domain}-wcpq", True)):
-            out += [f"[contracts.{toml_str(name)}]", 'provider = "sim"', 'usage = "keep"', PUBLIC_FEATURES]
-            if wcpq and budget is not None:
-                out.append(f'policy = {{ hide = ["secret"], max_recovery_gain = {budget:g} }}')
-            out += [
-                "",
-                f"[contracts.{toml_str(name)}.questions.{QUESTION}]",
-                "classes = [" + ", ".join(toml_str(c) for c in order) + "]",
-                'view = "full_native"',
-                f"instructions = {toml_str(instructions[domain])}",
-            ]
-            if wcpq:
-                out.append(
-                    f'mechanism = {{ kind = "wcpq", codebook = "codebooks/{domain}-{classes}.json", '
-                    'fallback = "native" }'
-                )
-            out += ["", f"[contracts.{toml_str(name)}.questions.{QUESTION}.descriptions]"]
-            out += [f"{toml_str(c)} = {toml_str(descriptions[c])}" for c in order]
-            if wcpq:
-                out += ["", f"[contracts.{toml_str(name)}.questions.{QUESTION}.workflows]", workflows_toml(classes)]
-            out.append("")
+        classes_line = "classes = [" + ", ".join(toml_str(c) for c in order) + "]"
+        text = [f"instructions = {toml_str(instructions[domain])}"]
+        described = ("descriptions", [f"{toml_str(c)} = {toml_str(descriptions[c])}" for c in order])
+        # D: what collect asks through; the provider's answers and token counts kept as they are.
+        out += contract_toml(domain, "keep", [], [classes_line, 'view = "full_native"'] + text, [described])
+        # D-wcpq: strict WCPQ over the full native answer, with explicit frozen workflows.
+        policy = [f'policy = {{ hide = ["secret"], max_recovery_gain = {budget:g} }}'] if budget is not None else []
+        mechanism = (
+            f'mechanism = {{ kind = "wcpq", codebook = "codebooks/{domain}-{classes}.json", '
+            'fallback = "native" }'
+        )
+        out += contract_toml(
+            f"{domain}-wcpq", usage, policy, [classes_line, 'view = "full_native"', mechanism] + text,
+            [described, ("workflows", [workflows_toml(classes)])],
+        )
+        # D-coarse: the choice view with two classes coarsened into one label.
+        a, b, label = DOMAINS[domain]["coarsen"]
+        coarsen = f"coarsen = {{ {toml_str(a)} = {toml_str(label)}, {toml_str(b)} = {toml_str(label)} }}"
+        out += contract_toml(f"{domain}-coarse", usage, [], [classes_line, 'view = "choice"', coarsen] + text, [described])
     return "\n".join(out)
 
 
@@ -278,6 +295,10 @@ def main() -> int:
     parser.add_argument("--build-codebooks", action="store_true", help="build each D-wcpq's strict codebook")
     parser.add_argument("--denominator", type=int, default=20, help="codebook grid denominator (default 20)")
     parser.add_argument("--max-recovery-gain", type=float, help="add this policy budget to every D-wcpq")
+    parser.add_argument(
+        "--usage", default="drop", choices=("drop", "input", "keep"),
+        help="the token counts D-wcpq and D-coarse release (default drop; D itself keeps them)",
+    )
     args = parser.parse_args()
     try:
         return own_domains(args)
@@ -303,7 +324,7 @@ def own_domains(args: argparse.Namespace) -> int:
     out = args.out_dir
     (out / "collect").mkdir(parents=True, exist_ok=True)
     config = out / f"own-domains-{n}.toml"
-    config.write_text(config_toml(n, questions, instructions, args.max_recovery_gain), encoding="utf-8")
+    config.write_text(config_toml(n, questions, instructions, args.max_recovery_gain, args.usage), encoding="utf-8")
 
     # One requests file per domain, in input order.
     wanted: dict[str, list[str]] = {d: [] for d in questions}
