@@ -9,6 +9,8 @@ each world's coarse question and asks the project's simulated provider again:
   description of its own (DOMAINS below), in the question's criteria and in ``labels.T``.
 * ``--classes 5``: a fifth class, a new label with its own description, is added to each
   domain's question.
+* ``--classes 4``: the question unchanged (the control: the same contracts, codebooks and
+  commands on the simulator's own classes; the provider gives the same answers).
 
 The rewritten question is asked as the contract pins it, so every world's request carries its
 domain's classes in the contract's order (the simulator's per-pair candidate order is not kept;
@@ -207,12 +209,14 @@ def new_question(domain: str, classes: int, texts: dict) -> tuple[list[str], dic
         order = [merged if c == a else c for c in old if c != b]
         descriptions = {c: descriptions[c] for c in old if c not in (a, b)}
         descriptions[merged] = text
+    elif classes == 4:
+        order = list(old)
     elif classes == 5:
         added, text = spec["add"]
         order = old + [added]
         descriptions[added] = text
     else:
-        raise Failure(f"--classes must be 3 or 5, got {classes}")
+        raise Failure(f"--classes must be 3, 4 or 5, got {classes}")
     return order, {c: descriptions[c] for c in order}
 
 
@@ -290,7 +294,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--releasegate", required=True, help="the releasegate binary")
     parser.add_argument("--worlds", required=True, type=Path, help="worlds from `releasegate simulate`")
-    parser.add_argument("--classes", required=True, type=int, choices=(3, 5))
+    parser.add_argument("--classes", required=True, type=int, choices=(3, 4, 5))
     parser.add_argument("--out-dir", required=True, type=Path)
     parser.add_argument("--build-codebooks", action="store_true", help="build each D-wcpq's strict codebook")
     parser.add_argument("--denominator", type=int, default=20, help="codebook grid denominator (default 20)")
