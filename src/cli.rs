@@ -79,7 +79,10 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         denominator: u32,
         /// Learn a compact codebook for this admissibility budget α (greedy coverage of the
-        /// train split); without it the strict full codebook is written.
+        /// train split); without it the strict full codebook is written. The bounded codebook
+        /// is written only when it leaks less than the strict one on the validation split
+        /// (paired, upper bound below 0); otherwise the strict one is, and the file records
+        /// both figures and the choice (`guard`).
         #[arg(long)]
         budget: Option<f64>,
         /// With --budget: keep at most this many codewords (default 128).

@@ -6,6 +6,7 @@
 //! [`Codebook::to_json_bytes`] go from and to bytes; files are the caller's.
 
 mod grid;
+mod guard;
 mod learn;
 
 use std::cmp::Ordering;
@@ -18,6 +19,7 @@ use crate::workflow::{self, Spec};
 
 pub use grid::{codeword_order, distance_to_uniform, grid_size, largest_denominator_within};
 use grid::{order_and_dedup, simplex_grid};
+pub use guard::{Chosen, Figure, Guard, choose};
 pub use learn::{
     Assignment, CLEAR_IMPROVEMENT, DEFAULT_MAX_CODEWORDS, DEFAULT_PAIR_WEIGHT, LearnStats,
     Response, Settings, Trial, learn,
@@ -139,6 +141,9 @@ pub struct Codebook {
     /// admissible, before the contract's fallback. None for a strict codebook, and for a
     /// learned one written before the stage existed.
     strict_stage: Option<Vec<Codeword>>,
+    /// What `build-codebook --budget`'s guard measured and chose (None for a file built
+    /// without a budget, or before the guard existed).
+    guard: Option<Guard>,
 }
 
 /// How a learned compact codebook was selected: it serves only contracts with the same budget.
@@ -216,6 +221,8 @@ struct CodebookFile {
     strict_stage_count: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     strict_stage: Option<Vec<Codeword>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    guard: Option<Guard>,
 }
 
 /// Builds the ordered codebook of one question with the default grid limit.
@@ -336,6 +343,7 @@ pub fn build_with_limit(
             learned: None,
             codewords,
             strict_stage: None,
+            guard: None,
         },
         stats,
     })
@@ -493,6 +501,31 @@ impl Codebook {
         self.learned
     }
 
+    /// What `build-codebook --budget`'s guard measured and chose, when it ran.
+    pub fn guard(&self) -> Option<&Guard> {
+        self.guard.as_ref()
+    }
+
+    /// This codebook with the guard's record; an error when the record does not fit it (a
+    /// bounded choice on a strict codebook, a strict choice on a learned one, figures that
+    /// do not support the choice).
+    pub fn with_guard(mut self, guard: Guard) -> Result<Codebook, Error> {
+        guard
+            .validate(self.learned_key())
+            .map_err(|message| Error::Invalid {
+                field: "guard".to_string(),
+                message,
+            })?;
+        self.guard = Some(guard);
+        Ok(self)
+    }
+
+    /// A learned codebook's budget, K and pair weight (what a guard record names).
+    fn learned_key(&self) -> Option<(f64, usize, u32)> {
+        self.learned
+            .map(|l| (l.budget, l.max_codewords, l.pair_weight))
+    }
+
     /// A learned codebook's strict stage as a strict codebook of its own (`None` for a strict
     /// codebook, or a learned one without the stage).
     pub fn strict_stage(&self) -> Option<Codebook> {
@@ -500,6 +533,7 @@ impl Codebook {
             learned: None,
             codewords: codewords.clone(),
             strict_stage: None,
+            guard: None,
             ..self.clone()
         })
     }
@@ -546,6 +580,7 @@ impl Codebook {
             codewords: self.codewords.clone(),
             strict_stage_count: self.strict_stage.as_ref().map(Vec::len),
             strict_stage: self.strict_stage.clone(),
+            guard: self.guard.clone(),
         };
         // Serializing plain structs of strings, numbers and Values to a Vec cannot fail.
         let mut bytes = serde_json::to_vec(&file).unwrap_or_default();
@@ -697,7 +732,7 @@ impl Codebook {
                 ));
             }
         };
-        Ok(Codebook {
+        let codebook = Codebook {
             learned,
             other_class_sets: file.other_class_sets,
             classes: file.classes,
@@ -707,7 +742,12 @@ impl Codebook {
             source_sha256: file.source_sha256,
             codewords: file.codewords,
             strict_stage: file.strict_stage,
-        })
+            guard: None,
+        };
+        match file.guard {
+            None => Ok(codebook),
+            Some(guard) => codebook.with_guard(guard),
+        }
     }
 
     /// Checks that a contract question's classes and frozen workflows are exactly the ones this

@@ -435,6 +435,23 @@ impl Raw {
     }
 }
 
+/// The admissibility a codebook serves a contract under: the contract's own, except that a
+/// strict codebook written by `build-codebook --budget α`'s guard (the bounded codebook was
+/// not shown to leak less) serves a contract of budget α strictly, as the strict codebook it is.
+fn guarded_admissibility(
+    admissibility: wcpq::Admissibility,
+    artifact: &Codebook,
+) -> wcpq::Admissibility {
+    match (admissibility, artifact.learned(), artifact.guard()) {
+        (wcpq::Admissibility::Budget(alpha), None, Some(guard))
+            if guard.chosen == crate::codebook::Chosen::Strict && guard.budget == alpha =>
+        {
+            wcpq::Admissibility::Strict
+        }
+        _ => admissibility,
+    }
+}
+
 fn default_step() -> f64 {
     0.1
 }
@@ -511,6 +528,7 @@ impl Mechanism {
                         path.display()
                     )
                 })?;
+                let admissibility = guarded_admissibility(admissibility, &artifact);
                 match (admissibility, artifact.learned()) {
                     (wcpq::Admissibility::Strict, None) => {}
                     (wcpq::Admissibility::Budget(alpha), Some(learned))

@@ -21,6 +21,7 @@ pub mod floor;
 pub mod frontier;
 pub mod gate;
 pub mod group;
+pub mod guard;
 pub mod intake;
 pub mod logistic;
 pub mod report;

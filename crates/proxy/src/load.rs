@@ -21,10 +21,28 @@ pub const DEFAULT_PATH: &str = "config/releasegate.toml";
 /// The embedded default configuration (simulated provider, demo recipients).
 pub const EMBEDDED_DEFAULT: &str = include_str!("../../../config/releasegate.toml");
 /// Files the embedded default refers to, by their path relative to `config/`.
-const EMBEDDED_FILES: [(&str, &[u8]); 1] = [(
-    "codebooks/delivery-coarse_cause.json",
-    include_bytes!("../../../config/codebooks/delivery-coarse_cause.json"),
-)];
+const EMBEDDED_FILES: [(&str, &[u8]); 5] = [
+    (
+        "codebooks/delivery-coarse_cause.json",
+        include_bytes!("../../../config/codebooks/delivery-coarse_cause.json"),
+    ),
+    (
+        "certificates/contract-dispatcher.json",
+        include_bytes!("../../../config/certificates/contract-dispatcher.json"),
+    ),
+    (
+        "certificates/contract-analyst-coarse.json",
+        include_bytes!("../../../config/certificates/contract-analyst-coarse.json"),
+    ),
+    (
+        "certificates/recipient-analyst.json",
+        include_bytes!("../../../config/certificates/recipient-analyst.json"),
+    ),
+    (
+        "certificates/contract-planner.json",
+        include_bytes!("../../../config/certificates/contract-planner.json"),
+    ),
+];
 /// The source name of the embedded default.
 const EMBEDDED_SOURCE: &str = "embedded default";
 

@@ -8,9 +8,12 @@ use std::sync::Arc;
 use releasegate_core::codebook;
 use releasegate_core::config::Config;
 use releasegate_core::contract::Contract;
+use releasegate_core::mechanism::{ConfidenceMode, Fallback, Mechanism, WcpqMechanism};
+use releasegate_core::wcpq::{Admissibility, Mapper};
 use releasegate_core::workflow::{self, Spec};
+use releasegate_lab::audit::guard;
 use releasegate_sim::dataset::TrainingSet;
-use releasegate_sim::worlds;
+use releasegate_sim::worlds::{self, Split, World};
 
 use super::super::error::{Error, ResultExt};
 use super::Progress;
@@ -74,6 +77,8 @@ struct Outcome {
     built: codebook::Built,
     /// With `--budget`: the learning's statistics.
     learned: Option<codebook::LearnStats>,
+    /// With `--budget`: what the guard measured and which codebook it wrote.
+    guard: Option<codebook::Guard>,
 }
 
 /// `releasegate build-codebook`.
@@ -94,7 +99,7 @@ pub(in crate::cli) fn build_codebook_command(args: &Args) -> Result<(), Error> {
     warn_about_grid(rule.released_labels().len(), args.build.denominator);
     let files = read_files(args.worlds)?;
     let bar = Progress::new("build-codebook", "worlds");
-    let training = read_training(args, &files, &contracts, spec, &bar)?;
+    let (training, worlds) = read_training(args, &files, &contracts, spec, &bar)?;
     if training.answers.is_empty() {
         return Err(no_training(args, &training));
     }
@@ -103,7 +108,7 @@ pub(in crate::cli) fn build_codebook_command(args: &Args) -> Result<(), Error> {
         args,
         &contracts,
         spec,
-        &training,
+        (&training, &worlds),
         source_sha256(&files),
         &bar,
     )?;
@@ -217,15 +222,17 @@ fn source_sha256(files: &[(&Path, Vec<u8>)]) -> String {
 }
 
 /// The training answers of every file's worlds, counted on `bar`; validation answers only
-/// with `--budget` (they choose the learned codebook's assignment; never the test split).
+/// with `--budget` (they choose the learned codebook's assignment; never the test split), and
+/// then the train and validation worlds themselves (the guard's audit reads them).
 fn read_training(
     args: &Args,
     files: &[(&Path, Vec<u8>)],
     contracts: &[Arc<Contract>],
     spec: &Spec,
     bar: &Progress,
-) -> Result<TrainingSet, Error> {
+) -> Result<(TrainingSet, Vec<World>), Error> {
     let mut training = TrainingSet::default();
+    let mut kept = Vec::new();
     let mut n_read = 0u64;
     for (input, bytes) in files {
         for world in worlds::Reader::new(bytes.as_slice()) {
@@ -233,9 +240,12 @@ fn read_training(
             n_read += 1;
             bar.set_position(n_read);
             training.add(contracts, args.question, spec, &world, args.learn.is_some());
+            if args.learn.is_some() && world.split != Split::Test {
+                kept.push(world);
+            }
         }
     }
-    Ok(training)
+    Ok((training, kept))
 }
 
 /// No train-split world fits the question: what a codebook is built from.
@@ -261,7 +271,7 @@ fn build(
     args: &Args,
     contracts: &[Arc<Contract>],
     spec: &Spec,
-    training: &TrainingSet,
+    (training, worlds): (&TrainingSet, &[World]),
     source_sha256: String,
     bar: &Progress,
 ) -> Result<Outcome, Error> {
@@ -280,24 +290,109 @@ fn build(
         .map(|c| c.questions[args.question].released_labels().to_vec())
         .collect();
     built.codebook = built.codebook.with_other_class_sets(others).or_usage()?;
-    let mut learned = None;
-    if let Some(options) = args.learn {
-        let settings = codebook::Settings {
-            pair_weight: options.pair_weight,
-            ..codebook::Settings::new(options.budget, options.max_codewords)
-        };
-        let (codebook, stats) = codebook::learn(
-            &built.codebook,
-            spec,
-            &training.responses,
-            &training.validation,
-            &settings,
-        )
-        .or_usage()?;
-        built.codebook = codebook;
-        learned = Some(stats);
+    let Some(options) = args.learn else {
+        return Ok(Outcome {
+            built,
+            learned: None,
+            guard: None,
+        });
+    };
+    let settings = codebook::Settings {
+        pair_weight: options.pair_weight,
+        ..codebook::Settings::new(options.budget, options.max_codewords)
+    };
+    let (bounded, stats) = codebook::learn(
+        &built.codebook,
+        spec,
+        &training.responses,
+        &training.validation,
+        &settings,
+    )
+    .or_usage()?;
+    let record = guard_record(args, contracts, worlds, &built.codebook, &bounded, options)?;
+    built.codebook = match record.chosen {
+        codebook::Chosen::Bounded => bounded,
+        codebook::Chosen::Strict => built.codebook,
     }
-    Ok(Outcome { built, learned })
+    .with_guard(record.clone())
+    .map_err(|error| Error::Failure(format!("the guard's record: {error}")))?;
+    Ok(Outcome {
+        built,
+        learned: Some(stats),
+        guard: Some(record),
+    })
+}
+
+/// The guard: `bounded` against `strict` on the validation split, paired, with the audit's
+/// attackers (`releasegate_lab::audit::guard`); its record says which one is written.
+fn guard_record(
+    args: &Args,
+    contracts: &[Arc<Contract>],
+    worlds: &[World],
+    strict: &codebook::Codebook,
+    bounded: &codebook::Codebook,
+    options: LearnOptions,
+) -> Result<codebook::Guard, Error> {
+    let mechanisms = |codebook: &codebook::Codebook, admissibility: Admissibility| {
+        contracts
+            .iter()
+            .map(|contract| {
+                let spec = contract.questions[args.question]
+                    .workflows
+                    .clone()
+                    .ok_or_else(|| Error::usage("the question has no workflows"))?;
+                let mapper = Mapper::with_admissibility(codebook.clone(), spec, admissibility)
+                    .map_err(|error| Error::Failure(format!("the guard's mapper: {error}")))?;
+                let mechanism = Mechanism::Wcpq(Arc::new(WcpqMechanism {
+                    mapper,
+                    fallback: Fallback::Native,
+                    confidence: ConfidenceMode::Codeword,
+                    codebook_sha256: workflow::sha256_hex(&codebook.to_json_bytes()),
+                }));
+                Ok((contract.name.clone(), mechanism))
+            })
+            .collect::<Result<_, Error>>()
+    };
+    let strict_mechanisms = mechanisms(strict, Admissibility::Strict)?;
+    let bounded_mechanisms = mechanisms(bounded, Admissibility::Budget(options.budget))?;
+    let settings = guard::Settings::default();
+    let outcome = guard::compare(
+        contracts,
+        args.question,
+        worlds,
+        &strict_mechanisms,
+        &bounded_mechanisms,
+        &settings,
+    );
+    let learned = guard::Learned {
+        budget: options.budget,
+        max_codewords: options.max_codewords,
+        pair_weight: options.pair_weight,
+    };
+    let record = guard::record(learned, &outcome, &settings);
+    eprintln!("{}", guard_message(&record));
+    Ok(record)
+}
+
+/// The guard's choice and figures in one line (stderr).
+fn guard_message(record: &codebook::Guard) -> String {
+    let figures = record.difference.map_or_else(String::new, |d| {
+        format!(
+            "; bounded minus strict recovery on {} validation pairs: {:+.2} points [{:+.2}, {:+.2}]",
+            d.pairs,
+            100.0 * d.point,
+            100.0 * d.lower,
+            100.0 * d.upper
+        )
+    });
+    let written = match record.chosen {
+        codebook::Chosen::Bounded => "wrote the bounded codebook",
+        codebook::Chosen::Strict => "wrote the strict codebook instead of the bounded one",
+    };
+    format!(
+        "build-codebook --budget {}: {written} ({}){figures}",
+        record.budget, record.reason
+    )
 }
 
 /// The JSON summary on stdout.
@@ -324,6 +419,7 @@ fn print_summary(args: &Args, training: &TrainingSet, outcome: &Outcome) {
             "pair_weight": o.pair_weight,
             "stats": outcome.learned,
         })),
+        "guard": outcome.guard,
     });
     println!(
         "{}",

@@ -264,6 +264,7 @@ pub fn learn(
         // The strict codebook goes along as the second stage: an answer no compact codeword
         // covers is tried against it before the contract's fallback.
         strict_stage: Some(codewords.to_vec()),
+        guard: None,
         ..strict.clone()
     };
     Ok((codebook, stats))

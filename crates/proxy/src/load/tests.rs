@@ -20,11 +20,53 @@ fn embedded_default_is_valid() {
         "/../../config/releasegate.toml"
     ))))
     .unwrap();
-    assert_eq!(
-        file.summary().lines().skip(1).collect::<Vec<_>>(),
-        config.summary().lines().skip(1).collect::<Vec<_>>()
-    );
+    // (but for where the certificates are: the file's directory, or the binary).
+    let lines = |config: &Config| -> Vec<String> {
+        config
+            .summary()
+            .lines()
+            .skip(1)
+            .filter(|line| !line.starts_with("certification: "))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(lines(&file), lines(&config));
     assert!(config.summary().contains("contract dispatcher"));
+}
+
+#[test]
+fn the_shipped_configuration_serves_only_certified_policies() {
+    use releasegate_core::certificate::{Kind, Mode};
+    // The committed certificates match what the shipped file (and so the embedded default)
+    // releases: a change to a certified contract that is not certified again fails here, as
+    // `serve` would refuse it.
+    let config = embedded_default().unwrap();
+    assert_eq!(config.certification.mode(), Mode::Required);
+    let entries: Vec<(Kind, &str)> = config
+        .certification
+        .entries()
+        .iter()
+        .map(|entry| {
+            assert!(
+                entry.status.is_certified(),
+                "{} {}: {}",
+                entry.kind.as_str(),
+                entry.name,
+                entry.status.describe()
+            );
+            (entry.kind, entry.name.as_str())
+        })
+        .collect();
+    assert_eq!(
+        entries,
+        [
+            (Kind::Contract, "analyst-coarse"),
+            (Kind::Contract, "dispatcher"),
+            (Kind::Contract, "planner"),
+            (Kind::Recipient, "analyst"),
+        ]
+    );
+    assert_eq!(config.certification.refusal(), None);
 }
 
 #[test]
