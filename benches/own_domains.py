@@ -33,7 +33,7 @@ gives, per domain and class, how often the provider's choice is the world's ``T`
 
 The configuration written beside the worlds (``own-domains-<n>.toml``) holds, per domain D:
 
-* ``D``: the plain contract (``full_native``, no mechanism), for ``collect`` and the audit's views;
+* ``D``: the plain contract (``full_native``, no mechanism) that ``collect`` asks through;
 * ``D-wcpq``: the same question with ``mechanism = { kind = "wcpq", codebook =
   "codebooks/D-<n>.json", fallback = "native" }`` and explicit frozen workflows (the three
   families, the six profiles, the paper's costs 10 / 2 / 0.4 and an (n+1) x n matrix: the
@@ -50,8 +50,8 @@ them as the provider sent them; ``D-wcpq`` and ``D-coarse`` release what ``--usa
 released counts, and the input count follows the private report's length, docs/audit.md).
 
 With ``--build-codebooks`` it also runs ``releasegate build-codebook --pool grid`` (strict,
-denominator 20, from the train split) for every ``D-wcpq``; otherwise the audit refuses the WCPQ
-contracts until those files exist.
+denominator 20, from the train split) for every ``D-wcpq``; without those files every command
+that loads the configuration's codebooks (``audit``, ``check-config``, ``serve``) refuses it.
 
 Usage (Python 3.11 standard library only; B is the project's binary):
 
@@ -62,6 +62,8 @@ Usage (Python 3.11 standard library only; B is the project's binary):
     $B audit --config own3-s0/own-domains-3.toml \\
         --contract delivery-wcpq --contract equipment-wcpq --contract it_ops-wcpq \\
         --views no_output,choice,full_native --worlds own3-s0/worlds-3.jsonl
+
+The figures measured with it, and every command: docs/own-domains.md.
 
 Files in --out-dir: ``worlds-<n>.jsonl`` (the new worlds), ``own-domains-<n>.toml``,
 ``codebooks/`` (with --build-codebooks), ``summary.json``, and ``collect/`` (collect's requests,
