@@ -271,3 +271,71 @@ fn certificates_need_the_gate_and_the_configured_shape() {
         text(&output)
     );
 }
+
+/// A WCPQ contract that keeps every frozen plan is gated on its workflow floor too (the
+/// recipient runs its workflows on what it receives); one whose view drops the probabilities or
+/// whose fallback changes plans is not.
+#[test]
+fn a_plan_keeping_wcpq_contract_is_gated_on_its_workflow_floor_too() {
+    let dir = scratch("gate-floor");
+    let worlds = dir.join("worlds.jsonl");
+    simulate(40, 5, &worlds);
+    let root = env!("CARGO_MANIFEST_DIR");
+    let shipped = std::fs::read_to_string(format!("{root}/config/tuple-bench.toml"))
+        .unwrap()
+        .replace("\"codebooks/", &format!("\"{root}/config/codebooks/"))
+        .replacen(
+            "[contracts.delivery]\n",
+            "[contracts.delivery]\npolicy = { hide = [\"secret\"], max_recovery_gain = 1.0 }\n",
+            1,
+        );
+    let gate = |toml: &str, name: &str| -> (String, Value) {
+        let config = dir.join(format!("{name}.toml"));
+        std::fs::write(&config, toml).unwrap();
+        let json = dir.join(format!("{name}.json"));
+        let output = Command::new(BIN)
+            .args(["audit", "--config"])
+            .arg(&config)
+            .args([
+                "--contract",
+                "delivery",
+                "--views",
+                "no_output",
+                "--bootstrap",
+                "50",
+            ])
+            .args(["--gate", "--worlds"])
+            .arg(&worlds)
+            .arg("--json")
+            .arg(&json)
+            .output()
+            .unwrap();
+        let value: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        (text(&output), value["gate"][0].clone())
+    };
+    let (text, result) = gate(&shipped, "keeps");
+    let floor = &result["workflow_floor"];
+    assert!(floor["upper"].is_number(), "{result}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("gate delivery: "))
+        .unwrap();
+    assert!(line.contains("; its workflow floor "), "{line}");
+    // A view without the probabilities gives the recipient no plans to compute: no floor.
+    let (_, choice) = gate(
+        &shipped.replacen("view = \"full_native\"", "view = \"choice\"", 1),
+        "choice",
+    );
+    assert!(choice.get("workflow_floor").is_none(), "{choice}");
+    // A fallback that sends a choice alone changes plans: no floor binds it.
+    let (text, result) = gate(
+        &shipped.replacen("fallback = \"native\"", "fallback = \"choice_only\"", 1),
+        "choice_only",
+    );
+    assert!(result.get("workflow_floor").is_none(), "{result}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("gate delivery: "))
+        .unwrap();
+    assert!(!line.contains("workflow floor"), "{line}");
+}

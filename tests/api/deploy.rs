@@ -587,6 +587,11 @@ fn build_codebook_writes_a_zstd_codebook_that_the_proxy_reads() {
         .replace(
             "codebooks/delivery-coarse_cause.json\"",
             "codebooks/delivery-coarse_cause.json.zst\"",
+        )
+        // The shipped certificates: the codebook's hash is its content's, compressed or not.
+        .replace(
+            "certificates = \"certificates\"",
+            &format!("certificates = \"{ROOT}/config/certificates\""),
         );
     let path = dir.join("releasegate.toml");
     std::fs::write(&path, config).unwrap();

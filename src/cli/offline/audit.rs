@@ -548,6 +548,12 @@ fn print_gate<'r>(results: impl Iterator<Item = &'r GateResult>) {
                 result.max_recovery_gain.unwrap_or(0.0)
             )
         });
+        let floor = result.workflow_floor.map_or_else(String::new, |g| {
+            format!(
+                "; its workflow floor {:.3} [{:.3}, {:.3}] (the plans it keeps, read by the recipient's workflows)",
+                g.mean, g.lower, g.upper
+            )
+        });
         let dropped = if result.dropped_keep.is_empty() {
             String::new()
         } else {
@@ -574,7 +580,7 @@ fn print_gate<'r>(results: impl Iterator<Item = &'r GateResult>) {
             _ => String::new(),
         };
         println!(
-            "gate {}: {}{gain}{dropped}{uncertified}{inconclusive}{}",
+            "gate {}: {}{gain}{floor}{dropped}{uncertified}{inconclusive}{}",
             result.contract,
             match result.verdict {
                 Verdict::Pass => "pass",

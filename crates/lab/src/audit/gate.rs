@@ -17,6 +17,8 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::bootstrap::Estimate;
+
+mod own;
 use super::intake::{self, Candidate, Reading};
 use super::{Config, Input, run};
 use releasegate_core::contract::Contract;
@@ -51,6 +53,11 @@ pub struct GateResult {
     pub max_recovery_gain: Option<f64>,
     /// Recovery gain over no output of the contract's own release (pooled), when measured.
     pub recovery_gain: Option<Estimate>,
+    /// The recovery gain of the contract's workflow floor (`audit::floor`), when its release
+    /// keeps every frozen plan: a recipient running its workflows gets at least this, so the
+    /// verdict is the worse of the two.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflow_floor: Option<Estimate>,
     /// The interval's width (upper − lower).
     pub interval_width: Option<f64>,
     /// Test pairs the gain was measured on.
@@ -217,26 +224,25 @@ pub fn gate(
             .into_iter()
             .map(String::from)
             .collect();
-        let mut recovery_gain = None;
-        let mut left_out = LeftOut::default();
-        if !policy.hide.is_empty() {
-            let candidate = Candidate::uniform(format!("{} (gate)", contract.name), None, None);
-            let (input, intake) = intake::build(
-                std::slice::from_ref(contract),
-                worlds,
-                &[candidate],
-                reading,
-                settings.seed,
-            )
-            .map_err(|error| format!("gate {}: {error}", contract.name))?;
-            let report = run(&input, settings)
-                .map_err(|error| format!("gate {}: {error}", contract.name))?;
-            recovery_gain = report.releases.first().map(|r| r.pooled.gain);
-            left_out = LeftOut::of(&intake);
-        }
+        let own = if policy.hide.is_empty() {
+            None
+        } else {
+            Some(own::measure(contract, worlds, reading, settings)?)
+        };
+        let recovery_gain = own.as_ref().and_then(|own| own.gain);
+        let workflow_floor = own.as_ref().and_then(|own| own.floor);
+        let left_out = own.map(|own| own.left_out).unwrap_or_default();
         let budget = policy.max_recovery_gain;
-        let measured =
-            left_out.cap(recovery_gain.map_or(Verdict::Pass, |gain| verdict(&gain, budget)));
+        // The release's own attackers and, where it keeps every plan, the floor's: the
+        // recipient can run both, so the worse verdict binds.
+        let measured = left_out.cap(
+            [recovery_gain, workflow_floor]
+                .iter()
+                .flatten()
+                .map(|gain| verdict(gain, budget))
+                .max()
+                .unwrap_or(Verdict::Pass),
+        );
         let verdict = if !dropped_keep.is_empty() || !not_certifiable.is_empty() {
             Verdict::Fail
         } else {
@@ -251,6 +257,7 @@ pub fn gate(
             not_certifiable,
             max_recovery_gain: (!policy.hide.is_empty()).then_some(budget),
             recovery_gain,
+            workflow_floor,
             interval_width: width,
             pairs: recovery_gain.map(|g| g.n_pairs),
             pairs_needed: recovery_gain
@@ -329,6 +336,7 @@ pub fn recipient(
         not_certifiable,
         max_recovery_gain: Some(budget),
         recovery_gain: gain,
+        workflow_floor: None,
         interval_width: gain.map(|g| g.upper - g.lower),
         pairs: gain.map(|g| g.n_pairs),
         pairs_needed: gain.and_then(|g| pairs_needed(g.upper - g.lower, g.n_pairs, budget)),
