@@ -229,8 +229,8 @@ pub struct Origin {
     /// SHA-256 (hex) of the configuration text as read, before environment overrides:
     /// `sha256sum` of the file (the `releasegate_config_info` label).
     pub sha256: String,
-    /// The files the configuration names (WCPQ codebooks, logistic posterior models),
-    /// resolved against the configuration's directory.
+    /// The files the configuration names (WCPQ codebooks, logistic posterior models, the
+    /// certificates of its policies), resolved against the configuration's directory.
     pub files: Vec<PathBuf>,
 }
 

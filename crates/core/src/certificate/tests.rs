@@ -126,6 +126,21 @@ fn every_contract_with_a_policy_and_every_recipient_bound_by_one_needs_a_certifi
             (Kind::Recipient, "both".to_string()),
         ]
     );
+    // Their files are files the configuration names (a reload and the file watch read them).
+    for file in [
+        "contract-coarse.json",
+        "contract-plain.json",
+        "recipient-both.json",
+    ] {
+        assert!(
+            config
+                .origin
+                .files
+                .contains(&Path::new(".").join("certs").join(file)),
+            "{file}: {:?}",
+            config.origin.files
+        );
+    }
     // The recipient's implied budget is the strictest of its contracts'.
     let both = subjects(&config.contracts, &config.recipients)
         .pop()

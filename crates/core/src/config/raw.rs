@@ -646,10 +646,21 @@ impl RawConfig {
             }
         }
 
+        let subjects = crate::certificate::subjects(&contracts, &recipients);
+        // The certificates are files the configuration names: a reload (and the file watch)
+        // reads them again.
+        if let Some(dir) = server.certificates() {
+            files.extend(
+                subjects
+                    .iter()
+                    .filter_map(|s| s.kind.file_name(&s.name))
+                    .map(|name| dir.join(name)),
+            );
+        }
         let certification = crate::certificate::check(
             server.certification(),
             server.certificates().map(Path::to_path_buf),
-            &crate::certificate::subjects(&contracts, &recipients),
+            &subjects,
             inputs.codebooks,
             inputs.files,
         );
