@@ -1,0 +1,145 @@
+//! What a certificate binds: a contract's or recipient's release described as JSON, its
+//! canonical hash, and the policy it is gated against.
+
+use serde_json::{Value, json};
+
+use crate::config::Recipient;
+use crate::contract::{Contract, LeakagePolicy, QuestionRule};
+use crate::mechanism::Mechanism;
+use crate::wcpq::Admissibility;
+
+/// SHA-256 (hex) of the canonical JSON of a release description.
+pub fn release_sha256(release: &Value) -> String {
+    let mut bytes = Vec::new();
+    crate::wire::canonical_json(release, &mut bytes);
+    crate::workflow::sha256_hex(&bytes)
+}
+
+/// Everything that shapes what a contract's recipient receives: its shape, usage and pinned
+/// model, and per question the type, classes, text, view, coarsening, withheld labels and
+/// mechanism (a WCPQ codebook by its content hash, with its workflows, admissibility,
+/// fallback and confidence).
+pub fn contract_release(contract: &Contract) -> Value {
+    let questions: serde_json::Map<String, Value> = contract
+        .questions
+        .iter()
+        .map(|(id, rule)| (id.clone(), question_release(rule)))
+        .collect();
+    json!({
+        "shape": contract.shape.as_str(),
+        "usage": contract.usage.as_str(),
+        "model": contract.model,
+        "questions": questions,
+    })
+}
+
+/// Everything a recipient's contracts release, by contract name.
+pub fn recipient_release(contracts: &[&Contract]) -> Value {
+    let by_name: serde_json::Map<String, Value> = contracts
+        .iter()
+        .map(|c| (c.name.clone(), contract_release(c)))
+        .collect();
+    json!({ "contracts": by_name })
+}
+
+fn question_release(rule: &QuestionRule) -> Value {
+    let labels = rule.released_labels();
+    let withheld: Vec<&String> = labels
+        .iter()
+        .zip(&rule.withhold)
+        .filter(|(_, withheld)| **withheld)
+        .map(|(label, _)| label)
+        .collect();
+    json!({
+        "type": rule.question.kind.as_str(),
+        "classes": rule.classes,
+        "instructions": rule.question.instructions,
+        "descriptions": rule.question.descriptions,
+        "caller_text": rule.question.caller_text,
+        "view": rule.view.as_str(),
+        "coarsen": rule.coarsen.as_ref().map(|c| json!({"labels": c.labels, "map": c.map})),
+        "withhold": withheld,
+        "mechanism": mechanism_release(&rule.mechanism, rule),
+    })
+}
+
+fn mechanism_release(mechanism: &Mechanism, rule: &QuestionRule) -> Value {
+    match mechanism {
+        Mechanism::None => json!({"kind": "none"}),
+        Mechanism::Wcpq(wcpq) => json!({
+            "kind": "wcpq",
+            "codebook_sha256": wcpq.codebook_sha256,
+            "workflows_sha256": rule.workflows.as_ref().map(|spec| spec.sha256()),
+            "admissibility": match wcpq.mapper.admissibility() {
+                Admissibility::Strict => json!("strict"),
+                Admissibility::Budget(alpha) => json!({"budget": alpha}),
+            },
+            "fallback": wcpq.fallback.as_str(),
+            "confidence": wcpq.confidence.as_str(),
+        }),
+        Mechanism::Quantize { step, confidence } => {
+            json!({"kind": "quantize", "step": step, "confidence": confidence.as_str()})
+        }
+        Mechanism::TopK { k, confidence } => {
+            json!({"kind": "top_k", "k": k, "confidence": confidence.as_str()})
+        }
+        Mechanism::Temperature { tau, confidence } => {
+            json!({"kind": "temperature", "tau": tau, "confidence": confidence.as_str()})
+        }
+        Mechanism::Gaussian {
+            sigma,
+            seed,
+            confidence,
+        } => {
+            json!({"kind": "gaussian", "sigma": sigma, "seed": seed, "confidence": confidence.as_str()})
+        }
+    }
+}
+
+/// A contract's policy as a certificate records it.
+pub fn contract_policy(policy: &LeakagePolicy) -> Value {
+    let keep: Vec<String> = policy
+        .keep
+        .iter()
+        .map(|k| match &k.question {
+            Some(q) => format!("{q}.{}", k.field.as_str()),
+            None => k.field.as_str().to_string(),
+        })
+        .collect();
+    json!({
+        "keep": keep,
+        "hide": policy.hide.iter().map(|_| "secret").collect::<Vec<_>>(),
+        "max_recovery_gain": policy.max_recovery_gain,
+    })
+}
+
+/// The budget a recipient is gated against: its own, or else the smallest among its
+/// contracts' (`docs/gate.md`), when either hides something.
+pub fn recipient_budget(recipient: &Recipient, contracts: &[&Contract]) -> Option<f64> {
+    let own = recipient
+        .policy
+        .as_ref()
+        .filter(|p| !p.hide.is_empty())
+        .map(|p| p.max_recovery_gain);
+    own.or_else(|| {
+        contracts
+            .iter()
+            .filter_map(|c| c.policy.as_ref())
+            .filter(|p| !p.hide.is_empty())
+            .map(|p| p.max_recovery_gain)
+            .reduce(f64::min)
+    })
+}
+
+/// A recipient's policy as a certificate records it (`None`: it has none to certify).
+pub fn recipient_policy(budget: f64) -> Value {
+    json!({ "hide": ["secret"], "max_recovery_gain": budget })
+}
+
+/// Whether a recipient needs a certificate of its own: it declares a policy, or it holds
+/// several contracts and one of them hides something (together they may leak more than each
+/// alone, so the strictest budget binds them jointly).
+pub fn recipient_needs_certificate(recipient: &Recipient, contracts: &[&Contract]) -> bool {
+    recipient.policy.is_some()
+        || (contracts.len() > 1 && recipient_budget(recipient, contracts).is_some())
+}
