@@ -111,6 +111,18 @@ impl Served {
         .is_ok()
     }
 
+    /// The text of its admin listener's `/metrics`.
+    pub(crate) async fn metrics(&self) -> String {
+        client()
+            .get(format!("http://{}/metrics", self.admin))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub(crate) fn id(&self) -> u32 {
         self.child.id()
     }

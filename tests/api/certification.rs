@@ -53,6 +53,15 @@ fn run(args: &[&str], config: &Path) -> Output {
         .unwrap()
 }
 
+/// Waits (bounded) for a log line of `served` holding `needle`, or fails with its log.
+async fn assert_logged(served: &Served, needle: &str) {
+    assert!(
+        served.logged(needle, PATIENCE).await,
+        "{needle}: {:?}",
+        served.logs.lock().unwrap()
+    );
+}
+
 fn text(output: &Output) -> String {
     format!(
         "{}{}",
@@ -158,20 +167,8 @@ async fn only_what_the_gate_certified_is_served_under_required_certification() {
     let changed = config("required", "choice_confidence");
     std::fs::write(&path, &changed).unwrap();
     served.signal("HUP");
-    assert!(
-        served
-            .logged("configuration reload refused", PATIENCE)
-            .await,
-        "{:?}",
-        served.logs.lock().unwrap()
-    );
-    assert!(
-        served
-            .logged("contract dispatch: stale (questions.coarse_cause.view: \\\"choice\\\" -> \\\"choice_confidence\\\")", PATIENCE)
-            .await,
-        "{:?}",
-        served.logs.lock().unwrap()
-    );
+    assert_logged(&served, "configuration reload refused").await;
+    assert_logged(&served, "contract dispatch: stale (questions.coarse_cause.view: \\\"choice\\\" -> \\\"choice_confidence\\\")").await;
     assert!(served.running());
     assert_eq!(
         decide(&served).await["answers"]["coarse_cause"]["confidence"],
@@ -202,25 +199,12 @@ async fn only_what_the_gate_certified_is_served_under_required_certification() {
         text(&output)
     );
     let served = Served::start(serve_command(&path));
-    assert!(
-        served
-            .logged("contract dispatch is served uncertified", PATIENCE)
-            .await,
-        "{:?}",
-        served.logs.lock().unwrap()
-    );
+    assert_logged(&served, "contract dispatch is served uncertified").await;
     assert_ne!(
         decide(&served).await["answers"]["coarse_cause"]["confidence"],
         Value::Null
     );
-    let metrics = client()
-        .get(format!("http://{}/metrics", served.admin))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = served.metrics().await;
     for line in [
         "releasegate_contract_certified{contract=\"dispatch\"} 0",
         "releasegate_contract_certified{contract=\"merged\"} 1",

@@ -260,14 +260,7 @@ async fn ask(serving: &Served, lines: &[Value]) -> Vec<Value> {
 
 /// WCPQ answers (covered or fallback) the proxy released, from its metrics.
 async fn wcpq_answers(serving: &Served) -> u64 {
-    let metrics = client()
-        .get(format!("http://{}/metrics", serving.admin))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = serving.metrics().await;
     metrics
         .lines()
         .filter(|l| l.starts_with("releasegate_wcpq_answers_total{contract=\"triage\""))
