@@ -49,7 +49,7 @@ fn main() {
         );
         let contract = releasegate_proxy::load::from_toml(&text)
             .expect("config")
-            .contracts["c"]
+            .contracts()["c"]
             .clone();
         let mut best = f64::MAX;
         let mut released = 0;

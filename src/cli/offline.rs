@@ -109,7 +109,7 @@ impl Drop for Progress {
 pub(super) fn contract(config: &Path, name: &str) -> Result<Arc<Contract>, String> {
     let config = releasegate_proxy::load::load_offline(Some(config)).map_err(|e| e.to_string())?;
     config.contract(name).cloned().ok_or_else(|| {
-        let known: Vec<&str> = config.contracts.keys().map(String::as_str).collect();
+        let known: Vec<&str> = config.contracts().keys().map(String::as_str).collect();
         format!("no contract named `{name}` (known: {})", known.join(", "))
     })
 }

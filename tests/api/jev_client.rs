@@ -826,10 +826,9 @@ async fn a_saturated_provider_is_503_and_the_client_honours_retry_after() {
 // the simulated provider, through the client.
 
 async fn spawn_shipped() -> TestApp {
-    let mut config =
-        releasegate_proxy::load::load(Some(Path::new("config/releasegate.toml"))).unwrap();
+    let config = releasegate_proxy::load::load(Some(Path::new("config/releasegate.toml"))).unwrap();
     let loopback = "127.0.0.1:0".parse().unwrap();
-    config.server = config.server.with_listeners(loopback, loopback);
+    let config = config.with_listeners(loopback, loopback);
     start(config, crate::helpers::Upstream::default()).await
 }
 

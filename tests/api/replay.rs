@@ -47,7 +47,7 @@ async fn replay_equals_the_proxys_release_for_the_same_answers() {
                 "[providers.p]\nkind = \"simulated\"\n[contracts.main]\nprovider = \"p\"\n{text}"
             ))
             .unwrap();
-            config.contracts["main"].clone()
+            config.contracts()["main"].clone()
         };
         let mut writer = Writer::new(Vec::new());
         releasegate_lab::replay::replay(

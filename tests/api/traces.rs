@@ -241,7 +241,7 @@ fn span_export_is_off_by_default_and_its_endpoint_is_validated() {
         "{root}/config/releasegate.toml"
     ))))
     .unwrap();
-    assert!(config.tracing.is_none());
+    assert!(config.tracing().is_none());
     assert!(config.summary().contains("traces: not exported"));
     let text = format!(
         "[tracing]\notlp_endpoint = \"http://user:pw@collector:4318\"\n\

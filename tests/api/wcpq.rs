@@ -312,7 +312,7 @@ fn a_contract_chooses_strict_or_a_budget_matching_its_codebook() {
     };
     let admissibility = |path: &std::path::Path, admissibility: &str| {
         let config = releasegate_proxy::load::from_toml(&text(path, admissibility)).unwrap();
-        match &config.contract("c").unwrap().questions["q"].mechanism {
+        match &config.contract("c").unwrap().questions()["q"].mechanism() {
             releasegate_core::mechanism::Mechanism::Wcpq(w) => w.mapper.admissibility(),
             other => panic!("{other:?}"),
         }

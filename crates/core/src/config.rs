@@ -67,30 +67,30 @@ pub enum Error {
 #[derive(Debug)]
 pub struct Config {
     /// Listener and limit settings.
-    pub server: Server,
+    pub(crate) server: Server,
     /// Providers by name.
-    pub providers: BTreeMap<String, Provider>,
+    pub(crate) providers: BTreeMap<String, Provider>,
     /// Recipients, each with its key digest and bound contracts.
-    pub recipients: Vec<Recipient>,
+    pub(crate) recipients: Vec<Recipient>,
     /// Contracts by name.
-    pub contracts: BTreeMap<String, Arc<Contract>>,
+    pub(crate) contracts: BTreeMap<String, Arc<Contract>>,
     /// Where the configuration came from (for messages).
-    pub source: String,
+    pub(crate) source: String,
     /// The file and the files it names: what a reload re-reads and `watch_config` watches.
-    pub origin: Origin,
+    pub(crate) origin: Origin,
     /// `[decision_log]`: where one JSON line per request goes (`None`: off). Fixed at start.
-    pub decision_log: Option<DecisionLog>,
+    pub(crate) decision_log: Option<DecisionLog>,
     /// `contracts.NAME.capture`, by contract name: live capture of native answers (worlds
     /// format). Fixed at start, like the decision log.
-    pub captures: BTreeMap<String, Capture>,
+    pub(crate) captures: BTreeMap<String, Capture>,
     /// `[rate_limit_store]`: where the recipients' rate limits are kept so that every replica
     /// sharing it enforces them together (`None`: each replica on its own).
-    pub rate_limit_store: Option<RateLimitStore>,
+    pub(crate) rate_limit_store: Option<RateLimitStore>,
     /// `[tracing]`: where spans are exported (`None`: nowhere). Fixed at start.
-    pub tracing: Option<Tracing>,
+    pub(crate) tracing: Option<Tracing>,
     /// Every contract and recipient with a policy and its certificate's status
     /// (`[server] certificates`, `docs/gate.md`).
-    pub certification: crate::certificate::Certification,
+    pub(crate) certification: crate::certificate::Certification,
 }
 
 /// `[tracing] otlp_endpoint = "http://..."`: OTLP over HTTP (protobuf) span export (built by
@@ -531,6 +531,79 @@ impl Config {
         raw.validate(source, base_dir, &inputs)
     }
 
+    /// Listener and limit settings.
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+
+    /// Providers by name.
+    pub fn providers(&self) -> &BTreeMap<String, Provider> {
+        &self.providers
+    }
+
+    /// Recipients, each with its key digest and bound contracts.
+    pub fn recipients(&self) -> &[Recipient] {
+        &self.recipients
+    }
+
+    /// Contracts by name.
+    pub fn contracts(&self) -> &BTreeMap<String, Arc<Contract>> {
+        &self.contracts
+    }
+
+    /// Where the configuration came from (for messages).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The file and the files it names: what a reload re-reads and `watch_config` watches.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    /// `[decision_log]`: where one JSON line per request goes (`None`: off). Fixed at start.
+    pub fn decision_log(&self) -> Option<&DecisionLog> {
+        self.decision_log.as_ref()
+    }
+
+    /// `contracts.NAME.capture`, by contract name: live capture of native answers (worlds
+    /// format). Fixed at start, like the decision log.
+    pub fn captures(&self) -> &BTreeMap<String, Capture> {
+        &self.captures
+    }
+
+    /// `[rate_limit_store]`: where the recipients' rate limits are kept so that every replica
+    /// sharing it enforces them together (`None`: each replica on its own).
+    pub fn rate_limit_store(&self) -> Option<&RateLimitStore> {
+        self.rate_limit_store.as_ref()
+    }
+
+    /// `[tracing]`: where spans are exported (`None`: nowhere). Fixed at start.
+    pub fn tracing(&self) -> Option<&Tracing> {
+        self.tracing.as_ref()
+    }
+
+    /// Every contract and recipient with a policy and its certificate's status
+    /// (`[server] certificates`, `docs/gate.md`).
+    pub fn certification(&self) -> &crate::certificate::Certification {
+        &self.certification
+    }
+
+    /// The same configuration, recorded as read from `path` (`None`: the embedded default or
+    /// a string) whose text had the SHA-256 (hex) `sha256`: what [`Origin`] reports.
+    pub fn read_from(mut self, path: Option<PathBuf>, sha256: String) -> Config {
+        self.origin.path = path;
+        self.origin.sha256 = sha256;
+        self
+    }
+
+    /// The same configuration served on other listeners (tests start the shipped
+    /// configuration on `127.0.0.1:0`).
+    pub fn with_listeners(mut self, listen: SocketAddr, admin_listen: SocketAddr) -> Config {
+        self.server = self.server.with_listeners(listen, admin_listen);
+        self
+    }
+
     /// The contract named `name`.
     pub fn contract(&self, name: &str) -> Option<&Arc<Contract>> {
         self.contracts.get(name)
@@ -962,7 +1035,7 @@ pub(crate) fn build_question(
             Mechanism::None
         }
     };
-    (problems.len() == n_problems).then_some(QuestionRule {
+    let rule = (problems.len() == n_problems).then_some(QuestionRule {
         classes,
         question,
         view: raw.view,
@@ -971,7 +1044,8 @@ pub(crate) fn build_question(
         mechanism,
         workflows,
         pinned_upstream: Default::default(),
-    })
+    });
+    checked(key, rule?, problems)
 }
 
 /// A `type = "box"` question: no classes, labels or workflows; the view `full_native` (box
@@ -1035,7 +1109,7 @@ fn build_box_question(
     if let Some(instructions) = &raw.instructions {
         content(format!("{key}.instructions"), instructions, problems);
     }
-    (problems.len() == n_problems).then(|| QuestionRule {
+    let rule = (problems.len() == n_problems).then(|| QuestionRule {
         classes: Vec::new(),
         question: Pinned {
             kind: Kind::Box,
@@ -1049,7 +1123,20 @@ fn build_box_question(
         mechanism,
         workflows: None,
         pinned_upstream: Default::default(),
-    })
+    });
+    checked(key, rule?, problems)
+}
+
+/// `rule` when its view and mechanism pass the rules every derived release passes too
+/// (`contract::check_release`); otherwise the reason goes to `problems`.
+fn checked(key: &str, rule: QuestionRule, problems: &mut Vec<String>) -> Option<QuestionRule> {
+    match crate::contract::check_release(&rule, rule.view, &rule.mechanism) {
+        Ok(()) => Some(rule),
+        Err(reason) => {
+            problems.push(format!("{key}: {reason}"));
+            None
+        }
+    }
 }
 
 /// The question a contract asks: its type (declared, or implied by the classes: `"false"`

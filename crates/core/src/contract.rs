@@ -19,25 +19,25 @@ use crate::workflow::Spec;
 #[derive(Debug, Clone)]
 pub struct Contract {
     /// The contract's name (a metrics label and the `X-Release-Contract` value).
-    pub name: String,
+    pub(crate) name: String,
     /// The provider that answers requests under this contract.
-    pub provider: String,
+    pub(crate) provider: String,
     /// When set, replaces the caller's `model` in the forwarded request.
-    pub model: Option<String>,
+    pub(crate) model: Option<String>,
     /// Whether token usage counts go out.
-    pub usage: Usage,
+    pub(crate) usage: Usage,
     /// Whether answers carry every field their type requires (`complete`) or only the view's.
-    pub shape: Shape,
+    pub(crate) shape: Shape,
     /// The covered questions by id; any other question is denied.
-    pub questions: BTreeMap<String, QuestionRule>,
+    pub(crate) questions: BTreeMap<String, QuestionRule>,
     /// Request fields the recipient may see anyway (pointers into `state`):
     /// what the leakage audit's attacker is given besides the released answer.
-    pub public: Vec<PublicField>,
+    pub(crate) public: Vec<PublicField>,
     /// The contract's leakage budget, checked offline by `releasegate audit --gate`.
-    pub policy: Option<LeakagePolicy>,
+    pub(crate) policy: Option<LeakagePolicy>,
     /// System One request headers a caller may send through to the provider
     /// (`forward_headers`); every other caller header stays out.
-    pub forward_headers: Vec<ForwardHeader>,
+    pub(crate) forward_headers: Vec<ForwardHeader>,
 }
 
 /// A System One request header a contract may let through (`forward_headers`), from a
@@ -202,19 +202,19 @@ pub enum PublicKind {
 #[derive(Debug, Clone)]
 pub struct QuestionRule {
     /// The canonical class order: probabilities are aligned to it by class id.
-    pub classes: Vec<String>,
+    pub(crate) classes: Vec<String>,
     /// The question as the contract asks it upstream.
-    pub question: Pinned,
+    pub(crate) question: Pinned,
     /// Which prediction fields go out.
-    pub view: View,
+    pub(crate) view: View,
     /// Optional fine-to-coarse relabelling, applied before anything else.
-    pub coarsen: Option<Coarsening>,
+    pub(crate) coarsen: Option<Coarsening>,
     /// Released labels whose selection withholds every other probability and the confidence.
-    pub withhold: Vec<bool>,
+    pub(crate) withhold: Vec<bool>,
     /// The mechanism that rewrites the probability and confidence fields.
-    pub mechanism: Mechanism,
+    pub(crate) mechanism: Mechanism,
     /// The recipient's frozen downstream workflows over the released labels, when declared.
-    pub workflows: Option<Spec>,
+    pub(crate) workflows: Option<Spec>,
     /// The question as it goes upstream with the contract's own text, and its score
     /// legend: the same for every request, built on first use (`wire::check_request`)
     /// from `classes` and `question`, which nothing changes once a contract is built
@@ -327,20 +327,189 @@ fn not_certifiable_because(rule: &QuestionRule) -> Option<&'static str> {
     }
 }
 
+/// How a derived contract releases one question ([`Contract::derive`]): the view and the
+/// mechanism that replace the question's own (`None`: keep it).
+#[derive(Debug, Clone, Default)]
+pub struct Rerelease {
+    /// The view that replaces the question's.
+    pub view: Option<View>,
+    /// The mechanism that replaces the question's.
+    pub mechanism: Option<Mechanism>,
+}
+
+/// A derived release that no configuration could hold ([`Contract::derive`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("contract `{contract}` cannot release question `{question}` that way: {reason}")]
+pub struct DeriveError {
+    /// The contract derived from.
+    pub contract: String,
+    /// The question whose release is refused.
+    pub question: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// The rules a question's view and mechanism pass, in a configuration file and in every
+/// derived contract alike: a box question is released as `full_native` or `choice` (or the
+/// audit's `no_output` reference), with no mechanism or `quantize` deriving its confidence; a
+/// class question's baseline has parameters in their ranges, and a WCPQ mechanism serves the
+/// question's own frozen workflows over its released labels.
+pub(crate) fn check_release(
+    rule: &QuestionRule,
+    view: View,
+    mechanism: &Mechanism,
+) -> Result<(), String> {
+    use crate::mechanism::ConfidenceSource;
+    if rule.question.kind == crate::wire::Kind::Box {
+        if matches!(view, View::ChoiceConfidence | View::FullProbabilities) {
+            return Err(format!(
+                "a box question is released as `full_native` or `choice`, not `{view}`"
+            ));
+        }
+        return match mechanism {
+            Mechanism::None => Ok(()),
+            Mechanism::Quantize {
+                step,
+                confidence: ConfidenceSource::Derived,
+            } if crate::baseline::step_nanos(*step).is_some() => Ok(()),
+            other => Err(format!(
+                "a box question takes no mechanism or `quantize` with a derived confidence, not `{}`",
+                other.kind()
+            )),
+        };
+    }
+    match mechanism {
+        Mechanism::None => Ok(()),
+        Mechanism::Quantize { step, .. } if crate::baseline::step_nanos(*step).is_none() => {
+            Err(format!(
+                "quantize step must be a decimal in [1e-9, 1] with at most 9 decimal places, got {step}"
+            ))
+        }
+        Mechanism::TopK { k: 0, .. } => Err("top_k needs k of at least 1".to_string()),
+        Mechanism::Temperature { tau, .. } if !(tau.is_finite() && *tau > 0.0) => Err(format!(
+            "temperature tau must be a positive number, got {tau}"
+        )),
+        Mechanism::Gaussian { sigma, .. } if !(sigma.is_finite() && *sigma >= 0.0) => Err(format!(
+            "gaussian sigma must be a non-negative number, got {sigma}"
+        )),
+        Mechanism::Wcpq(wcpq) => {
+            let Some(spec) = rule.workflows.as_ref() else {
+                return Err("wcpq needs the question's frozen workflows".to_string());
+            };
+            if wcpq.mapper.spec() != spec {
+                return Err(
+                    "the wcpq mapper's frozen workflows are not the question's own".to_string(),
+                );
+            }
+            wcpq.mapper
+                .codebook()
+                .check_matches(spec, rule.released_labels())
+                .map_err(|error| format!("the codebook does not match this question: {error}"))
+        }
+        _ => Ok(()),
+    }
+}
+
 // === impl Contract ===
 
 impl Contract {
-    /// The same contract with every question released under `view` and, when
-    /// given, `mechanism` (the leakage audit's candidate releases).
-    pub fn with_release(&self, view: View, mechanism: Option<&Mechanism>) -> Contract {
+    /// The contract's name (a metrics label and the `X-Release-Contract` value).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The provider that answers requests under this contract.
+    pub fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    /// When set, replaces the caller's `model` in the forwarded request.
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_deref()
+    }
+
+    /// Whether token usage counts go out.
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+
+    /// Whether answers carry every field their type requires (`complete`) or only the view's.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    /// The covered questions by id; any other question is denied.
+    pub fn questions(&self) -> &BTreeMap<String, QuestionRule> {
+        &self.questions
+    }
+
+    /// Request fields the recipient may see anyway (pointers into `state`):
+    /// what the leakage audit's attacker is given besides the released answer.
+    pub fn public(&self) -> &[PublicField] {
+        &self.public
+    }
+
+    /// The contract's leakage budget, checked offline by `releasegate audit --gate`.
+    pub fn policy(&self) -> Option<&LeakagePolicy> {
+        self.policy.as_ref()
+    }
+
+    /// System One request headers a caller may send through to the provider
+    /// (`forward_headers`); every other caller header stays out.
+    pub fn forward_headers(&self) -> &[ForwardHeader] {
+        &self.forward_headers
+    }
+
+    /// The same contract with each question released as `release` says: the audit's
+    /// candidate releases, the frontier's learned codebooks, the floor's native reference.
+    /// Each changed question passes [`check_release`], the rules every configured question's
+    /// view and mechanism pass, so a derived release that a configuration file could not
+    /// hold is refused, never audited. The one difference: `no_output` is allowed, because
+    /// the audit measures every release against it (a configuration refuses it only because
+    /// typed clients cannot read an allowed question without an answer).
+    pub fn derive(
+        &self,
+        mut release: impl FnMut(&str, &QuestionRule) -> Rerelease,
+    ) -> Result<Contract, DeriveError> {
         let mut contract = self.clone();
-        for rule in contract.questions.values_mut() {
-            rule.view = view;
-            if let Some(mechanism) = mechanism {
-                rule.mechanism = mechanism.clone();
+        for (id, rule) in contract.questions.iter_mut() {
+            let Rerelease { view, mechanism } = release(id, rule);
+            if view.is_none() && mechanism.is_none() {
+                continue;
             }
+            let view = view.unwrap_or(rule.view);
+            let mechanism = mechanism.unwrap_or_else(|| rule.mechanism.clone());
+            check_release(rule, view, &mechanism).map_err(|reason| DeriveError {
+                contract: self.name.clone(),
+                question: id.clone(),
+                reason,
+            })?;
+            rule.view = view;
+            rule.mechanism = mechanism;
         }
-        contract
+        Ok(contract)
+    }
+
+    /// The same contract with every question released under `view` and, when given,
+    /// `mechanism` ([`Contract::derive`]).
+    pub fn with_release(
+        &self,
+        view: View,
+        mechanism: Option<&Mechanism>,
+    ) -> Result<Contract, DeriveError> {
+        self.derive(|_, _| Rerelease {
+            view: Some(view),
+            mechanism: mechanism.cloned(),
+        })
+    }
+
+    /// The same contract with answers shaped as `shape` (both shapes are valid for every
+    /// contract).
+    pub fn with_shape(&self, shape: Shape) -> Contract {
+        Contract {
+            shape,
+            ..self.clone()
+        }
     }
 
     /// The questions no audit or gate certifies: those whose text the caller writes
@@ -382,6 +551,41 @@ impl Contract {
 // === impl QuestionRule ===
 
 impl QuestionRule {
+    /// The canonical class order: probabilities are aligned to it by class id.
+    pub fn classes(&self) -> &[String] {
+        &self.classes
+    }
+
+    /// The question as the contract asks it upstream.
+    pub fn question(&self) -> &Pinned {
+        &self.question
+    }
+
+    /// Which prediction fields go out.
+    pub fn view(&self) -> View {
+        self.view
+    }
+
+    /// Optional fine-to-coarse relabelling, applied before anything else.
+    pub fn coarsen(&self) -> Option<&Coarsening> {
+        self.coarsen.as_ref()
+    }
+
+    /// Released labels whose selection withholds every other probability and the confidence.
+    pub fn withhold(&self) -> &[bool] {
+        &self.withhold
+    }
+
+    /// The mechanism that rewrites the probability and confidence fields.
+    pub fn mechanism(&self) -> &Mechanism {
+        &self.mechanism
+    }
+
+    /// The recipient's frozen downstream workflows over the released labels, when declared.
+    pub fn workflows(&self) -> Option<&Spec> {
+        self.workflows.as_ref()
+    }
+
     /// Whether answers under this rule carry `field` (before any WCPQ fallback).
     pub fn releases(&self, field: Field) -> bool {
         match field {
@@ -522,5 +726,105 @@ mod tests {
             assert_eq!(View::parse(view.as_str()), Some(view));
         }
         assert_eq!(View::parse("everything"), None);
+    }
+
+    /// A contract of two WCPQ questions over other labels (codebooks built into `dir`) and a
+    /// box question.
+    fn wcpq_contract(dir: &std::path::Path) -> std::sync::Arc<Contract> {
+        let mut text =
+            "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n".to_string();
+        for (id, labels) in [
+            ("q4", &["A", "B", "C", "D"][..]),
+            ("r4", &["W", "X", "Y", "Z"][..]),
+        ] {
+            let classes: Vec<String> = labels.iter().map(|l| l.to_string()).collect();
+            let spec = Spec::standard(classes.clone()).unwrap();
+            let built = crate::codebook::build(&classes, 10, &spec, &[], "test".into()).unwrap();
+            std::fs::write(
+                dir.join(format!("{id}.json")),
+                built.codebook.to_json_bytes(),
+            )
+            .unwrap();
+            text.push_str(&format!(
+                "[contracts.c.questions.{id}]\nclasses = {classes:?}\nview = \"full_native\"\n\
+                 mechanism = {{ kind = \"wcpq\", codebook = \"{id}.json\", fallback = \"native\" }}\n\
+                 workflows = {{ preset = \"tuple-bench\" }}\n"
+            ));
+        }
+        text.push_str("[contracts.c.questions.b]\ntype = \"box\"\nview = \"full_native\"\n");
+        let inputs = crate::config::Inputs {
+            env: None,
+            files: &|path| std::fs::read(path),
+            codebooks: true,
+        };
+        let config = crate::config::Config::from_toml_with(&text, "test", dir, inputs).unwrap();
+        config.contract("c").unwrap().clone()
+    }
+
+    #[test]
+    fn a_derived_release_passes_the_rules_of_a_configured_one() {
+        use crate::mechanism::ConfidenceSource;
+        let dir = tempfile::tempdir().unwrap();
+        let contract = wcpq_contract(dir.path());
+        // The audit's no_output reference and a box-compatible baseline derive.
+        let reference = contract.with_release(View::NoOutput, None).unwrap();
+        assert!(
+            reference
+                .questions()
+                .values()
+                .all(|r| r.view() == View::NoOutput)
+        );
+        let quantize = Mechanism::Quantize {
+            step: 0.1,
+            confidence: ConfidenceSource::Derived,
+        };
+        assert!(
+            contract
+                .with_release(View::FullNative, Some(&quantize))
+                .is_ok()
+        );
+        // A candidate no configuration could hold is refused, naming the question.
+        let top_k = Mechanism::TopK {
+            k: 2,
+            confidence: ConfidenceSource::Derived,
+        };
+        let error = contract
+            .with_release(View::FullNative, Some(&top_k))
+            .unwrap_err();
+        assert_eq!(
+            (error.contract.as_str(), error.question.as_str()),
+            ("c", "b")
+        );
+        let error = contract
+            .with_release(View::ChoiceConfidence, None)
+            .unwrap_err();
+        assert_eq!(error.question, "b", "{error}");
+        let fine = Mechanism::Quantize {
+            step: 0.1234567891,
+            confidence: ConfidenceSource::Native,
+        };
+        let error = contract
+            .derive(|id, _| Rerelease {
+                view: None,
+                mechanism: (id == "q4").then(|| fine.clone()),
+            })
+            .unwrap_err();
+        assert!(error.reason.contains("step"), "{error}");
+        // One question's WCPQ mapper on another question: refused.
+        let other = contract.questions()["r4"].mechanism().clone();
+        let error = contract
+            .derive(|id, _| Rerelease {
+                view: None,
+                mechanism: (id == "q4").then(|| other.clone()),
+            })
+            .unwrap_err();
+        assert_eq!(error.question, "q4");
+        assert!(error.reason.contains("workflows"), "{error}");
+        // Each question keeps its own otherwise: deriving nothing changes nothing.
+        let same = contract.derive(|_, _| Rerelease::default()).unwrap();
+        assert_eq!(
+            crate::certificate::contract_release(&same),
+            crate::certificate::contract_release(&contract)
+        );
     }
 }

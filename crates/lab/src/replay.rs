@@ -218,7 +218,7 @@ impl MechanismSummary {
         state: &Value,
         split: worlds::Split,
     ) {
-        self.kind = rule.mechanism.kind().to_string();
+        self.kind = rule.mechanism().kind().to_string();
         self.answers += 1;
         if matches!(
             record.mechanism,
@@ -255,7 +255,7 @@ impl MechanismSummary {
         if let Some(covered) = self.covered {
             self.coverage = Some(covered as f64 / self.answers as f64);
         }
-        if let (Some(spec), Some(evaluation)) = (&rule.workflows, &record.evaluation) {
+        if let (Some(spec), Some(evaluation)) = (&rule.workflows(), &record.evaluation) {
             let summary = self.workflows.get_or_insert_with(WorkflowSummary::default);
             let native = spec.plans(&evaluation.native, state);
             let released = spec.plans(&evaluation.released, state);
@@ -338,7 +338,7 @@ pub fn replay<R: BufRead, W: Write>(
     progress: &mut dyn FnMut(u64),
 ) -> Result<Summary, Error> {
     let mut summary = Summary {
-        contract: contract.name.clone(),
+        contract: contract.name().to_string(),
         ..Summary::default()
     };
     let workers = std::thread::available_parallelism()
@@ -423,7 +423,7 @@ fn process(contract: &Contract, lines: &[(usize, String)], rng: &mut Rng) -> Res
                             .or_default()
                             .entry(record.view.as_str().to_string())
                             .or_default() += 1;
-                        if let Some(rule) = contract.questions.get(&record.question) {
+                        if let Some(rule) = contract.questions().get(&record.question) {
                             summary
                                 .mechanisms
                                 .entry(record.question.clone())

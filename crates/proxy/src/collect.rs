@@ -97,13 +97,13 @@ impl Collector {
             .ok_or_else(|| SetupError::NoContract {
                 name: name.to_string(),
                 known: config
-                    .contracts
+                    .contracts()
                     .keys()
                     .map(String::as_str)
                     .collect::<Vec<_>>()
                     .join(", "),
             })?;
-        let max_concurrency = match config.providers.get(&contract.provider) {
+        let max_concurrency = match config.providers().get(contract.provider()) {
             Some(Provider::SystemOne(remote)) => Some(remote.max_concurrency()),
             _ => None,
         };
@@ -113,7 +113,7 @@ impl Collector {
             contract,
             retries,
             max_concurrency,
-            asset_limits: config.server.asset_limits(),
+            asset_limits: config.server().asset_limits(),
         })
     }
 
@@ -159,7 +159,7 @@ impl Collector {
                 headers: &headers,
                 switches: &[],
             };
-            let reply = self.upstreams.systemone(&contract.provider, post).await;
+            let reply = self.upstreams.systemone(contract.provider(), post).await;
             let (kind, message, hint) = match reply {
                 Ok(Reply::Success(bytes)) => {
                     return answer(contract, &asked, &bytes).map_or_else(

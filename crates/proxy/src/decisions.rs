@@ -91,20 +91,20 @@ impl Record {
                     .filter_map(|answer| {
                         // Only ids the contract declares: bounded, from configuration.
                         let (question, rule) =
-                            contract.questions.get_key_value(&answer.question)?;
+                            contract.questions().get_key_value(&answer.question)?;
                         let (outcome, reason) = match answer.mechanism {
                             Outcome::Applied => ("applied", None),
                             Outcome::Covered { .. } => ("covered", None),
                             Outcome::Fallback(reason) => ("fallback", Some(reason.label())),
                         };
-                        let codebook_sha256 = match &rule.mechanism {
+                        let codebook_sha256 = match &rule.mechanism() {
                             Mechanism::Wcpq(wcpq) => Some(wcpq.codebook_sha256.as_str()),
                             _ => None,
                         };
                         Some(Answer {
                             question: question.as_str(),
                             view: answer.view.as_str(),
-                            mechanism: rule.mechanism.kind(),
+                            mechanism: rule.mechanism().kind(),
                             outcome,
                             reason,
                             withheld: answer.withheld,
@@ -119,8 +119,8 @@ impl Record {
             request_id: &self.request_id,
             route: self.route,
             recipient: self.recipient.as_deref(),
-            contract: contract.map(|c| c.name.as_str()),
-            provider: contract.map(|c| c.provider.as_str()),
+            contract: contract.map(|c| c.name()),
+            provider: contract.map(|c| c.provider()),
             status: self.status,
             // Whole microseconds: a fixed, short rendering.
             latency_ms: (self.latency.as_micros() as f64) / 1000.0,

@@ -164,7 +164,7 @@ fn load_with(path: Option<&Path>, read_keys: bool) -> Result<Config, Error> {
     };
     let figment = Figment::from(Toml::string(&text)).merge(env_overrides());
     let embedded = file.is_none();
-    let mut config = Config::from_figment(
+    let config = Config::from_figment(
         figment,
         source,
         &base_dir(file),
@@ -174,9 +174,7 @@ fn load_with(path: Option<&Path>, read_keys: bool) -> Result<Config, Error> {
             codebooks: true,
         },
     )?;
-    config.origin.path = file.map(Path::to_path_buf);
-    config.origin.sha256 = sha256_hex(text.as_bytes());
-    check_paths(config)
+    check_paths(config.read_from(file.map(Path::to_path_buf), sha256_hex(text.as_bytes())))
 }
 
 /// The directory relative paths in the configuration file are resolved against.
@@ -265,7 +263,7 @@ fn read_embedded(path: &Path) -> std::io::Result<Vec<u8>> {
 
 /// What only the file system can tell about a validated configuration.
 fn check_paths(config: Config) -> Result<Config, Error> {
-    if let Some(log) = &config.decision_log
+    if let Some(log) = &config.decision_log()
         && let DecisionSink::File(path) = &log.sink()
         && path.is_dir()
     {
@@ -275,7 +273,7 @@ fn check_paths(config: Config) -> Result<Config, Error> {
         )]));
     }
     let directories: Vec<String> = config
-        .captures
+        .captures()
         .iter()
         .filter(|(_, capture)| capture.path().is_dir())
         .map(|(name, capture)| {

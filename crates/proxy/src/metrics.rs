@@ -303,34 +303,34 @@ impl Metrics {
     pub fn describe(&self, config: &Config) {
         self.certified.describe(config);
         self.config_info
-            .with_label_values(&[config.origin.sha256.as_str()])
+            .with_label_values(&[config.origin().sha256.as_str()])
             .set(1);
-        if config.rate_limit_store.is_some() {
+        if config.rate_limit_store().is_some() {
             for kind in ["timeout", "error"] {
                 self.rate_limit_store_errors.with_label_values(&[kind]);
             }
         }
-        for recipient in &config.recipients {
+        for recipient in config.recipients() {
             if recipient.rate_limit.is_some() {
                 self.rate_limited
                     .with_label_values(&[recipient.name.as_str()]);
             }
         }
-        for name in config.captures.keys() {
+        for name in config.captures().keys() {
             self.captured.with_label_values(&[name.as_str()]);
             for reason in ["queue_full", "write_error"] {
                 self.capture_dropped
                     .with_label_values(&[name.as_str(), reason]);
             }
         }
-        for provider in config.providers.keys() {
+        for provider in config.providers().keys() {
             for kind in crate::upstream::ERROR_KINDS {
                 self.upstream_errors
                     .with_label_values(&[provider.as_str(), kind]);
             }
         }
-        for (name, contract) in &config.contracts {
-            for header in &contract.forward_headers {
+        for (name, contract) in config.contracts() {
+            for header in contract.forward_headers() {
                 self.forwarded_headers
                     .with_label_values(&[name.as_str(), header.lower()]);
             }
@@ -338,8 +338,8 @@ impl Metrics {
                 self.rejected_answers
                     .with_label_values(&[name.as_str(), &reason.to_string()]);
             }
-            for (question, rule) in &contract.questions {
-                if let Mechanism::Wcpq(wcpq) = &rule.mechanism {
+            for (question, rule) in contract.questions() {
+                if let Mechanism::Wcpq(wcpq) = &rule.mechanism() {
                     let count = i64::try_from(wcpq.mapper.codebook().len()).unwrap_or(i64::MAX);
                     self.codebook_info
                         .with_label_values(&[
@@ -361,16 +361,16 @@ impl Metrics {
     pub fn redescribe(&self, old: &Config, new: &Config) {
         self.describe(new);
         self.certified.redescribe(old, new);
-        if old.origin.sha256 != new.origin.sha256 {
+        if old.origin().sha256 != new.origin().sha256 {
             let _ = self
                 .config_info
-                .remove_label_values(&[old.origin.sha256.as_str()]);
+                .remove_label_values(&[old.origin().sha256.as_str()]);
         }
         let codebooks = |config: &Config| {
             let mut series = std::collections::BTreeSet::new();
-            for (name, contract) in &config.contracts {
-                for (question, rule) in &contract.questions {
-                    if let Mechanism::Wcpq(wcpq) = &rule.mechanism {
+            for (name, contract) in config.contracts() {
+                for (question, rule) in contract.questions() {
+                    if let Mechanism::Wcpq(wcpq) = &rule.mechanism() {
                         series.insert([
                             name.clone(),
                             question.clone(),
@@ -458,13 +458,13 @@ impl Metrics {
     /// Resolves the answer series of every question of `config` (creating them, at zero).
     pub fn answer_series(&self, config: &Config) -> AnswerSeries {
         let mut by_contract = HashMap::with_hasher(FixedState::default());
-        for (name, contract) in &config.contracts {
+        for (name, contract) in config.contracts() {
             let mut questions = HashMap::with_hasher(FixedState::default());
-            for (question, rule) in &contract.questions {
+            for (question, rule) in contract.questions() {
                 let labels = [name.as_str(), question.as_str()];
-                let view = rule.view.as_str();
-                let wcpq =
-                    matches!(rule.mechanism, Mechanism::Wcpq(_)).then(|| self.wcpq_series(labels));
+                let view = rule.view().as_str();
+                let wcpq = matches!(rule.mechanism(), Mechanism::Wcpq(_))
+                    .then(|| self.wcpq_series(labels));
                 let series = QuestionSeries {
                     released: self
                         .released_answers
@@ -483,7 +483,12 @@ impl Metrics {
     /// created yet: see [`RequestSeries`]).
     pub fn request_series(&self, config: &Config) -> RequestSeries {
         let mut by_contract = HashMap::with_hasher(FixedState::default());
-        for name in config.contracts.keys().map(String::as_str).chain(["none"]) {
+        for name in config
+            .contracts()
+            .keys()
+            .map(String::as_str)
+            .chain(["none"])
+        {
             by_contract.entry(name.to_string()).or_default();
         }
         RequestSeries { by_contract }

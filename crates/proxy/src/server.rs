@@ -83,13 +83,12 @@ impl Live {
     /// (keeping the unchanged buckets of `previous`).
     fn new(config: Config, metrics: &Metrics, previous: Option<&Live>) -> Result<Live, StartError> {
         let upstreams = Upstreams::new(&config, metrics.clone())?;
-        let keys = Keys::new(&config.recipients);
-        let loops = config.server.event_loops(crate::cpus::available().count);
+        let keys = Keys::new(config.recipients());
+        let loops = config.server().event_loops(crate::cpus::available().count);
         let limits = crate::ratelimit::Limits::new(
-            &config.recipients,
+            config.recipients(),
             config
-                .rate_limit_store
-                .as_ref()
+                .rate_limit_store()
                 .map(|store| (store, metrics, loops)),
             previous.map(|live| &live.limits),
         );
@@ -182,7 +181,7 @@ impl Application {
                 .await
                 .map_err(|source| StartError::Bind { addr, source })
         };
-        let (listen, admin_listen) = (config.server.listen(), config.server.admin_listen());
+        let (listen, admin_listen) = (config.server().listen(), config.server().admin_listen());
         let state = AppState::prepare(config)?;
         let public = bind(listen).await?;
         let admin = bind(admin_listen).await?;
@@ -192,7 +191,7 @@ impl Application {
         }
         let connections = listener::ConnectionMetrics::register(state.inner.metrics.registry())?;
         let live = state.live();
-        if let Some(settings) = &live.config.decision_log {
+        if let Some(settings) = &live.config.decision_log() {
             let log = crate::decisions::DecisionLog::start(
                 settings,
                 state.inner.metrics.decision_log_dropped.clone(),
@@ -204,7 +203,7 @@ impl Application {
             let _ = state.inner.decisions.set(log);
         }
         let mut captures = std::collections::BTreeMap::new();
-        for (contract, settings) in &live.config.captures {
+        for (contract, settings) in live.config.captures() {
             let capture = crate::capture::Capture::start(contract, settings, &state.inner.metrics)
                 .map_err(|source| StartError::Capture {
                     contract: contract.clone(),
@@ -214,7 +213,7 @@ impl Application {
             captures.insert(contract.clone(), capture);
         }
         let _ = state.inner.captures.set(captures);
-        if let Some(tracing) = &live.config.tracing {
+        if let Some(tracing) = &live.config.tracing() {
             let exporter = crate::otel::Exporter::start(tracing).map_err(StartError::Tracing)?;
             tracing::info!(
                 endpoint = tracing.otlp_endpoint(),
@@ -225,7 +224,7 @@ impl Application {
         let config = &live.config;
         let server = &state.inner.server;
         let upstream_fds = config
-            .providers
+            .providers()
             .values()
             .map(|provider| match provider {
                 Provider::SystemOne(remote) => listener::upstream_fds(
@@ -392,7 +391,7 @@ impl Application {
             event_loops = loops,
             cpus = cpus.count,
             cpus_from = %cpus.source,
-            source = %state.live().config.source,
+            source = %state.live().config.source(),
             "releasegate serving"
         );
         tokio::select! {
@@ -638,14 +637,14 @@ impl AppState {
     /// client and providers, the key table. `check-config` runs it too, so a configuration it
     /// accepts fails under `serve` only if a port cannot be bound.
     pub fn prepare(config: Config) -> Result<AppState, StartError> {
-        if let Some(refusal) = config.certification.refusal() {
+        if let Some(refusal) = config.certification().refusal() {
             return Err(StartError::Uncertified(refusal));
         }
         let metrics = Metrics::new()?;
         metrics.describe(&config);
-        let server = config.server.clone();
+        let server = config.server().clone();
         if let Some(releasegate_core::config::DecisionSink::File(path)) =
-            config.decision_log.as_ref().map(|log| log.sink())
+            config.decision_log().map(|log| log.sink())
         {
             let parent = path
                 .parent()
@@ -661,7 +660,7 @@ impl AppState {
                 });
             }
         }
-        for (contract, capture) in &config.captures {
+        for (contract, capture) in config.captures() {
             let parent = capture
                 .path()
                 .parent()
@@ -713,7 +712,7 @@ impl AppState {
 
     /// The SHA-256 of the configuration text in force (`releasegate_config_info`).
     pub fn config_sha256(&self) -> String {
-        self.inner.live.load().config.origin.sha256.clone()
+        self.inner.live.load().config.origin().sha256.clone()
     }
 
     /// The live capture of contract `name`, when it declares one and the server started it.

@@ -371,7 +371,7 @@ impl Upstreams {
                 .timer(TokioTimer::new())
                 .build(https))
         };
-        let event_loops = config.server.event_loops(crate::cpus::available().count);
+        let event_loops = config.server().event_loops(crate::cpus::available().count);
         let clients = Clients {
             first: client()?,
             others: (1..event_loops)
@@ -379,7 +379,7 @@ impl Upstreams {
                 .collect::<Result<Vec<_>, _>>()?,
         };
         let mut providers = BTreeMap::new();
-        for (name, provider) in &config.providers {
+        for (name, provider) in config.providers() {
             let upstream = match provider {
                 Provider::Simulated => Upstream::Simulated,
                 Provider::SystemOne(remote) => {
@@ -428,7 +428,7 @@ impl Upstreams {
         Ok(Upstreams {
             providers: Arc::new(providers),
             clients: Arc::new(clients),
-            max_body_bytes: config.server.max_upstream_body_bytes(),
+            max_body_bytes: config.server().max_upstream_body_bytes(),
             metrics,
         })
     }

@@ -140,7 +140,7 @@ pub fn native_answer(
     if !asked_question {
         return Err(Skip::NotAsked);
     }
-    let rule: &QuestionRule = contract.questions.get(question).ok_or(Skip::NotAsked)?;
+    let rule: &QuestionRule = contract.questions().get(question).ok_or(Skip::NotAsked)?;
     let asked = wire::check_request(&world.request, contract).map_err(|_| Skip::RequestMismatch)?;
     let kind = asked
         .questions
@@ -154,7 +154,7 @@ pub fn native_answer(
         .and_then(|answers| answers.get(question))
         .ok_or(Skip::InvalidAnswer)?;
     let fine = wire::parse_answer(kind, rule, answer).map_err(|_| Skip::InvalidAnswer)?;
-    let vector = match &rule.coarsen {
+    let vector = match &rule.coarsen() {
         Some(coarsening) => release::coarsen(coarsening, &fine),
         None => fine,
     };
@@ -194,9 +194,8 @@ mod tests {
     }
 
     fn spec(contract: &Contract) -> &releasegate_core::workflow::Spec {
-        contract.questions[simulate::COARSE_QUESTION]
-            .workflows
-            .as_ref()
+        contract.questions()[simulate::COARSE_QUESTION]
+            .workflows()
             .unwrap()
     }
 

@@ -178,7 +178,7 @@ pub(in crate::cli) fn audit_command(args: &AuditArgs) -> Result<ExitCode, Error>
             "attacker_reads_fills": args.read_fills,
             "shapes": scope.contracts
                 .iter()
-                .map(|c| (c.name.clone(), serde_json::Value::from(c.shape.as_str())))
+                .map(|c| (c.name().to_string(), serde_json::Value::from(c.shape().as_str())))
                 .collect::<serde_json::Map<_, _>>(),
             "worlds": args.worlds.display().to_string(),
             "gate": gate_results,
@@ -208,7 +208,7 @@ fn scope<'c>(args: &'c AuditArgs, config: &'c Config) -> Result<Scope<'c>, Error
         None => None,
         Some(name) => Some(
             config
-                .recipients
+                .recipients()
                 .iter()
                 .find(|r| &r.name == name)
                 .ok_or_else(|| Error::usage(format!("no recipient named `{name}`")))?,
@@ -222,10 +222,7 @@ fn scope<'c>(args: &'c AuditArgs, config: &'c Config) -> Result<Scope<'c>, Error
                 .contract(name)
                 .ok_or_else(|| Error::usage(format!("no contract named `{name}`")))?;
             Ok(match shape {
-                Some(shape) => Arc::new(Contract {
-                    shape,
-                    ..(**contract).clone()
-                }),
+                Some(shape) => Arc::new(contract.with_shape(shape)),
                 None => contract.clone(),
             })
         })
@@ -372,7 +369,7 @@ fn print_report(measured: &Measured, contracts: &[Arc<Contract>], unchecked: boo
             println!(
                 "not certifiable: contract {}: {}; these figures do not cover those questions' releases \
                  as a caller can make them",
-                contract.name,
+                contract.name(),
                 reasons.join(", ")
             );
         }

@@ -77,7 +77,7 @@ fn subject(
     recipient: Option<&str>,
 ) -> Option<(Kind, String, serde_json::Value, serde_json::Value)> {
     if let Some(name) = recipient.filter(|n| result.contract == format!("recipient {n}")) {
-        let recipient = config.recipients.iter().find(|r| r.name == name)?;
+        let recipient = config.recipients().iter().find(|r| r.name == name)?;
         let held: Vec<&Contract> = recipient
             .contracts
             .iter()
@@ -97,10 +97,10 @@ fn subject(
         ));
     }
     let contract = config.contract(&result.contract)?;
-    let policy = contract.policy.as_ref()?;
+    let policy = contract.policy()?;
     Some((
         Kind::Contract,
-        contract.name.clone(),
+        contract.name().to_string(),
         certificate::contract_release(contract),
         certificate::contract_policy(policy),
     ))

@@ -91,10 +91,9 @@ struct Outcome {
 pub(in crate::cli) fn build_codebook_command(args: &Args) -> Result<(), Error> {
     let config = releasegate_proxy::load::load_without_codebooks(args.config).or_usage()?;
     let contracts = pooled_contracts(&config, args.contracts, args.question)?;
-    let rule = &contracts[0].questions[args.question];
+    let rule = &contracts[0].questions()[args.question];
     let spec = rule
-        .workflows
-        .as_ref()
+        .workflows()
         .ok_or_else(|| Error::usage("the question has no workflows"))?;
     warn_about_grid(rule.released_labels().len(), args.build.denominator);
     let files = read_files(args.worlds)?;
@@ -135,10 +134,10 @@ fn pooled_contracts(
         let contract = config
             .contract(name)
             .ok_or_else(|| Error::usage(format!("no contract named `{name}`")))?;
-        let rule = contract.questions.get(question).ok_or_else(|| {
+        let rule = contract.questions().get(question).ok_or_else(|| {
             Error::usage(format!("contract `{name}` has no question `{question}`"))
         })?;
-        if rule.workflows.is_none() {
+        if rule.workflows().is_none() {
             return Err(Error::usage(format!(
                 "contracts.{name}.questions.{question} has no `workflows` table: a codebook is built for frozen workflows"
             )));
@@ -148,23 +147,22 @@ fn pooled_contracts(
     let first = contracts
         .first()
         .ok_or_else(|| Error::usage("name at least one --contract"))?;
-    let rule = &first.questions[question];
+    let rule = &first.questions()[question];
     let spec = rule
-        .workflows
-        .as_ref()
+        .workflows()
         .ok_or_else(|| Error::usage("the question has no workflows"))?;
     let n_classes = rule.released_labels().len();
     for contract in &contracts[1..] {
-        let other = &contract.questions[question];
+        let other = &contract.questions()[question];
         let same = other.released_labels().len() == n_classes
             && other
-                .workflows
-                .as_ref()
+                .workflows()
                 .is_some_and(|w| codebook::Codebook::can_pool(spec, w));
         if !same {
             return Err(Error::usage(format!(
                 "contract `{}` cannot share the codebook: its question needs the same class count and the same frozen workflows as `{}`",
-                contract.name, first.name
+                contract.name(),
+                first.name()
             )));
         }
     }
@@ -275,7 +273,7 @@ fn build(
     source_sha256: String,
     bar: &Progress,
 ) -> Result<Outcome, Error> {
-    let classes = contracts[0].questions[args.question].released_labels();
+    let classes = contracts[0].questions()[args.question].released_labels();
     // The training answers always choose and order what is kept (learning, validation); they
     // enter the codebook's own codewords only with --pool grid+training.
     let pooled: &[codebook::TrainingAnswer] = match args.build.pool {
@@ -287,7 +285,7 @@ fn build(
     let mut built = built.or_usage()?;
     let others: Vec<Vec<String>> = contracts[1..]
         .iter()
-        .map(|c| c.questions[args.question].released_labels().to_vec())
+        .map(|c| c.questions()[args.question].released_labels().to_vec())
         .collect();
     built.codebook = built.codebook.with_other_class_sets(others).or_usage()?;
     let Some(options) = args.learn else {
@@ -337,9 +335,9 @@ fn guard_record(
         contracts
             .iter()
             .map(|contract| {
-                let spec = contract.questions[args.question]
-                    .workflows
-                    .clone()
+                let spec = contract.questions()[args.question]
+                    .workflows()
+                    .cloned()
                     .ok_or_else(|| Error::usage("the question has no workflows"))?;
                 let mapper = Mapper::with_admissibility(codebook.clone(), spec, admissibility)
                     .map_err(|error| Error::Failure(format!("the guard's mapper: {error}")))?;
@@ -349,7 +347,7 @@ fn guard_record(
                     confidence: ConfidenceMode::Codeword,
                     codebook_sha256: workflow::sha256_hex(&codebook.to_json_bytes()),
                 }));
-                Ok((contract.name.clone(), mechanism))
+                Ok((contract.name().to_string(), mechanism))
             })
             .collect::<Result<_, Error>>()
     };

@@ -19,7 +19,7 @@ use super::group::MAX_CLASSES;
 use super::intake::{self, Error, Usable};
 use super::report::Recovery;
 use super::{CostObservation, Example, JointPart, Release, ReleasedFeatures, WorkflowCosts};
-use releasegate_core::contract::Contract;
+use releasegate_core::contract::{Contract, DeriveError, Rerelease};
 use releasegate_core::mechanism::Mechanism;
 use releasegate_core::release::{self, Options};
 use releasegate_core::rng::Rng;
@@ -160,7 +160,10 @@ pub fn build(
             reason: format!("the floor's worlds differ from release `{}`", template.name),
         });
     }
-    let variants: Vec<Contract> = contracts.iter().map(|c| without_wcpq(c)).collect();
+    let variants = contracts
+        .iter()
+        .map(|c| without_wcpq(c))
+        .collect::<Result<Vec<Contract>, _>>()?;
     let plans = usable
         .iter()
         .map(|u| world_plans(&keys, &variants, u))
@@ -192,8 +195,8 @@ pub fn build(
 fn keys(contracts: &[Arc<Contract>]) -> Vec<Key<'_>> {
     let mut keys = Vec::new();
     for (c, contract) in contracts.iter().enumerate() {
-        for (question, rule) in &contract.questions {
-            let (Mechanism::Wcpq(_), Some(spec)) = (&rule.mechanism, &rule.workflows) else {
+        for (question, rule) in contract.questions() {
+            let (Mechanism::Wcpq(_), Some(spec)) = (&rule.mechanism(), &rule.workflows()) else {
                 continue;
             };
             let policies = spec.policies();
@@ -213,14 +216,11 @@ fn keys(contracts: &[Arc<Contract>]) -> Vec<Key<'_>> {
 
 /// `contract` with every WCPQ mechanism off: its release of a world is D, the native answer
 /// as the recipient reads it under the question's view, withholding and shape.
-fn without_wcpq(contract: &Contract) -> Contract {
-    let mut out = contract.clone();
-    for rule in out.questions.values_mut() {
-        if matches!(rule.mechanism, Mechanism::Wcpq(_)) {
-            rule.mechanism = Mechanism::None;
-        }
-    }
-    out
+fn without_wcpq(contract: &Contract) -> Result<Contract, DeriveError> {
+    contract.derive(|_, rule| Rerelease {
+        view: None,
+        mechanism: matches!(rule.mechanism(), Mechanism::Wcpq(_)).then_some(Mechanism::None),
+    })
 }
 
 /// The plans every frozen policy of `u`'s question makes on its native answer D.
@@ -390,7 +390,7 @@ fn questions(
         .enumerate()
         .map(|(k, key)| {
             let mut question = Question {
-                contract: contracts[key.contract].name.clone(),
+                contract: contracts[key.contract].name().to_string(),
                 question: key.question.to_string(),
                 policies: key.spec.policies().len(),
                 distinct_policies: key.distinct.len(),

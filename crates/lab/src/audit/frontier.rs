@@ -60,6 +60,9 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A learned codebook that its contract question could not hold.
+    #[error(transparent)]
+    Candidate(#[from] releasegate_core::contract::DeriveError),
 }
 
 /// One setting of the frontier.
@@ -165,8 +168,8 @@ pub fn candidates(
     let mut questions = Vec::new();
     for contract in contracts {
         let mut any = false;
-        for (id, rule) in &contract.questions {
-            let Mechanism::Wcpq(strict) = &rule.mechanism else {
+        for (id, rule) in contract.questions() {
+            let Mechanism::Wcpq(strict) = &rule.mechanism() else {
                 continue;
             };
             any = true;
@@ -182,7 +185,7 @@ pub fn candidates(
             let responses = of_split(Split::Train);
             if responses.is_empty() {
                 return Err(Error::NoTraining {
-                    contract: contract.name.clone(),
+                    contract: contract.name().to_string(),
                     question: id.clone(),
                 });
             }
@@ -196,7 +199,7 @@ pub fn candidates(
             });
         }
         if !any {
-            return Err(Error::NoWcpq(contract.name.clone()));
+            return Err(Error::NoWcpq(contract.name().to_string()));
         }
     }
     // Questions pool only where they share the strict codebook and their specs pool.
@@ -227,7 +230,7 @@ pub fn candidates(
                     ..
                 } = &questions[group[0]];
                 let fail = |reason: String| Error::Learn {
-                    contract: contract.name.clone(),
+                    contract: contract.name().to_string(),
                     question: question.clone(),
                     budget,
                     max_codewords,
@@ -253,7 +256,7 @@ pub fn candidates(
                 codebooks.push(CodebookPoint {
                     serves: group
                         .iter()
-                        .map(|&i| format!("{}.{}", questions[i].contract.name, questions[i].id))
+                        .map(|&i| format!("{}.{}", questions[i].contract.name(), questions[i].id))
                         .collect(),
                     codewords: stats.codewords,
                     training_responses: responses.len(),
@@ -275,7 +278,7 @@ pub fn candidates(
                     )
                     .map_err(|error| fail(error.to_string()))?;
                     candidate.mechanisms.insert(
-                        (contract.name.clone(), question.clone()),
+                        (contract.name().to_string(), question.clone()),
                         Mechanism::Wcpq(Arc::new(WcpqMechanism {
                             mapper,
                             fallback: strict.fallback,
@@ -284,7 +287,7 @@ pub fn candidates(
                         })),
                     );
                     points.push(QuestionPoint {
-                        contract: contract.name.clone(),
+                        contract: contract.name().to_string(),
                         question: question.clone(),
                         codebook: group_index,
                         test_answers: 0,
@@ -308,7 +311,7 @@ pub fn candidates(
                 test_answers: 0,
                 covered_test_answers: 0,
             };
-            measure(contracts, worlds, &candidate, &mut point);
+            measure(contracts, worlds, &candidate, &mut point)?;
             out.push((candidate, point));
         }
     }
@@ -323,8 +326,11 @@ fn measure(
     worlds: &[World],
     candidate: &Candidate,
     point: &mut Point,
-) {
-    let variants: Vec<Contract> = contracts.iter().map(|c| candidate.apply(c)).collect();
+) -> Result<(), Error> {
+    let variants = contracts
+        .iter()
+        .map(|c| candidate.apply(c))
+        .collect::<Result<Vec<Contract>, _>>()?;
     for world in worlds.iter().filter(|w| w.split == Split::Test) {
         let Some((contract, asked)) = variants
             .iter()
@@ -343,16 +349,16 @@ fn measure(
         };
         let state = asked.state();
         for record in &released.answers {
-            let Some(rule) = contract.questions.get(&record.question) else {
+            let Some(rule) = contract.questions().get(&record.question) else {
                 continue;
             };
-            let Mechanism::Wcpq(wcpq) = &rule.mechanism else {
+            let Mechanism::Wcpq(wcpq) = &rule.mechanism() else {
                 continue;
             };
             let Some(entry) = point
                 .questions
                 .iter_mut()
-                .find(|q| q.contract == contract.name && q.question == record.question)
+                .find(|q| q.contract == contract.name() && q.question == record.question)
             else {
                 continue;
             };
@@ -402,6 +408,7 @@ fn measure(
             }
         }
     }
+    Ok(())
 }
 
 /// Fills the points' recovery and mean cost increase from the audit report.
@@ -519,9 +526,9 @@ mod tests {
         };
         // Strict codebooks from each contract's own training answers.
         let bare = load(false);
-        for (name, contract) in &bare.contracts {
-            let rule = &contract.questions[simulate::COARSE_QUESTION];
-            let spec: &Spec = rule.workflows.as_ref().unwrap();
+        for (name, contract) in bare.contracts() {
+            let rule = &contract.questions()[simulate::COARSE_QUESTION];
+            let spec: &Spec = rule.workflows().unwrap();
             let training: Vec<codebook::TrainingAnswer> = worlds
                 .iter()
                 .filter(|w| w.split == Split::Train)
@@ -531,7 +538,8 @@ mod tests {
                 .map(|(_, answer)| answer)
                 .collect();
             assert!(!training.is_empty(), "{name}");
-            let built = codebook::build(&rule.classes, 10, spec, &training, "test".into()).unwrap();
+            let built =
+                codebook::build(rule.classes(), 10, spec, &training, "test".into()).unwrap();
             std::fs::write(
                 dir.path().join(format!("{name}.json")),
                 built.codebook.to_json_bytes(),
@@ -539,7 +547,7 @@ mod tests {
             .unwrap();
         }
         let config = load(true);
-        (config.contracts.values().cloned().collect(), worlds, dir)
+        (config.contracts().values().cloned().collect(), worlds, dir)
     }
 
     #[test]
@@ -613,15 +621,16 @@ mod tests {
     #[test]
     fn a_contract_the_frontier_cannot_serve_is_an_error_naming_it() {
         let (mut contracts, worlds, _dir) = setup();
-        let plain = Contract {
-            name: "plain".into(),
-            ..(*contracts[0]).clone()
-        }
-        .with_release(
-            releasegate_core::contract::View::Choice,
-            Some(&Mechanism::None),
-        );
-        contracts.push(Arc::new(plain));
+        let text = "[providers.p]\nkind = \"simulated\"\n[contracts.plain]\nprovider = \"p\"\n\
+             [contracts.plain.questions.coarse_cause]\nclasses = [\"DELAY\", \"ADDRESS\", \"DAMAGE\"]\n\
+             view = \"choice\"\n";
+        let inputs = Inputs {
+            env: None,
+            files: &|path| std::fs::read(path),
+            codebooks: true,
+        };
+        let config = Config::from_toml_with(text, "test", std::path::Path::new("."), inputs);
+        contracts.push(config.unwrap().contract("plain").unwrap().clone());
         let error = candidates(&contracts, &worlds, &[0.04], &[16]).unwrap_err();
         assert!(
             error

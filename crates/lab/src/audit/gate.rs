@@ -183,7 +183,7 @@ pub fn sample_size(input: &Input, contracts: &[Arc<Contract>]) -> SampleSize {
         .unwrap_or_default();
     let declared = contracts
         .iter()
-        .filter_map(|c| c.policy.as_ref().map(|p| p.max_recovery_gain))
+        .filter_map(|c| c.policy().map(|p| p.max_recovery_gain))
         .filter(|b| *b > 0.0)
         .reduce(f64::min);
     SampleSize {
@@ -215,7 +215,7 @@ pub fn gate(
 ) -> Result<Vec<GateResult>, String> {
     let mut results = Vec::new();
     for contract in contracts {
-        let Some(policy) = &contract.policy else {
+        let Some(policy) = &contract.policy() else {
             continue;
         };
         let dropped_keep = policy.dropped(contract);
@@ -250,7 +250,7 @@ pub fn gate(
         };
         let width = recovery_gain.map(|g| g.upper - g.lower);
         results.push(GateResult {
-            contract: contract.name.clone(),
+            contract: contract.name().to_string(),
             verdict,
             passed: verdict == Verdict::Pass,
             dropped_keep,
@@ -290,7 +290,7 @@ pub fn recipient(
         .map(|p| p.max_recovery_gain);
     let strictest = contracts
         .iter()
-        .filter_map(|c| c.policy.as_ref())
+        .filter_map(|c| c.policy())
         .filter(|p| !p.hide.is_empty())
         .map(|p| p.max_recovery_gain)
         .reduce(f64::min);
@@ -318,7 +318,7 @@ pub fn recipient(
         .flat_map(|c| {
             c.not_certifiable()
                 .into_iter()
-                .map(move |q| format!("{}.{q}", c.name))
+                .map(move |q| format!("{}.{q}", c.name()))
         })
         .collect();
     let left_out = LeftOut::of(&intake);
@@ -467,7 +467,7 @@ mod tests {
         let alone = gate(&contracts, &worlds, Reading::Released, &settings).unwrap();
         let joint = recipient(
             "both",
-            config.recipients[0].policy.as_ref(),
+            config.recipients()[0].policy.as_ref(),
             &contracts,
             &worlds,
             Reading::Released,
@@ -505,21 +505,15 @@ mod tests {
 
     /// A contract of one choice question, with a policy of budget `budget` when given.
     fn contract(name: &str, budget: Option<f64>) -> Arc<Contract> {
-        let text = "[providers.p]\nkind = \"simulated\"\n\
-             [contracts.c]\nprovider = \"p\"\n\
-             [contracts.c.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice\"\n";
-        let config = config(text);
-        Arc::new(Contract {
-            name: name.into(),
-            policy: budget.map(
-                |max_recovery_gain| releasegate_core::contract::LeakagePolicy {
-                    keep: Vec::new(),
-                    hide: Vec::new(),
-                    max_recovery_gain,
-                },
-            ),
-            ..(**config.contract("c").unwrap()).clone()
-        })
+        let policy = budget.map_or(String::new(), |gain| {
+            format!("policy = {{ hide = [\"secret\"], max_recovery_gain = {gain:?} }}\n")
+        });
+        let text = format!(
+            "[providers.p]\nkind = \"simulated\"\n\
+             [contracts.{name}]\nprovider = \"p\"\n{policy}\
+             [contracts.{name}.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice\"\n"
+        );
+        config(&text).contract(name).unwrap().clone()
     }
 
     /// One release whose examples are both worlds of each `(domain, pair, split)`.

@@ -41,7 +41,7 @@ fn setup(pairs_per_domain: usize) -> (Vec<Arc<Contract>>, Vec<World>) {
         seed: 5,
     })
     .unwrap();
-    (config.contracts.values().cloned().collect(), worlds)
+    (config.contracts().values().cloned().collect(), worlds)
 }
 
 /// Every contract's own mechanism of the question, or `replace` for all.
@@ -52,8 +52,8 @@ fn mechanisms(
     contracts
         .iter()
         .map(|c| {
-            let own = &c.questions[simulate::COARSE_QUESTION].mechanism;
-            (c.name.clone(), replace.unwrap_or(own).clone())
+            let own = &c.questions()[simulate::COARSE_QUESTION].mechanism();
+            (c.name().to_string(), replace.unwrap_or(own).clone())
         })
         .collect()
 }

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use super::logistic;
 use super::{CostObservation, Example, Input, JointPart, Release, ReleasedFeatures, WorkflowCosts};
-use releasegate_core::contract::{Contract, PublicKind, View};
+use releasegate_core::contract::{Contract, DeriveError, PublicKind, Rerelease, View};
 use releasegate_core::features::{self, PublicFeature, PublicFeatureSpec};
 use releasegate_core::mechanism::{self, Mechanism};
 use releasegate_core::release::{self, Options};
@@ -57,19 +57,21 @@ impl Candidate {
         }
     }
 
-    /// `contract` released as this candidate releases it.
-    pub fn apply(&self, contract: &Contract) -> Contract {
-        let mut out = contract.clone();
-        for (question, rule) in out.questions.iter_mut() {
-            if let Some(view) = self.view {
-                rule.view = view;
+    /// `contract` released as this candidate releases it, checked as a configuration's
+    /// question would be (`Contract::derive`): a candidate no configuration could hold is
+    /// an error naming the contract and question, never audited.
+    pub fn apply(&self, contract: &Contract) -> Result<Contract, DeriveError> {
+        contract.derive(|question, _| {
+            let key = (contract.name().to_string(), question.to_string());
+            Rerelease {
+                view: self.view,
+                mechanism: self
+                    .mechanisms
+                    .get(&key)
+                    .or(self.mechanism.as_ref())
+                    .cloned(),
             }
-            let key = (contract.name.clone(), question.clone());
-            if let Some(mechanism) = self.mechanisms.get(&key).or(self.mechanism.as_ref()) {
-                rule.mechanism = mechanism.clone();
-            }
-        }
-        out
+        })
     }
 }
 
@@ -111,10 +113,10 @@ fn parse_views(names: Option<&[String]>) -> Result<Vec<View>, String> {
 fn own_release(contracts: &[Arc<Contract>]) -> Option<Candidate> {
     let rule = contracts
         .iter()
-        .flat_map(|c| c.questions.values())
-        .find(|rule| !matches!(rule.mechanism, Mechanism::None))?;
+        .flat_map(|c| c.questions().values())
+        .find(|rule| !matches!(rule.mechanism(), Mechanism::None))?;
     Some(Candidate::uniform(
-        format!("{} (contract)", rule.mechanism.kind()),
+        format!("{} (contract)", rule.mechanism().kind()),
         None,
         None,
     ))
@@ -165,6 +167,9 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A candidate release no configuration could hold.
+    #[error(transparent)]
+    Candidate(#[from] DeriveError),
 }
 
 /// Worlds left out, and what mechanisms did, per release.
@@ -269,7 +274,10 @@ pub fn build_joint(
 
     let mut input = Input::default();
     for candidate in candidates {
-        let variants: Vec<Contract> = contracts.iter().map(|c| candidate.apply(c)).collect();
+        let variants = contracts
+            .iter()
+            .map(|c| candidate.apply(c))
+            .collect::<Result<Vec<Contract>, _>>()?;
         let mut examples = Vec::with_capacity(usable.len());
         let mut consumer: Vec<Option<workflow::Release>> = Vec::with_capacity(usable.len());
         let outcomes = intake.mechanisms.entry(candidate.name.clone()).or_default();
@@ -295,10 +303,10 @@ pub fn build_joint(
                 .find(|q| q.id == u.question)
                 .ok_or_else(|| world_error(u.world, "the question is not asked"))?;
             let rule = contract
-                .questions
+                .questions()
                 .get(&u.question)
                 .ok_or_else(|| world_error(u.world, "the question is not in the contract"))?;
-            let form = release::Form::new(question, rule, contract.shape);
+            let form = release::Form::new(question, rule, contract.shape());
             examples.push(Example {
                 pair_id: u.world.pair_id.clone(),
                 split: u.world.split,
@@ -345,12 +353,13 @@ fn joint_parts(
     let t = &u.labels[u.t_index];
     let mut parts = Vec::with_capacity(joint.len());
     for contract in joint {
-        let rule = contract.questions.get(&u.question).ok_or_else(|| {
+        let rule = contract.questions().get(&u.question).ok_or_else(|| {
             world_error(
                 u.world,
                 &format!(
                     "contract `{}` has no question `{}` to join",
-                    contract.name, u.question
+                    contract.name(),
+                    u.question
                 ),
             )
         })?;
@@ -363,10 +372,10 @@ fn joint_parts(
             ..JointPart::default()
         };
         if let Ok(asked) = wire::check_request(&u.world.request, contract) {
-            let stream = format!("{seed}/joint/{}/{}", contract.name, u.world.world_id);
+            let stream = format!("{seed}/joint/{}/{}", contract.name(), u.world.world_id);
             let released = release_saved(contract, &asked, u.world, &stream)?;
             if let Some(question) = asked.questions.iter().find(|q| q.id == u.question) {
-                let form = release::Form::new(question, rule, contract.shape);
+                let form = release::Form::new(question, rule, contract.shape());
                 let answer = released_answer(&released, &u.question);
                 let features = features_of(&form, reading, answer);
                 part.choice = features.choice;
@@ -406,7 +415,7 @@ fn release_saved<'a>(
             world,
             &format!(
                 "the saved answer failed validation under `{}` ({e})",
-                contract.name
+                contract.name()
             ),
         )
     })
@@ -455,7 +464,7 @@ fn fit_public<'w>(
 ) -> PublicFeatureSpec {
     let train: Vec<&World> = worlds.filter(|w| w.split == worlds::Split::Train).collect();
     let mut features = Vec::new();
-    for field in &contract.public {
+    for field in contract.public() {
         let values = train.iter().filter_map(|w| {
             w.request
                 .get("state")
@@ -517,8 +526,8 @@ fn costs(
         .entry(candidate.name.clone())
         .or_default();
     for (c, contract) in contracts.iter().enumerate() {
-        for (question, rule) in &contract.questions {
-            let Some(spec) = &rule.workflows else {
+        for (question, rule) in contract.questions() {
+            let Some(spec) = &rule.workflows() else {
                 continue;
             };
             let members: Vec<usize> = (0..usable.len())
@@ -527,7 +536,7 @@ fn costs(
             if members.is_empty() {
                 continue;
             }
-            let view = candidate.view.unwrap_or(rule.view);
+            let view = candidate.view.unwrap_or(rule.view());
             let posteriors = recipient_posteriors(spec, view, usable, consumer, &members);
             for (p, policy) in spec.policies().iter().enumerate() {
                 let name = format!("{}/{}", policy.family.name(), policy.profile.name());
@@ -556,7 +565,7 @@ fn costs(
                     .unwrap_or(0);
                 let (posterior_name, estimates) = &posteriors[best];
                 chosen.insert(
-                    format!("{}/{question}/{name}", contract.name),
+                    format!("{}/{question}/{name}", contract.name()),
                     posterior_name.clone(),
                 );
                 let entry = observations.entry(name).or_default();

@@ -8,7 +8,7 @@ use releasegate_core::config::Config;
 fn contract() -> std::sync::Arc<Contract> {
     let text = "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\nusage = \"drop\"\n\
         [contracts.c.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice\"\n";
-    from_toml(text).unwrap().contracts["c"].clone()
+    from_toml(text).unwrap().contracts()["c"].clone()
 }
 
 fn world(id: &str, question: &str, answer: Value) -> String {
@@ -137,7 +137,7 @@ fn withholding_under_wcpq_keeps_every_plan_on_the_simulators_worlds() {
             &format!("fallback = \"{fallback}\""),
         );
         let config = from_toml(&text).unwrap();
-        let contract = &config.contracts["delivery"];
+        let contract = &config.contracts()["delivery"];
         let mut writer = Writer::new(Vec::new());
         let summary = replay(
             contract,
@@ -189,7 +189,7 @@ fn a_wcpq_budget_reports_the_worst_cost_increase() {
         let config = from_toml(&text).unwrap();
         let mut writer = Writer::new(Vec::new());
         let summary = replay(
-            &config.contracts["delivery"],
+            &config.contracts()["delivery"],
             Reader::new(Cursor::new(input.clone().into_bytes())),
             &mut writer,
             &mut |_| {},
@@ -203,12 +203,12 @@ fn a_wcpq_budget_reports_the_worst_cost_increase() {
     let run = |admissibility: &str| run_with(&shipped, admissibility);
     // A codebook learned for α = 0.2 from the train split, as `build-codebook --budget 0.2` does.
     let config = from_toml(&shipped).unwrap();
-    let contract = &config.contracts["delivery"];
-    let rule = &contract.questions["coarse_cause"];
-    let releasegate_core::mechanism::Mechanism::Wcpq(wcpq) = &rule.mechanism else {
+    let contract = &config.contracts()["delivery"];
+    let rule = &contract.questions()["coarse_cause"];
+    let releasegate_core::mechanism::Mechanism::Wcpq(wcpq) = &rule.mechanism() else {
         panic!("not wcpq")
     };
-    let spec = rule.workflows.clone().unwrap();
+    let spec = rule.workflows().unwrap();
     let responses: Vec<releasegate_core::codebook::Response> = worlds
         .iter()
         .filter(|w| w.split == releasegate_sim::worlds::Split::Train)
@@ -227,7 +227,7 @@ fn a_wcpq_budget_reports_the_worst_cost_increase() {
     assert!(responses.len() > 50);
     let (learned, _) = releasegate_core::codebook::learn(
         wcpq.mapper.codebook(),
-        &spec,
+        spec,
         &responses,
         &[],
         &releasegate_core::codebook::Settings::new(0.2, 64),
@@ -299,7 +299,7 @@ fn replay_reads_the_pinned_question_as_the_proxy_sends_it() {
         [contracts.c.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice\"\ninstructions = \"Which?\"\n\
         [contracts.c.questions.s]\nclasses = [\"0\", \"1\"]\nview = \"choice\"\n\
         descriptions = { \"0\" = \"low\", \"1\" = \"high\" }\n";
-    let contract = from_toml(text).unwrap().contracts["c"].clone();
+    let contract = from_toml(text).unwrap().contracts()["c"].clone();
     let line = |id: &str, instructions: &str| {
         json!({
             "world_id": id, "pair_id": "p1", "split": "test", "domain": "d",

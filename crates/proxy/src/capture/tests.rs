@@ -24,7 +24,7 @@ fn settings(dir: &std::path::Path, extra: &str) -> Settings {
         dir.join("captured.jsonl").display()
     );
     let config = crate::load::from_toml(&text).unwrap();
-    config.captures["c"].clone()
+    config.captures()["c"].clone()
 }
 
 #[cfg(feature = "simulated")]

@@ -47,8 +47,8 @@ fn timestamps_are_rfc3339_utc_with_milliseconds() {
 #[test]
 fn a_line_names_the_decision_and_nothing_of_the_content() {
     let config = crate::load::embedded_default().unwrap();
-    let planner = config.contracts["planner"].clone();
-    let sha = match &planner.questions["coarse_cause"].mechanism {
+    let planner = config.contracts()["planner"].clone();
+    let sha = match planner.questions()["coarse_cause"].mechanism() {
         Mechanism::Wcpq(wcpq) => wcpq.codebook_sha256.clone(),
         _ => panic!("planner is a WCPQ contract"),
     };

@@ -7,10 +7,10 @@ use super::*;
 #[test]
 fn embedded_default_is_valid() {
     let config = embedded_default().unwrap();
-    assert!(config.contracts.contains_key("dispatcher"));
+    assert!(config.contracts().contains_key("dispatcher"));
     assert_eq!(
-        config.contract("planner").unwrap().questions["coarse_cause"]
-            .mechanism
+        config.contract("planner").unwrap().questions()["coarse_cause"]
+            .mechanism()
             .kind(),
         "wcpq"
     );
@@ -41,9 +41,9 @@ fn the_shipped_configuration_serves_only_certified_policies() {
     // releases: a change to a certified contract that is not certified again fails here, as
     // `serve` would refuse it.
     let config = embedded_default().unwrap();
-    assert_eq!(config.certification.mode(), Mode::Required);
+    assert_eq!(config.certification().mode(), Mode::Required);
     let entries: Vec<(Kind, &str)> = config
-        .certification
+        .certification()
         .entries()
         .iter()
         .map(|entry| {
@@ -66,7 +66,7 @@ fn the_shipped_configuration_serves_only_certified_policies() {
             (Kind::Recipient, "analyst"),
         ]
     );
-    assert_eq!(config.certification.refusal(), None);
+    assert_eq!(config.certification().refusal(), None);
 }
 
 #[test]
@@ -266,13 +266,12 @@ mod compressed {
         std::fs::write(&path, text).unwrap();
         let compressed = load_offline(Some(&path)).unwrap();
         let plain = load_offline(Some(&root.join("releasegate.toml"))).unwrap();
-        let sha =
-            |config: &Config| match &config.contract("planner").unwrap().questions["coarse_cause"]
-                .mechanism
-            {
+        let sha = |config: &Config| {
+            match &config.contract("planner").unwrap().questions()["coarse_cause"].mechanism() {
                 releasegate_core::mechanism::Mechanism::Wcpq(wcpq) => wcpq.codebook_sha256.clone(),
                 other => panic!("{}", other.kind()),
-            };
+            }
+        };
         assert_eq!(
             sha(&compressed),
             sha(&plain),

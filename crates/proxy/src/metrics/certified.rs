@@ -49,10 +49,10 @@ impl Certified {
 
     /// Sets every series of `config` (none when certification is off).
     pub(super) fn describe(&self, config: &Config) {
-        if config.certification.mode() == Mode::Off {
+        if config.certification().mode() == Mode::Off {
             return;
         }
-        for entry in config.certification.entries() {
+        for entry in config.certification().entries() {
             self.vec(entry.kind)
                 .with_label_values(&[entry.name.as_str()])
                 .set(i64::from(entry.status.is_certified()));
@@ -63,11 +63,11 @@ impl Certified {
     pub(super) fn redescribe(&self, old: &Config, new: &Config) {
         self.describe(new);
         let exported = |config: &Config| -> std::collections::BTreeSet<(Kind, String)> {
-            if config.certification.mode() == Mode::Off {
+            if config.certification().mode() == Mode::Off {
                 return Default::default();
             }
             config
-                .certification
+                .certification()
                 .entries()
                 .iter()
                 .map(|e| (e.kind, e.name.clone()))

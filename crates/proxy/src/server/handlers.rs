@@ -266,7 +266,10 @@ fn export_server_span(
         attributes.push(KeyValue::new("releasegate.recipient", recipient.clone()));
     }
     if let Some(contract) = &trail.contract {
-        attributes.push(KeyValue::new("releasegate.contract", contract.name.clone()));
+        attributes.push(KeyValue::new(
+            "releasegate.contract",
+            contract.name().to_string(),
+        ));
     }
     exporter.record(otel::Finished {
         ids: otel::Ids {
@@ -301,7 +304,7 @@ fn finish(
     started: Instant,
     result: Result<Vec<u8>, Error>,
 ) -> Response {
-    let contract_label = trail.contract.as_ref().map_or("none", |c| c.name.as_str());
+    let contract_label = trail.contract.as_ref().map_or("none", |c| c.name());
     if let (Err(Error::RateLimited(_)), Some(recipient)) = (&result, &trail.recipient) {
         state
             .metrics()
@@ -317,7 +320,7 @@ fn finish(
             &request_id,
             trail.trace_id,
             trail.recipient.as_deref(),
-            trail.contract.as_ref().map(|c| c.name.as_str()),
+            trail.contract.as_ref().map(|c| c.name()),
         )
     });
     let _entered = span.as_ref().map(tracing::Span::enter);
@@ -330,10 +333,7 @@ fn finish(
         Err(error) => {
             if let Error::UpstreamAuth { status } = &error {
                 // The provider refused the proxy's own key: an operator must act, callers cannot.
-                let provider = trail
-                    .contract
-                    .as_ref()
-                    .map_or("none", |c| c.provider.as_str());
+                let provider = trail.contract.as_ref().map_or("none", |c| c.provider());
                 tracing::error!(
                     provider,
                     status,
@@ -375,7 +375,7 @@ fn finish(
     // capture changes what the recipient gets.
     if let (Some(pending), Some(contract), true) =
         (trail.capture, &trail.contract, (200..300).contains(&status))
-        && let Some(capture) = state.capture(&contract.name)
+        && let Some(capture) = state.capture(contract.name())
     {
         capture.offer(request_id.to_string(), pending);
     }
@@ -469,7 +469,7 @@ async fn answer(
     // Sampled for the live capture: keep the JSON request (a world's request; images are
     // not captured) and the answer (reference counts, no copies).
     let captured = state
-        .capture(&contract.name)
+        .capture(contract.name())
         .filter(|capture| capture.sample())
         .map(|_| json.clone());
     let (content_type, forward) = if checked.images.is_empty() {
@@ -485,7 +485,7 @@ async fn answer(
     let called = trail.clock();
     // The contract's `forward_headers` the caller switched on (`true`), counted by name.
     let switches: Vec<ForwardHeader> = contract
-        .forward_headers
+        .forward_headers()
         .iter()
         .copied()
         .filter(|switch| {
@@ -498,7 +498,7 @@ async fn answer(
         state
             .metrics()
             .forwarded_headers
-            .with_label_values(&[contract.name.as_str(), switch.lower()])
+            .with_label_values(&[contract.name(), switch.lower()])
             .inc();
     }
     let post = upstream::Post {
@@ -511,7 +511,7 @@ async fn answer(
     };
     let reply = live
         .upstreams
-        .systemone(&contract.provider, post)
+        .systemone(contract.provider(), post)
         .await
         .map_err(|error| upstream_error(&live, contract, error));
     upstream_span(state, trail, contract, "upstream systemone", called, &reply);
@@ -532,7 +532,7 @@ async fn answer(
         releasing,
         || {
             vec![
-                KeyValue::new("releasegate.contract", contract.name.clone()),
+                KeyValue::new("releasegate.contract", contract.name().to_string()),
                 KeyValue::new(
                     "releasegate.outcome",
                     if released.is_ok() {
@@ -608,7 +608,7 @@ fn record_released(
     for record in answers {
         state
             .metrics()
-            .record_answer(&live.answer_series, &contract.name, record);
+            .record_answer(&live.answer_series, contract.name(), record);
     }
 }
 
@@ -622,7 +622,7 @@ async fn list_models(
     let called = trail.clock();
     let reply = live
         .upstreams
-        .models(&contract.provider)
+        .models(contract.provider())
         .await
         .map_err(|error| upstream_error(&live, contract, error));
     upstream_span(state, trail, contract, "upstream models", called, &reply);
@@ -649,10 +649,7 @@ async fn list_models(
             count_rejected(state, contract, wire::Invalid::BadModelEntry);
             continue;
         }
-        let shown = contract
-            .model
-            .as_deref()
-            .is_none_or(|pinned| pinned == name);
+        let shown = contract.model().is_none_or(|pinned| pinned == name);
         if shown && names.insert(name) {
             models.push(json!({"name": name, "description": MODEL_DESCRIPTION, "release_date": release_date}));
         }
@@ -682,8 +679,8 @@ fn upstream_span(
         start,
         || {
             vec![
-                KeyValue::new("releasegate.provider", contract.provider.clone()),
-                KeyValue::new("releasegate.contract", contract.name.clone()),
+                KeyValue::new("releasegate.provider", contract.provider().to_string()),
+                KeyValue::new("releasegate.contract", contract.name().to_string()),
                 KeyValue::new("releasegate.outcome", outcome),
             ]
         },
@@ -694,7 +691,7 @@ fn upstream_span(
 fn upstream_error(live: &Live, contract: &Contract, error: upstream::Error) -> Error {
     match error {
         upstream::Error::Saturated => {
-            let queue_timeout = match live.config.providers.get(&contract.provider) {
+            let queue_timeout = match live.config.providers().get(contract.provider()) {
                 Some(Provider::SystemOne(remote)) => remote.queue_timeout(),
                 _ => std::time::Duration::ZERO,
             };
@@ -760,7 +757,7 @@ fn count_rejected(state: &AppState, contract: &Contract, reason: wire::Invalid) 
     state
         .metrics()
         .rejected_answers
-        .with_label_values(&[contract.name.as_str(), &reason.to_string()])
+        .with_label_values(&[contract.name(), &reason.to_string()])
         .inc();
 }
 

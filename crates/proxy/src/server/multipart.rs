@@ -179,7 +179,8 @@ mod tests {
         );
         crate::load::from_toml_with_env(&text, &|_| None)
             .unwrap()
-            .server
+            .server()
+            .clone()
     }
 
     fn valid() -> Vec<u8> {

@@ -48,7 +48,7 @@ pub enum ReloadError {
 impl AppState {
     /// Reloads the configuration from the file it was loaded from (SIGHUP, file watch).
     pub fn reload(&self) -> Result<String, ReloadError> {
-        let path = self.inner.live.load().config.origin.path.clone();
+        let path = self.inner.live.load().config.origin().path.clone();
         match path {
             Some(path) => self.reload_from(&path),
             None => {
@@ -93,31 +93,31 @@ impl AppState {
     }
 
     fn install(&self, config: Config) -> Result<String, ReloadError> {
-        if let Some(refusal) = config.certification.refusal() {
+        if let Some(refusal) = config.certification().refusal() {
             return Err(StartError::Uncertified(refusal).into());
         }
         let current = self.live();
-        let mut changed = self.inner.server.changed_keys(&config.server);
-        if current.config.decision_log != config.decision_log {
+        let mut changed = self.inner.server.changed_keys(config.server());
+        if current.config.decision_log() != config.decision_log() {
             changed.push("decision_log".to_string());
         }
         // A capture's file and writer are started once: adding, removing or changing one needs
         // a restart.
         let names: std::collections::BTreeSet<&String> = current
             .config
-            .captures
+            .captures()
             .keys()
-            .chain(config.captures.keys())
+            .chain(config.captures().keys())
             .collect();
         for name in names {
-            if current.config.captures.get(name) != config.captures.get(name) {
+            if current.config.captures().get(name) != config.captures().get(name) {
                 changed.push(format!("contracts.{name}.capture"));
             }
         }
         if !changed.is_empty() {
             return Err(ReloadError::Fixed(changed));
         }
-        let sha256 = config.origin.sha256.clone();
+        let sha256 = config.origin().sha256.clone();
         // Reloads are serialized: `current` is still the live generation at the swap.
         let live = Live::new(config, &self.inner.metrics, Some(&current))?;
         let new = Arc::new(live);
@@ -158,7 +158,7 @@ pub(super) fn spawn_watch(state: &AppState) -> Option<tokio::task::JoinHandle<()
     if !server.watch_config() {
         return None;
     }
-    if state.inner.live.load().config.origin.path.is_none() {
+    if state.inner.live.load().config.origin().path.is_none() {
         tracing::warn!("watch_config is on but the configuration is not a file; not watching");
         return None;
     }
@@ -184,10 +184,10 @@ struct Stamp {
 impl Watched {
     fn of(config: &Config) -> Watched {
         let paths: Vec<PathBuf> = config
-            .origin
+            .origin()
             .path
             .iter()
-            .chain(&config.origin.files)
+            .chain(&config.origin().files)
             .cloned()
             .collect();
         let stamps = stamps(&paths);
@@ -241,7 +241,7 @@ fn digest(paths: &[PathBuf]) -> [u8; 32] {
 /// Whether the configuration file's contents differ from the text the running
 /// configuration was loaded from (its `origin.sha256`).
 fn changed_since_load(config: &Config) -> bool {
-    let Some(path) = &config.origin.path else {
+    let Some(path) = &config.origin().path else {
         return false;
     };
     let Ok(bytes) = std::fs::read(path) else {
@@ -251,7 +251,7 @@ fn changed_since_load(config: &Config) -> bool {
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect();
-    hex != config.origin.sha256
+    hex != config.origin().sha256
 }
 
 /// What one look at the files decided.

@@ -49,9 +49,8 @@ fn native_plans(contracts: &[Arc<Contract>], worlds: &[World]) -> BTreeMap<Strin
     let mut out = BTreeMap::new();
     for world in worlds {
         for contract in contracts {
-            let spec = contract.questions[simulate::COARSE_QUESTION]
-                .workflows
-                .as_ref()
+            let spec = contract.questions()[simulate::COARSE_QUESTION]
+                .workflows()
                 .unwrap();
             if let Ok((response, _)) =
                 dataset::training_answer(contract, simulate::COARSE_QUESTION, world, spec)
@@ -163,7 +162,12 @@ fn contracts_without_a_wcpq_question_have_no_floor() {
     let (contracts, worlds) = (contracts(), worlds());
     let plain: Vec<Arc<Contract>> = contracts
         .iter()
-        .map(|c| Arc::new(c.with_release(View::FullNative, Some(&Mechanism::None))))
+        .map(|c| {
+            Arc::new(
+                c.with_release(View::FullNative, Some(&Mechanism::None))
+                    .unwrap(),
+            )
+        })
         .collect();
     let input = templates(&plain, &worlds);
     assert!(

@@ -32,10 +32,10 @@ pub(super) struct Own {
 /// has at least one such question.
 pub(super) fn keeps_plans(contract: &Contract) -> bool {
     let mut wcpq = contract
-        .questions
+        .questions()
         .values()
-        .filter_map(|rule| match &rule.mechanism {
-            Mechanism::Wcpq(m) if rule.workflows.is_some() => Some((m, rule.view)),
+        .filter_map(|rule| match &rule.mechanism() {
+            Mechanism::Wcpq(m) if rule.workflows().is_some() => Some((m, rule.view())),
             _ => None,
         });
     let mut any = false;
@@ -54,9 +54,9 @@ pub(super) fn measure(
     reading: Reading,
     settings: &Config,
 ) -> Result<Own, String> {
-    let failed = |error: &dyn std::fmt::Display| format!("gate {}: {error}", contract.name);
+    let failed = |error: &dyn std::fmt::Display| format!("gate {}: {error}", contract.name());
     let contracts = std::slice::from_ref(contract);
-    let candidate = Candidate::uniform(format!("{} (gate)", contract.name), None, None);
+    let candidate = Candidate::uniform(format!("{} (gate)", contract.name()), None, None);
     let (mut input, intake) =
         intake::build(contracts, worlds, &[candidate], reading, settings.seed)
             .map_err(|e| failed(&e))?;

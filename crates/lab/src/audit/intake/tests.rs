@@ -25,12 +25,7 @@ fn contracts(shape: Shape) -> Vec<Arc<Contract>> {
     .unwrap();
     ["delivery", "equipment", "it_ops"]
         .iter()
-        .map(|name| {
-            Arc::new(Contract {
-                shape,
-                ..(**config.contract(name).unwrap()).clone()
-            })
-        })
+        .map(|name| Arc::new(config.contract(name).unwrap().with_shape(shape)))
         .collect()
 }
 
@@ -99,10 +94,10 @@ fn complete_and_minimal_releases_give_the_same_audit_input_and_recovery() {
     let world = &worlds[0];
     let asked = wire::check_request(&world.request, delivery).unwrap();
     let body = |shape: Shape, view: View| {
-        let contract = Contract {
-            shape,
-            ..delivery.with_release(view, Some(&Mechanism::None))
-        };
+        let contract = delivery
+            .with_release(view, Some(&Mechanism::None))
+            .unwrap()
+            .with_shape(shape);
         let mut rng = Rng::new(0);
         let mut options = Options {
             rng: &mut rng,
@@ -193,7 +188,12 @@ fn the_candidates_are_the_views_the_contracts_own_release_and_the_mechanisms() {
     // mechanism under full_native, named by its trimmed spec.
     let plain: Vec<Arc<Contract>> = wcpq
         .iter()
-        .map(|c| Arc::new(c.with_release(View::Choice, Some(&Mechanism::None))))
+        .map(|c| {
+            Arc::new(
+                c.with_release(View::Choice, Some(&Mechanism::None))
+                    .unwrap(),
+            )
+        })
         .collect();
     let views = vec![" choice".to_string(), "full_native".to_string()];
     let mechanisms = vec!["top_k=3".to_string(), " quantize ".to_string()];
@@ -239,7 +239,7 @@ fn coarsening(usage: &str, view: &str) -> Arc<Contract> {
         },
     )
     .unwrap()
-    .contracts["c"]
+    .contracts()["c"]
         .clone()
 }
 
@@ -293,7 +293,7 @@ fn a_coarsening_contract_audits_every_labelled_world_under_its_coarse_class() {
         assert_eq!(example.t, expected, "{}", world.world_id);
         assert_eq!(example.class_count, 3);
         assert_eq!(
-            contract.questions["coarse_cause"].released_labels()[example.t_index],
+            contract.questions()["coarse_cause"].released_labels()[example.t_index],
             expected
         );
     }
@@ -406,4 +406,28 @@ fn the_attacker_reads_usage_as_the_contract_releases_it() {
         assert!(example.release.usage.is_empty());
         assert_eq!(example.release.joint[0].usage, *keep);
     }
+}
+
+#[test]
+fn a_candidate_no_configuration_could_hold_is_refused_not_audited() {
+    let worlds = simulate::generate(&simulate::Options {
+        pairs_per_domain: 10,
+        seed: 4,
+    })
+    .unwrap();
+    let contracts = contracts(Shape::Complete);
+    // The equipment contract's WCPQ mapper serves other labels and workflows than the
+    // delivery contract's question.
+    let foreign = contracts[1].questions()[simulate::COARSE_QUESTION]
+        .mechanism()
+        .clone();
+    assert!(matches!(foreign, Mechanism::Wcpq(_)));
+    let candidate = Candidate::uniform("foreign", Some(View::FullNative), Some(foreign));
+    let error = build(&contracts, &worlds, &[candidate], Reading::Released, 9).unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains(&format!("contract `{}`", contracts[0].name()))
+            && text.contains(simulate::COARSE_QUESTION),
+        "{text}"
+    );
 }

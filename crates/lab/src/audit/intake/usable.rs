@@ -67,7 +67,7 @@ pub(in crate::audit) fn usable_world<'w>(
         })
         .ok_or(NOT_ASKED)?;
     let rule = contract
-        .questions
+        .questions()
         .get(&labels.question)
         .ok_or("question_not_in_contract")?;
     if !asked.questions.iter().any(|q| q.id == labels.question) {
@@ -97,8 +97,8 @@ pub(super) fn released_class(rule: &QuestionRule, t: &str) -> Option<usize> {
         .iter()
         .position(|l| l == t)
         .or_else(|| {
-            let fine = rule.classes.iter().position(|c| c == t)?;
-            rule.coarsen.as_ref()?.map.get(fine).copied()
+            let fine = rule.classes().iter().position(|c| c == t)?;
+            rule.coarsen()?.map.get(fine).copied()
         })
 }
 
@@ -117,12 +117,12 @@ pub(super) fn released_usage(
     };
     ReleasedUsage {
         input_tokens: contract
-            .usage
+            .usage()
             .keeps_input()
             .then(|| count("input_tokens"))
             .flatten(),
         output_tokens: contract
-            .usage
+            .usage()
             .keeps()
             .then(|| count("output_tokens"))
             .flatten(),
