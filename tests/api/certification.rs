@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::binary::{BIN, Served, client, serve_command};
 use super::cli::{gate_audit, simulate};
-use super::helpers::{PATIENCE, scratch};
+use super::helpers::{PATIENCE, TestConfig, contract, question, recipient, scratch};
 
 const KEY: &str = "certification-test-key";
 const REQUEST: &str = include_str!("../../config/examples/delivery-request.json");
@@ -20,28 +20,36 @@ const REQUEST: &str = include_str!("../../config/examples/delivery-request.json"
 fn config(mode: &str, dispatch_view: &str) -> String {
     let delivery = releasegate_sim::simulate::ontology::domain("delivery").unwrap();
     let text = releasegate_sim::simulate::pinned_text_toml(delivery);
-    let question = |contract: &str, view: &str, extra: &str| {
-        format!(
-            "[contracts.{contract}.questions.coarse_cause]\n\
-             classes = [\"DELAY\", \"ADDRESS\", \"DAMAGE\", \"DELIVERY_RECORD\"]\n\
-             view = \"{view}\"\n{extra}{text}"
-        )
+    let coarse_cause = |view: &str, extra: &str| {
+        vec![question(
+            "coarse_cause",
+            &["DELAY", "ADDRESS", "DAMAGE", "DELIVERY_RECORD"],
+            view,
+            &format!("{extra}{text}"),
+        )]
     };
-    format!(
-        "[server]\ncertificates = \"certs\"\ncertification = \"{mode}\"\n\n\
-         [providers.sim]\nkind = \"simulated\"\n\n\
-         [[recipients]]\nname = \"desk\"\nkey_sha256 = \"{}\"\ncontracts = [\"dispatch\", \"merged\"]\n\n\
-         [contracts.dispatch]\nprovider = \"sim\"\nusage = \"drop\"\n\
-         policy = {{ keep = [\"choice\"], hide = [\"secret\"], max_recovery_gain = 1.0 }}\n\n{}\n\
-         [contracts.merged]\nprovider = \"sim\"\nusage = \"drop\"\npolicy = {{ keep = [\"choice\"] }}\n\n{}",
-        releasegate_proxy::auth::hash_key(KEY),
-        question("dispatch", dispatch_view, ""),
-        question(
-            "merged",
-            "choice",
-            "coarsen = { ADDRESS = \"CUSTOMER\", DELIVERY_RECORD = \"CUSTOMER\" }\n"
-        ),
-    )
+    TestConfig {
+        server: format!("certificates = \"certs\"\ncertification = \"{mode}\""),
+        recipients: vec![recipient("desk", KEY, &["dispatch", "merged"])],
+        contracts: vec![
+            contract(
+                "dispatch",
+                "usage = \"drop\"\n\
+                 policy = { keep = [\"choice\"], hide = [\"secret\"], max_recovery_gain = 1.0 }",
+                coarse_cause(dispatch_view, ""),
+            ),
+            contract(
+                "merged",
+                "usage = \"drop\"\npolicy = { keep = [\"choice\"] }",
+                coarse_cause(
+                    "choice",
+                    "coarsen = { ADDRESS = \"CUSTOMER\", DELIVERY_RECORD = \"CUSTOMER\" }\n",
+                ),
+            ),
+        ],
+        ..TestConfig::bare()
+    }
+    .toml("")
 }
 
 fn run(args: &[&str], config: &Path) -> Output {

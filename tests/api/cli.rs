@@ -1,10 +1,28 @@
 //! The binary's subcommands.
 
-use super::helpers::scratch;
+use super::helpers::{Question, Recipient, TestConfig, contract, question, recipient, scratch};
 use std::io::Write;
 use std::process::{Command, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_releasegate");
+
+/// The simulator's delivery question, in its order.
+const DELIVERY_CLASSES: [&str; 4] = ["DELAY", "ADDRESS", "DAMAGE", "DELIVERY_RECORD"];
+
+/// The delivery domain's `coarse_cause` question under `view`, with `extra` lines and the
+/// simulator's pinned text.
+fn delivery_question(view: &str, extra: &str) -> Question {
+    let delivery = releasegate_sim::simulate::ontology::domain("delivery").unwrap();
+    question(
+        "coarse_cause",
+        &DELIVERY_CLASSES,
+        view,
+        &format!(
+            "{extra}{}",
+            releasegate_sim::simulate::pinned_text_toml(delivery)
+        ),
+    )
+}
 
 /// Runs a prepared command and requires success; returns its output.
 fn succeed(command: &mut Command) -> std::process::Output {
@@ -84,10 +102,23 @@ fn check_config_accepts_the_default_and_names_the_broken_key() {
     let risky = dir.join("risky.toml");
     std::fs::write(
         &risky,
-        "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\nusage = \"keep\"\n\
-         [contracts.c.questions.free]\nclasses = [\"x\", \"y\"]\nview = \"choice\"\ncaller_text = true\n\
-         [contracts.c.questions.noisy]\nclasses = [\"x\", \"y\"]\nview = \"full_native\"\n\
-         mechanism = { kind = \"gaussian\", sigma = 0.1, confidence = \"native\" }\n",
+        TestConfig {
+            contracts: vec![contract(
+                "c",
+                "usage = \"keep\"",
+                vec![
+                    question("free", &["x", "y"], "choice", "caller_text = true"),
+                    question(
+                        "noisy",
+                        &["x", "y"],
+                        "full_native",
+                        "mechanism = { kind = \"gaussian\", sigma = 0.1, confidence = \"native\" }",
+                    ),
+                ],
+            )],
+            ..TestConfig::bare()
+        }
+        .toml(""),
     )
     .unwrap();
     let risky = succeed(
@@ -490,15 +521,27 @@ fn build_codebook_writes_strict_unless_the_bounded_codebook_is_shown_to_leak_les
     // A contract of budget 0.04 serves it, strictly; another budget refuses it.
     for (budget, expected) in [("0.04", None), ("0.2", Some("needs a codebook learned"))] {
         let config = dir.join(format!("config-{budget}.toml"));
+        let mechanism = format!(
+            "workflows = {{ preset = \"tuple-bench\" }}\n\
+             mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"native\", admissibility = {{ budget = {budget} }} }}",
+            out.display()
+        );
         std::fs::write(
             &config,
-            format!(
-                "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n\
-                 [contracts.c.questions.coarse_cause]\nclasses = [\"DELAY\", \"ADDRESS\", \"DAMAGE\", \"DELIVERY_RECORD\"]\n\
-                 view = \"full_native\"\nworkflows = {{ preset = \"tuple-bench\" }}\n\
-                 mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"native\", admissibility = {{ budget = {budget} }} }}\n",
-                out.display()
-            ),
+            TestConfig {
+                contracts: vec![contract(
+                    "c",
+                    "",
+                    vec![question(
+                        "coarse_cause",
+                        &DELIVERY_CLASSES,
+                        "full_native",
+                        &mechanism,
+                    )],
+                )],
+                ..TestConfig::bare()
+            }
+            .toml(""),
         )
         .unwrap();
         let check = Command::new(BIN)
@@ -523,37 +566,41 @@ fn audit_gate_fails_a_contract_over_its_leakage_budget_or_missing_a_keep_field()
     let dir = scratch("gate");
     let worlds = dir.join("worlds.jsonl");
     simulate(30, 4, &worlds);
-    let delivery = releasegate_sim::simulate::ontology::domain("delivery").unwrap();
-    let question = "[contracts.NAME.questions.coarse_cause]\n\
-        classes = [\"DELAY\", \"ADDRESS\", \"DAMAGE\", \"DELIVERY_RECORD\"]\nview = \"VIEW\"\n"
-        .to_string()
-        + &releasegate_sim::simulate::pinned_text_toml(delivery);
-    let contract = |name: &str, view: &str, policy: &str| {
-        format!("[contracts.{name}]\nprovider = \"sim\"\npolicy = {policy}\n")
-            + &question.replace("NAME", name).replace("VIEW", view)
+    let gated = |name: &str, view: &str, policy: &str| {
+        contract(
+            name,
+            &format!("policy = {policy}"),
+            vec![delivery_question(view, "")],
+        )
     };
+    let mut free = gated("free", "choice", "{ keep = [\"choice\"] }");
+    free.questions[0].lines.push_str("caller_text = true\n");
     let config = dir.join("gate.toml");
     std::fs::write(
         &config,
-        "[providers.sim]\nkind = \"simulated\"\n".to_string()
-            + &contract(
-                "open",
-                "full_native",
-                "{ keep = [\"choice\", \"coarse_cause.probabilities\"], hide = [\"secret\"], max_recovery_gain = 1.0 }",
-            )
-            + &contract("narrow", "choice", "{ keep = [\"probabilities\"] }")
-            + &contract(
-                "tight",
-                "full_native",
-                "{ hide = [\"secret\"], max_recovery_gain = 0.0 }",
-            )
-            + &contract("free", "choice", "{ keep = [\"choice\"] }")
-            + "caller_text = true\n"
-            + &contract(
-                "unsure",
-                "full_native",
-                "{ hide = [\"secret\"], max_recovery_gain = 0.2 }",
-            ),
+        TestConfig {
+            contracts: vec![
+                gated(
+                    "open",
+                    "full_native",
+                    "{ keep = [\"choice\", \"coarse_cause.probabilities\"], hide = [\"secret\"], max_recovery_gain = 1.0 }",
+                ),
+                gated("narrow", "choice", "{ keep = [\"probabilities\"] }"),
+                gated(
+                    "tight",
+                    "full_native",
+                    "{ hide = [\"secret\"], max_recovery_gain = 0.0 }",
+                ),
+                free,
+                gated(
+                    "unsure",
+                    "full_native",
+                    "{ hide = [\"secret\"], max_recovery_gain = 0.2 }",
+                ),
+            ],
+            ..TestConfig::bare()
+        }
+        .toml(""),
     )
     .unwrap();
     let run = |name: &str| {
@@ -838,25 +885,21 @@ fn audit_gates_a_recipient_on_everything_its_contracts_release() {
     let dir = scratch("recipient");
     let worlds = dir.join("worlds.jsonl");
     simulate(30, 4, &worlds);
-    let delivery = releasegate_sim::simulate::ontology::domain("delivery").unwrap();
-    let question = |name: &str, view: &str| {
-        format!(
-            "[contracts.{name}]\nprovider = \"sim\"\n[contracts.{name}.questions.coarse_cause]\n\
-             classes = [\"DELAY\", \"ADDRESS\", \"DAMAGE\", \"DELIVERY_RECORD\"]\nview = \"{view}\"\n{}",
-            releasegate_sim::simulate::pinned_text_toml(delivery)
-        )
-    };
     let config = dir.join("recipient.toml");
     std::fs::write(
         &config,
-        format!(
-            "[providers.sim]\nkind = \"simulated\"\n\
-             [[recipients]]\nname = \"analyst\"\nkey_sha256 = \"{}\"\ncontracts = [\"coarse\", \"fine\"]\n\
-             policy = {{ hide = [\"secret\"], max_recovery_gain = 0.0 }}\n{}{}",
-            "0".repeat(64),
-            question("coarse", "choice"),
-            question("fine", "full_native"),
-        ),
+        TestConfig {
+            recipients: vec![Recipient {
+                lines: "policy = { hide = [\"secret\"], max_recovery_gain = 0.0 }".into(),
+                ..recipient("analyst", "analyst-key", &["coarse", "fine"])
+            }],
+            contracts: vec![
+                contract("coarse", "", vec![delivery_question("choice", "")]),
+                contract("fine", "", vec![delivery_question("full_native", "")]),
+            ],
+            ..TestConfig::bare()
+        }
+        .toml(""),
     )
     .unwrap();
     let json = dir.join("recipient.json");
@@ -1150,18 +1193,22 @@ fn audit_of_a_coarsening_contract_leaves_out_no_world_and_a_gate_says_what_it_le
     let dir = scratch("coarse-audit");
     let worlds = dir.join("worlds.jsonl");
     simulate(30, 4, &worlds);
-    let delivery = releasegate_sim::simulate::ontology::domain("delivery").unwrap();
     let config = dir.join("coarse.toml");
     std::fs::write(
         &config,
-        "[providers.sim]\nkind = \"simulated\"\n[contracts.coarse]\nprovider = \"sim\"\n\
-         policy = { hide = [\"secret\"], max_recovery_gain = 1.0 }\n\
-         [contracts.coarse.questions.coarse_cause]\n\
-         classes = [\"DELAY\", \"ADDRESS\", \"DAMAGE\", \"DELIVERY_RECORD\"]\nview = \"full_probabilities\"\n\
-         coarsen = { ADDRESS = \"CUSTOMER_SIDE\", DELIVERY_RECORD = \"CUSTOMER_SIDE\" }\n\
-         withhold_labels = [\"DAMAGE\"]\n"
-            .to_string()
-            + &releasegate_sim::simulate::pinned_text_toml(delivery),
+        TestConfig {
+            contracts: vec![contract(
+                "coarse",
+                "policy = { hide = [\"secret\"], max_recovery_gain = 1.0 }",
+                vec![delivery_question(
+                    "full_probabilities",
+                    "coarsen = { ADDRESS = \"CUSTOMER_SIDE\", DELIVERY_RECORD = \"CUSTOMER_SIDE\" }\n\
+                     withhold_labels = [\"DAMAGE\"]\n",
+                )],
+            )],
+            ..TestConfig::bare()
+        }
+        .toml(""),
     )
     .unwrap();
     let (code, stdout, value) = gate_audit(&config, "coarse", &worlds);
@@ -1256,16 +1303,24 @@ fn audit_measures_the_output_tokens_a_contract_keeps() {
         .iter()
         .map(|m| format!("{} = \"{}\"", m.id, class.label))
         .collect();
-    let mut text = "[providers.sim]\nkind = \"simulated\"\n".to_string();
-    for usage in ["keep", "input"] {
-        text += &format!(
-            "[contracts.{usage}]\nprovider = \"sim\"\nusage = \"{usage}\"\n\
-             policy = {{ hide = [\"secret\"], max_recovery_gain = 0.05 }}\n\
-             [contracts.{usage}.questions.cause]\nclasses = {labels:?}\nview = \"full_probabilities\"\n\
-             coarsen = {{ {} }}\n",
-            coarsen.join(", ")
-        );
+    let coarsen = format!("coarsen = {{ {} }}", coarsen.join(", "));
+    let text = TestConfig {
+        contracts: ["keep", "input"]
+            .into_iter()
+            .map(|usage| {
+                contract(
+                    usage,
+                    &format!(
+                        "usage = \"{usage}\"\n\
+                         policy = {{ hide = [\"secret\"], max_recovery_gain = 0.05 }}"
+                    ),
+                    vec![question("cause", &labels, "full_probabilities", &coarsen)],
+                )
+            })
+            .collect(),
+        ..TestConfig::bare()
     }
+    .toml("");
     let config = dir.join("usage.toml");
     std::fs::write(&config, text).unwrap();
     let checked = succeed(

@@ -6,20 +6,23 @@ use std::process::{Command, Output};
 use serde_json::{Value, json};
 
 use super::helpers::{
-    PROVIDER_KEY, PROVIDER_KEY_ENV, native_answer, questions, request, scratch, spawn_upstream,
+    PROVIDER_KEY, PROVIDER_KEY_ENV, Provider, TestConfig, contract, native_answer, question,
+    request, scratch, spawn_upstream,
 };
-use crate::helpers::TestConfig;
 
 const BIN: &str = env!("CARGO_BIN_EXE_releasegate");
 
 /// A collect configuration: contract `main` (the helpers' three pinned questions) on the
 /// local upstream.
-fn config(base_url: &str, provider_extra: &str) -> String {
-    format!(
-        "[providers.up]\nkind = \"systemone\"\nbase_url = \"{base_url}\"\napi_key_env = \"{PROVIDER_KEY_ENV}\"\ntimeout_ms = 2000\n{provider_extra}\n\
-         [contracts.main]\nprovider = \"up\"\n{}",
-        questions("main", "full_native", "")
-    )
+fn config(base_url: &str) -> String {
+    TestConfig {
+        provider: Provider::Url(base_url.into()),
+        provider_key: true,
+        provider_extra: "timeout_ms = 2000".into(),
+        main: true,
+        ..TestConfig::bare()
+    }
+    .toml("")
 }
 
 /// Runs `releasegate collect` (off the async workers: the upstream runs on them).
@@ -55,7 +58,7 @@ fn line(id: &str, request: &Value, extra: &str) -> String {
 async fn collect_writes_worlds_records_every_failure_and_resumes() {
     let dir = scratch("collect");
     let (upstream, base_url) = spawn_upstream().await;
-    std::fs::write(dir.join("c.toml"), config(&base_url, "")).unwrap();
+    std::fs::write(dir.join("c.toml"), config(&base_url)).unwrap();
     let mut other_classes = request();
     other_classes["questions"]["cause"]["criteria"] =
         json!({"A": null, "B": "b", "X": null, "D": null});
@@ -206,7 +209,7 @@ async fn collect_writes_worlds_records_every_failure_and_resumes() {
 async fn collect_fails_clearly_when_nothing_is_collected() {
     let dir = scratch("collect-none");
     let (upstream, base_url) = spawn_upstream().await;
-    std::fs::write(dir.join("c.toml"), config(&base_url, "")).unwrap();
+    std::fs::write(dir.join("c.toml"), config(&base_url)).unwrap();
     // Every answer is refused by the provider (401: the proxy's key), never retried.
     upstream.script(
         401,
@@ -360,11 +363,15 @@ async fn live_capture_writes_released_answers_and_changes_nothing_a_recipient_se
 fn check_config_names_a_capture_creates_nothing_and_refuses_a_path_it_cannot_write() {
     let dir = scratch("check-capture");
     let config = |path: &str| {
-        format!(
-            "[providers.sim]\nkind = \"simulated\"\n\
-             [contracts.c]\nprovider = \"sim\"\ncapture = {{ path = \"{path}\", sample_rate = 0.1 }}\n\
-             [contracts.c.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice\"\n"
-        )
+        TestConfig {
+            contracts: vec![contract(
+                "c",
+                &format!("capture = {{ path = \"{path}\", sample_rate = 0.1 }}"),
+                vec![question("q", &["A", "B"], "choice", "")],
+            )],
+            ..TestConfig::bare()
+        }
+        .toml("")
     };
     let check = |text: String| {
         let path = dir.join("c.toml");
@@ -405,7 +412,7 @@ async fn collect_checks_images_as_serve_does() {
     use base64::Engine;
     let dir = scratch("collect-images");
     let (upstream, base_url) = spawn_upstream().await;
-    std::fs::write(dir.join("c.toml"), config(&base_url, "")).unwrap();
+    std::fs::write(dir.join("c.toml"), config(&base_url)).unwrap();
     let png = base64::engine::general_purpose::STANDARD
         .encode(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR-COLLECTED-PNG");
     let with_assets = |assets: Value| {

@@ -5,8 +5,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use super::helpers::CLIENT_KEY;
-use crate::helpers::TestConfig;
+use super::helpers::{CLIENT_KEY, Recipient, TestConfig, contract, question, recipient};
 
 const BIN: &str = env!("CARGO_BIN_EXE_releasegate");
 
@@ -59,13 +58,10 @@ fn request(state: Value) -> Value {
 async fn the_decision_log_has_one_line_per_request_and_no_content() {
     let dir = super::helpers::scratch("decisions");
     let path = dir.join("decisions.jsonl");
-    // The [decision_log] table, placed after the contract's keys (TOML tables may come in
-    // any order).
-    let table = format!("[decision_log]\npath = \"{}\"\n", path.display());
     // The caller's own text goes upstream (`caller_text`): the log must leave it out too.
     let app = TestConfig {
+        tables: format!("[decision_log]\npath = \"{}\"", path.display()),
         cause: "caller_text = true".into(),
-        contract: String::from(&table),
         ..TestConfig::default()
     }
     .spawn()
@@ -197,16 +193,21 @@ async fn the_decision_log_has_one_line_per_request_and_no_content() {
 fn check_config_shows_the_new_keys_and_refuses_a_log_in_a_missing_directory() {
     let dir = super::helpers::scratch("check-decisions");
     let config = |log_path: &str| {
-        format!(
-            "[server]\nwatch_config = true\n\
-             [decision_log]\npath = \"{log_path}\"\nmax_files = 2\n\
-             [providers.sim]\nkind = \"simulated\"\n\
-             [[recipients]]\nname = \"r\"\nkey_sha256 = \"{}\"\ncontracts = [\"c\"]\n\
-             rate_limit = {{ requests_per_second = 5, burst = 10 }}\n\
-             [contracts.c]\nprovider = \"sim\"\n\
-             [contracts.c.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice\"\n",
-            releasegate_proxy::auth::hash_key(CLIENT_KEY)
-        )
+        TestConfig {
+            server: "watch_config = true".into(),
+            tables: format!("[decision_log]\npath = \"{log_path}\"\nmax_files = 2"),
+            recipients: vec![Recipient {
+                lines: "rate_limit = { requests_per_second = 5, burst = 10 }".into(),
+                ..recipient("r", CLIENT_KEY, &["c"])
+            }],
+            contracts: vec![contract(
+                "c",
+                "",
+                vec![question("q", &["A", "B"], "choice", "")],
+            )],
+            ..TestConfig::bare()
+        }
+        .toml("")
     };
     let path = dir.join("ok.toml");
     std::fs::write(&path, config(&dir.join("d.jsonl").display().to_string())).unwrap();

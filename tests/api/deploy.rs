@@ -2,7 +2,7 @@
 //! a Kubernetes pod, the shipped manifests.
 
 use super::binary::{BIN, Served, serve_command};
-use super::helpers::scratch;
+use super::helpers::{Provider, TestConfig, contract, question, recipient, scratch};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
@@ -76,55 +76,56 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
-/// A one-contract configuration around a remote provider table.
-fn with_provider(provider: &str) -> String {
-    format!(
-        "[providers.up]\nkind = \"systemone\"\n{provider}\n\
-         [[recipients]]\nname = \"r\"\nkey_sha256 = \"{}\"\ncontracts = [\"c\"]\n\
-         [contracts.c]\nprovider = \"up\"\n\
-         [contracts.c.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice\"\n",
-        "d2aacb68b85bbdced6e4c3f176f8c2c9f0e8faa9e41842a3c426d1111a37022b"
-    )
+/// A one-contract configuration on a remote provider at `base_url`, with `extra` lines.
+fn with_provider(base_url: &str, extra: &str) -> TestConfig {
+    TestConfig {
+        provider: Provider::Url(base_url.into()),
+        provider_extra: extra.into(),
+        recipients: vec![recipient("r", "deploy-test-key", &["c"])],
+        contracts: vec![contract(
+            "c",
+            "",
+            vec![question("q", &["A", "B"], "choice", "")],
+        )],
+        ..TestConfig::bare()
+    }
 }
 
 #[test]
 fn check_config_refuses_what_serve_cannot_run_and_both_agree() {
     let dir = scratch("agree");
+    let local = "http://127.0.0.1:18410";
     let cases = [
         // tokio's semaphore panics beyond MAX_PERMITS (serve used to exit 101).
         (
-            with_provider(
-                "base_url = \"http://127.0.0.1:18410\"\nmax_concurrency = 4611686018427387904",
-            ),
+            with_provider(local, "max_concurrency = 4611686018427387904"),
             "providers.up.max_concurrency",
         ),
         // The provider key would go to evil.example.
         (
-            with_provider("base_url = \"http://127.0.0.1:18410@evil.example\""),
+            with_provider("http://127.0.0.1:18410@evil.example", ""),
             "providers.up.base_url",
         ),
         (
-            with_provider("base_url = \"http://127.0.0.1:18410\"\ntimeout_ms = 99999999999"),
+            with_provider(local, "timeout_ms = 99999999999"),
             "providers.up.timeout_ms",
         ),
         (
-            format!(
-                "[server]\nmax_upstream_body_bytes = 9223372036854775807\n{}",
-                with_provider("base_url = \"http://127.0.0.1:18410\"")
-            ),
+            TestConfig {
+                server: "max_upstream_body_bytes = 9223372036854775807".into(),
+                ..with_provider(local, "")
+            },
             "server.max_upstream_body_bytes",
         ),
         // A provider key variable that is not set: an error for both.
         (
-            with_provider(
-                "base_url = \"http://127.0.0.1:18410\"\napi_key_env = \"RELEASEGATE_TEST_KEY_NOT_SET\"",
-            ),
+            with_provider(local, "api_key_env = \"RELEASEGATE_TEST_KEY_NOT_SET\""),
             "RELEASEGATE_TEST_KEY_NOT_SET",
         ),
     ];
     for (index, (text, needle)) in cases.iter().enumerate() {
         let path = dir.join(format!("case{index}.toml"));
-        std::fs::write(&path, text).unwrap();
+        std::fs::write(&path, text.toml("")).unwrap();
         let checked = check_config(&path, &[]);
         assert_eq!(
             checked.status.code(),
@@ -148,8 +149,10 @@ fn check_config_refuses_what_serve_cannot_run_and_both_agree() {
     std::fs::write(
         &path,
         with_provider(
-            "base_url = \"http://127.0.0.1:18410\"\napi_key_env = \"RELEASEGATE_TEST_KEY_SET\"\nmax_concurrency = 100000",
-        ),
+            local,
+            "api_key_env = \"RELEASEGATE_TEST_KEY_SET\"\nmax_concurrency = 100000",
+        )
+        .toml(""),
     )
     .unwrap();
     let key = [("RELEASEGATE_TEST_KEY_SET", "sk-test")];

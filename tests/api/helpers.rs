@@ -236,22 +236,93 @@ pub(crate) enum Provider {
     Simulated,
 }
 
+/// A `[[recipients]]` entry of a `TestConfig`.
+#[derive(Clone, Debug)]
+pub(crate) struct Recipient {
+    pub name: &'static str,
+    /// The key it presents (the configuration holds its SHA-256).
+    pub key: &'static str,
+    pub contracts: Vec<&'static str>,
+    /// Further lines (`rate_limit`, `policy`).
+    pub lines: String,
+}
+
+/// A recipient with no further lines.
+pub(crate) fn recipient(
+    name: &'static str,
+    key: &'static str,
+    contracts: &[&'static str],
+) -> Recipient {
+    Recipient {
+        name,
+        key,
+        contracts: contracts.to_vec(),
+        lines: String::new(),
+    }
+}
+
+/// A contract of `TestConfig::contracts`, on the provider `up`.
+#[derive(Clone, Debug)]
+pub(crate) struct Contract {
+    pub name: String,
+    /// Lines on `[contracts.NAME]` besides its provider (`usage`, `policy`, `capture`, ...).
+    pub lines: String,
+    pub questions: Vec<Question>,
+}
+
+/// A contract with its lines and questions.
+pub(crate) fn contract(name: &str, lines: &str, questions: Vec<Question>) -> Contract {
+    Contract {
+        name: name.into(),
+        lines: lines.into(),
+        questions,
+    }
+}
+
+/// A question of a `Contract`.
+#[derive(Clone, Debug)]
+pub(crate) struct Question {
+    pub id: String,
+    /// Its `classes` (none: no `classes` line, as for a box question).
+    pub classes: Vec<String>,
+    pub view: String,
+    /// Further lines (`type`, texts, mechanism, coarsening, ...); they may open sub-tables of
+    /// the question (`[contracts.NAME.questions.ID.workflows]`).
+    pub lines: String,
+}
+
+/// A question with its classes, view and further lines.
+pub(crate) fn question(id: &str, classes: &[&str], view: &str, lines: &str) -> Question {
+    Question {
+        id: id.into(),
+        classes: classes.iter().map(|c| c.to_string()).collect(),
+        view: view.into(),
+        lines: lines.into(),
+    }
+}
+
 /// The one builder of test configurations, by named settings. `TestConfig::default()` is
 /// the in-process API tests' (two recipients, contracts `main` and `other`, a provider key);
-/// `TestConfig::single()` one recipient on `main`, without a provider key, for the binary.
+/// `TestConfig::single()` one recipient on `main`, without a provider key, for the binary;
+/// `TestConfig::bare()` nothing but the listeners and a simulated provider, for tests that
+/// bring their own contracts.
 #[derive(Clone, Debug)]
 pub(crate) struct TestConfig {
     /// `[server]` lines besides the listeners (127.0.0.1:0) and the body cap.
     pub server: String,
     /// `server.max_body_bytes` (`None`: the proxy's default).
     pub max_body_bytes: Option<u64>,
+    /// Further top-level tables (`[tracing]`, `[decision_log]`, `[rate_limit_store]`), after
+    /// `[server]`.
+    pub tables: String,
     pub provider: Provider,
     /// `[providers.up]` lines besides its kind, URL and key.
     pub provider_extra: String,
     /// Whether the provider has a key (`PROVIDER_KEY`, from `PROVIDER_KEY_ENV`).
     pub provider_key: bool,
-    /// (name, key, contracts) of each recipient.
-    pub recipients: Vec<(&'static str, &'static str, Vec<&'static str>)>,
+    pub recipients: Vec<Recipient>,
+    /// Whether there is a contract `main` (the three questions of `questions()`).
+    pub main: bool,
     /// The view of `main`'s three questions (`questions()`).
     pub view: String,
     /// Extra lines on `main`'s `cause` question (a mechanism, a coarsening, ...).
@@ -260,6 +331,8 @@ pub(crate) struct TestConfig {
     pub contract: String,
     /// The contract `other` (`usage = "drop"`, every question `choice`).
     pub other: bool,
+    /// Contracts of the test's own, after `main` and `other`.
+    pub contracts: Vec<Contract>,
 }
 
 impl Default for TestConfig {
@@ -268,17 +341,20 @@ impl Default for TestConfig {
             // One event loop: tests that capture logs do so on their own thread.
             server: "shutdown_grace_ms = 500\nworker_threads = 1".into(),
             max_body_bytes: Some(65536),
+            tables: String::new(),
             provider: Provider::Local,
             provider_extra: "timeout_ms = 2000".into(),
             provider_key: true,
             recipients: vec![
-                ("one", CLIENT_KEY, vec!["main"]),
-                ("two", MULTI_KEY, vec!["main", "other"]),
+                recipient("one", CLIENT_KEY, &["main"]),
+                recipient("two", MULTI_KEY, &["main", "other"]),
             ],
+            main: true,
             view: "full_native".into(),
             cause: String::new(),
             contract: String::new(),
             other: true,
+            contracts: Vec::new(),
         }
     }
 }
@@ -291,7 +367,23 @@ impl TestConfig {
             server: String::new(),
             provider_extra: "timeout_ms = 30000".into(),
             provider_key: false,
-            recipients: vec![("one", CLIENT_KEY, vec!["main"])],
+            recipients: vec![recipient("one", CLIENT_KEY, &["main"])],
+            other: false,
+            ..TestConfig::default()
+        }
+    }
+
+    /// The listeners and a simulated provider `up`, no body cap, no recipient and no
+    /// contract: the frame of a test that states its own contracts.
+    pub(crate) fn bare() -> TestConfig {
+        TestConfig {
+            server: String::new(),
+            max_body_bytes: None,
+            provider: Provider::Simulated,
+            provider_extra: String::new(),
+            provider_key: false,
+            recipients: Vec::new(),
+            main: false,
             other: false,
             ..TestConfig::default()
         }
@@ -317,28 +409,59 @@ impl TestConfig {
             .map(|bytes| format!("max_body_bytes = {bytes}\n"))
             .unwrap_or_default();
         let mut text = format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{cap}{}\n\
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{cap}{}\n{}\n\
              [providers.up]\n{provider}\n{provider_extra}\n",
-            self.server
+            self.server, self.tables
         );
-        for (name, key, contracts) in &self.recipients {
+        for recipient in &self.recipients {
             text.push_str(&format!(
-                "[[recipients]]\nname = \"{name}\"\nkey_sha256 = \"{}\"\ncontracts = {contracts:?}\n",
-                releasegate_proxy::auth::hash_key(key)
+                "[[recipients]]\nname = \"{}\"\nkey_sha256 = \"{}\"\ncontracts = {:?}\n{}\n",
+                recipient.name,
+                releasegate_proxy::auth::hash_key(recipient.key),
+                recipient.contracts,
+                recipient.lines
             ));
         }
-        text.push_str(&format!(
-            "[contracts.main]\nprovider = \"up\"\n{}\n{}",
-            self.contract,
-            questions("main", &self.view, &self.cause)
-        ));
+        if self.main {
+            text.push_str(&format!(
+                "[contracts.main]\nprovider = \"up\"\n{}\n{}",
+                self.contract,
+                questions("main", &self.view, &self.cause)
+            ));
+        }
         if self.other {
             text.push_str(&format!(
                 "[contracts.other]\nprovider = \"up\"\nusage = \"drop\"\n{}",
                 questions("other", "choice", "")
             ));
         }
+        for contract in &self.contracts {
+            text.push_str(&format!(
+                "[contracts.{}]\nprovider = \"up\"\n{}\n",
+                contract.name, contract.lines
+            ));
+            for question in &contract.questions {
+                text.push_str(&format!(
+                    "[contracts.{}.questions.{}]\n",
+                    contract.name, question.id
+                ));
+                if !question.classes.is_empty() {
+                    text.push_str(&format!("classes = {:?}\n", question.classes));
+                }
+                text.push_str(&format!(
+                    "view = \"{}\"\n{}\n",
+                    question.view, question.lines
+                ));
+            }
+        }
         text
+    }
+
+    /// The configuration, loaded as the proxy loads it (`PROVIDER_KEY` in `PROVIDER_KEY_ENV`);
+    /// `local` is the base URL of `Provider::Local`.
+    pub(crate) fn load(&self, local: &str) -> Config {
+        let env = |name: &str| (name == PROVIDER_KEY_ENV).then(|| PROVIDER_KEY.to_string());
+        releasegate_proxy::load::from_toml_with_env(&self.toml(local), &env).unwrap()
     }
 
     /// Starts the scriptable upstream and the proxy on this configuration, in-process.
@@ -360,9 +483,7 @@ impl TestConfig {
         tokio::spawn(async move {
             let _ = axum::serve(upstream_listener, upstream_app).await;
         });
-        let text = self.toml(&format!("http://127.0.0.1:{upstream_port}"));
-        let env = |name: &str| (name == PROVIDER_KEY_ENV).then(|| PROVIDER_KEY.to_string());
-        let config = releasegate_proxy::load::from_toml_with_env(&text, &env).unwrap();
+        let config = self.load(&format!("http://127.0.0.1:{upstream_port}"));
         start(config, upstream).await
     }
 }

@@ -21,7 +21,10 @@ use releasegate_core::{baseline, codebook};
 use serde_json::{Value, json};
 use typesafe_jev::{Choice, Client, Content, Error, Noul, Questions, Response, Score};
 
-use crate::helpers::{TestApp, native_answer, spawn_upstream, start};
+use crate::helpers::{
+    Provider, TestApp, TestConfig, contract, native_answer, question, recipient, spawn_upstream,
+    start,
+};
 
 const KEY: &str = "jev-conformance-key";
 const NARROW_KEY: &str = "jev-narrow-key";
@@ -169,16 +172,12 @@ const LEVEL: &str = "instructions = \"How bad?\"\ndescriptions = { \"0\" = \"low
 const URGENT: &str = "instructions = \"Urgent?\"\n";
 
 fn config_text(case: &Case, base_url: &str, provider_extra: &str) -> String {
-    let digest = releasegate_proxy::auth::hash_key;
     let (cause_released, cause_matrix): (&[&str], Option<&str>) = if case.coarsen {
         (&["AB", "C", "D"], Some(MATRIX_3))
     } else {
         (&["A", "B", "C", "D"], None)
     };
-    let mut cause = format!(
-        "[contracts.case.questions.cause]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"{}\"\ninstructions = \"Why?\"\n",
-        case.view
-    );
+    let mut cause = String::from("instructions = \"Why?\"\n");
     if case.coarsen {
         cause.push_str("coarsen = { A = \"AB\", B = \"AB\" }\n");
     }
@@ -187,22 +186,47 @@ fn config_text(case: &Case, base_url: &str, provider_extra: &str) -> String {
         cause.push_str(&format!("withhold_labels = [\"{label}\"]\n"));
     }
     cause.push_str(&mechanism(case.mech, cause_released, cause_matrix));
-    format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nmax_body_bytes = 65536\nshutdown_grace_ms = 500\n\
-         [providers.up]\nkind = \"systemone\"\nbase_url = \"{base_url}\"\ntimeout_ms = 10000\n{provider_extra}\n\
-         [[recipients]]\nname = \"caller\"\nkey_sha256 = \"{}\"\ncontracts = [\"case\", \"spare\"]\n\
-         [[recipients]]\nname = \"narrow\"\nkey_sha256 = \"{}\"\ncontracts = [\"case\"]\n\
-         [contracts.case]\nprovider = \"up\"\nusage = \"keep\"\n{cause}\
-         [contracts.case.questions.level]\nclasses = [\"0\", \"1\", \"2\"]\nview = \"{view}\"\n{LEVEL}{}\
-         [contracts.case.questions.urgent]\nclasses = [\"false\", \"true\"]\nview = \"{view}\"\n{URGENT}{}\
-         [contracts.spare]\nprovider = \"up\"\n\
-         [contracts.spare.questions.urgent]\nclasses = [\"false\", \"true\"]\nview = \"full_native\"\n{URGENT}",
-        digest(KEY),
-        digest(NARROW_KEY),
-        mechanism(case.mech, &["0", "1", "2"], Some(MATRIX_3)),
-        mechanism(case.mech, &["false", "true"], Some(MATRIX_2)),
-        view = case.view,
-    )
+    let level = format!(
+        "{LEVEL}{}",
+        mechanism(case.mech, &["0", "1", "2"], Some(MATRIX_3))
+    );
+    let urgent = format!(
+        "{URGENT}{}",
+        mechanism(case.mech, &["false", "true"], Some(MATRIX_2))
+    );
+    TestConfig {
+        server: "shutdown_grace_ms = 500".into(),
+        max_body_bytes: Some(65536),
+        provider: Provider::Url(base_url.into()),
+        provider_extra: format!("timeout_ms = 10000\n{provider_extra}"),
+        recipients: vec![
+            recipient("caller", KEY, &["case", "spare"]),
+            recipient("narrow", NARROW_KEY, &["case"]),
+        ],
+        contracts: vec![
+            contract(
+                "case",
+                "usage = \"keep\"",
+                vec![
+                    question("cause", &["A", "B", "C", "D"], case.view, &cause),
+                    question("level", &["0", "1", "2"], case.view, &level),
+                    question("urgent", &["false", "true"], case.view, &urgent),
+                ],
+            ),
+            contract(
+                "spare",
+                "",
+                vec![question(
+                    "urgent",
+                    &["false", "true"],
+                    "full_native",
+                    URGENT,
+                )],
+            ),
+        ],
+        ..TestConfig::bare()
+    }
+    .toml("")
 }
 
 async fn spawn_case(case: &Case, provider_extra: &str) -> TestApp {

@@ -17,7 +17,7 @@ use axum::routing::post;
 use serde_json::{Value, json};
 
 use super::binary::{BIN, Served, client, serve_command};
-use super::helpers::scratch;
+use super::helpers::{Provider, TestConfig, contract, question, recipient, scratch};
 
 const KEY_ENV: &str = "LOAN_MODEL_KEY";
 const KEY: &str = "loan-model-secret";
@@ -156,33 +156,37 @@ fn config(base_url: &str, codebook: &str, capture: bool) -> String {
     // Action by true class: approving a file that needed a check is dear, declining a good
     // one dearer; the last row is a manual review.
     let matrix = "[[0, 6, 8, 9, 14], [3, 0, 4, 5, 9], [3, 4, 0, 5, 9], [4, 5, 5, 0, 7], [12, 9, 9, 6, 0], [1.5, 1.5, 1.5, 1.5, 1.5]]";
-    format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace_ms = 1000\nworker_threads = 1\n\
-         [providers.lender]\nkind = \"systemone\"\nbase_url = \"{base_url}\"\napi_key_env = \"{KEY_ENV}\"\ntimeout_ms = 5000\n\
-         [[recipients]]\nname = \"branch\"\nkey_sha256 = \"{}\"\ncontracts = [\"triage\"]\n\
-         [contracts.triage]\nprovider = \"lender\"\nmodel = \"loan-triage-7\"\n{}\
-         policy = {{ keep = [\"choice\"], hide = [\"secret\"], max_recovery_gain = 0.1 }}\n\
-         [contracts.triage.questions.route]\nclasses = [{}]\ninstructions = \"{INSTRUCTIONS}\"\n\
-         descriptions = {{ {descriptions} }}\nview = \"full_probabilities\"\n\
+    let mut triage = String::from("model = \"loan-triage-7\"\n");
+    if capture {
+        // Small files: the capture rotates, as a long-running one does.
+        triage.push_str(
+            "capture = { path = \"captured.jsonl\", sample_rate = 1, max_bytes = 16384, max_files = 50 }\n",
+        );
+    }
+    triage
+        .push_str("policy = { keep = [\"choice\"], hide = [\"secret\"], max_recovery_gain = 0.1 }");
+    let route = format!(
+        "instructions = \"{INSTRUCTIONS}\"\ndescriptions = {{ {descriptions} }}\n\
          mechanism = {{ kind = \"wcpq\", codebook = \"{codebook}\", fallback = \"choice_only\" }}\n\
          [contracts.triage.questions.route.workflows]\n\
          families = [\"selective\", \"clarification\", \"asymmetric\"]\n\
          profiles = [\"authored\", \"review_half\", \"review_double\", \"check_quarter\", \"error_double\", \"asymmetric_class0_double\"]\n\
          costs = {{ c_wrong = 10, c_review = 2, c_check = 0.4, matrix = {matrix} }}\n\
-         posterior = \"native\"\n",
-        releasegate_proxy::auth::hash_key(RECIPIENT_KEY),
-        if capture {
-            // Small files: the capture rotates, as a long-running one does.
-            "capture = { path = \"captured.jsonl\", sample_rate = 1, max_bytes = 16384, max_files = 50 }\n"
-        } else {
-            ""
-        },
-        CLASSES
-            .iter()
-            .map(|c| format!("\"{c}\""))
-            .collect::<Vec<_>>()
-            .join(", "),
-    )
+         posterior = \"native\""
+    );
+    TestConfig {
+        server: "shutdown_grace_ms = 1000\nworker_threads = 1".into(),
+        provider: Provider::Url(base_url.into()),
+        provider_extra: format!("api_key_env = \"{KEY_ENV}\"\ntimeout_ms = 5000"),
+        recipients: vec![recipient("branch", RECIPIENT_KEY, &["triage"])],
+        contracts: vec![contract(
+            "triage",
+            &triage,
+            vec![question("route", &CLASSES, "full_probabilities", &route)],
+        )],
+        ..TestConfig::bare()
+    }
+    .toml("")
 }
 
 /// Runs the binary off the async workers (the fake provider runs on them).

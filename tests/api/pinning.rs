@@ -5,8 +5,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::helpers::{
-    CAUSE_TEXT, CLIENT_KEY, LEVEL_TEXT, URGENT_TEXT, error_of, native_answer, request, spawn,
-    spawn_upstream, start,
+    CLIENT_KEY, TestConfig, error_of, native_answer, request, spawn, spawn_upstream, start,
 };
 
 /// What the upstream received last, as JSON.
@@ -391,17 +390,13 @@ async fn request_ids_cannot_be_ordered_or_counted() {
     );
     // Another process draws another key: the same request count gives other ids.
     let (upstream, base_url) = spawn_upstream().await;
-    let text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
-         [providers.up]\nkind = \"systemone\"\nbase_url = \"{base_url}\"\n\
-         [[recipients]]\nname = \"one\"\nkey_sha256 = \"{}\"\ncontracts = [\"c\"]\n\
-         [contracts.c]\nprovider = \"up\"\n\
-         [contracts.c.questions.cause]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"choice\"\n{CAUSE_TEXT}\
-         [contracts.c.questions.level]\nclasses = [\"0\", \"1\", \"2\"]\nview = \"choice\"\n{LEVEL_TEXT}\
-         [contracts.c.questions.urgent]\nclasses = [\"false\", \"true\"]\nview = \"choice\"\n{URGENT_TEXT}",
-        releasegate_proxy::auth::hash_key(CLIENT_KEY)
-    );
-    let other = start(releasegate_proxy::load::from_toml(&text).unwrap(), upstream).await;
+    let config = TestConfig {
+        max_body_bytes: None,
+        provider_extra: String::new(),
+        view: "choice".into(),
+        ..TestConfig::single()
+    };
+    let other = start(config.load(&base_url), upstream).await;
     let response = other.post(&request()).await;
     assert_eq!(response.status(), 200);
     let first = response.headers()["x-request-id"]

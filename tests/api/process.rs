@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use super::binary::{BIN, Served, client, serve_command};
 use super::connections::served;
 use super::helpers::{CLIENT_KEY, PATIENCE, request, spawn_upstream};
-use super::helpers::{Provider, TestConfig};
+use super::helpers::{Provider, TestConfig, recipient};
 
 /// A key the configuration binds only after a reload.
 const ADDED_KEY: &str = "client-key-added-by-sighup";
@@ -121,19 +121,18 @@ async fn sighup_reloads_the_configuration_and_refuses_a_broken_one() {
         server: "shutdown_grace_ms = 5000".into(),
         provider: Provider::Url(String::from(&base_url)),
         ..TestConfig::single()
-    }
-    .toml("");
-    let mut proxy = Serving::start("hup", &config, None);
+    };
+    let mut proxy = Serving::start("hup", &config.toml(""), None);
     let client = client();
     assert_eq!(proxy.decide(&client).await.status(), 200);
     assert_eq!(proxy.decide_as(&client, ADDED_KEY).await, 401);
 
     // A recipient added to the file works once SIGHUP reloaded it.
-    let added = format!(
-        "{config}\n[[recipients]]\nname = \"added\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n",
-        releasegate_proxy::auth::hash_key(ADDED_KEY)
-    );
-    std::fs::write(proxy.dir.join("releasegate.toml"), &added).unwrap();
+    let mut added = config.clone();
+    added
+        .recipients
+        .push(recipient("added", ADDED_KEY, &["main"]));
+    std::fs::write(proxy.dir.join("releasegate.toml"), added.toml("")).unwrap();
     proxy.signal("HUP");
     assert!(
         proxy.logged("configuration reloaded").await,
@@ -143,11 +142,11 @@ async fn sighup_reloads_the_configuration_and_refuses_a_broken_one() {
     assert_eq!(proxy.decide_as(&client, ADDED_KEY).await, 200);
 
     // A broken file is refused whole, logged with its key; the process keeps serving.
-    std::fs::write(
-        proxy.dir.join("releasegate.toml"),
-        added.replace("contracts = [\"main\"]\n", "contracts = [\"nope\"]\n"),
-    )
-    .unwrap();
+    let mut broken = added.clone();
+    for recipient in &mut broken.recipients {
+        recipient.contracts = vec!["nope"];
+    }
+    std::fs::write(proxy.dir.join("releasegate.toml"), broken.toml("")).unwrap();
     proxy.signal("HUP");
     assert!(
         proxy.logged("configuration reload refused").await,

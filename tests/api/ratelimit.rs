@@ -1,29 +1,32 @@
 //! Per-recipient rate limits: a burst, then the proxy's own 429 with `retry-after`, before
 //! the body is read; other recipients are unaffected.
 
-use super::helpers::{CLIENT_KEY, MULTI_KEY, error_of, questions, request, spawn_upstream, start};
+use super::helpers::{
+    CLIENT_KEY, MULTI_KEY, Recipient, TestConfig, error_of, recipient, request, spawn_upstream,
+    start,
+};
 
 #[tokio::test]
 async fn a_recipient_gets_its_burst_then_429_with_retry_after_and_others_are_unaffected() {
     let (upstream, base_url) = spawn_upstream().await;
-    let digest = releasegate_proxy::auth::hash_key;
     // One token per 100 s after a burst of 3: no token comes back during the test.
-    let text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nmax_body_bytes = 4096\nshutdown_grace_ms = 500\n\
-         [providers.up]\nkind = \"systemone\"\nbase_url = \"{base_url}\"\ntimeout_ms = 5000\n\
-         [[recipients]]\nname = \"limited\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n\
-         rate_limit = {{ requests_per_second = 0.01, burst = 3 }}\n\
-         [[recipients]]\nname = \"free\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n\
-         [contracts.main]\nprovider = \"up\"\n{}",
-        digest(CLIENT_KEY),
-        digest(MULTI_KEY),
-        questions("main", "choice", ""),
-    );
-    let app = start(
-        releasegate_proxy::load::from_toml(&text).unwrap(),
-        upstream.clone(),
-    )
-    .await;
+    let config = TestConfig {
+        server: "shutdown_grace_ms = 500".into(),
+        max_body_bytes: Some(4096),
+        provider_extra: "timeout_ms = 5000".into(),
+        provider_key: false,
+        recipients: vec![
+            Recipient {
+                lines: "rate_limit = { requests_per_second = 0.01, burst = 3 }".into(),
+                ..recipient("limited", CLIENT_KEY, &["main"])
+            },
+            recipient("free", MULTI_KEY, &["main"]),
+        ],
+        view: "choice".into(),
+        other: false,
+        ..TestConfig::default()
+    };
+    let app = start(config.load(&base_url), upstream.clone()).await;
     let body = serde_json::to_vec(&request()).unwrap();
     let limited = format!("Bearer {CLIENT_KEY}");
     let free = format!("Bearer {MULTI_KEY}");

@@ -10,7 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use super::helpers::{
-    CLIENT_KEY, MULTI_KEY, TestApp, error_of, questions, request, spawn_upstream, start,
+    CLIENT_KEY, MULTI_KEY, Recipient, TestApp, TestConfig, error_of, recipient, request,
+    spawn_upstream, start,
 };
 
 /// The key of "refill": one token every 500 ms, a burst of 1.
@@ -115,24 +116,40 @@ async fn proxy_with(
     timeout_ms: u64,
     upstream: super::helpers::Upstream,
 ) -> TestApp {
-    let digest = releasegate_proxy::auth::hash_key;
-    let text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace_ms = 500\nworker_threads = 2\n\
-         [providers.up]\nkind = \"systemone\"\nbase_url = \"{base_url}\"\ntimeout_ms = 5000\n\
-         [rate_limit_store]\nkind = \"redis\"\nurl = \"{url}\"\ntimeout_ms = {timeout_ms}\nretry_interval_ms = 50\n\
-         [[recipients]]\nname = \"limited\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n\
-         rate_limit = {{ requests_per_second = 0.001, burst = {burst} }}\n\
-         [[recipients]]\nname = \"refill\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n\
-         rate_limit = {{ requests_per_second = 2, burst = 1 }}\n\
-         [[recipients]]\nname = \"probe\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n\
-         rate_limit = {{ requests_per_second = 1000, burst = 1000 }}\n\
-         [contracts.main]\nprovider = \"up\"\n{}",
-        digest(CLIENT_KEY),
-        digest(REFILL_KEY),
-        digest(MULTI_KEY),
-        questions("main", "choice", ""),
-    );
-    start(releasegate_proxy::load::from_toml(&text).unwrap(), upstream).await
+    let limited = |name, key, rate_limit: String| Recipient {
+        lines: format!("rate_limit = {{ {rate_limit} }}"),
+        ..recipient(name, key, &["main"])
+    };
+    let config = TestConfig {
+        server: "shutdown_grace_ms = 500\nworker_threads = 2".into(),
+        max_body_bytes: None,
+        tables: format!(
+            "[rate_limit_store]\nkind = \"redis\"\nurl = \"{url}\"\ntimeout_ms = {timeout_ms}\nretry_interval_ms = 50"
+        ),
+        provider_extra: "timeout_ms = 5000".into(),
+        provider_key: false,
+        recipients: vec![
+            limited(
+                "limited",
+                CLIENT_KEY,
+                format!("requests_per_second = 0.001, burst = {burst}"),
+            ),
+            limited(
+                "refill",
+                REFILL_KEY,
+                "requests_per_second = 2, burst = 1".into(),
+            ),
+            limited(
+                "probe",
+                MULTI_KEY,
+                "requests_per_second = 1000, burst = 1000".into(),
+            ),
+        ],
+        view: "choice".into(),
+        other: false,
+        ..TestConfig::default()
+    };
+    start(config.load(base_url), upstream).await
 }
 
 /// Status of one request by `key` to `app`; a 200 carries the released answer.

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::helpers::{
-    CLIENT_KEY, PATIENCE, Provider, TestApp, TestConfig, Upstream, request, scratch,
+    CLIENT_KEY, PATIENCE, Provider, TestApp, TestConfig, Upstream, recipient, request, scratch,
     spawn_upstream, start,
 };
 
@@ -26,12 +26,12 @@ enum Version {
     Broken,
 }
 
-fn config_text(version: Version, base_url: &str, server_extra: &str) -> String {
-    let mut recipients = vec![("stable", CLIENT_KEY, vec!["main"])];
+fn config(version: Version, base_url: &str, server_extra: &str) -> TestConfig {
+    let mut recipients = vec![recipient("stable", CLIENT_KEY, &["main"])];
     match version {
         Version::Base => {}
-        Version::Added => recipients.push(("added", ADDED_KEY, vec!["main"])),
-        Version::Broken => recipients.push(("added", ADDED_KEY, vec!["no_such_contract"])),
+        Version::Added => recipients.push(recipient("added", ADDED_KEY, &["main"])),
+        Version::Broken => recipients.push(recipient("added", ADDED_KEY, &["no_such_contract"])),
     }
     TestConfig {
         server: format!("shutdown_grace_ms = 500\n{server_extra}"),
@@ -40,7 +40,10 @@ fn config_text(version: Version, base_url: &str, server_extra: &str) -> String {
         recipients,
         ..TestConfig::single()
     }
-    .toml("")
+}
+
+fn config_text(version: Version, base_url: &str, server_extra: &str) -> String {
+    config(version, base_url, server_extra).toml("")
 }
 
 /// The proxy running in this process on a configuration file (its upstream is the file's).
@@ -352,17 +355,14 @@ async fn a_reload_that_adds_or_changes_a_capture_is_refused() {
     let (_upstream, base_url) = spawn_upstream().await;
     let dir = scratch("capture-reload");
     let path = dir.join("releasegate.toml");
-    let with_capture = |rate: &str| {
-        config_text(Version::Added, &base_url, "").replace(
-            "[contracts.main]\nprovider = \"up\"\n",
-            &format!(
-                "[contracts.main]\nprovider = \"up\"\ncapture = {{ path = \"captured.jsonl\", sample_rate = {rate} }}\n"
-            ),
-        )
+    // `main` with a capture, and the recipients of `version`.
+    let with_capture = |rate: &str, version: Version| TestConfig {
+        contract: format!("capture = {{ path = \"captured.jsonl\", sample_rate = {rate} }}"),
+        ..config(version, &base_url, "")
     };
     std::fs::write(&path, config_text(Version::Base, &base_url, "")).unwrap();
     let proxy = Running::start(&path).await;
-    std::fs::write(&path, with_capture("1")).unwrap();
+    std::fs::write(&path, with_capture("1", Version::Added).toml("")).unwrap();
     let error = proxy.reload(&path).await.unwrap_err();
     assert!(
         error.contains("contracts.main.capture: cannot change on reload"),
@@ -372,22 +372,13 @@ async fn a_reload_that_adds_or_changes_a_capture_is_refused() {
     proxy.stop().await;
 
     // Started with a capture, a reload that keeps it applies; one that changes it does not.
-    std::fs::write(
-        &path,
-        with_capture("1")
-            .replace("name = \"added\"", "name = \"later\"")
-            .replace(
-                &releasegate_proxy::auth::hash_key(ADDED_KEY),
-                &"0".repeat(64),
-            ),
-    )
-    .unwrap();
+    std::fs::write(&path, with_capture("1", Version::Base).toml("")).unwrap();
     let proxy = Running::start(&path).await;
     assert!(dir.join("captured.jsonl").exists());
-    std::fs::write(&path, with_capture("1")).unwrap();
+    std::fs::write(&path, with_capture("1", Version::Added).toml("")).unwrap();
     proxy.reload(&path).await.unwrap();
     assert_eq!(proxy.status(ADDED_KEY).await, 200);
-    std::fs::write(&path, with_capture("0.5")).unwrap();
+    std::fs::write(&path, with_capture("0.5", Version::Added).toml("")).unwrap();
     let error = proxy.reload(&path).await.unwrap_err();
     assert!(error.contains("contracts.main.capture"), "{error}");
     proxy.stop().await;

@@ -5,7 +5,7 @@ use std::io::Cursor;
 use releasegate_sim::worlds::{Reader, Writer};
 use serde_json::{Value, json};
 
-use crate::helpers::{native_answer, request, spawn};
+use crate::helpers::{TestConfig, native_answer, request, spawn};
 
 fn variants() -> Vec<Value> {
     let mut out = vec![native_answer()];
@@ -42,11 +42,14 @@ async fn replay_equals_the_proxys_release_for_the_same_answers() {
             .collect();
         let contract = {
             // The same contract the proxy runs, read back from its configuration.
-            let text = crate::helpers::questions("main", view, extra);
-            let config = releasegate_proxy::load::from_toml(&format!(
-                "[providers.p]\nkind = \"simulated\"\n[contracts.main]\nprovider = \"p\"\n{text}"
-            ))
-            .unwrap();
+            let text = TestConfig {
+                main: true,
+                view: view.into(),
+                cause: extra.into(),
+                ..TestConfig::bare()
+            }
+            .toml("");
+            let config = releasegate_proxy::load::from_toml(&text).unwrap();
             config.contracts()["main"].clone()
         };
         let mut writer = Writer::new(Vec::new());

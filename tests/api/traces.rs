@@ -14,7 +14,9 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use prost::Message;
 
-use super::helpers::{CLIENT_KEY, MULTI_KEY, questions, request, spawn_upstream, start};
+use super::helpers::{
+    CLIENT_KEY, MULTI_KEY, TestConfig, recipient, request, spawn_upstream, start,
+};
 
 /// A local OTLP/HTTP receiver: every body posted to `/v1/traces`.
 async fn receiver() -> (Arc<Mutex<Vec<Bytes>>>, String) {
@@ -64,17 +66,20 @@ fn hex(bytes: &[u8]) -> String {
 async fn spans_of_a_request_reach_the_collector_with_their_kinds_and_parents() {
     let (bodies, collector) = receiver().await;
     let (upstream, base_url) = spawn_upstream().await;
-    let digest = releasegate_proxy::auth::hash_key;
-    let text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace_ms = 500\n\
-         [tracing]\notlp_endpoint = \"{collector}\"\nservice_name = \"releasegate-test\"\n\
-         [providers.up]\nkind = \"systemone\"\nbase_url = \"{base_url}\"\ntimeout_ms = 5000\n\
-         [[recipients]]\nname = \"one\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n\
-         [contracts.main]\nprovider = \"up\"\n{}",
-        digest(CLIENT_KEY),
-        questions("main", "choice", ""),
-    );
-    let config = releasegate_proxy::load::from_toml(&text).unwrap();
+    let config = TestConfig {
+        server: "shutdown_grace_ms = 500".into(),
+        max_body_bytes: None,
+        tables: format!(
+            "[tracing]\notlp_endpoint = \"{collector}\"\nservice_name = \"releasegate-test\""
+        ),
+        provider_extra: "timeout_ms = 5000".into(),
+        provider_key: false,
+        recipients: vec![recipient("one", CLIENT_KEY, &["main"])],
+        view: "choice".into(),
+        other: false,
+        ..TestConfig::default()
+    }
+    .load(&base_url);
     assert!(config.summary().contains("traces: OTLP/HTTP to"));
     let app = start(config, upstream.clone()).await;
     let caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -243,11 +248,13 @@ fn span_export_is_off_by_default_and_its_endpoint_is_validated() {
     .unwrap();
     assert!(config.tracing().is_none());
     assert!(config.summary().contains("traces: not exported"));
-    let text = format!(
-        "[tracing]\notlp_endpoint = \"http://user:pw@collector:4318\"\n\
-         [providers.sim]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"sim\"\n{}",
-        questions("c", "choice", "")
-    );
+    let text = TestConfig {
+        tables: "[tracing]\notlp_endpoint = \"http://user:pw@collector:4318\"".into(),
+        main: true,
+        view: "choice".into(),
+        ..TestConfig::bare()
+    }
+    .toml("");
     let error = releasegate_proxy::load::from_toml(&text)
         .unwrap_err()
         .to_string();

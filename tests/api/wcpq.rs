@@ -6,8 +6,7 @@ use releasegate_core::workflow::Spec;
 use releasegate_core::{codebook, wcpq};
 use serde_json::{Value, json};
 
-use crate::helpers::TestConfig;
-use crate::helpers::{native_answer, request};
+use crate::helpers::{TestConfig, contract, native_answer, question, request};
 
 fn classes() -> Vec<String> {
     ["A", "B", "C", "D"].iter().map(|s| s.to_string()).collect()
@@ -20,6 +19,20 @@ fn codebook_file(name: &str, denominator: u32) -> PathBuf {
     let path = std::env::temp_dir().join(format!("releasegate-{}-{name}.json", std::process::id()));
     std::fs::write(&path, built.codebook.to_json_bytes()).unwrap();
     path
+}
+
+/// A configuration of one contract `c` whose one question `q` (A..D, `full_native`) has
+/// `lines`: what the loader is asked to accept or refuse.
+fn one_question(lines: &str) -> String {
+    TestConfig {
+        contracts: vec![contract(
+            "c",
+            "",
+            vec![question("q", &["A", "B", "C", "D"], "full_native", lines)],
+        )],
+        ..TestConfig::bare()
+    }
+    .toml("")
 }
 
 fn wcpq(path: &std::path::Path, fallback: &str) -> String {
@@ -182,12 +195,10 @@ fn the_proxy_refuses_a_codebook_built_for_other_workflows() {
          profiles = [\"authored\"], costs = {{ c_wrong = 10, c_review = 2, c_check = 0.4, matrix = {} }} }}\n",
         serde_json::to_string(&releasegate_core::workflow::CostBase::authored_4().matrix).unwrap()
     );
-    let text = format!(
-        "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n\
-         [contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"full_native\"\n\
-         mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"native\" }}\n{workflows}",
+    let text = one_question(&format!(
+        "mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"native\" }}\n{workflows}",
         path.display()
-    );
+    ));
     let error = releasegate_proxy::load::from_toml(&text)
         .unwrap_err()
         .to_string();
@@ -303,12 +314,10 @@ fn a_contract_chooses_strict_or_a_budget_matching_its_codebook() {
     let strict = codebook_file("admissibility", 4);
     let learned = learned_codebook_file("admissibility-learned", 0.04);
     let text = |path: &std::path::Path, admissibility: &str| {
-        format!(
-            "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n\
-             [contracts.c.questions.q]\nclasses = [\"A\", \"B\", \"C\", \"D\"]\nview = \"full_native\"\n\
-             mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"native\"{admissibility} }}\nworkflows = {{ preset = \"tuple-bench\" }}\n",
+        one_question(&format!(
+            "mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"native\"{admissibility} }}\nworkflows = {{ preset = \"tuple-bench\" }}",
             path.display()
-        )
+        ))
     };
     let admissibility = |path: &std::path::Path, admissibility: &str| {
         let config = releasegate_proxy::load::from_toml(&text(path, admissibility)).unwrap();
