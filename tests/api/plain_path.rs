@@ -245,6 +245,27 @@ async fn plain_and_hyper_paths_answer_byte_for_byte_alike() {
             "contract not the caller's",
             post("x-release-contract: other\r\n", &good_body()),
         ),
+        (
+            "two authorizations",
+            post(
+                &format!("authorization: Bearer {CLIENT_KEY}\r\n"),
+                &good_body(),
+            ),
+        ),
+        (
+            "two contract headers",
+            post(
+                "x-release-contract: main\r\nx-release-contract: main\r\n",
+                &good_body(),
+            ),
+        ),
+        ("two encodings", {
+            let body = zstd::encode_all(good_body().as_slice(), 3).unwrap();
+            post(
+                "content-encoding: zstd\r\ncontent-encoding: identity\r\n",
+                &body,
+            )
+        }),
         ("obs-text and repeated fields", {
             let body = good_body();
             // Latin-1 `é` (obs-text), which both parsers take.
@@ -330,6 +351,21 @@ async fn plain_and_hyper_paths_answer_byte_for_byte_alike() {
                 assert_eq!(next.status(), 200, "{name}: the next request");
             }
         }
+    }
+    // Repeated key, contract and encoding headers are refused alike on both paths.
+    for name in [
+        "two authorizations",
+        "two contract headers",
+        "two encodings",
+    ] {
+        let (_, bytes) = cases.iter().find(|(case, _)| *case == name).unwrap();
+        let (_, wire) = answer_on_new_connection(&app, bytes).await;
+        assert_eq!(wire.status(), 400, "{name}");
+        assert_eq!(
+            wire.json()["detail"]["error_type"],
+            "invalid_request",
+            "{name}"
+        );
     }
     // The answered case is a release, over HTTP/1.1 and over HTTP/1.0 kept.
     let (_, wire) = answer_on_new_connection(&app, &post("", &good_body())).await;

@@ -35,6 +35,11 @@ pub enum Error {
     /// The path and the header name different contracts (400).
     #[error("the /contracts/{{name}}/ path prefix and X-Release-Contract name different contracts")]
     Conflict,
+    /// A header that must appear at most once appears several times (400): two components
+    /// reading "the" header differently is how request smuggling and confusion start, so
+    /// none is chosen.
+    #[error("the {0} header appears more than once; send it once")]
+    Repeated(&'static str),
 }
 
 /// The recipients' key digests.
@@ -69,6 +74,15 @@ impl Keys {
         headers: &HeaderMap,
         path_contract: Option<&str>,
     ) -> Result<Caller, Error> {
+        for (name, shown) in [
+            (&AUTHORIZATION, "Authorization"),
+            (&API_KEY_HEADER_NAME, "X-Api-Key"),
+            (&CONTRACT_HEADER_NAME, "X-Release-Contract"),
+        ] {
+            if repeated(headers, name) {
+                return Err(Error::Repeated(shown));
+            }
+        }
         let key = presented_key(headers).ok_or(Error::Unauthenticated)?;
         let digest = Sha256::digest(key.as_bytes());
         // Compare against every recipient so timing does not depend on which one matches.
@@ -102,6 +116,12 @@ impl Keys {
             contract: contract.clone(),
         })
     }
+}
+
+/// Whether `name` appears more than once among `headers`.
+pub(crate) fn repeated(headers: &HeaderMap, name: &HeaderName) -> bool {
+    let mut values = headers.get_all(name).iter();
+    values.next().is_some() && values.next().is_some()
 }
 
 /// The key from `Authorization: Bearer KEY` or `X-Api-Key: KEY`.
@@ -153,7 +173,7 @@ mod tests {
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for (name, value) in pairs {
-            map.insert(*name, HeaderValue::from_str(value).unwrap());
+            map.append(*name, HeaderValue::from_str(value).unwrap());
         }
         map
     }
@@ -223,6 +243,45 @@ mod tests {
         assert_eq!(
             caller(&[("x-release-contract", "a")], Some("b")),
             Err(Error::Unauthenticated)
+        );
+    }
+
+    #[test]
+    fn a_repeated_key_or_contract_header_is_refused_whichever_value_comes_first() {
+        let keys = keys();
+        let caller = |h: &[(&'static str, &str)]| keys.authenticate(&headers(h), None);
+        let cases: [(&[(&'static str, &str)], &str); 4] = [
+            (
+                &[
+                    ("authorization", "Bearer k1"),
+                    ("authorization", "Bearer k2"),
+                ],
+                "Authorization",
+            ),
+            (
+                &[
+                    ("authorization", "Bearer k1"),
+                    ("authorization", "Bearer k1"),
+                ],
+                "Authorization",
+            ),
+            (&[("x-api-key", "k2"), ("x-api-key", "k1")], "X-Api-Key"),
+            (
+                &[
+                    ("authorization", "Bearer k2"),
+                    ("x-release-contract", "b"),
+                    ("x-release-contract", "a"),
+                ],
+                "X-Release-Contract",
+            ),
+        ];
+        for (pairs, shown) in cases {
+            assert_eq!(caller(pairs), Err(Error::Repeated(shown)), "{pairs:?}");
+        }
+        // Before the key is checked: a repeated header tells nothing about the keys.
+        assert_eq!(
+            caller(&[("authorization", "Bearer x"), ("authorization", "Bearer y")]),
+            Err(Error::Repeated("Authorization"))
         );
     }
 

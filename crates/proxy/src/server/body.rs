@@ -85,6 +85,9 @@ async fn read_bytes(
                 Error::BadBody("the request body could not be read".into())
             }
         })?;
+    if crate::auth::repeated(headers, &CONTENT_ENCODING) {
+        return Err(Error::Repeated("Content-Encoding"));
+    }
     let encoding = headers
         .get(CONTENT_ENCODING)
         .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase())

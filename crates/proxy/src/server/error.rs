@@ -28,6 +28,9 @@ pub enum Error {
     /// The body's encoding or media type is not supported.
     #[error("{0}")]
     Unsupported(String),
+    /// A header that must appear at most once appears several times (400).
+    #[error("the {0} header appears more than once; send it once")]
+    Repeated(&'static str),
     /// The body is not valid JSON or cannot be decompressed.
     #[error("{0}")]
     BadBody(String),
@@ -104,15 +107,15 @@ impl Error {
         match self {
             Error::Auth(auth::Error::Unauthenticated) => StatusCode::UNAUTHORIZED,
             Error::Auth(auth::Error::Forbidden) => StatusCode::FORBIDDEN,
-            Error::Auth(auth::Error::Ambiguous(_) | auth::Error::Conflict) => {
-                StatusCode::BAD_REQUEST
-            }
+            Error::Auth(
+                auth::Error::Ambiguous(_) | auth::Error::Conflict | auth::Error::Repeated(_),
+            ) => StatusCode::BAD_REQUEST,
             Error::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Error::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Error::Unsupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Error::Request(wire::RequestError::Schema(_)) => StatusCode::UNPROCESSABLE_ENTITY,
             Error::Request(wire::RequestError::NotReleased { .. }) => StatusCode::FORBIDDEN,
-            Error::BadBody(_) | Error::Request(_) | Error::BadMultipart(_) => {
+            Error::BadBody(_) | Error::Request(_) | Error::BadMultipart(_) | Error::Repeated(_) => {
                 StatusCode::BAD_REQUEST
             }
             Error::Asset(wire::assets::AssetError::Invalid(_)) => StatusCode::BAD_REQUEST,
@@ -152,6 +155,7 @@ impl Error {
             Error::Auth(auth::Error::Forbidden) => "permission_denied",
             Error::Auth(auth::Error::Ambiguous(_)) => "contract_required",
             Error::Auth(auth::Error::Conflict) => "contract_conflict",
+            Error::Auth(auth::Error::Repeated(_)) | Error::Repeated(_) => "invalid_request",
             Error::Request(error) => error.error_type(),
             Error::NotFound => "not_found",
             Error::MethodNotAllowed => "method_not_allowed",
