@@ -2,7 +2,8 @@
 //! these tests start and stop themselves on a free loopback port: two proxies sharing one
 //! store hold the global limit; the store stopping mid-run degrades each replica to its own
 //! limit (never to none) and raises the gauge; the store coming back restores the global
-//! limit. Skipped, saying why, only when `redis-server` is not installed.
+//! limit on every event loop of both replicas. Skipped, saying why, only when `redis-server`
+//! is not installed.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -307,4 +308,137 @@ async fn the_shared_bucket_refills_at_the_recipients_rate() {
     assert_eq!(send(&b, REFILL_KEY).await, 200);
     a.stop().await;
     b.stop().await;
+}
+
+/// A replica of the recovery scenario: `loops` event loops; "limited" (CLIENT_KEY) has
+/// `burst` tokens and no refill to speak of (one token per 1000 s), "probe" (MULTI_KEY) a
+/// large limit, both through the store at `url`.
+async fn replica(
+    base_url: &str,
+    url: &str,
+    burst: u32,
+    loops: usize,
+    upstream: super::helpers::Upstream,
+) -> TestApp {
+    let digest = releasegate_proxy::auth::hash_key;
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace_ms = 500\nworker_threads = {loops}\n\
+         [providers.up]\nkind = \"systemone\"\nbase_url = \"{base_url}\"\ntimeout_ms = 5000\n\
+         [rate_limit_store]\nkind = \"redis\"\nurl = \"{url}\"\ntimeout_ms = 2000\nretry_interval_ms = 50\n\
+         [[recipients]]\nname = \"limited\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n\
+         rate_limit = {{ requests_per_second = 0.001, burst = {burst} }}\n\
+         [[recipients]]\nname = \"probe\"\nkey_sha256 = \"{}\"\ncontracts = [\"main\"]\n\
+         rate_limit = {{ requests_per_second = 1000, burst = 1000 }}\n\
+         [contracts.main]\nprovider = \"up\"\n{}",
+        digest(CLIENT_KEY),
+        digest(MULTI_KEY),
+        questions("main", "choice", ""),
+    );
+    start(releasegate_proxy::load::from_toml(&text).unwrap(), upstream).await
+}
+
+/// `per_app` concurrent requests by `key` to each of `apps`, each on a connection of its own
+/// (so they spread over every event loop); the statuses.
+async fn burst(apps: &[&TestApp], per_app: usize, key: &str) -> Vec<u16> {
+    let mut requests = tokio::task::JoinSet::new();
+    for app in apps {
+        for _ in 0..per_app {
+            let address = app.address.clone();
+            let authorization = format!("Bearer {key}");
+            requests.spawn(async move {
+                let client = reqwest::Client::builder()
+                    .pool_max_idle_per_host(0)
+                    .build()
+                    .unwrap();
+                let response = client
+                    .post(format!("{address}/v1/systemone"))
+                    .header("authorization", authorization)
+                    .body(serde_json::to_vec(&request()).unwrap())
+                    .send()
+                    .await
+                    .unwrap();
+                response.status().as_u16()
+            });
+        }
+    }
+    let mut statuses = Vec::new();
+    while let Some(status) = requests.join_next().await {
+        let status = status.unwrap();
+        assert!(status == 200 || status == 429, "unexpected status {status}");
+        statuses.push(status);
+    }
+    statuses
+}
+
+fn errors(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("releasegate_rate_limit_store_errors_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Stops the store, waits until both replicas limit on their own, lets each grant `spent`
+/// requests of "limited" on its own, starts the store again on the same port (empty) and
+/// waits until both say the limits are shared again; the new store and each replica's store
+/// error count at that moment.
+async fn outage(redis: Redis, a: &TestApp, b: &TestApp, spent: usize) -> (Redis, [u64; 2]) {
+    let port = redis.kill();
+    for app in [a, b] {
+        until_gauge(app, 1).await;
+    }
+    for app in [a, b] {
+        for _ in 0..spent {
+            assert_eq!(send(app, CLIENT_KEY).await, 200, "the replica's own bucket");
+        }
+    }
+    let redis = Redis::start_on(port).expect("redis-server ran a moment ago");
+    for app in [a, b] {
+        until_gauge(app, 0).await;
+    }
+    (
+        redis,
+        [errors(&a.metrics().await), errors(&b.metrics().await)],
+    )
+}
+
+/// After the store comes back, both replicas still say the limits are shared, and no call
+/// to the store failed since `errors` (a failure would have sent requests to a local bucket).
+async fn still_shared(a: &TestApp, b: &TestApp, errors_then: [u64; 2]) {
+    for (app, then) in [(a, errors_then[0]), (b, errors_then[1])] {
+        let metrics = app.metrics().await;
+        assert_eq!(gauge(&metrics), Some(0), "{metrics}");
+        assert_eq!(errors(&metrics), then, "{metrics}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_store_comes_back_no_burst_exceeds_the_shared_bucket() {
+    const BURST: usize = 5;
+    let Some(redis) = Redis::start() else {
+        return;
+    };
+    let (upstream, base_url) = spawn_upstream().await;
+    // Three event loops each: a burst spreads over all of them.
+    let a = replica(&base_url, &redis.url(), BURST as u32, 3, upstream.clone()).await;
+    let b = replica(&base_url, &redis.url(), BURST as u32, 3, upstream.clone()).await;
+    // Every event loop of both replicas has a connection to the store when it stops.
+    burst(&[&a, &b], 12, MULTI_KEY).await;
+
+    // An outage in which "limited" sends nothing: both local buckets stay full, the store
+    // comes back empty. A burst on every loop of both replicas gets the shared bucket's
+    // burst, not a local bucket's on top.
+    let (redis, errors_then) = outage(redis, &a, &b, 0).await;
+    let statuses = burst(&[&a, &b], 12, CLIENT_KEY).await;
+    eprintln!(
+        "round 1: {} of {} granted (shared bucket {BURST})",
+        count(&statuses, 200),
+        statuses.len()
+    );
+    assert_eq!(count(&statuses, 200), BURST, "{statuses:?}");
+    still_shared(&a, &b, errors_then).await;
+
+    a.stop().await;
+    b.stop().await;
+    drop(redis);
 }

@@ -10,7 +10,9 @@
 //! When a call to the store fails or takes longer than `timeout_ms`, the replica limits the
 //! request with its own bucket (per replica, never unlimited), shows it in
 //! `releasegate_rate_limit_store_degraded` and asks the store again after
-//! `retry_interval_ms`. Releases never depend on the store: it only decides 429 or not.
+//! `retry_interval_ms`. As soon as one call answers, every event loop of the replica takes
+//! its tokens from the store again (`store`). Releases never depend on the store: it only
+//! decides 429 or not.
 //!
 //! A reload keeps a recipient's local bucket, and the tokens it has used, when its name and
 //! limit are unchanged; a new or changed limit starts with a full bucket (in the store too:

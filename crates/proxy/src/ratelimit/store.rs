@@ -3,11 +3,19 @@
 //!
 //! Each event loop has its own connection (a `redis` connection manager, created on that
 //! loop's runtime at its first call and reconnecting by itself), so a call never crosses
-//! threads, like the upstream clients. Every call is bounded by `timeout_ms`; a failure or a
+//! threads, like the upstream clients. Whether the store answers is the replica's, not a
+//! loop's: one flag for all the loops. Every call is bounded by `timeout_ms`; a failure or a
 //! timeout makes the replica limit on its own (`Limits::local`) and raises
 //! `releasegate_rate_limit_store_degraded` until a call succeeds again: after a failure, one
 //! request per `retry_interval_ms` tries the store while the others go straight to the local
 //! bucket, so an unreachable store costs at most one timeout per interval.
+//!
+//! When that one call succeeds, every loop goes back to the store, including loops whose
+//! connection died with the outage and was not used since (or whose last reconnection failed
+//! during it): their first call finds the connection gone, and the manager's new one is tried
+//! once more within the same `timeout_ms` before anything counts as a failure. Without that
+//! retry, each such loop's first call would mark the whole replica degraded again and send
+//! its requests to the local buckets while the store answers.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -195,12 +203,19 @@ impl Store {
             limit.requests_per_second(),
             limit.burst()
         );
-        self.script
-            .key(key)
+        let mut invocation = self.script.key(key);
+        invocation
             .arg(limit.requests_per_second().to_string())
-            .arg(limit.burst())
-            .invoke_async(&mut connection)
-            .await
+            .arg(limit.burst());
+        match invocation.invoke_async(&mut connection).await {
+            // The connection died with an outage this loop did not see end (or its last
+            // reconnection failed during it): the manager has started a new one, tried once.
+            // The first try took nothing unless the store ran the script and only its answer
+            // was lost; the retry then takes its token a second time: refusing sooner,
+            // never later.
+            Err(error) if connection_lost(&error) => invocation.invoke_async(&mut connection).await,
+            result => result,
+        }
     }
 
     /// This event loop's connection, made on first use (on this loop's runtime).
@@ -251,4 +266,11 @@ impl Store {
             );
         }
     }
+}
+
+/// Whether `error` says this loop's connection is gone (dropped, refused, or a reconnection
+/// that failed earlier), after which the connection manager tries a new one: worth one more
+/// call. A timeout is not (the call's time is spent).
+fn connection_lost(error: &redis::RedisError) -> bool {
+    error.is_io_error() && !error.is_timeout()
 }
