@@ -2,8 +2,8 @@
 //! these tests start and stop themselves on a free loopback port: two proxies sharing one
 //! store hold the global limit; the store stopping mid-run degrades each replica to its own
 //! limit (never to none) and raises the gauge; the store coming back restores the global
-//! limit on every event loop of both replicas. Skipped, saying why, only when `redis-server`
-//! is not installed.
+//! limit on every event loop of both replicas, and what the replicas granted on their own
+//! meanwhile is paid to it. Skipped, saying why, only when `redis-server` is not installed.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -231,14 +231,17 @@ async fn two_replicas_share_one_limit_degrade_to_their_own_and_share_it_again() 
         "{metrics}"
     );
 
-    // The store comes back (empty, on the same port): the replicas share one bucket again.
+    // The store comes back (empty, on the same port): the replicas share one bucket again,
+    // and each first pays it the 4 tokens it granted on its own: nothing is left.
     let redis = Redis::start_on(port).expect("redis-server ran a moment ago");
     for app in [&a, &b] {
         until_gauge(app, 0).await;
     }
     let statuses = alternate(&a, &b, 10).await;
-    assert_eq!(count(&statuses, 200), 4, "{statuses:?}");
-    assert_eq!(count(&statuses, 429), 6, "{statuses:?}");
+    assert_eq!(count(&statuses, 429), 10, "{statuses:?}");
+    for app in [&a, &b] {
+        assert_eq!(gauge(&app.metrics().await), Some(0));
+    }
 
     a.stop().await;
     b.stop().await;
@@ -436,6 +439,22 @@ async fn after_the_store_comes_back_no_burst_exceeds_the_shared_bucket() {
         statuses.len()
     );
     assert_eq!(count(&statuses, 200), BURST, "{statuses:?}");
+    still_shared(&a, &b, errors_then).await;
+
+    // An outage in which each replica grants 2 on its own: the store comes back empty
+    // (full buckets) and each replica's first call pays what it granted: 5 - 2 - 2 = 1 left,
+    // for the first request; the burst after it gets nothing.
+    let (redis, errors_then) = outage(redis, &a, &b, 2).await;
+    let first = [send(&a, CLIENT_KEY).await, send(&b, CLIENT_KEY).await];
+    assert_eq!(first, [200, 429]);
+    let statuses = burst(&[&a, &b], 12, CLIENT_KEY).await;
+    eprintln!(
+        "round 2: {} then {} of {} granted (shared bucket {BURST}, 4 owed)",
+        count(&first, 200),
+        count(&statuses, 200),
+        statuses.len()
+    );
+    assert_eq!(count(&statuses, 200), 0, "{statuses:?}");
     still_shared(&a, &b, errors_then).await;
 
     a.stop().await;

@@ -29,14 +29,16 @@ use secrecy::ExposeSecret;
 use releasegate_core::config::{RateLimit, RateLimitStore};
 
 /// Refills the bucket `KEYS[1]` at `ARGV[1]` tokens per second up to `ARGV[2]` (its burst)
-/// since its last use, by the store's own clock, and takes one token if there is one.
-/// Returns `{1, 0}` (taken) or `{0, µs until a token is back}`. Idle buckets expire once
-/// they would be full again.
+/// since its last use, by the store's own clock, takes the `ARGV[3]` tokens a replica owes
+/// it (granted on its own while the store did not answer; never below empty), and takes one
+/// token if there is one. Returns `{1, 0}` (taken) or `{0, µs until a token is back}`. Idle
+/// buckets expire once they would be full again.
 const TOKEN_BUCKET: &str = r"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
+local owed = tonumber(ARGV[3]) or 0
 local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
 local tokens = tonumber(state[1])
 local at = tonumber(state[2])
@@ -47,6 +49,9 @@ end
 if now > at then
   tokens = math.min(burst, tokens + (now - at) * rate / 1000000)
   at = now
+end
+if owed > 0 then
+  tokens = math.max(0, tokens - owed)
 end
 local taken = 0
 local wait = 0
@@ -142,12 +147,14 @@ impl Store {
         self.gauge.set(0);
     }
 
-    /// Takes a token of `recipient`'s shared bucket: `Some(Ok)`, `Some(Err(wait))` when it
-    /// is empty, `None` when the store did not answer in time (the caller limits locally).
+    /// Takes a token of `recipient`'s shared bucket, after the `owed` tokens this replica
+    /// granted on its own: `Some(Ok)`, `Some(Err(wait))` when it is empty, `None` when the
+    /// store did not answer in time (the caller limits locally, and still owes `owed`).
     pub(crate) async fn take(
         &self,
         recipient: &str,
         limit: RateLimit,
+        owed: u32,
     ) -> Option<Result<(), Duration>> {
         let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
         if self.degraded.load(Ordering::Acquire) {
@@ -165,7 +172,7 @@ impl Store {
                 return None;
             }
         }
-        let call = self.call(recipient, limit);
+        let call = self.call(recipient, limit, owed);
         match tokio::time::timeout(self.settings.timeout(), call).await {
             Ok(Ok((taken, wait_us))) => {
                 self.healthy();
@@ -195,7 +202,12 @@ impl Store {
         }
     }
 
-    async fn call(&self, recipient: &str, limit: RateLimit) -> redis::RedisResult<(i64, i64)> {
+    async fn call(
+        &self,
+        recipient: &str,
+        limit: RateLimit,
+        owed: u32,
+    ) -> redis::RedisResult<(i64, i64)> {
         let mut connection = self.connection()?;
         let key = format!(
             "{}:rl:{recipient}:{}:{}",
@@ -206,13 +218,14 @@ impl Store {
         let mut invocation = self.script.key(key);
         invocation
             .arg(limit.requests_per_second().to_string())
-            .arg(limit.burst());
+            .arg(limit.burst())
+            .arg(owed);
         match invocation.invoke_async(&mut connection).await {
             // The connection died with an outage this loop did not see end (or its last
             // reconnection failed during it): the manager has started a new one, tried once.
             // The first try took nothing unless the store ran the script and only its answer
-            // was lost; the retry then takes its token a second time: refusing sooner,
-            // never later.
+            // was lost; the retry then takes its token (and what is owed) a second time:
+            // refusing sooner, never later.
             Err(error) if connection_lost(&error) => invocation.invoke_async(&mut connection).await,
             result => result,
         }
