@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use super::helpers::{
-    CLIENT_KEY, MULTI_KEY, TestApp, error_of, questions, request, spawn_upstream, start,
+    CLIENT_KEY, MULTI_KEY, TestApp, error_of, questions, request, scratch, spawn_upstream, start,
 };
 
 /// The key of "refill": one token every 500 ms, a burst of 1.
@@ -116,8 +116,14 @@ async fn proxy_with(
     timeout_ms: u64,
     upstream: super::helpers::Upstream,
 ) -> TestApp {
+    let text = config(base_url, url, burst, timeout_ms);
+    start(releasegate_proxy::load::from_toml(&text).unwrap(), upstream).await
+}
+
+/// The configuration of [`proxy_with`].
+fn config(base_url: &str, url: &str, burst: u32, timeout_ms: u64) -> String {
     let digest = releasegate_proxy::auth::hash_key;
-    let text = format!(
+    format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace_ms = 500\nworker_threads = 2\n\
          [providers.up]\nkind = \"systemone\"\nbase_url = \"{base_url}\"\ntimeout_ms = 5000\n\
          [rate_limit_store]\nkind = \"redis\"\nurl = \"{url}\"\ntimeout_ms = {timeout_ms}\nretry_interval_ms = 50\n\
@@ -132,8 +138,7 @@ async fn proxy_with(
         digest(REFILL_KEY),
         digest(MULTI_KEY),
         questions("main", "choice", ""),
-    );
-    start(releasegate_proxy::load::from_toml(&text).unwrap(), upstream).await
+    )
 }
 
 /// Status of one request by `key` to `app`; a 200 carries the released answer.
@@ -460,4 +465,61 @@ async fn after_the_store_comes_back_no_burst_exceeds_the_shared_bucket() {
     a.stop().await;
     b.stop().await;
     drop(redis);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_replaced_by_a_reload_leaves_the_gauge_to_the_new_one() {
+    let Some(redis) = Redis::start() else {
+        return;
+    };
+    // The first store accepts connections and never answers; its calls may wait 10 s.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_url = format!("redis://{}", silent.local_addr().unwrap());
+    let (upstream, base_url) = spawn_upstream().await;
+    let dir = scratch("store-reload");
+    let path = dir.join("releasegate.toml");
+    std::fs::write(&path, config(&base_url, &silent_url, 3, 10_000)).unwrap();
+    let app = start(
+        releasegate_proxy::load::load(Some(&path)).unwrap(),
+        upstream,
+    )
+    .await;
+
+    // A request waits on the silent store...
+    let in_flight = {
+        let (address, client) = (app.address.clone(), app.client.clone());
+        tokio::spawn(async move {
+            client
+                .post(format!("{address}/v1/systemone"))
+                .header("authorization", format!("Bearer {CLIENT_KEY}"))
+                .body(serde_json::to_vec(&request()).unwrap())
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    };
+    let accepted = tokio::task::spawn_blocking(move || {
+        let accepted = silent.accept().unwrap().0;
+        (silent, accepted)
+    })
+    .await
+    .unwrap();
+    // ...while a reload replaces that store with a reachable one...
+    std::fs::write(&path, config(&base_url, &redis.url(), 3, 2000)).unwrap();
+    let state = app.state.clone();
+    let reload = path.clone();
+    tokio::task::spawn_blocking(move || state.reload_from(&reload))
+        .await
+        .unwrap()
+        .unwrap();
+    // ...then the old store fails that request (it is limited on the replica's own bucket).
+    drop(accepted);
+    assert_eq!(in_flight.await.unwrap(), 200);
+    // The old store's failure is not the new store's: the gauge says shared, as it is.
+    assert_eq!(gauge(&app.metrics().await), Some(0));
+    assert_eq!(send(&app, CLIENT_KEY).await, 200);
+    assert_eq!(gauge(&app.metrics().await), Some(0));
+    app.stop().await;
 }

@@ -102,18 +102,19 @@ impl Limits {
                 Some((recipient.name.clone(), bucket))
             })
             .collect();
-        let store = store.map(|(settings, metrics, loops)| {
-            previous
-                .and_then(|previous| previous.store.as_ref())
-                .filter(|kept| kept.serves(settings))
-                .cloned()
-                .unwrap_or_else(|| Arc::new(Store::new(settings, metrics, loops)))
-        });
-        if store.is_none()
+        let kept = previous
+            .and_then(|previous| previous.store.as_ref())
+            .filter(|kept| store.is_some_and(|(settings, ..)| kept.serves(settings)))
+            .cloned();
+        // A store the reload drops or replaces gives the gauge up before the new one sets it.
+        if kept.is_none()
             && let Some(previous) = previous.and_then(|previous| previous.store.as_ref())
         {
             previous.retire();
         }
+        let store = store.map(|(settings, metrics, loops)| {
+            kept.unwrap_or_else(|| Arc::new(Store::new(settings, metrics, loops)))
+        });
         Limits { buckets, store }
     }
 

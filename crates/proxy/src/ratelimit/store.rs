@@ -75,6 +75,8 @@ pub(crate) struct Store {
     connections: Vec<Mutex<Option<ConnectionManager>>>,
     /// Whether the last call failed (the replica limits on its own meanwhile).
     degraded: AtomicBool,
+    /// Replaced or removed by a reload: the gauge is no longer this store's to set.
+    retired: AtomicBool,
     /// While degraded: milliseconds since `epoch` before which nobody calls the store.
     retry_at: AtomicU64,
     epoch: Instant,
@@ -125,6 +127,7 @@ impl Store {
             script: redis::Script::new(TOKEN_BUCKET),
             connections: (0..loops.max(1)).map(|_| Mutex::new(None)).collect(),
             degraded: AtomicBool::new(false),
+            retired: AtomicBool::new(false),
             retry_at: AtomicU64::new(0),
             epoch: Instant::now(),
             gauge: metrics.rate_limit_store_degraded.clone(),
@@ -142,8 +145,10 @@ impl Store {
             && self.settings.key_prefix() == settings.key_prefix()
     }
 
-    /// The store is no longer configured: nothing is degraded any more.
+    /// A reload replaced or removed this store: requests still in flight on it no longer
+    /// move the gauge, which is the new store's (or 0 when there is none).
     pub(crate) fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
         self.gauge.set(0);
     }
 
@@ -256,7 +261,9 @@ impl Store {
 
     fn healthy(&self) {
         if self.degraded.swap(false, Ordering::AcqRel) {
-            self.gauge.set(0);
+            if !self.retired.load(Ordering::Acquire) {
+                self.gauge.set(0);
+            }
             tracing::info!(
                 url = self.settings.url(),
                 "rate limit store reachable again: rate limits are shared across replicas"
@@ -271,7 +278,9 @@ impl Store {
         );
         self.retry_at.fetch_max(next, Ordering::AcqRel);
         if !self.degraded.swap(true, Ordering::AcqRel) {
-            self.gauge.set(1);
+            if !self.retired.load(Ordering::Acquire) {
+                self.gauge.set(1);
+            }
             tracing::warn!(
                 url = self.settings.url(),
                 %error,
