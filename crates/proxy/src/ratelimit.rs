@@ -23,10 +23,11 @@
 //! An outage itself still lets each replica grant up to its own bucket (N replicas, N
 //! times the limit), as without a store.
 //!
-//! A reload keeps a recipient's local bucket, and the tokens it has used, when its name and
-//! limit are unchanged; a new or changed limit starts with a full bucket (in the store too:
-//! the limit is part of the bucket's key). The store connection survives a reload that leaves
-//! `[rate_limit_store]` unchanged.
+//! A reload keeps a recipient's local bucket, the tokens it has used and what it owes the
+//! store, when its name and limit are unchanged; a new or changed limit starts with a full
+//! bucket (in the store too: the limit is part of the bucket's key). The store connection
+//! survives a reload that leaves `[rate_limit_store]` unchanged; a reload that replaces or
+//! drops the store leaves the gauge to the new one.
 
 mod store;
 
