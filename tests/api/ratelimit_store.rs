@@ -2,7 +2,8 @@
 //! these tests start and stop themselves on a free loopback port: two proxies sharing one
 //! store hold the global limit; the store stopping mid-run degrades each replica to its own
 //! limit (never to none) and raises the gauge; the store coming back restores the global
-//! limit. Skipped, saying why, only when `redis-server` is not installed.
+//! limit on every event loop of both replicas, and what the replicas granted on their own
+//! meanwhile is paid to it. Skipped, saying why, only when `redis-server` is not installed.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -10,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use super::helpers::{
-    CLIENT_KEY, MULTI_KEY, Recipient, TestApp, TestConfig, error_of, recipient, request,
+    CLIENT_KEY, MULTI_KEY, Recipient, TestApp, TestConfig, error_of, recipient, request, scratch,
     spawn_upstream, start,
 };
 
@@ -116,11 +117,17 @@ async fn proxy_with(
     timeout_ms: u64,
     upstream: super::helpers::Upstream,
 ) -> TestApp {
+    let text = config(base_url, url, burst, timeout_ms);
+    start(releasegate_proxy::load::from_toml(&text).unwrap(), upstream).await
+}
+
+/// The configuration of [`proxy_with`].
+fn config(base_url: &str, url: &str, burst: u32, timeout_ms: u64) -> String {
     let limited = |name, key, rate_limit: String| Recipient {
         lines: format!("rate_limit = {{ {rate_limit} }}"),
         ..recipient(name, key, &["main"])
     };
-    let config = TestConfig {
+    TestConfig {
         server: "shutdown_grace_ms = 500\nworker_threads = 2".into(),
         max_body_bytes: None,
         tables: format!(
@@ -148,8 +155,8 @@ async fn proxy_with(
         view: "choice".into(),
         other: false,
         ..TestConfig::default()
-    };
-    start(config.load(base_url), upstream).await
+    }
+    .toml(base_url)
 }
 
 /// Status of one request by `key` to `app`; a 200 carries the released answer.
@@ -247,14 +254,17 @@ async fn two_replicas_share_one_limit_degrade_to_their_own_and_share_it_again() 
         "{metrics}"
     );
 
-    // The store comes back (empty, on the same port): the replicas share one bucket again.
+    // The store comes back (empty, on the same port): the replicas share one bucket again,
+    // and each first pays it the 4 tokens it granted on its own: nothing is left.
     let redis = Redis::start_on(port).expect("redis-server ran a moment ago");
     for app in [&a, &b] {
         until_gauge(app, 0).await;
     }
     let statuses = alternate(&a, &b, 10).await;
-    assert_eq!(count(&statuses, 200), 4, "{statuses:?}");
-    assert_eq!(count(&statuses, 429), 6, "{statuses:?}");
+    assert_eq!(count(&statuses, 429), 10, "{statuses:?}");
+    for app in [&a, &b] {
+        assert_eq!(gauge(&app.metrics().await), Some(0));
+    }
 
     a.stop().await;
     b.stop().await;
@@ -324,4 +334,225 @@ async fn the_shared_bucket_refills_at_the_recipients_rate() {
     assert_eq!(send(&b, REFILL_KEY).await, 200);
     a.stop().await;
     b.stop().await;
+}
+
+/// A replica of the recovery scenario: `loops` event loops; "limited" (CLIENT_KEY) has
+/// `burst` tokens and no refill to speak of (one token per 1000 s), "probe" (MULTI_KEY) a
+/// large limit, both through the store at `url`.
+async fn replica(
+    base_url: &str,
+    url: &str,
+    burst: u32,
+    loops: usize,
+    upstream: super::helpers::Upstream,
+) -> TestApp {
+    let limited = |name, key, rate_limit: String| Recipient {
+        lines: format!("rate_limit = {{ {rate_limit} }}"),
+        ..recipient(name, key, &["main"])
+    };
+    let text = TestConfig {
+        server: format!("shutdown_grace_ms = 500\nworker_threads = {loops}"),
+        max_body_bytes: None,
+        tables: format!(
+            "[rate_limit_store]\nkind = \"redis\"\nurl = \"{url}\"\ntimeout_ms = 2000\nretry_interval_ms = 50"
+        ),
+        provider_extra: "timeout_ms = 5000".into(),
+        provider_key: false,
+        recipients: vec![
+            limited(
+                "limited",
+                CLIENT_KEY,
+                format!("requests_per_second = 0.001, burst = {burst}"),
+            ),
+            limited(
+                "probe",
+                MULTI_KEY,
+                "requests_per_second = 1000, burst = 1000".into(),
+            ),
+        ],
+        view: "choice".into(),
+        other: false,
+        ..TestConfig::default()
+    }
+    .toml(base_url);
+    start(releasegate_proxy::load::from_toml(&text).unwrap(), upstream).await
+}
+
+/// `per_app` concurrent requests by `key` to each of `apps`, each on a connection of its own
+/// (so they spread over every event loop); the statuses.
+async fn burst(apps: &[&TestApp], per_app: usize, key: &str) -> Vec<u16> {
+    let mut requests = tokio::task::JoinSet::new();
+    for app in apps {
+        for _ in 0..per_app {
+            let address = app.address.clone();
+            let authorization = format!("Bearer {key}");
+            requests.spawn(async move {
+                let client = reqwest::Client::builder()
+                    .pool_max_idle_per_host(0)
+                    .build()
+                    .unwrap();
+                let response = client
+                    .post(format!("{address}/v1/systemone"))
+                    .header("authorization", authorization)
+                    .body(serde_json::to_vec(&request()).unwrap())
+                    .send()
+                    .await
+                    .unwrap();
+                response.status().as_u16()
+            });
+        }
+    }
+    let mut statuses = Vec::new();
+    while let Some(status) = requests.join_next().await {
+        let status = status.unwrap();
+        assert!(status == 200 || status == 429, "unexpected status {status}");
+        statuses.push(status);
+    }
+    statuses
+}
+
+fn errors(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("releasegate_rate_limit_store_errors_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Stops the store, waits until both replicas limit on their own, lets each grant `spent`
+/// requests of "limited" on its own, starts the store again on the same port (empty) and
+/// waits until both say the limits are shared again; the new store and each replica's store
+/// error count at that moment.
+async fn outage(redis: Redis, a: &TestApp, b: &TestApp, spent: usize) -> (Redis, [u64; 2]) {
+    let port = redis.kill();
+    for app in [a, b] {
+        until_gauge(app, 1).await;
+    }
+    for app in [a, b] {
+        for _ in 0..spent {
+            assert_eq!(send(app, CLIENT_KEY).await, 200, "the replica's own bucket");
+        }
+    }
+    let redis = Redis::start_on(port).expect("redis-server ran a moment ago");
+    for app in [a, b] {
+        until_gauge(app, 0).await;
+    }
+    (
+        redis,
+        [errors(&a.metrics().await), errors(&b.metrics().await)],
+    )
+}
+
+/// After the store comes back, both replicas still say the limits are shared, and no call
+/// to the store failed since `errors` (a failure would have sent requests to a local bucket).
+async fn still_shared(a: &TestApp, b: &TestApp, errors_then: [u64; 2]) {
+    for (app, then) in [(a, errors_then[0]), (b, errors_then[1])] {
+        let metrics = app.metrics().await;
+        assert_eq!(gauge(&metrics), Some(0), "{metrics}");
+        assert_eq!(errors(&metrics), then, "{metrics}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_store_comes_back_no_burst_exceeds_the_shared_bucket() {
+    const BURST: usize = 5;
+    let Some(redis) = Redis::start() else {
+        return;
+    };
+    let (upstream, base_url) = spawn_upstream().await;
+    // Three event loops each: a burst spreads over all of them.
+    let a = replica(&base_url, &redis.url(), BURST as u32, 3, upstream.clone()).await;
+    let b = replica(&base_url, &redis.url(), BURST as u32, 3, upstream.clone()).await;
+    // Every event loop of both replicas has a connection to the store when it stops.
+    burst(&[&a, &b], 12, MULTI_KEY).await;
+
+    // An outage in which "limited" sends nothing: both local buckets stay full, the store
+    // comes back empty. A burst on every loop of both replicas gets the shared bucket's
+    // burst, not a local bucket's on top.
+    let (redis, errors_then) = outage(redis, &a, &b, 0).await;
+    let statuses = burst(&[&a, &b], 12, CLIENT_KEY).await;
+    eprintln!(
+        "round 1: {} of {} granted (shared bucket {BURST})",
+        count(&statuses, 200),
+        statuses.len()
+    );
+    assert_eq!(count(&statuses, 200), BURST, "{statuses:?}");
+    still_shared(&a, &b, errors_then).await;
+
+    // An outage in which each replica grants 2 on its own: the store comes back empty
+    // (full buckets) and each replica's first call pays what it granted: 5 - 2 - 2 = 1 left,
+    // for the first request; the burst after it gets nothing.
+    let (redis, errors_then) = outage(redis, &a, &b, 2).await;
+    let first = [send(&a, CLIENT_KEY).await, send(&b, CLIENT_KEY).await];
+    assert_eq!(first, [200, 429]);
+    let statuses = burst(&[&a, &b], 12, CLIENT_KEY).await;
+    eprintln!(
+        "round 2: {} then {} of {} granted (shared bucket {BURST}, 4 owed)",
+        count(&first, 200),
+        count(&statuses, 200),
+        statuses.len()
+    );
+    assert_eq!(count(&statuses, 200), 0, "{statuses:?}");
+    still_shared(&a, &b, errors_then).await;
+
+    a.stop().await;
+    b.stop().await;
+    drop(redis);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_replaced_by_a_reload_leaves_the_gauge_to_the_new_one() {
+    let Some(redis) = Redis::start() else {
+        return;
+    };
+    // The first store accepts connections and never answers; its calls may wait 10 s.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_url = format!("redis://{}", silent.local_addr().unwrap());
+    let (upstream, base_url) = spawn_upstream().await;
+    let dir = scratch("store-reload");
+    let path = dir.join("releasegate.toml");
+    std::fs::write(&path, config(&base_url, &silent_url, 3, 10_000)).unwrap();
+    let app = start(
+        releasegate_proxy::load::load(Some(&path)).unwrap(),
+        upstream,
+    )
+    .await;
+
+    // A request waits on the silent store...
+    let in_flight = {
+        let (address, client) = (app.address.clone(), app.client.clone());
+        tokio::spawn(async move {
+            client
+                .post(format!("{address}/v1/systemone"))
+                .header("authorization", format!("Bearer {CLIENT_KEY}"))
+                .body(serde_json::to_vec(&request()).unwrap())
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    };
+    let accepted = tokio::task::spawn_blocking(move || {
+        let accepted = silent.accept().unwrap().0;
+        (silent, accepted)
+    })
+    .await
+    .unwrap();
+    // ...while a reload replaces that store with a reachable one...
+    std::fs::write(&path, config(&base_url, &redis.url(), 3, 2000)).unwrap();
+    let state = app.state.clone();
+    let reload = path.clone();
+    tokio::task::spawn_blocking(move || state.reload_from(&reload))
+        .await
+        .unwrap()
+        .unwrap();
+    // ...then the old store fails that request (it is limited on the replica's own bucket).
+    drop(accepted);
+    assert_eq!(in_flight.await.unwrap(), 200);
+    // The old store's failure is not the new store's: the gauge says shared, as it is.
+    assert_eq!(gauge(&app.metrics().await), Some(0));
+    assert_eq!(send(&app, CLIENT_KEY).await, 200);
+    assert_eq!(gauge(&app.metrics().await), Some(0));
+    app.stop().await;
 }

@@ -3,11 +3,19 @@
 //!
 //! Each event loop has its own connection (a `redis` connection manager, created on that
 //! loop's runtime at its first call and reconnecting by itself), so a call never crosses
-//! threads, like the upstream clients. Every call is bounded by `timeout_ms`; a failure or a
+//! threads, like the upstream clients. Whether the store answers is the replica's, not a
+//! loop's: one flag for all the loops. Every call is bounded by `timeout_ms`; a failure or a
 //! timeout makes the replica limit on its own (`Limits::local`) and raises
 //! `releasegate_rate_limit_store_degraded` until a call succeeds again: after a failure, one
 //! request per `retry_interval_ms` tries the store while the others go straight to the local
 //! bucket, so an unreachable store costs at most one timeout per interval.
+//!
+//! When that one call succeeds, every loop goes back to the store, including loops whose
+//! connection died with the outage and was not used since (or whose last reconnection failed
+//! during it): their first call finds the connection gone, and the manager's new one is tried
+//! once more within the same `timeout_ms` before anything counts as a failure. Without that
+//! retry, each such loop's first call would mark the whole replica degraded again and send
+//! its requests to the local buckets while the store answers.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,14 +29,16 @@ use secrecy::ExposeSecret;
 use releasegate_core::config::{RateLimit, RateLimitStore};
 
 /// Refills the bucket `KEYS[1]` at `ARGV[1]` tokens per second up to `ARGV[2]` (its burst)
-/// since its last use, by the store's own clock, and takes one token if there is one.
-/// Returns `{1, 0}` (taken) or `{0, µs until a token is back}`. Idle buckets expire once
-/// they would be full again.
+/// since its last use, by the store's own clock, takes the `ARGV[3]` tokens a replica owes
+/// it (granted on its own while the store did not answer; never below empty), and takes one
+/// token if there is one. Returns `{1, 0}` (taken) or `{0, µs until a token is back}`. Idle
+/// buckets expire once they would be full again.
 const TOKEN_BUCKET: &str = r"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
+local owed = tonumber(ARGV[3]) or 0
 local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
 local tokens = tonumber(state[1])
 local at = tonumber(state[2])
@@ -39,6 +49,9 @@ end
 if now > at then
   tokens = math.min(burst, tokens + (now - at) * rate / 1000000)
   at = now
+end
+if owed > 0 then
+  tokens = math.max(0, tokens - owed)
 end
 local taken = 0
 local wait = 0
@@ -62,6 +75,8 @@ pub(crate) struct Store {
     connections: Vec<Mutex<Option<ConnectionManager>>>,
     /// Whether the last call failed (the replica limits on its own meanwhile).
     degraded: AtomicBool,
+    /// Replaced or removed by a reload: the gauge is no longer this store's to set.
+    retired: AtomicBool,
     /// While degraded: milliseconds since `epoch` before which nobody calls the store.
     retry_at: AtomicU64,
     epoch: Instant,
@@ -112,6 +127,7 @@ impl Store {
             script: redis::Script::new(TOKEN_BUCKET),
             connections: (0..loops.max(1)).map(|_| Mutex::new(None)).collect(),
             degraded: AtomicBool::new(false),
+            retired: AtomicBool::new(false),
             retry_at: AtomicU64::new(0),
             epoch: Instant::now(),
             gauge: metrics.rate_limit_store_degraded.clone(),
@@ -129,17 +145,21 @@ impl Store {
             && self.settings.key_prefix() == settings.key_prefix()
     }
 
-    /// The store is no longer configured: nothing is degraded any more.
+    /// A reload replaced or removed this store: requests still in flight on it no longer
+    /// move the gauge, which is the new store's (or 0 when there is none).
     pub(crate) fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
         self.gauge.set(0);
     }
 
-    /// Takes a token of `recipient`'s shared bucket: `Some(Ok)`, `Some(Err(wait))` when it
-    /// is empty, `None` when the store did not answer in time (the caller limits locally).
+    /// Takes a token of `recipient`'s shared bucket, after the `owed` tokens this replica
+    /// granted on its own: `Some(Ok)`, `Some(Err(wait))` when it is empty, `None` when the
+    /// store did not answer in time (the caller limits locally, and still owes `owed`).
     pub(crate) async fn take(
         &self,
         recipient: &str,
         limit: RateLimit,
+        owed: u32,
     ) -> Option<Result<(), Duration>> {
         let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
         if self.degraded.load(Ordering::Acquire) {
@@ -157,7 +177,7 @@ impl Store {
                 return None;
             }
         }
-        let call = self.call(recipient, limit);
+        let call = self.call(recipient, limit, owed);
         match tokio::time::timeout(self.settings.timeout(), call).await {
             Ok(Ok((taken, wait_us))) => {
                 self.healthy();
@@ -187,7 +207,12 @@ impl Store {
         }
     }
 
-    async fn call(&self, recipient: &str, limit: RateLimit) -> redis::RedisResult<(i64, i64)> {
+    async fn call(
+        &self,
+        recipient: &str,
+        limit: RateLimit,
+        owed: u32,
+    ) -> redis::RedisResult<(i64, i64)> {
         let mut connection = self.connection()?;
         let key = format!(
             "{}:rl:{recipient}:{}:{}",
@@ -195,12 +220,20 @@ impl Store {
             limit.requests_per_second(),
             limit.burst()
         );
-        self.script
-            .key(key)
+        let mut invocation = self.script.key(key);
+        invocation
             .arg(limit.requests_per_second().to_string())
             .arg(limit.burst())
-            .invoke_async(&mut connection)
-            .await
+            .arg(owed);
+        match invocation.invoke_async(&mut connection).await {
+            // The connection died with an outage this loop did not see end (or its last
+            // reconnection failed during it): the manager has started a new one, tried once.
+            // The first try took nothing unless the store ran the script and only its answer
+            // was lost; the retry then takes its token (and what is owed) a second time:
+            // refusing sooner, never later.
+            Err(error) if connection_lost(&error) => invocation.invoke_async(&mut connection).await,
+            result => result,
+        }
     }
 
     /// This event loop's connection, made on first use (on this loop's runtime).
@@ -228,7 +261,9 @@ impl Store {
 
     fn healthy(&self) {
         if self.degraded.swap(false, Ordering::AcqRel) {
-            self.gauge.set(0);
+            if !self.retired.load(Ordering::Acquire) {
+                self.gauge.set(0);
+            }
             tracing::info!(
                 url = self.settings.url(),
                 "rate limit store reachable again: rate limits are shared across replicas"
@@ -243,7 +278,9 @@ impl Store {
         );
         self.retry_at.fetch_max(next, Ordering::AcqRel);
         if !self.degraded.swap(true, Ordering::AcqRel) {
-            self.gauge.set(1);
+            if !self.retired.load(Ordering::Acquire) {
+                self.gauge.set(1);
+            }
             tracing::warn!(
                 url = self.settings.url(),
                 %error,
@@ -251,4 +288,11 @@ impl Store {
             );
         }
     }
+}
+
+/// Whether `error` says this loop's connection is gone (dropped, refused, or a reconnection
+/// that failed earlier), after which the connection manager tries a new one: worth one more
+/// call. A timeout is not (the call's time is spent).
+fn connection_lost(error: &redis::RedisError) -> bool {
+    error.is_io_error() && !error.is_timeout()
 }
