@@ -6,6 +6,7 @@
 mod body;
 mod error;
 mod handlers;
+mod limits;
 mod listener;
 mod middleware;
 mod multipart;
@@ -30,8 +31,8 @@ use crate::upstream::Upstreams;
 use releasegate_core::config::{Config, Provider, Server};
 
 pub use error::Error;
-pub use listener::{MAX_HEAD_BUFFER_BYTES, MAX_HEADER_FIELDS};
-pub use middleware::{MAX_HEADER_BYTES, SDK_REQUEST_ID_HEADER};
+pub use limits::{Limits, MAX_HEAD_BUFFER_BYTES, MAX_HEADER_BYTES, MAX_HEADER_FIELDS};
+pub use middleware::SDK_REQUEST_ID_HEADER;
 pub use reload::ReloadError;
 
 /// Header carrying the proxy's own request id on every response (also sent
@@ -51,6 +52,9 @@ struct Inner {
     live: ArcSwap<Live>,
     /// `[server]`, fixed at start (a reload that changes it is refused).
     server: Server,
+    /// The request limits of `[server]` and the fixed ones (each listener's connection
+    /// cap is its own: `Application::build`).
+    limits: Limits,
     metrics: Metrics,
     ready: AtomicBool,
     request_ids: middleware::RequestIds,
@@ -237,24 +241,22 @@ impl Application {
         let public = listener::Listener {
             name: "public",
             tcp: public,
-            limits: listener::Limits {
+            limits: Limits {
                 max_connections: listener::fit_to_fd_limit(
                     server.max_connections(),
                     server.admin_max_connections(),
                     upstream_fds,
                 ),
-                header_read_timeout: server.header_read_timeout(),
-                idle_timeout: server.idle_timeout(),
+                ..state.inner.limits
             },
             refusal: Some(head_refusal(state.clone())),
         };
         let admin = listener::Listener {
             name: "admin",
             tcp: admin,
-            limits: listener::Limits {
+            limits: Limits {
                 max_connections: server.admin_max_connections(),
-                header_read_timeout: server.header_read_timeout(),
-                idle_timeout: server.idle_timeout(),
+                ..state.inner.limits
             },
             refusal: None,
         };
@@ -269,6 +271,11 @@ impl Application {
     /// The bound public port.
     pub fn port(&self) -> u16 {
         self.public.tcp.local_addr().map(|a| a.port()).unwrap_or(0)
+    }
+
+    /// The public listener's limits.
+    pub fn limits(&self) -> Limits {
+        self.public.limits
     }
 
     /// The bound admin port.
@@ -502,7 +509,7 @@ fn sink_name(sink: &releasegate_core::config::DecisionSink) -> String {
 #[allow(clippy::too_many_arguments)]
 async fn serve_shared(
     name: &'static str,
-    limits: listener::Limits,
+    limits: Limits,
     socket: std::net::TcpListener,
     permits: Arc<tokio::sync::Semaphore>,
     routes: routes::Routes,
@@ -677,12 +684,14 @@ impl AppState {
                 });
             }
         }
+        let limits = Limits::new(&server, server.max_connections());
         let live = Live::new(config, &metrics, None)?;
         let request_ids = middleware::RequestIds::from_os().map_err(StartError::Random)?;
         Ok(AppState {
             inner: Arc::new(Inner {
                 live: ArcSwap::from_pointee(live),
                 server,
+                limits,
                 metrics,
                 ready: AtomicBool::new(false),
                 request_ids,

@@ -30,6 +30,7 @@ use std::time::Duration;
 
 mod plain;
 
+use super::limits::Limits;
 use super::routes::Routes;
 use bytes::Bytes;
 use hyper::Request;
@@ -61,17 +62,6 @@ pub(super) enum Stage {
     Draining,
     /// The grace is over: remaining connections are dropped.
     Closing,
-}
-
-/// Connection limits of one listener.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Limits {
-    /// Most connections open at once.
-    pub(super) max_connections: usize,
-    /// Deadline of a request head (from its first byte; from accept on a new connection).
-    pub(super) header_read_timeout: Duration,
-    /// Deadline of a keep-alive connection waiting for its next request.
-    pub(super) idle_timeout: Duration,
 }
 
 /// Why the proxy closed a connection (a metric label).
@@ -159,15 +149,6 @@ impl std::fmt::Debug for Listener {
             .finish()
     }
 }
-
-/// Most bytes of a request head hyper reads (its `max_buf_size`, which also bounds the
-/// connection's read and write buffers). Heads beyond it, or with more than
-/// [`MAX_HEADER_FIELDS`] fields, are refused by hyper before any routing; the proxy
-/// answers them itself (`Refusal`).
-pub const MAX_HEAD_BUFFER_BYTES: usize = 64 * 1024;
-
-/// Most header fields hyper parses in a request head (its default).
-pub const MAX_HEADER_FIELDS: usize = 100;
 
 /// Builds the complete HTTP/1.1 response (head and body) the proxy sends instead of
 /// hyper's automatic one to a request head hyper refused, from hyper's status (400 a
@@ -482,10 +463,15 @@ impl Connection {
                 })
             }
         });
-        let mut connection = hyper::server::conn::http1::Builder::new()
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
             .keep_alive(true)
-            .max_buf_size(MAX_HEAD_BUFFER_BYTES)
-            .serve_connection(io, service);
+            .max_buf_size(self.limits.max_head_bytes);
+        // Hyper's own default keeps its header slots on the stack; only another count is set.
+        if self.limits.max_header_fields != super::limits::HYPER_DEFAULT_HEADER_FIELDS {
+            builder.max_headers(self.limits.max_header_fields);
+        }
+        let mut connection = builder.serve_connection(io, service);
         let mut draining = false;
         let mut finished = false;
         let mut refused = false;
@@ -918,6 +904,13 @@ mod tests {
             max_connections: 1,
             header_read_timeout: Duration::from_millis(header),
             idle_timeout: Duration::from_millis(idle),
+            body_read_timeout: Duration::from_secs(10),
+            max_body_bytes: 1024,
+            max_head_bytes: crate::server::MAX_HEAD_BUFFER_BYTES,
+            max_header_fields: crate::server::MAX_HEADER_FIELDS,
+            max_header_bytes: crate::server::MAX_HEADER_BYTES,
+            max_plain_head: super::super::limits::MAX_PLAIN_HEAD,
+            max_plain_body: super::super::limits::MAX_PLAIN_BODY,
         }
     }
 
