@@ -327,7 +327,7 @@ impl Application {
         let mut public = Vec::with_capacity(loops);
         let first = if loops > 1 {
             let shared = self.public.tcp.into_std()?;
-            let balance = listener::Balance::new(loops);
+            let loads = listener::LoopLoads::new(loops);
             for index in 1..loops {
                 let serving = serve_shared(
                     self.public.name,
@@ -337,8 +337,8 @@ impl Application {
                     public_router.clone(),
                     self.connections.clone(),
                     public_rx.clone(),
-                    listener::Turn {
-                        balance: balance.clone(),
+                    listener::LoopAccept {
+                        loads: loads.clone(),
                         index,
                     },
                     self.public.refusal.clone(),
@@ -356,7 +356,7 @@ impl Application {
                     public_router,
                     self.connections.clone(),
                     public_rx,
-                    listener::Turn { balance, index: 0 },
+                    listener::LoopAccept { loads, index: 0 },
                     self.public.refusal.clone(),
                 ),
             ))
@@ -505,7 +505,7 @@ fn sink_name(sink: &releasegate_core::config::DecisionSink) -> String {
 }
 
 /// Serves a listener from a socket shared with other event loops, registered
-/// with the runtime this runs on, taking its `turn` among them.
+/// with the runtime this runs on, taking its turn among them to accept (`LoopAccept`).
 #[allow(clippy::too_many_arguments)]
 async fn serve_shared(
     name: &'static str,
@@ -515,7 +515,7 @@ async fn serve_shared(
     routes: routes::Routes,
     metrics: listener::ConnectionMetrics,
     stage: watch::Receiver<listener::Stage>,
-    turn: listener::Turn,
+    accept: listener::LoopAccept,
     refusal: Option<listener::Refusal>,
 ) {
     match TcpListener::from_std(socket) {
@@ -526,7 +526,7 @@ async fn serve_shared(
                 limits,
                 refusal,
             };
-            listener::serve(listener, permits, routes, metrics, stage, Some(turn)).await;
+            listener::serve(listener, permits, routes, metrics, stage, Some(accept)).await;
         }
         Err(error) => tracing::error!(%error, "an event loop cannot register the listener"),
     }

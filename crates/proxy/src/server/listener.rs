@@ -224,7 +224,7 @@ pub(super) async fn serve(
     routes: Routes,
     metrics: ConnectionMetrics,
     mut stage: watch::Receiver<Stage>,
-    turn: Option<Turn>,
+    accept: Option<LoopAccept>,
 ) {
     let Listener {
         name,
@@ -235,8 +235,8 @@ pub(super) async fn serve(
     let mut last_warning: Option<Instant> = None;
     let mut last_full: Option<Instant> = None;
     loop {
-        if let Some(turn) = &turn {
-            turn.wait().await;
+        if let Some(accept) = &accept {
+            accept.wait_until_least_loaded().await;
         }
         let accepted = tokio::select! {
             accepted = tcp.accept() => accepted,
@@ -269,7 +269,7 @@ pub(super) async fn serve(
             metrics: metrics.clone(),
             stage: stage.clone(),
             _permit: permit,
-            _seat: turn.as_ref().map(Turn::seat),
+            _counted: accept.as_ref().map(LoopAccept::count_connection),
         };
         tokio::spawn(connection.run(stream, routes.clone()));
     }
@@ -315,7 +315,7 @@ struct Connection {
     stage: watch::Receiver<Stage>,
     _permit: OwnedSemaphorePermit,
     /// Its place in its event loop's count (several loops share the listener).
-    _seat: Option<Seat>,
+    _counted: Option<LoopConnection>,
 }
 
 /// The open connections of the event loops sharing one listening socket. Every loop
@@ -323,20 +323,20 @@ struct Connection {
 /// connections (a client opening its pool) could land on one loop while another
 /// idles, and the connections stay where they landed. So a loop accepts only while
 /// it has no more open connections than the least loaded loop; a loop that waits
-/// past `TURN_WAIT` accepts anyway (a busy loop must not hold up new connections).
+/// past `LEAST_LOADED_WAIT` accepts anyway (a busy loop must not hold up new connections).
 #[derive(Debug)]
-pub(super) struct Balance {
+pub(super) struct LoopLoads {
     open: Vec<AtomicUsize>,
     changed: Notify,
 }
 
 /// How long a loop with more than its share of connections lets the others accept.
-const TURN_WAIT: Duration = Duration::from_millis(10);
+const LEAST_LOADED_WAIT: Duration = Duration::from_millis(10);
 
-impl Balance {
-    /// A balance for `loops` event loops.
-    pub(super) fn new(loops: usize) -> Arc<Balance> {
-        Arc::new(Balance {
+impl LoopLoads {
+    /// The counts of `loops` event loops, all at zero.
+    pub(super) fn new(loops: usize) -> Arc<LoopLoads> {
+        Arc::new(LoopLoads {
             open: (0..loops).map(|_| AtomicUsize::new(0)).collect(),
             changed: Notify::new(),
         })
@@ -351,25 +351,27 @@ impl Balance {
     }
 }
 
-/// One event loop's place in a [`Balance`].
+/// One event loop's gate on its listening socket: it waits its turn to accept (while
+/// another loop has fewer open connections) and counts the connections it accepts in
+/// the shared [`LoopLoads`].
 #[derive(Debug)]
-pub(super) struct Turn {
+pub(super) struct LoopAccept {
     /// The shared counts.
-    pub(super) balance: Arc<Balance>,
+    pub(super) loads: Arc<LoopLoads>,
     /// This loop's index in them.
     pub(super) index: usize,
 }
 
-impl Turn {
-    /// Returns once this loop is among the least loaded, or after `TURN_WAIT`.
-    async fn wait(&self) {
-        let deadline = tokio::time::Instant::now() + TURN_WAIT;
+impl LoopAccept {
+    /// Returns once this loop is among the least loaded, or after `LEAST_LOADED_WAIT`.
+    async fn wait_until_least_loaded(&self) {
+        let deadline = tokio::time::Instant::now() + LEAST_LOADED_WAIT;
         loop {
-            let changed = self.balance.changed.notified();
+            let changed = self.loads.changed.notified();
             tokio::pin!(changed);
             // Registered before the check, so a change in between is not missed.
             changed.as_mut().enable();
-            if self.balance.is_least(self.index) {
+            if self.loads.is_least(self.index) {
                 return;
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
@@ -378,32 +380,32 @@ impl Turn {
         }
     }
 
-    /// Counts a new connection on this loop until the seat is dropped.
-    fn seat(&self) -> Seat {
-        if let Some(open) = self.balance.open.get(self.index) {
+    /// Counts a new connection on this loop until the returned [`LoopConnection`] is dropped.
+    fn count_connection(&self) -> LoopConnection {
+        if let Some(open) = self.loads.open.get(self.index) {
             open.fetch_add(1, Ordering::Relaxed);
         }
-        self.balance.changed.notify_waiters();
-        Seat {
-            balance: self.balance.clone(),
+        self.loads.changed.notify_waiters();
+        LoopConnection {
+            loads: self.loads.clone(),
             index: self.index,
         }
     }
 }
 
-/// A connection's place in its loop's count.
+/// A connection counted in its event loop's open connections; dropping it uncounts it.
 #[derive(Debug)]
-struct Seat {
-    balance: Arc<Balance>,
+struct LoopConnection {
+    loads: Arc<LoopLoads>,
     index: usize,
 }
 
-impl Drop for Seat {
+impl Drop for LoopConnection {
     fn drop(&mut self) {
-        if let Some(open) = self.balance.open.get(self.index) {
+        if let Some(open) = self.loads.open.get(self.index) {
             open.fetch_sub(1, Ordering::Relaxed);
         }
-        self.balance.changed.notify_waiters();
+        self.loads.changed.notify_waiters();
     }
 }
 
@@ -868,35 +870,35 @@ mod tests {
 
     #[tokio::test]
     async fn a_loop_with_more_connections_lets_the_others_accept_first() {
-        let balance = Balance::new(2);
-        let first = Turn {
-            balance: balance.clone(),
+        let loads = LoopLoads::new(2);
+        let first = LoopAccept {
+            loads: loads.clone(),
             index: 0,
         };
-        let second = Turn {
-            balance: balance.clone(),
+        let second = LoopAccept {
+            loads: loads.clone(),
             index: 1,
         };
         // Equal: both may accept.
-        first.wait().await;
-        second.wait().await;
-        let seat = first.seat();
-        assert!(!balance.is_least(0) && balance.is_least(1));
+        first.wait_until_least_loaded().await;
+        second.wait_until_least_loaded().await;
+        let counted = first.count_connection();
+        assert!(!loads.is_least(0) && loads.is_least(1));
         // The busier loop waits until the other takes a connection...
         let waiting = tokio::spawn(async move {
-            first.wait().await;
+            first.wait_until_least_loaded().await;
             first
         });
         tokio::task::yield_now().await;
-        let other = second.seat();
+        let other = second.count_connection();
         let first = waiting.await.unwrap();
-        assert!(balance.is_least(0) && balance.is_least(1));
-        // ...or, if none comes, accepts anyway once `TURN_WAIT` has passed (returns).
+        assert!(loads.is_least(0) && loads.is_least(1));
+        // ...or, if none comes, accepts anyway once `LEAST_LOADED_WAIT` has passed (returns).
         drop(other);
-        assert!(!balance.is_least(0));
-        first.wait().await;
-        drop(seat);
-        assert_eq!(balance.open[0].load(Ordering::Relaxed), 0);
+        assert!(!loads.is_least(0));
+        first.wait_until_least_loaded().await;
+        drop(counted);
+        assert_eq!(loads.open[0].load(Ordering::Relaxed), 0);
     }
 
     fn limits(header: u64, idle: u64) -> Limits {
