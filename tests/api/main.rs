@@ -15,6 +15,7 @@ mod hardening;
 mod helpers;
 mod images;
 mod jev_client;
+mod limits;
 mod own_provider;
 mod pinning;
 mod plain_path;

@@ -6,8 +6,8 @@ use std::sync::OnceLock;
 
 use foldhash::fast::FixedState;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry,
+    TextEncoder,
 };
 
 use releasegate_core::config::Config;
@@ -16,6 +16,7 @@ use releasegate_core::release::AnswerRecord;
 use releasegate_core::wcpq::{Reason, Stage};
 
 mod certified;
+mod families;
 pub(crate) use certified::Certified;
 
 /// Histogram buckets of request and upstream latencies, in seconds.
@@ -85,216 +86,48 @@ pub(crate) type Error = prometheus::Error;
 impl Metrics {
     /// Registers every metric on a fresh registry.
     pub fn new() -> Result<Metrics, Error> {
+        use families::*;
         let registry = Registry::new();
-        let requests = IntCounterVec::new(
-            Opts::new(
-                "releasegate_requests_total",
-                "Requests by release contract and status class",
-            ),
-            &["contract", "status_class"],
-        )?;
-        let request_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "releasegate_request_duration_seconds",
-                "Time from request arrival to response, by release contract, route and status class",
-            )
-            .buckets(LATENCY_BUCKETS.to_vec()),
-            &["contract", "route", "status_class"],
-        )?;
-        let upstream_latency = HistogramVec::new(
-            HistogramOpts::new(
-                "releasegate_upstream_latency_seconds",
-                "Upstream request latency by provider",
-            )
-            .buckets(LATENCY_BUCKETS.to_vec()),
-            &["provider"],
-        )?;
-        let upstream_errors = IntCounterVec::new(
-            Opts::new(
-                "releasegate_upstream_errors_total",
-                "Upstream failures by provider and kind",
-            ),
-            &["provider", "kind"],
-        )?;
-        let released_answers = IntCounterVec::new(
-            Opts::new(
-                "releasegate_released_answers_total",
-                "Released answers by contract, question and view",
-            ),
-            &["contract", "question", "view"],
-        )?;
-        let rejected_answers = IntCounterVec::new(
-            Opts::new(
-                "releasegate_rejected_upstream_answers_total",
-                "Upstream answers rejected as invalid, by contract and reason",
-            ),
-            &["contract", "reason"],
-        )?;
-        let wcpq_answers = IntCounterVec::new(
-            Opts::new(
-                "releasegate_wcpq_answers_total",
-                "Answers mapped by WCPQ, by contract, question and outcome (covered or fallback)",
-            ),
-            &["contract", "question", "outcome"],
-        )?;
-        let wcpq_fallbacks = IntCounterVec::new(
-            Opts::new(
-                "releasegate_wcpq_fallbacks_total",
-                "WCPQ fallbacks by contract, question and reason",
-            ),
-            &["contract", "question", "reason"],
-        )?;
-        let wcpq_covered = IntCounterVec::new(
-            Opts::new(
-                "releasegate_wcpq_covered_total",
-                "Covered WCPQ answers by contract, question and codebook stage (compact: a learned codebook's codewords; strict: a strict codebook or a learned codebook's strict stage)",
-            ),
-            &["contract", "question", "stage"],
-        )?;
-        let wcpq_mapping = HistogramVec::new(
-            HistogramOpts::new(
-                "releasegate_wcpq_mapping_seconds",
-                "Time to map one answer with the WCPQ strict mapper",
-            )
-            .buckets(vec![
-                1e-6, 2.5e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2, 0.1,
-            ]),
-            &["contract", "question"],
-        )?;
-        let codebook_info = IntGaugeVec::new(
-            Opts::new(
-                "releasegate_codebook_info",
-                "WCPQ codebook in use per contract question (value: codeword count)",
-            ),
-            &["contract", "question", "sha256"],
-        )?;
-        let config_reloads = IntCounterVec::new(
-            Opts::new(
-                "releasegate_config_reloads_total",
-                "Configuration reloads (SIGHUP or file change) by result: ok or error",
-            ),
-            &["result"],
-        )?;
+        let r = &registry;
+        let metrics = Metrics {
+            requests: counters(r, &REQUESTS)?,
+            request_duration: histograms(r, &REQUEST_DURATION, &LATENCY_BUCKETS)?,
+            upstream_latency: histograms(r, &UPSTREAM_LATENCY, &LATENCY_BUCKETS)?,
+            upstream_errors: counters(r, &UPSTREAM_ERRORS)?,
+            released_answers: counters(r, &RELEASED_ANSWERS)?,
+            rejected_answers: counters(r, &REJECTED_ANSWERS)?,
+            wcpq_answers: counters(r, &WCPQ_ANSWERS)?,
+            wcpq_fallbacks: counters(r, &WCPQ_FALLBACKS)?,
+            wcpq_covered: counters(r, &WCPQ_COVERED)?,
+            wcpq_mapping: histograms(r, &WCPQ_MAPPING, &MAPPING_BUCKETS)?,
+            codebook_info: gauges(r, &CODEBOOK_INFO)?,
+            config_reloads: counters(r, &CONFIG_RELOADS)?,
+            config_info: gauges(r, &CONFIG_INFO)?,
+            decision_log_dropped: counters(r, &DECISION_LOG_DROPPED)?,
+            rate_limited: counters(r, &RATE_LIMITED)?,
+            forwarded_headers: counters(r, &FORWARDED_HEADERS)?,
+            captured: counters(r, &CAPTURED)?,
+            capture_dropped: counters(r, &CAPTURE_DROPPED)?,
+            build_info: gauges(r, &BUILD_INFO)?,
+            rate_limit_store_degraded: gauge(r, &RATE_LIMIT_STORE_DEGRADED)?,
+            rate_limit_store_errors: counters(r, &RATE_LIMIT_STORE_ERRORS)?,
+            certified: Certified::register(r)?,
+            registry: registry.clone(),
+        };
         for result in ["ok", "error"] {
-            config_reloads.with_label_values(&[result]);
+            metrics.config_reloads.with_label_values(&[result]);
         }
-        let config_info = IntGaugeVec::new(
-            Opts::new(
-                "releasegate_config_info",
-                "The configuration in force (value 1): SHA-256 of its text",
-            ),
-            &["sha256"],
-        )?;
-        let decision_log_dropped = IntCounterVec::new(
-            Opts::new(
-                "releasegate_decision_log_dropped_total",
-                "Decision log lines dropped, by reason: queue_full (the writer fell behind) or write_error",
-            ),
-            &["reason"],
-        )?;
-        registry.register(Box::new(decision_log_dropped.clone()))?;
-        let rate_limited = IntCounterVec::new(
-            Opts::new(
-                "releasegate_rate_limited_total",
-                "Requests refused (429) by a recipient's rate limit on this replica, by recipient",
-            ),
-            &["recipient"],
-        )?;
-        let forwarded_headers = IntCounterVec::new(
-            Opts::new(
-                "releasegate_forwarded_headers_total",
-                "Requests that sent a contract-allowed header (forward_headers) to the provider, by contract and header",
-            ),
-            &["contract", "header"],
-        )?;
-        registry.register(Box::new(forwarded_headers.clone()))?;
-        registry.register(Box::new(rate_limited.clone()))?;
-        let captured = IntCounterVec::new(
-            Opts::new(
-                "releasegate_captured_total",
-                "Worlds (a native answer and its upstream request) written by a contract's live capture",
-            ),
-            &["contract"],
-        )?;
-        registry.register(Box::new(captured.clone()))?;
-        let capture_dropped = IntCounterVec::new(
-            Opts::new(
-                "releasegate_capture_dropped_total",
-                "Sampled worlds of a contract's live capture that were not written, by reason: \
-                 queue_full (the writer fell behind) or write_error",
-            ),
-            &["contract", "reason"],
-        )?;
-        registry.register(Box::new(capture_dropped.clone()))?;
-        let build_info = IntGaugeVec::new(
-            Opts::new(
-                "releasegate_build_info",
-                "The build serving (value 1): its version and source commit",
-            ),
-            &["version", "commit"],
-        )?;
-        build_info
+        metrics
+            .build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION"), BUILD_COMMIT])
             .set(1);
-        registry.register(Box::new(build_info.clone()))?;
-        let rate_limit_store_degraded = IntGauge::new(
-            "releasegate_rate_limit_store_degraded",
-            "1 while the shared rate limit store does not answer and rate limits are per replica, else 0",
-        )?;
-        registry.register(Box::new(rate_limit_store_degraded.clone()))?;
-        let rate_limit_store_errors = IntCounterVec::new(
-            Opts::new(
-                "releasegate_rate_limit_store_errors_total",
-                "Calls to the shared rate limit store that failed, by kind: timeout or error",
-            ),
-            &["kind"],
-        )?;
-        registry.register(Box::new(rate_limit_store_errors.clone()))?;
         // process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds,
         // process_max_fds, process_start_time_seconds, ... (procfs; Linux only).
         #[cfg(target_os = "linux")]
-        registry.register(Box::new(
+        metrics.registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
-        registry.register(Box::new(config_reloads.clone()))?;
-        registry.register(Box::new(config_info.clone()))?;
-        registry.register(Box::new(wcpq_answers.clone()))?;
-        registry.register(Box::new(wcpq_fallbacks.clone()))?;
-        registry.register(Box::new(wcpq_covered.clone()))?;
-        registry.register(Box::new(wcpq_mapping.clone()))?;
-        registry.register(Box::new(codebook_info.clone()))?;
-        registry.register(Box::new(requests.clone()))?;
-        registry.register(Box::new(request_duration.clone()))?;
-        registry.register(Box::new(upstream_latency.clone()))?;
-        registry.register(Box::new(upstream_errors.clone()))?;
-        registry.register(Box::new(released_answers.clone()))?;
-        registry.register(Box::new(rejected_answers.clone()))?;
-        let certified = Certified::register(&registry)?;
-        Ok(Metrics {
-            registry,
-            requests,
-            request_duration,
-            upstream_latency,
-            upstream_errors,
-            released_answers,
-            rejected_answers,
-            wcpq_answers,
-            wcpq_fallbacks,
-            wcpq_covered,
-            wcpq_mapping,
-            codebook_info,
-            config_reloads,
-            config_info,
-            decision_log_dropped,
-            rate_limited,
-            captured,
-            capture_dropped,
-            build_info,
-            rate_limit_store_degraded,
-            rate_limit_store_errors,
-            forwarded_headers,
-            certified,
-        })
+        Ok(metrics)
     }
 
     /// Publishes the codebook of every WCPQ question and starts its series at zero;

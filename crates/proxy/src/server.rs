@@ -6,6 +6,7 @@
 mod body;
 mod error;
 mod handlers;
+mod limits;
 mod listener;
 mod middleware;
 mod multipart;
@@ -30,8 +31,8 @@ use crate::upstream::Upstreams;
 use releasegate_core::config::{Config, Provider, Server};
 
 pub use error::Error;
-pub use listener::{MAX_HEAD_BUFFER_BYTES, MAX_HEADER_FIELDS};
-pub use middleware::{MAX_HEADER_BYTES, SDK_REQUEST_ID_HEADER};
+pub use limits::{Limits, MAX_HEAD_BUFFER_BYTES, MAX_HEADER_BYTES, MAX_HEADER_FIELDS};
+pub use middleware::SDK_REQUEST_ID_HEADER;
 pub use reload::ReloadError;
 
 /// Header carrying the proxy's own request id on every response (also sent
@@ -51,6 +52,9 @@ struct Inner {
     live: ArcSwap<Live>,
     /// `[server]`, fixed at start (a reload that changes it is refused).
     server: Server,
+    /// The request limits of `[server]` and the fixed ones (each listener's connection
+    /// cap is its own: `Application::build`).
+    limits: Limits,
     metrics: Metrics,
     ready: AtomicBool,
     request_ids: middleware::RequestIds,
@@ -237,24 +241,22 @@ impl Application {
         let public = listener::Listener {
             name: "public",
             tcp: public,
-            limits: listener::Limits {
+            limits: Limits {
                 max_connections: listener::fit_to_fd_limit(
                     server.max_connections(),
                     server.admin_max_connections(),
                     upstream_fds,
                 ),
-                header_read_timeout: server.header_read_timeout(),
-                idle_timeout: server.idle_timeout(),
+                ..state.inner.limits
             },
             refusal: Some(head_refusal(state.clone())),
         };
         let admin = listener::Listener {
             name: "admin",
             tcp: admin,
-            limits: listener::Limits {
+            limits: Limits {
                 max_connections: server.admin_max_connections(),
-                header_read_timeout: server.header_read_timeout(),
-                idle_timeout: server.idle_timeout(),
+                ..state.inner.limits
             },
             refusal: None,
         };
@@ -269,6 +271,11 @@ impl Application {
     /// The bound public port.
     pub fn port(&self) -> u16 {
         self.public.tcp.local_addr().map(|a| a.port()).unwrap_or(0)
+    }
+
+    /// The public listener's limits.
+    pub fn limits(&self) -> Limits {
+        self.public.limits
     }
 
     /// The bound admin port.
@@ -320,7 +327,7 @@ impl Application {
         let mut public = Vec::with_capacity(loops);
         let first = if loops > 1 {
             let shared = self.public.tcp.into_std()?;
-            let balance = listener::Balance::new(loops);
+            let loads = listener::LoopLoads::new(loops);
             for index in 1..loops {
                 let serving = serve_shared(
                     self.public.name,
@@ -330,8 +337,8 @@ impl Application {
                     public_router.clone(),
                     self.connections.clone(),
                     public_rx.clone(),
-                    listener::Turn {
-                        balance: balance.clone(),
+                    listener::LoopAccept {
+                        loads: loads.clone(),
                         index,
                     },
                     self.public.refusal.clone(),
@@ -349,7 +356,7 @@ impl Application {
                     public_router,
                     self.connections.clone(),
                     public_rx,
-                    listener::Turn { balance, index: 0 },
+                    listener::LoopAccept { loads, index: 0 },
                     self.public.refusal.clone(),
                 ),
             ))
@@ -498,17 +505,17 @@ fn sink_name(sink: &releasegate_core::config::DecisionSink) -> String {
 }
 
 /// Serves a listener from a socket shared with other event loops, registered
-/// with the runtime this runs on, taking its `turn` among them.
+/// with the runtime this runs on, taking its turn among them to accept (`LoopAccept`).
 #[allow(clippy::too_many_arguments)]
 async fn serve_shared(
     name: &'static str,
-    limits: listener::Limits,
+    limits: Limits,
     socket: std::net::TcpListener,
     permits: Arc<tokio::sync::Semaphore>,
     routes: routes::Routes,
     metrics: listener::ConnectionMetrics,
     stage: watch::Receiver<listener::Stage>,
-    turn: listener::Turn,
+    accept: listener::LoopAccept,
     refusal: Option<listener::Refusal>,
 ) {
     match TcpListener::from_std(socket) {
@@ -519,7 +526,7 @@ async fn serve_shared(
                 limits,
                 refusal,
             };
-            listener::serve(listener, permits, routes, metrics, stage, Some(turn)).await;
+            listener::serve(listener, permits, routes, metrics, stage, Some(accept)).await;
         }
         Err(error) => tracing::error!(%error, "an event loop cannot register the listener"),
     }
@@ -677,12 +684,14 @@ impl AppState {
                 });
             }
         }
+        let limits = Limits::new(&server, server.max_connections());
         let live = Live::new(config, &metrics, None)?;
         let request_ids = middleware::RequestIds::from_os().map_err(StartError::Random)?;
         Ok(AppState {
             inner: Arc::new(Inner {
                 live: ArcSwap::from_pointee(live),
                 server,
+                limits,
                 metrics,
                 ready: AtomicBool::new(false),
                 request_ids,

@@ -191,11 +191,11 @@ impl Error {
 
 /// The message of a head hyper refused.
 fn head_refused_message(status: u16) -> String {
-    use super::listener::{MAX_HEAD_BUFFER_BYTES, MAX_HEADER_FIELDS};
+    use super::limits::{MAX_HEAD_BUFFER_BYTES, MAX_HEADER_BYTES, MAX_HEADER_FIELDS};
     match status {
         431 => format!(
             "the request head exceeds the proxy's limits ({} bytes of header fields, {MAX_HEADER_FIELDS} fields, {MAX_HEAD_BUFFER_BYTES} bytes in all)",
-            super::MAX_HEADER_BYTES
+            MAX_HEADER_BYTES
         ),
         414 => "the request target is too long".to_string(),
         _ => "the request head is not valid HTTP/1.1".to_string(),

@@ -23,30 +23,29 @@
 use std::convert::Infallible;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+mod activity;
+mod fds;
 mod plain;
+mod tracked;
 
+use activity::Activity;
+pub(super) use fds::{fit_to_fd_limit, upstream_fds};
+use tracked::{Tracked, TrackedBody};
+
+use super::limits::Limits;
 use super::routes::Routes;
 use bytes::Bytes;
 use hyper::Request;
-use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
-
-/// File descriptors kept free for the process itself (logs, the runtime, a
-/// connection accepted only to be closed at the cap, name resolution).
-const FD_SLACK: usize = 64;
-
-/// Idle connections a remote provider's pool may keep (see `upstream`).
-const UPSTREAM_IDLE_POOL: usize = 64;
 
 /// How long the accept loop backs off after a resource error (EMFILE, ENOMEM):
 /// the pending connection stays in the backlog meanwhile.
@@ -61,17 +60,6 @@ pub(super) enum Stage {
     Draining,
     /// The grace is over: remaining connections are dropped.
     Closing,
-}
-
-/// Connection limits of one listener.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Limits {
-    /// Most connections open at once.
-    pub(super) max_connections: usize,
-    /// Deadline of a request head (from its first byte; from accept on a new connection).
-    pub(super) header_read_timeout: Duration,
-    /// Deadline of a keep-alive connection waiting for its next request.
-    pub(super) idle_timeout: Duration,
 }
 
 /// Why the proxy closed a connection (a metric label).
@@ -160,74 +148,11 @@ impl std::fmt::Debug for Listener {
     }
 }
 
-/// Most bytes of a request head hyper reads (its `max_buf_size`, which also bounds the
-/// connection's read and write buffers). Heads beyond it, or with more than
-/// [`MAX_HEADER_FIELDS`] fields, are refused by hyper before any routing; the proxy
-/// answers them itself (`Refusal`).
-pub const MAX_HEAD_BUFFER_BYTES: usize = 64 * 1024;
-
-/// Most header fields hyper parses in a request head (its default).
-pub const MAX_HEADER_FIELDS: usize = 100;
-
 /// Builds the complete HTTP/1.1 response (head and body) the proxy sends instead of
 /// hyper's automatic one to a request head hyper refused, from hyper's status (400 a
 /// malformed head, 414 a request target too long, 431 a head too large); `None` keeps
 /// hyper's.
 pub(super) type Refusal = Arc<dyn Fn(u16) -> Option<Vec<u8>> + Send + Sync>;
-
-/// The public connection cap that leaves enough file descriptors under the
-/// process's open-file limit for the admin listener (`admin_connections`),
-/// `upstream_connections` and the process itself, so that a full public
-/// listener never starves the admin port. Returns `requested` when it fits
-/// or the limit is unknown.
-pub(super) fn fit_to_fd_limit(
-    requested: usize,
-    admin_connections: usize,
-    upstream_connections: usize,
-) -> usize {
-    let Some(limit) = open_file_limit() else {
-        return requested;
-    };
-    let open_now = std::fs::read_dir("/proc/self/fd")
-        .map(|entries| entries.count())
-        .unwrap_or(FD_SLACK);
-    let reserve = open_now
-        .saturating_add(admin_connections)
-        .saturating_add(upstream_connections)
-        .saturating_add(FD_SLACK);
-    let available = limit.saturating_sub(reserve).max(1);
-    if requested > available {
-        tracing::warn!(
-            requested,
-            effective = available,
-            open_file_limit = limit,
-            "server.max_connections lowered to fit the open-file limit (raise `ulimit -n`)"
-        );
-        available
-    } else {
-        requested
-    }
-}
-
-/// File descriptors a remote provider may hold: its in-flight requests and the
-/// idle pool of each event loop's client.
-pub(super) fn upstream_fds(max_concurrency: usize, event_loops: usize) -> usize {
-    max_concurrency.saturating_add(UPSTREAM_IDLE_POOL.saturating_mul(event_loops))
-}
-
-#[cfg(unix)]
-fn open_file_limit() -> Option<usize> {
-    let (soft, _hard) = rlimit::Resource::NOFILE.get().ok()?;
-    if soft == rlimit::INFINITY {
-        return None;
-    }
-    usize::try_from(soft).ok()
-}
-
-#[cfg(not(unix))]
-fn open_file_limit() -> Option<usize> {
-    None
-}
 
 /// The connection budget of a listener, shared by its event loops.
 pub(super) fn permits(limits: &Limits) -> Arc<Semaphore> {
@@ -243,7 +168,7 @@ pub(super) async fn serve(
     routes: Routes,
     metrics: ConnectionMetrics,
     mut stage: watch::Receiver<Stage>,
-    turn: Option<Turn>,
+    accept: Option<LoopAccept>,
 ) {
     let Listener {
         name,
@@ -254,8 +179,8 @@ pub(super) async fn serve(
     let mut last_warning: Option<Instant> = None;
     let mut last_full: Option<Instant> = None;
     loop {
-        if let Some(turn) = &turn {
-            turn.wait().await;
+        if let Some(accept) = &accept {
+            accept.wait_until_least_loaded().await;
         }
         let accepted = tokio::select! {
             accepted = tcp.accept() => accepted,
@@ -288,7 +213,7 @@ pub(super) async fn serve(
             metrics: metrics.clone(),
             stage: stage.clone(),
             _permit: permit,
-            _seat: turn.as_ref().map(Turn::seat),
+            _counted: accept.as_ref().map(LoopAccept::count_connection),
         };
         tokio::spawn(connection.run(stream, routes.clone()));
     }
@@ -334,7 +259,7 @@ struct Connection {
     stage: watch::Receiver<Stage>,
     _permit: OwnedSemaphorePermit,
     /// Its place in its event loop's count (several loops share the listener).
-    _seat: Option<Seat>,
+    _counted: Option<LoopConnection>,
 }
 
 /// The open connections of the event loops sharing one listening socket. Every loop
@@ -342,20 +267,20 @@ struct Connection {
 /// connections (a client opening its pool) could land on one loop while another
 /// idles, and the connections stay where they landed. So a loop accepts only while
 /// it has no more open connections than the least loaded loop; a loop that waits
-/// past `TURN_WAIT` accepts anyway (a busy loop must not hold up new connections).
+/// past `LEAST_LOADED_WAIT` accepts anyway (a busy loop must not hold up new connections).
 #[derive(Debug)]
-pub(super) struct Balance {
+pub(super) struct LoopLoads {
     open: Vec<AtomicUsize>,
     changed: Notify,
 }
 
 /// How long a loop with more than its share of connections lets the others accept.
-const TURN_WAIT: Duration = Duration::from_millis(10);
+const LEAST_LOADED_WAIT: Duration = Duration::from_millis(10);
 
-impl Balance {
-    /// A balance for `loops` event loops.
-    pub(super) fn new(loops: usize) -> Arc<Balance> {
-        Arc::new(Balance {
+impl LoopLoads {
+    /// The counts of `loops` event loops, all at zero.
+    pub(super) fn new(loops: usize) -> Arc<LoopLoads> {
+        Arc::new(LoopLoads {
             open: (0..loops).map(|_| AtomicUsize::new(0)).collect(),
             changed: Notify::new(),
         })
@@ -370,25 +295,27 @@ impl Balance {
     }
 }
 
-/// One event loop's place in a [`Balance`].
+/// One event loop's gate on its listening socket: it waits its turn to accept (while
+/// another loop has fewer open connections) and counts the connections it accepts in
+/// the shared [`LoopLoads`].
 #[derive(Debug)]
-pub(super) struct Turn {
+pub(super) struct LoopAccept {
     /// The shared counts.
-    pub(super) balance: Arc<Balance>,
+    pub(super) loads: Arc<LoopLoads>,
     /// This loop's index in them.
     pub(super) index: usize,
 }
 
-impl Turn {
-    /// Returns once this loop is among the least loaded, or after `TURN_WAIT`.
-    async fn wait(&self) {
-        let deadline = tokio::time::Instant::now() + TURN_WAIT;
+impl LoopAccept {
+    /// Returns once this loop is among the least loaded, or after `LEAST_LOADED_WAIT`.
+    async fn wait_until_least_loaded(&self) {
+        let deadline = tokio::time::Instant::now() + LEAST_LOADED_WAIT;
         loop {
-            let changed = self.balance.changed.notified();
+            let changed = self.loads.changed.notified();
             tokio::pin!(changed);
             // Registered before the check, so a change in between is not missed.
             changed.as_mut().enable();
-            if self.balance.is_least(self.index) {
+            if self.loads.is_least(self.index) {
                 return;
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
@@ -397,32 +324,32 @@ impl Turn {
         }
     }
 
-    /// Counts a new connection on this loop until the seat is dropped.
-    fn seat(&self) -> Seat {
-        if let Some(open) = self.balance.open.get(self.index) {
+    /// Counts a new connection on this loop until the returned [`LoopConnection`] is dropped.
+    fn count_connection(&self) -> LoopConnection {
+        if let Some(open) = self.loads.open.get(self.index) {
             open.fetch_add(1, Ordering::Relaxed);
         }
-        self.balance.changed.notify_waiters();
-        Seat {
-            balance: self.balance.clone(),
+        self.loads.changed.notify_waiters();
+        LoopConnection {
+            loads: self.loads.clone(),
             index: self.index,
         }
     }
 }
 
-/// A connection's place in its loop's count.
+/// A connection counted in its event loop's open connections; dropping it uncounts it.
 #[derive(Debug)]
-struct Seat {
-    balance: Arc<Balance>,
+struct LoopConnection {
+    loads: Arc<LoopLoads>,
     index: usize,
 }
 
-impl Drop for Seat {
+impl Drop for LoopConnection {
     fn drop(&mut self) {
-        if let Some(open) = self.balance.open.get(self.index) {
+        if let Some(open) = self.loads.open.get(self.index) {
             open.fetch_sub(1, Ordering::Relaxed);
         }
-        self.balance.changed.notify_waiters();
+        self.loads.changed.notify_waiters();
     }
 }
 
@@ -482,10 +409,7 @@ impl Connection {
                 })
             }
         });
-        let mut connection = hyper::server::conn::http1::Builder::new()
-            .keep_alive(true)
-            .max_buf_size(MAX_HEAD_BUFFER_BYTES)
-            .serve_connection(io, service);
+        let mut connection = http1_builder(&self.limits).serve_connection(io, service);
         let mut draining = false;
         let mut finished = false;
         let mut refused = false;
@@ -533,6 +457,17 @@ impl Connection {
     }
 }
 
+/// Hyper's HTTP/1.1 connection driver under `limits`.
+fn http1_builder(limits: &Limits) -> hyper::server::conn::http1::Builder {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.keep_alive(true).max_buf_size(limits.max_head_bytes);
+    // Hyper's own default keeps its header slots on the stack; only another count is set.
+    if limits.max_header_fields != super::limits::HYPER_DEFAULT_HEADER_FIELDS {
+        builder.max_headers(limits.max_header_fields);
+    }
+    builder
+}
+
 /// How long a closing connection keeps reading what the client still sends (see [`linger`]).
 const LINGER: Duration = Duration::from_secs(2);
 /// How much a closing connection reads and discards at most.
@@ -563,301 +498,9 @@ async fn linger(mut stream: TcpStream) {
     .await;
 }
 
-/// What a connection is doing, for its header and idle deadlines.
-#[derive(Clone, Copy, Debug)]
-enum Phase {
-    /// Waiting for the first byte of a request head (`fresh`: no request yet).
-    Waiting { since: Instant, fresh: bool },
-    /// A request head has started arriving.
-    Head { since: Instant },
-    /// Requests in progress: head parsed, response not yet fully written.
-    Busy { requests: usize },
-}
-
-/// A connection's phase, shared by its socket, its service and its watchdog.
-///
-/// Phase changes (three per request) only update the phase: they neither wake
-/// the watchdog nor touch a timer. The watchdog sleeps until the earliest
-/// instant at which the connection could possibly expire ([`Activity::next_check`])
-/// and looks again then, so a busy connection costs one timer per
-/// `min(header_read_timeout, idle_timeout)`, not several per request.
-#[derive(Debug)]
-struct Activity {
-    phase: Mutex<Phase>,
-}
-
-impl Activity {
-    fn new() -> Activity {
-        Activity {
-            phase: Mutex::new(Phase::Waiting {
-                since: Instant::now(),
-                fresh: true,
-            }),
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Phase> {
-        self.phase
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn set(&self, mut phase: MutexGuard<'_, Phase>, next: Phase) {
-        *phase = next;
-    }
-
-    /// Bytes arrived on the socket.
-    fn received(&self) {
-        let phase = self.lock();
-        if let Phase::Waiting { since, fresh } = *phase {
-            // A new connection's head deadline counts from accept.
-            let since = if fresh { since } else { Instant::now() };
-            self.set(phase, Phase::Head { since });
-        }
-    }
-
-    /// A request head was parsed; the guard ends the request when dropped.
-    fn begin_request(self: &Arc<Self>) -> RequestGuard {
-        let phase = self.lock();
-        let requests = match *phase {
-            Phase::Busy { requests } => requests.saturating_add(1),
-            _ => 1,
-        };
-        self.set(phase, Phase::Busy { requests });
-        RequestGuard(self.clone())
-    }
-
-    fn end_request(&self) {
-        let phase = self.lock();
-        let next = match *phase {
-            Phase::Busy { requests } if requests > 1 => Phase::Busy {
-                requests: requests - 1,
-            },
-            _ => Phase::Waiting {
-                since: Instant::now(),
-                fresh: false,
-            },
-        };
-        self.set(phase, next);
-    }
-
-    fn deadline(&self, limits: Limits) -> Option<(Instant, Closed)> {
-        match *self.lock() {
-            Phase::Waiting { since, fresh: true } | Phase::Head { since } => {
-                Some((since + limits.header_read_timeout, Closed::HeaderTimeout))
-            }
-            Phase::Waiting {
-                since,
-                fresh: false,
-            } => Some((since + limits.idle_timeout, Closed::IdleTimeout)),
-            Phase::Busy { .. } => None,
-        }
-    }
-
-    /// The phase's deadline if it has passed at `now`, else the earliest
-    /// instant at which the connection could expire, whatever happens meanwhile:
-    ///
-    /// - a new connection or a head in progress: its header deadline, or
-    ///   `now + idle_timeout` if sooner (the request may start and end at once,
-    ///   leaving the connection idle);
-    /// - kept alive and waiting: its idle deadline, or `now + header_read_timeout`
-    ///   if sooner (a request head may start at once);
-    /// - busy: `now` plus the shorter timeout (the request may end at any moment).
-    fn next_check(&self, limits: Limits, now: Instant) -> Result<Instant, Closed> {
-        let shortest = limits.header_read_timeout.min(limits.idle_timeout);
-        match self.deadline(limits) {
-            Some((at, reason)) if now >= at => Err(reason),
-            Some((at, Closed::IdleTimeout)) => Ok(at.min(now + limits.header_read_timeout)),
-            Some((at, _)) => Ok(at.min(now + limits.idle_timeout)),
-            None => Ok(now + shortest),
-        }
-    }
-
-    /// Resolves once the current phase outlives its deadline.
-    async fn expired(&self, limits: Limits) -> Closed {
-        let sleep = tokio::time::sleep(Duration::ZERO);
-        let mut sleep = std::pin::pin!(sleep);
-        loop {
-            match self.next_check(limits, Instant::now()) {
-                Err(reason) => return reason,
-                Ok(at) => {
-                    sleep.as_mut().reset(at);
-                    sleep.as_mut().await;
-                }
-            }
-        }
-    }
-}
-
-/// Ends its request when dropped (the response body is written or abandoned).
-struct RequestGuard(Arc<Activity>);
-
-impl Drop for RequestGuard {
-    fn drop(&mut self) {
-        self.0.end_request();
-    }
-}
-
-/// A response body that keeps its request in progress until hyper drops it.
-struct TrackedBody {
-    body: axum::body::Body,
-    _guard: RequestGuard,
-}
-
-impl hyper::body::Body for TrackedBody {
-    type Data = bytes::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
-/// The socket, reporting received bytes to the connection's activity, and writing the
-/// proxy's own answer instead of hyper's automatic response to a refused head.
-struct Tracked {
-    stream: TcpStream,
-    /// Bytes the plain path read and left to hyper, read before the socket.
-    unread: Bytes,
-    activity: Arc<Activity>,
-    refusal: Option<Refusal>,
-    /// The proxy's answer being written in place of hyper's (bytes, bytes written);
-    /// once set, everything hyper writes is dropped (hyper closes the connection after
-    /// its automatic response).
-    replacement: Option<(Vec<u8>, usize)>,
-}
-
-/// The status of hyper's automatic response starting at `bytes`: a response head that
-/// starts the write, has one of the statuses hyper answers parse errors with, and lacks
-/// the request id every response of the public router carries (so it never reached the
-/// router). `None` for anything else.
-fn automatic_status(bytes: &[u8]) -> Option<u16> {
-    let rest = bytes.strip_prefix(b"HTTP/1.1 ")?;
-    let status = match rest.get(..4)? {
-        b"400 " => 400,
-        b"414 " => 414,
-        b"431 " => 431,
-        _ => return None,
-    };
-    let end = bytes.windows(4).position(|window| window == b"\r\n\r\n")?;
-    let head = bytes[..end].to_ascii_lowercase();
-    let marker = format!("\r\n{}:", super::REQUEST_ID_HEADER);
-    let stamped = head
-        .windows(marker.len())
-        .any(|window| window == marker.as_bytes());
-    (!stamped).then_some(status)
-}
-
-impl Tracked {
-    /// Takes over the connection's output when `bytes` start hyper's automatic response.
-    fn check_automatic(&mut self, bytes: &[u8]) {
-        if self.replacement.is_some() {
-            return;
-        }
-        if let (Some(refusal), Some(status)) = (&self.refusal, automatic_status(bytes)) {
-            self.replacement = refusal(status).map(|answer| (answer, 0));
-        }
-    }
-
-    /// Writes what is left of the replacement (ready at once without one).
-    fn poll_replacement(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let Some((bytes, written)) = &mut self.replacement else {
-            return Poll::Ready(Ok(()));
-        };
-        while *written < bytes.len() {
-            match Pin::new(&mut self.stream).poll_write(cx, &bytes[*written..]) {
-                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                Poll::Ready(Ok(n)) => *written += n,
-                Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
-                Poll::Pending => return Poll::Pending,
-            }
-        }
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl AsyncRead for Tracked {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if !this.unread.is_empty() {
-            let n = this.unread.len().min(buf.remaining());
-            buf.put_slice(&this.unread.split_to(n));
-            return Poll::Ready(Ok(()));
-        }
-        let before = buf.filled().len();
-        let result = Pin::new(&mut this.stream).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            this.activity.received();
-        }
-        result
-    }
-}
-
-impl AsyncWrite for Tracked {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        this.check_automatic(buf);
-        if this.replacement.is_some() {
-            ready!(this.poll_replacement(cx))?;
-            return Poll::Ready(Ok(buf.len()));
-        }
-        Pin::new(&mut this.stream).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if let Some(first) = bufs.iter().find(|buf| !buf.is_empty()) {
-            this.check_automatic(first);
-        }
-        if this.replacement.is_some() {
-            ready!(this.poll_replacement(cx))?;
-            return Poll::Ready(Ok(bufs.iter().map(|buf| buf.len()).sum()));
-        }
-        Pin::new(&mut this.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        ready!(this.poll_replacement(cx))?;
-        Pin::new(&mut this.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        ready!(this.poll_replacement(cx))?;
-        Pin::new(&mut this.stream).poll_shutdown(cx)
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::tracked::automatic_status;
     use super::*;
 
     #[test]
@@ -882,35 +525,35 @@ mod tests {
 
     #[tokio::test]
     async fn a_loop_with_more_connections_lets_the_others_accept_first() {
-        let balance = Balance::new(2);
-        let first = Turn {
-            balance: balance.clone(),
+        let loads = LoopLoads::new(2);
+        let first = LoopAccept {
+            loads: loads.clone(),
             index: 0,
         };
-        let second = Turn {
-            balance: balance.clone(),
+        let second = LoopAccept {
+            loads: loads.clone(),
             index: 1,
         };
         // Equal: both may accept.
-        first.wait().await;
-        second.wait().await;
-        let seat = first.seat();
-        assert!(!balance.is_least(0) && balance.is_least(1));
+        first.wait_until_least_loaded().await;
+        second.wait_until_least_loaded().await;
+        let counted = first.count_connection();
+        assert!(!loads.is_least(0) && loads.is_least(1));
         // The busier loop waits until the other takes a connection...
         let waiting = tokio::spawn(async move {
-            first.wait().await;
+            first.wait_until_least_loaded().await;
             first
         });
         tokio::task::yield_now().await;
-        let other = second.seat();
+        let other = second.count_connection();
         let first = waiting.await.unwrap();
-        assert!(balance.is_least(0) && balance.is_least(1));
-        // ...or, if none comes, accepts anyway once `TURN_WAIT` has passed (returns).
+        assert!(loads.is_least(0) && loads.is_least(1));
+        // ...or, if none comes, accepts anyway once `LEAST_LOADED_WAIT` has passed (returns).
         drop(other);
-        assert!(!balance.is_least(0));
-        first.wait().await;
-        drop(seat);
-        assert_eq!(balance.open[0].load(Ordering::Relaxed), 0);
+        assert!(!loads.is_least(0));
+        first.wait_until_least_loaded().await;
+        drop(counted);
+        assert_eq!(loads.open[0].load(Ordering::Relaxed), 0);
     }
 
     fn limits(header: u64, idle: u64) -> Limits {
@@ -918,6 +561,13 @@ mod tests {
             max_connections: 1,
             header_read_timeout: Duration::from_millis(header),
             idle_timeout: Duration::from_millis(idle),
+            body_read_timeout: Duration::from_secs(10),
+            max_body_bytes: 1024,
+            max_head_bytes: crate::server::MAX_HEAD_BUFFER_BYTES,
+            max_header_fields: crate::server::MAX_HEADER_FIELDS,
+            max_header_bytes: crate::server::MAX_HEADER_BYTES,
+            max_plain_head: super::super::limits::MAX_PLAIN_HEAD,
+            max_plain_body: super::super::limits::MAX_PLAIN_BODY,
         }
     }
 

@@ -31,12 +31,6 @@ use super::{AppState, Error, REQUEST_ID_HEADER};
 /// The request id header the official System One SDKs read.
 pub const SDK_REQUEST_ID_HEADER: &str = "x-typesafe-request-id";
 
-/// Most bytes of header fields (names, values and `": "`/CRLF framing) a
-/// request may carry; beyond it the proxy answers 431 in its JSON shape.
-/// Far larger sections, or more than 100 fields, are refused by hyper itself
-/// before any routing, with a bare 431 (see README, Errors).
-pub const MAX_HEADER_BYTES: usize = 32 * 1024;
-
 /// What the middleware leaves in a request's extensions for handlers and logs (one
 /// extension: each insertion is a map operation per request).
 #[derive(Debug, Clone)]
@@ -175,13 +169,14 @@ where
             .iter()
             .map(|(name, value)| name.as_str().len() + value.len() + 4)
             .sum();
-        if header_bytes > MAX_HEADER_BYTES {
+        let max_header_bytes = self.state.inner.limits.max_header_bytes;
+        if header_bytes > max_header_bytes {
             request_span(&id, Some(trace.trace_id()), None, None).in_scope(|| {
                 tracing::warn!(request_id = %id, header_bytes, "request header fields too large");
             });
             return Stamped {
                 inner: Err(Some(
-                    Error::HeadersTooLarge(MAX_HEADER_BYTES).into_response(),
+                    Error::HeadersTooLarge(max_header_bytes).into_response(),
                 )),
                 id,
             };

@@ -13,7 +13,7 @@
 //! then hyper's `date` line), so a client cannot tell the two paths apart.
 //!
 //! At the first request that is not plain (another method or path, a head hyper
-//! would refuse or that is still arriving past [`MAX_PLAIN_HEAD`], a body not yet all
+//! would refuse or that is still arriving past [`Limits::max_plain_head`], a body not yet all
 //! here), the connection goes to hyper for the rest of its life, with every byte read
 //! so far ([`Outcome::HandOff`]): hyper parses that request from its first byte, so
 //! whatever it does with it (its errors, `100 Continue`, chunked bodies, the body's
@@ -38,7 +38,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::{Activity, Closed, Limits, MAX_HEADER_FIELDS, Routes, Stage};
+use super::super::limits::{MAX_HEADER_FIELDS, MAX_PLAIN_BODY};
+use super::{Activity, Closed, Limits, Routes, Stage};
 use crate::http1::{decimal_length, says_close, says_keep_alive};
 
 /// The one path served here (as sent: no query, no trailing slash).
@@ -47,14 +48,6 @@ const PATH: &[u8] = b"/v1/systemone";
 /// [`PATH`] as the request's URI, parsed once.
 static URI: std::sync::LazyLock<Uri> =
     std::sync::LazyLock::new(|| Uri::from_static("/v1/systemone"));
-
-/// Most bytes of a head read on the plain path before the connection goes to hyper
-/// (which reads up to `MAX_HEAD_BUFFER_BYTES` and refuses beyond).
-pub(super) const MAX_PLAIN_HEAD: usize = 16 * 1024;
-
-/// Largest declared body served on the plain path; larger ones go to hyper (whose body
-/// is read as it arrives, under the body's own deadline and caps).
-pub(super) const MAX_PLAIN_BODY: usize = 256 * 1024;
 
 /// How much room a read asks for at least.
 const READ_CHUNK: usize = 8 * 1024;
@@ -165,7 +158,7 @@ pub(super) async fn serve(
                 continue;
             }
             Parsed::Other => return hand_off(Bytes::new(), buffer),
-            Parsed::Partial if buffer.len() >= MAX_PLAIN_HEAD => {
+            Parsed::Partial if buffer.len() >= limits.max_plain_head => {
                 return hand_off(Bytes::new(), buffer);
             }
             Parsed::Partial => {}
