@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::Serialize;
+use serde_json::Value;
 
 use super::bootstrap::Estimate;
 use super::intake::Candidate;
@@ -24,7 +25,7 @@ use releasegate_core::release::{self, Options};
 use releasegate_core::rng::Rng;
 use releasegate_core::wcpq::{Admissibility, Mapper};
 use releasegate_core::wire;
-use releasegate_core::workflow;
+use releasegate_core::workflow::{self, Plan};
 use releasegate_sim::dataset;
 use releasegate_sim::worlds::{Split, World};
 
@@ -106,6 +107,102 @@ pub struct Point {
 // === impl Point ===
 
 impl Point {
+    /// A setting's point before the test split is measured and the audit fills it.
+    fn unmeasured(
+        release: String,
+        setting: Setting,
+        codebooks: Vec<CodebookPoint>,
+        questions: Vec<QuestionPoint>,
+    ) -> Point {
+        Point {
+            release,
+            budget: setting.budget,
+            max_codewords: setting.max_codewords,
+            codebooks,
+            questions,
+            recovery: None,
+            recovery_gain: None,
+            paired: BTreeMap::new(),
+            mean_cost_increase: BTreeMap::new(),
+            worst_increase: BTreeMap::new(),
+            worst_relative_increase: BTreeMap::new(),
+            moved: BTreeMap::new(),
+            test_answers: 0,
+            covered_test_answers: 0,
+        }
+    }
+
+    /// Counts one released test answer of a WCPQ question this point serves, and what its
+    /// release did to the frozen workflows' plans and costs.
+    fn record(&mut self, contract: &Contract, record: &release::AnswerRecord, state: &Value) {
+        let Some(rule) = contract.questions().get(&record.question) else {
+            return;
+        };
+        let Mechanism::Wcpq(wcpq) = &rule.mechanism() else {
+            return;
+        };
+        let Some(entry) = self
+            .questions
+            .iter_mut()
+            .find(|q| q.contract == contract.name() && q.question == record.question)
+        else {
+            return;
+        };
+        entry.test_answers += 1;
+        self.test_answers += 1;
+        if matches!(record.mechanism, mechanism::Outcome::Covered { .. }) {
+            entry.covered_test_answers += 1;
+            self.covered_test_answers += 1;
+        }
+        // A denied answer carries nothing a workflow acts on.
+        let Some(evaluation) = &record.evaluation else {
+            return;
+        };
+        let spec = wcpq.mapper.spec();
+        let before = spec.plans(&evaluation.native, state);
+        let after = spec.plans(&evaluation.released, state);
+        self.count_moved(spec, &before, &after);
+        self.raise_worst(spec, &before, &after);
+    }
+
+    /// Counts the answer once for every workflow family whose plan it changed.
+    fn count_moved(&mut self, spec: &workflow::Spec, before: &[Plan], after: &[Plan]) {
+        let mut families: Vec<&str> = spec
+            .policies()
+            .iter()
+            .zip(before.iter().zip(after))
+            .filter(|(_, (b, a))| b != a)
+            .map(|(policy, _)| policy.family.name())
+            .collect();
+        families.sort_unstable();
+        families.dedup();
+        for policy in spec.policies() {
+            self.moved
+                .entry(policy.family.name().to_string())
+                .or_insert(0);
+        }
+        for family in families {
+            *self.moved.entry(family.to_string()).or_insert(0) += 1;
+        }
+    }
+
+    /// Raises each workflow's worst cost increase (absolute and relative to κ) to this
+    /// answer's, over every hypothetical true class.
+    fn raise_worst(&mut self, spec: &workflow::Spec, before: &[Plan], after: &[Plan]) {
+        for (j, policy) in spec.policies().iter().enumerate() {
+            let name = format!("{}/{}", policy.family.name(), policy.profile.name());
+            let mut worst = 0.0f64;
+            for t in 0..spec.class_count() {
+                worst = worst
+                    .max(policy.realized_cost(&after[j], t) - policy.realized_cost(&before[j], t));
+            }
+            let absolute = self.worst_increase.entry(name.clone()).or_insert(0.0);
+            *absolute = absolute.max(worst);
+            let relative = self.worst_relative_increase.entry(name).or_insert(0.0);
+            *relative = relative.max(worst / policy.kappa());
+        }
+    }
+
     /// The worst per-output cost increase relative to κ over every workflow (0 when there are
     /// none).
     pub fn worst_relative_over_workflows(&self) -> f64 {
@@ -164,45 +261,67 @@ pub fn candidates(
     budgets: &[f64],
     sizes: &[usize],
 ) -> Result<Vec<(Candidate, Point)>, Error> {
-    // Every contract's WCPQ questions and their training responses (read once).
     let mut questions = Vec::new();
     for contract in contracts {
-        let mut any = false;
-        for (id, rule) in contract.questions() {
-            let Mechanism::Wcpq(strict) = &rule.mechanism() else {
-                continue;
+        questions.extend(wcpq_questions(contract, worlds)?);
+    }
+    let groups = pooling_groups(&questions);
+    let mut out = Vec::new();
+    for &budget in budgets {
+        for &max_codewords in sizes {
+            let setting = Setting {
+                budget,
+                max_codewords,
             };
-            any = true;
-            let spec = strict.mapper.spec();
-            let of_split = |split: Split| -> Vec<codebook::Response> {
-                worlds
-                    .iter()
-                    .filter(|world| world.split == split)
-                    .filter_map(|world| dataset::training_answer(contract, id, world, spec).ok())
-                    .map(|(response, _)| response)
-                    .collect()
-            };
-            let responses = of_split(Split::Train);
-            if responses.is_empty() {
-                return Err(Error::NoTraining {
-                    contract: contract.name().to_string(),
-                    question: id.clone(),
-                });
-            }
-            let validation = of_split(Split::Validation);
-            questions.push(Question {
-                contract: contract.clone(),
-                id: id.clone(),
-                strict: strict.clone(),
-                train: responses,
-                validation,
-            });
-        }
-        if !any {
-            return Err(Error::NoWcpq(contract.name().to_string()));
+            let (candidate, mut point) = setting.learn(&questions, &groups)?;
+            measure(contracts, worlds, &candidate, &mut point)?;
+            out.push((candidate, point));
         }
     }
-    // Questions pool only where they share the strict codebook and their specs pool.
+    Ok(out)
+}
+
+/// A contract's WCPQ questions with their training and validation responses (read once).
+fn wcpq_questions(contract: &Arc<Contract>, worlds: &[World]) -> Result<Vec<Question>, Error> {
+    let mut questions = Vec::new();
+    for (id, rule) in contract.questions() {
+        let Mechanism::Wcpq(strict) = &rule.mechanism() else {
+            continue;
+        };
+        let spec = strict.mapper.spec();
+        let of_split = |split: Split| -> Vec<codebook::Response> {
+            worlds
+                .iter()
+                .filter(|world| world.split == split)
+                .filter_map(|world| dataset::training_answer(contract, id, world, spec).ok())
+                .map(|(response, _)| response)
+                .collect()
+        };
+        let responses = of_split(Split::Train);
+        if responses.is_empty() {
+            return Err(Error::NoTraining {
+                contract: contract.name().to_string(),
+                question: id.clone(),
+            });
+        }
+        let validation = of_split(Split::Validation);
+        questions.push(Question {
+            contract: contract.clone(),
+            id: id.clone(),
+            strict: strict.clone(),
+            train: responses,
+            validation,
+        });
+    }
+    if questions.is_empty() {
+        return Err(Error::NoWcpq(contract.name().to_string()));
+    }
+    Ok(questions)
+}
+
+/// The questions grouped (indices, in order) so that a group shares the strict codebook and
+/// its specs pool.
+fn pooling_groups(questions: &[Question]) -> Vec<Vec<usize>> {
     let mut groups: Vec<Vec<usize>> = Vec::new();
     for (index, Question { strict, .. }) in questions.iter().enumerate() {
         let joins = groups.iter_mut().find(|group| {
@@ -215,107 +334,132 @@ pub fn candidates(
             None => groups.push(vec![index]),
         }
     }
-    let mut out = Vec::new();
-    for &budget in budgets {
-        for &max_codewords in sizes {
-            let release = format!("wcpq a={budget} K={max_codewords}");
-            let mut candidate = Candidate::uniform(release.clone(), None, None);
-            let mut codebooks = Vec::new();
-            let mut points = Vec::new();
-            for (group_index, group) in groups.iter().enumerate() {
-                let Question {
-                    contract,
-                    id: question,
-                    strict,
-                    ..
-                } = &questions[group[0]];
-                let fail = |reason: String| Error::Learn {
-                    contract: contract.name().to_string(),
-                    question: question.clone(),
-                    budget,
-                    max_codewords,
-                    reason,
-                };
-                let pooled = |part: fn(&Question) -> &[codebook::Response]| {
-                    group
-                        .iter()
-                        .flat_map(|&i| part(&questions[i]).iter().cloned())
-                        .collect::<Vec<_>>()
-                };
-                let responses = pooled(|q| &q.train);
-                let validation = pooled(|q| &q.validation);
-                let (learned, stats) = codebook::learn(
-                    strict.mapper.codebook(),
-                    strict.mapper.spec(),
-                    &responses,
-                    &validation,
-                    &codebook::Settings::new(budget, max_codewords),
-                )
-                .map_err(|error| fail(error.to_string()))?;
-                let sha = workflow::sha256_hex(&learned.to_json_bytes());
-                codebooks.push(CodebookPoint {
-                    serves: group
-                        .iter()
-                        .map(|&i| format!("{}.{}", questions[i].contract.name(), questions[i].id))
-                        .collect(),
-                    codewords: stats.codewords,
-                    training_responses: responses.len(),
-                    covered_training_responses: stats.covered_responses,
-                    assignment: stats.assignment,
-                    trials: stats.trials,
+    groups
+}
+
+/// One setting (α, K) of the frontier.
+#[derive(Debug, Clone, Copy)]
+struct Setting {
+    budget: f64,
+    max_codewords: usize,
+}
+
+// === impl Setting ===
+
+impl Setting {
+    /// The setting's candidate (a codebook learned per pooling group) and its unmeasured point.
+    fn learn(
+        self,
+        questions: &[Question],
+        groups: &[Vec<usize>],
+    ) -> Result<(Candidate, Point), Error> {
+        let release = format!("wcpq a={} K={}", self.budget, self.max_codewords);
+        let mut candidate = Candidate::uniform(release.clone(), None, None);
+        let mut codebooks = Vec::new();
+        let mut points = Vec::new();
+        for (group_index, group) in groups.iter().enumerate() {
+            let learned = self.learn_group(questions, group)?;
+            codebooks.push(learned.point);
+            for &i in group {
+                let question = &questions[i];
+                candidate.mechanisms.insert(
+                    (question.contract.name().to_string(), question.id.clone()),
+                    self.mechanism(question, &learned.codebook, &learned.sha256)
+                        .map_err(|reason| self.fail(&questions[group[0]], reason))?,
+                );
+                points.push(QuestionPoint {
+                    contract: question.contract.name().to_string(),
+                    question: question.id.clone(),
+                    codebook: group_index,
+                    test_answers: 0,
+                    covered_test_answers: 0,
                 });
-                for &i in group {
-                    let Question {
-                        contract,
-                        id: question,
-                        strict,
-                        ..
-                    } = &questions[i];
-                    let mapper = Mapper::with_admissibility(
-                        learned.clone(),
-                        strict.mapper.spec().clone(),
-                        Admissibility::Budget(budget),
-                    )
-                    .map_err(|error| fail(error.to_string()))?;
-                    candidate.mechanisms.insert(
-                        (contract.name().to_string(), question.clone()),
-                        Mechanism::Wcpq(Arc::new(WcpqMechanism {
-                            mapper,
-                            fallback: strict.fallback,
-                            confidence: strict.confidence,
-                            codebook_sha256: sha.clone(),
-                        })),
-                    );
-                    points.push(QuestionPoint {
-                        contract: contract.name().to_string(),
-                        question: question.clone(),
-                        codebook: group_index,
-                        test_answers: 0,
-                        covered_test_answers: 0,
-                    });
-                }
             }
-            let mut point = Point {
-                release,
-                budget,
-                max_codewords,
-                codebooks,
-                questions: points,
-                recovery: None,
-                recovery_gain: None,
-                paired: BTreeMap::new(),
-                mean_cost_increase: BTreeMap::new(),
-                worst_increase: BTreeMap::new(),
-                worst_relative_increase: BTreeMap::new(),
-                moved: BTreeMap::new(),
-                test_answers: 0,
-                covered_test_answers: 0,
-            };
-            measure(contracts, worlds, &candidate, &mut point)?;
-            out.push((candidate, point));
+        }
+        Ok((
+            candidate,
+            Point::unmeasured(release, self, codebooks, points),
+        ))
+    }
+
+    /// The codebook learned for one pooling group from its questions' pooled responses.
+    fn learn_group(self, questions: &[Question], group: &[usize]) -> Result<Learned, Error> {
+        let strict = &questions[group[0]].strict;
+        let pooled = |part: fn(&Question) -> &[codebook::Response]| {
+            group
+                .iter()
+                .flat_map(|&i| part(&questions[i]).iter().cloned())
+                .collect::<Vec<_>>()
+        };
+        let responses = pooled(|q| &q.train);
+        let validation = pooled(|q| &q.validation);
+        let (learned, stats) = codebook::learn(
+            strict.mapper.codebook(),
+            strict.mapper.spec(),
+            &responses,
+            &validation,
+            &codebook::Settings::new(self.budget, self.max_codewords),
+        )
+        .map_err(|error| self.fail(&questions[group[0]], error.to_string()))?;
+        let sha256 = workflow::sha256_hex(&learned.to_json_bytes());
+        let point = CodebookPoint {
+            serves: group
+                .iter()
+                .map(|&i| format!("{}.{}", questions[i].contract.name(), questions[i].id))
+                .collect(),
+            codewords: stats.codewords,
+            training_responses: responses.len(),
+            covered_training_responses: stats.covered_responses,
+            assignment: stats.assignment,
+            trials: stats.trials,
+        };
+        Ok(Learned {
+            codebook: learned,
+            sha256,
+            point,
+        })
+    }
+
+    /// A question's mechanism under the learned codebook, bounded by the setting's α (or why
+    /// the mapper refused it).
+    fn mechanism(
+        self,
+        question: &Question,
+        learned: &codebook::Codebook,
+        sha256: &str,
+    ) -> Result<Mechanism, String> {
+        let strict = &question.strict;
+        let mapper = Mapper::with_admissibility(
+            learned.clone(),
+            strict.mapper.spec().clone(),
+            Admissibility::Budget(self.budget),
+        )
+        .map_err(|error| error.to_string())?;
+        Ok(Mechanism::Wcpq(Arc::new(WcpqMechanism {
+            mapper,
+            fallback: strict.fallback,
+            confidence: strict.confidence,
+            codebook_sha256: sha256.to_string(),
+        })))
+    }
+
+    /// The error of learning or mapping for `question` at this setting.
+    fn fail(self, question: &Question, reason: String) -> Error {
+        Error::Learn {
+            contract: question.contract.name().to_string(),
+            question: question.id.clone(),
+            budget: self.budget,
+            max_codewords: self.max_codewords,
+            reason,
         }
     }
-    Ok(out)
+}
+
+/// A codebook learned for one pooling group.
+struct Learned {
+    codebook: codebook::Codebook,
+    sha256: String,
+    point: CodebookPoint,
 }
 
 /// Coverage and the worst per-output cost increase on the test split, through the release
@@ -347,70 +491,12 @@ fn measure(
         let Ok(released) = release::release(contract, &asked, &world.response, &mut options) else {
             continue;
         };
-        let state = asked.state();
         for record in &released.answers {
-            let Some(rule) = contract.questions().get(&record.question) else {
-                continue;
-            };
-            let Mechanism::Wcpq(wcpq) = &rule.mechanism() else {
-                continue;
-            };
-            let Some(entry) = point
-                .questions
-                .iter_mut()
-                .find(|q| q.contract == contract.name() && q.question == record.question)
-            else {
-                continue;
-            };
-            entry.test_answers += 1;
-            point.test_answers += 1;
-            if matches!(record.mechanism, mechanism::Outcome::Covered { .. }) {
-                entry.covered_test_answers += 1;
-                point.covered_test_answers += 1;
-            }
-            // A denied answer carries nothing a workflow acts on.
-            let Some(evaluation) = &record.evaluation else {
-                continue;
-            };
-            let spec = wcpq.mapper.spec();
-            let before = spec.plans(&evaluation.native, state);
-            let after = spec.plans(&evaluation.released, state);
-            let mut families: Vec<&str> = spec
-                .policies()
-                .iter()
-                .zip(before.iter().zip(&after))
-                .filter(|(_, (b, a))| b != a)
-                .map(|(policy, _)| policy.family.name())
-                .collect();
-            families.sort_unstable();
-            families.dedup();
-            for policy in spec.policies() {
-                point
-                    .moved
-                    .entry(policy.family.name().to_string())
-                    .or_insert(0);
-            }
-            for family in families {
-                *point.moved.entry(family.to_string()).or_insert(0) += 1;
-            }
-            for (j, policy) in spec.policies().iter().enumerate() {
-                let name = format!("{}/{}", policy.family.name(), policy.profile.name());
-                let mut worst = 0.0f64;
-                for t in 0..spec.class_count() {
-                    worst = worst.max(
-                        policy.realized_cost(&after[j], t) - policy.realized_cost(&before[j], t),
-                    );
-                }
-                let absolute = point.worst_increase.entry(name.clone()).or_insert(0.0);
-                *absolute = absolute.max(worst);
-                let relative = point.worst_relative_increase.entry(name).or_insert(0.0);
-                *relative = relative.max(worst / policy.kappa());
-            }
+            point.record(contract, record, asked.state());
         }
     }
     Ok(())
 }
-
 /// Fills the points' recovery and mean cost increase from the audit report.
 pub fn fill(points: &mut [Point], report: &Report) {
     let native = report.releases.iter().find(|r| r.release == "full_native");
