@@ -36,7 +36,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use bootstrap::{Clusters, Estimate};
-use ensemble::{Candidate, SubviewFit};
+use ensemble::{DecoderCandidate, SubviewFit};
 use group::Group;
 use releasegate_core::rng::Rng;
 use report::{
@@ -203,7 +203,7 @@ pub struct Example {
 
 /// All worlds of one release (one per world, any domain mix).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Release {
+pub struct ReleaseExamples {
     /// Release name (e.g. contract or view name); must be unique.
     pub name: String,
     /// The worlds.
@@ -224,7 +224,7 @@ pub struct CostObservation {
 /// Realized costs of one workflow under one release.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkflowCosts {
-    /// Release name (must match a [`Release`]).
+    /// Release name (must match a [`ReleaseExamples`]).
     pub release: String,
     /// Workflow name.
     pub workflow: String,
@@ -236,7 +236,7 @@ pub struct WorkflowCosts {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Input {
     /// Releases, reported in this order.
-    pub releases: Vec<Release>,
+    pub releases: Vec<ReleaseExamples>,
     /// Workflow costs (optional).
     pub costs: Vec<WorkflowCosts>,
 }
@@ -523,10 +523,10 @@ impl PooledSeries {
 
 fn strategy(
     group: &Group,
-    candidates: &[Candidate],
+    candidates: &[DecoderCandidate],
     only: Option<FieldSet>,
-) -> Option<(Candidate, Strategy)> {
-    let pool: Vec<Candidate> = candidates
+) -> Option<(DecoderCandidate, Strategy)> {
+    let pool: Vec<DecoderCandidate> = candidates
         .iter()
         .filter(|c| only.is_none_or(|f| c.fields == f))
         .cloned()
@@ -555,7 +555,7 @@ fn evaluate_group(
     fits: &[Arc<SubviewFit>],
     config: &Config,
 ) -> Result<(DomainReport, Series), Error> {
-    let candidates: Vec<Candidate> = fits
+    let candidates: Vec<DecoderCandidate> = fits
         .iter()
         .flat_map(|f| ensemble::candidates(group, f))
         .collect();
@@ -617,7 +617,10 @@ fn evaluate_group(
     Ok((report, series))
 }
 
-fn strategy_for_none(group: &Group, candidates: &[Candidate]) -> Option<(Candidate, Strategy)> {
+fn strategy_for_none(
+    group: &Group,
+    candidates: &[DecoderCandidate],
+) -> Option<(DecoderCandidate, Strategy)> {
     strategy(group, candidates, Some(FieldSet::NONE))
 }
 

@@ -49,7 +49,7 @@ pub enum Kind {
 
 /// One candidate strategy with its predictions on every row.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Candidate {
+pub struct DecoderCandidate {
     /// Name, e.g. `full/template_residual_diag_k2` or `full/stack_0.1`.
     pub name: String,
     /// The subview it reads.
@@ -184,13 +184,13 @@ pub fn fit_subview(group: &Group, fields: FieldSet, n_folds: usize) -> SubviewFi
 
 /// All candidates of one subview in the fixed order: base configurations in
 /// library order, equal-weight family winners, equal-weight all, stacks.
-pub fn candidates(group: &Group, fit: &SubviewFit) -> Vec<Candidate> {
+pub fn candidates(group: &Group, fit: &SubviewFit) -> Vec<DecoderCandidate> {
     let view = fit.fields.name();
     let train = group.original_rows(Split::Train);
     let n = group.rows.len();
     let mut out = Vec::new();
     for (spec, preds) in fit.specs.iter().zip(&fit.preds) {
-        out.push(Candidate {
+        out.push(DecoderCandidate {
             name: format!("{view}/{}", spec.name()),
             fields: fit.fields,
             kind: Kind::Base {
@@ -246,7 +246,7 @@ pub fn candidates(group: &Group, fit: &SubviewFit) -> Vec<Candidate> {
             .collect()
     };
     let w = equal(&winners);
-    out.push(Candidate {
+    out.push(DecoderCandidate {
         name: format!("{view}/equal_family_winners"),
         fields: fit.fields,
         kind: Kind::EqualFamilyWinners,
@@ -255,7 +255,7 @@ pub fn candidates(group: &Group, fit: &SubviewFit) -> Vec<Candidate> {
     });
     let all: Vec<usize> = (0..fit.specs.len()).collect();
     let w = equal(&all);
-    out.push(Candidate {
+    out.push(DecoderCandidate {
         name: format!("{view}/equal_all"),
         fields: fit.fields,
         kind: Kind::EqualAll,
@@ -271,7 +271,7 @@ pub fn candidates(group: &Group, fit: &SubviewFit) -> Vec<Candidate> {
     for lambda in STACK_LAMBDAS {
         let weights = stack_weights(&oof, &labels, lambda);
         let w: Vec<(usize, f64)> = weights.into_iter().enumerate().collect();
-        out.push(Candidate {
+        out.push(DecoderCandidate {
             name: format!("{view}/stack_{lambda}"),
             fields: fit.fields,
             kind: Kind::Stack { lambda },
@@ -385,7 +385,7 @@ pub fn project_simplex(v: &[f64]) -> Vec<f64> {
 
 /// Index of the validation winner among `candidates`: most correct, then lowest
 /// log loss, then the earliest in the fixed order. `None` when empty.
-pub fn select(group: &Group, candidates: &[Candidate]) -> Option<(usize, Score)> {
+pub fn select(group: &Group, candidates: &[DecoderCandidate]) -> Option<(usize, Score)> {
     let validation = group.original_rows(Split::Validation);
     let mut best: Option<(usize, Score)> = None;
     for (c, cand) in candidates.iter().enumerate() {

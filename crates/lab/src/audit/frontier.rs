@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::bootstrap::Estimate;
-use super::intake::Candidate;
+use super::intake::CandidateRelease;
 use super::report::Report;
 use releasegate_core::codebook;
 use releasegate_core::contract::Contract;
@@ -260,7 +260,7 @@ pub fn candidates(
     worlds: &[World],
     budgets: &[f64],
     sizes: &[usize],
-) -> Result<Vec<(Candidate, Point)>, Error> {
+) -> Result<Vec<(CandidateRelease, Point)>, Error> {
     let mut questions = Vec::new();
     for contract in contracts {
         questions.extend(wcpq_questions(contract, worlds)?);
@@ -352,9 +352,9 @@ impl Setting {
         self,
         questions: &[Question],
         groups: &[Vec<usize>],
-    ) -> Result<(Candidate, Point), Error> {
+    ) -> Result<(CandidateRelease, Point), Error> {
         let release = format!("wcpq a={} K={}", self.budget, self.max_codewords);
-        let mut candidate = Candidate::uniform(release.clone(), None, None);
+        let mut candidate = CandidateRelease::uniform(release.clone(), None, None);
         let mut codebooks = Vec::new();
         let mut points = Vec::new();
         for (group_index, group) in groups.iter().enumerate() {
@@ -468,7 +468,7 @@ struct Learned {
 fn measure(
     contracts: &[Arc<Contract>],
     worlds: &[World],
-    candidate: &Candidate,
+    candidate: &CandidateRelease,
     point: &mut Point,
 ) -> Result<(), Error> {
     let variants = contracts

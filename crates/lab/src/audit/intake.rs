@@ -18,7 +18,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::logistic;
-use super::{CostObservation, Example, Input, JointPart, Release, ReleasedFeatures, WorkflowCosts};
+use super::{
+    CostObservation, Example, Input, JointPart, ReleaseExamples, ReleasedFeatures, WorkflowCosts,
+};
 use releasegate_core::contract::{Contract, DeriveError, PublicKind, Rerelease, View};
 use releasegate_core::features::{self, PublicFeature, PublicFeatureSpec};
 use releasegate_core::mechanism::{self, Mechanism};
@@ -30,7 +32,7 @@ use releasegate_sim::worlds::{self, World};
 
 /// One candidate release: the contract with its views and mechanisms replaced.
 #[derive(Debug, Clone)]
-pub struct Candidate {
+pub struct CandidateRelease {
     /// Unique name in the report.
     pub name: String,
     /// The view every question is released under, or `None` for each question's own.
@@ -42,14 +44,14 @@ pub struct Candidate {
     pub mechanisms: BTreeMap<(String, String), Mechanism>,
 }
 
-impl Candidate {
+impl CandidateRelease {
     /// A candidate with one view and mechanism for every question.
     pub fn uniform(
         name: impl Into<String>,
         view: Option<View>,
         mechanism: Option<Mechanism>,
-    ) -> Candidate {
-        Candidate {
+    ) -> CandidateRelease {
+        CandidateRelease {
             name: name.into(),
             view,
             mechanism,
@@ -85,10 +87,10 @@ pub fn candidates(
     mechanisms: &[String],
     contracts: &[Arc<Contract>],
     seed: u64,
-) -> Result<Vec<Candidate>, String> {
-    let mut candidates: Vec<Candidate> = parse_views(views)?
+) -> Result<Vec<CandidateRelease>, String> {
+    let mut candidates: Vec<CandidateRelease> = parse_views(views)?
         .into_iter()
-        .map(|view| Candidate::uniform(view.as_str(), Some(view), Some(Mechanism::None)))
+        .map(|view| CandidateRelease::uniform(view.as_str(), Some(view), Some(Mechanism::None)))
         .collect();
     candidates.extend(own_release(contracts));
     for spec in mechanisms {
@@ -110,12 +112,12 @@ fn parse_views(names: Option<&[String]>) -> Result<Vec<View>, String> {
 
 /// The contracts' own release (`KIND (contract)`, after the first question with a
 /// mechanism), when it is more than a plain view.
-fn own_release(contracts: &[Arc<Contract>]) -> Option<Candidate> {
+fn own_release(contracts: &[Arc<Contract>]) -> Option<CandidateRelease> {
     let rule = contracts
         .iter()
         .flat_map(|c| c.questions().values())
         .find(|rule| !matches!(rule.mechanism(), Mechanism::None))?;
-    Some(Candidate::uniform(
+    Some(CandidateRelease::uniform(
         format!("{} (contract)", rule.mechanism().kind()),
         None,
         None,
@@ -123,7 +125,7 @@ fn own_release(contracts: &[Arc<Contract>]) -> Option<Candidate> {
 }
 
 /// The candidate of one mechanism `spec` under `full_native`, named by the trimmed spec.
-fn mechanism_candidate(spec: &str, seed: u64) -> Result<Candidate, String> {
+fn mechanism_candidate(spec: &str, seed: u64) -> Result<CandidateRelease, String> {
     let raw = mechanism::Raw::from_spec(spec, seed)?;
     // A mechanism of the command line is a baseline: it names no file to read.
     let no_files = |path: &std::path::Path| {
@@ -134,7 +136,7 @@ fn mechanism_candidate(spec: &str, seed: u64) -> Result<Candidate, String> {
     };
     let mechanism = Mechanism::from_raw(raw, &[], None, std::path::Path::new("."), &no_files)
         .map_err(|reason| format!("`{spec}`: {reason}"))?;
-    Ok(Candidate::uniform(
+    Ok(CandidateRelease::uniform(
         spec.trim(),
         Some(View::FullNative),
         Some(mechanism),
@@ -233,7 +235,7 @@ pub(super) struct Usable<'w> {
 pub fn build(
     contracts: &[Arc<Contract>],
     worlds: &[World],
-    candidates: &[Candidate],
+    candidates: &[CandidateRelease],
     reading: Reading,
     seed: u64,
 ) -> Result<(Input, Intake), Error> {
@@ -248,7 +250,7 @@ pub fn build_joint(
     contracts: &[Arc<Contract>],
     joint: &[Arc<Contract>],
     worlds: &[World],
-    candidates: &[Candidate],
+    candidates: &[CandidateRelease],
     reading: Reading,
     seed: u64,
 ) -> Result<(Input, Intake), Error> {
@@ -335,7 +337,7 @@ pub fn build_joint(
             &usable,
             &consumer,
         );
-        input.releases.push(Release {
+        input.releases.push(ReleaseExamples {
             name: candidate.name.clone(),
             examples,
         });
@@ -514,7 +516,7 @@ fn fit_public<'w>(
 fn costs(
     input: &mut Input,
     intake: &mut Intake,
-    candidate: &Candidate,
+    candidate: &CandidateRelease,
     contracts: &[Arc<Contract>],
     usable: &[Usable<'_>],
     consumer: &[Option<workflow::Release>],
