@@ -1,5 +1,9 @@
 //! Pipeline tests of the audit core on small synthetic data.
 
+use std::collections::BTreeMap;
+
+use releasegate_core::rng::Rng;
+
 use super::decoders::{Spec, TemplateConfig};
 use super::ensemble::{fit_subview, score};
 use super::group::Group;
