@@ -211,6 +211,9 @@ pub fn fit_predict(
 /// Standardized `(train rows, target rows)` of one matrix.
 type Standardized = (Array2<f64>, Array2<f64>);
 
+/// A standardized logistic map, with X X' when it is wider than tall.
+type Prepared = (Array2<f64>, Array2<f64>, Option<Array2<f64>>);
+
 /// The fits of one group's specs on one (train, targets) split, with what the specs share:
 /// standardized matrices per logistic map and representation, and warm starts.
 struct Fitter<'a> {
@@ -227,7 +230,7 @@ struct Fitter<'a> {
     /// The last logistic model per map (quadratic or not), warm-starting the next C.
     warm: BTreeMap<bool, logistic::Model>,
     /// Standardized logistic maps (and X X' when wide), shared along the C grid.
-    logistic_inputs: BTreeMap<bool, (Array2<f64>, Array2<f64>, Option<Array2<f64>>)>,
+    logistic_inputs: BTreeMap<bool, Prepared>,
     /// Standardized `[context, release]` per representation.
     shared_inputs: BTreeMap<Representation, Standardized>,
     /// Standardized `[T one-hot, release]` per representation.

@@ -9,7 +9,6 @@
 //! shape and fallback, the bytes read back as a recipient reads them), so the frontier has
 //! no release rules of its own.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::intake::CandidateRelease;

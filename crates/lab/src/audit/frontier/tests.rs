@@ -1,6 +1,8 @@
 //! Tests of the frontier: one codebook per contract question, the worst relative
 //! increase, and the errors naming a contract.
 
+use std::collections::BTreeMap;
+
 use super::*;
 use releasegate_core::config::{Config, Inputs};
 use releasegate_core::workflow::Spec;
