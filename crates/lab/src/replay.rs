@@ -18,6 +18,7 @@ use releasegate_core::mechanism;
 use releasegate_core::release;
 use releasegate_core::rng::Rng;
 use releasegate_core::wire;
+use releasegate_core::workflow;
 use releasegate_sim::worlds::{self, Reader, Writer};
 
 /// Most rejected worlds listed one by one in the summary (all are counted).
@@ -211,6 +212,7 @@ impl MechanismSummary {
         }
     }
 
+    /// Counts one released answer of a question under `rule`.
     fn record(
         &mut self,
         rule: &QuestionRule,
@@ -220,8 +222,19 @@ impl MechanismSummary {
     ) {
         self.kind = rule.mechanism().kind().to_string();
         self.answers += 1;
+        self.record_outcome(record.mechanism, split);
+        if let (Some(spec), Some(evaluation)) = (&rule.workflows(), &record.evaluation) {
+            self.workflows
+                .get_or_insert_with(WorkflowSummary::default)
+                .record(spec, evaluation, state);
+        }
+    }
+
+    /// Counts the mechanism's outcome: coverage (overall, per split and per stage) and
+    /// fallback reasons.
+    fn record_outcome(&mut self, outcome: mechanism::Outcome, split: worlds::Split) {
         if matches!(
-            record.mechanism,
+            outcome,
             mechanism::Outcome::Covered { .. } | mechanism::Outcome::Fallback(_)
         ) {
             let entry = self
@@ -229,13 +242,10 @@ impl MechanismSummary {
                 .entry(split.as_str().to_string())
                 .or_default();
             entry.answers += 1;
-            entry.covered += u64::from(matches!(
-                record.mechanism,
-                mechanism::Outcome::Covered { .. }
-            ));
+            entry.covered += u64::from(matches!(outcome, mechanism::Outcome::Covered { .. }));
             entry.coverage = entry.covered as f64 / entry.answers as f64;
         }
-        match record.mechanism {
+        match outcome {
             mechanism::Outcome::Applied => {}
             mechanism::Outcome::Covered { stage, .. } => {
                 *self.covered.get_or_insert(0) += 1;
@@ -255,42 +265,45 @@ impl MechanismSummary {
         if let Some(covered) = self.covered {
             self.coverage = Some(covered as f64 / self.answers as f64);
         }
-        if let (Some(spec), Some(evaluation)) = (&rule.workflows(), &record.evaluation) {
-            let summary = self.workflows.get_or_insert_with(WorkflowSummary::default);
-            let native = spec.plans(&evaluation.native, state);
-            let released = spec.plans(&evaluation.released, state);
-            summary.policies = native.len();
-            summary.answers += 1;
-            summary.plan_comparisons += native.len() as u64;
-            summary.plans_agreeing +=
-                native.iter().zip(&released).filter(|(a, b)| a == b).count() as u64;
-            summary.plan_agreement =
-                summary.plans_agreeing as f64 / summary.plan_comparisons.max(1) as f64;
-            if let (Some(before), Some(after)) = (
-                &evaluation.native.probabilities,
-                &evaluation.released.probabilities,
-            ) {
-                let l1: f64 = before.iter().zip(after).map(|(a, b)| (a - b).abs()).sum();
-                summary.l1_sum += l1;
-                summary.l1_count += 1;
-                summary.mean_probability_l1_change = summary.l1_sum / summary.l1_count as f64;
-            }
-            if evaluation.native.probabilities != evaluation.released.probabilities {
-                summary.probabilities_changed += 1;
-            }
-            if evaluation.native.confidence != evaluation.released.confidence {
-                summary.confidence_changed += 1;
-            }
-            let (absolute, relative) = spec.worst_increase(&native, &released);
-            summary.max_realized_cost_increase = summary.max_realized_cost_increase.max(absolute);
-            summary.max_relative_cost_increase = summary.max_relative_cost_increase.max(relative);
-            for true_class in 0..spec.class_count() {
-                let before = spec.realized_costs(&native, true_class);
-                let after = spec.realized_costs(&released, true_class);
-                for (a, b) in before.iter().zip(&after) {
-                    summary.max_realized_cost_difference =
-                        summary.max_realized_cost_difference.max((a - b).abs());
-                }
+    }
+}
+
+// === impl WorkflowSummary ===
+
+impl WorkflowSummary {
+    /// Compares the frozen workflows' plans and costs on the native and released answers.
+    fn record(&mut self, spec: &workflow::Spec, evaluation: &release::Evaluation, state: &Value) {
+        let native = spec.plans(&evaluation.native, state);
+        let released = spec.plans(&evaluation.released, state);
+        self.policies = native.len();
+        self.answers += 1;
+        self.plan_comparisons += native.len() as u64;
+        self.plans_agreeing += native.iter().zip(&released).filter(|(a, b)| a == b).count() as u64;
+        self.plan_agreement = self.plans_agreeing as f64 / self.plan_comparisons.max(1) as f64;
+        if let (Some(before), Some(after)) = (
+            &evaluation.native.probabilities,
+            &evaluation.released.probabilities,
+        ) {
+            let l1: f64 = before.iter().zip(after).map(|(a, b)| (a - b).abs()).sum();
+            self.l1_sum += l1;
+            self.l1_count += 1;
+            self.mean_probability_l1_change = self.l1_sum / self.l1_count as f64;
+        }
+        if evaluation.native.probabilities != evaluation.released.probabilities {
+            self.probabilities_changed += 1;
+        }
+        if evaluation.native.confidence != evaluation.released.confidence {
+            self.confidence_changed += 1;
+        }
+        let (absolute, relative) = spec.worst_increase(&native, &released);
+        self.max_realized_cost_increase = self.max_realized_cost_increase.max(absolute);
+        self.max_relative_cost_increase = self.max_relative_cost_increase.max(relative);
+        for true_class in 0..spec.class_count() {
+            let before = spec.realized_costs(&native, true_class);
+            let after = spec.realized_costs(&released, true_class);
+            for (a, b) in before.iter().zip(&after) {
+                self.max_realized_cost_difference =
+                    self.max_realized_cost_difference.max((a - b).abs());
             }
         }
     }

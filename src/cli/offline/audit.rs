@@ -12,7 +12,7 @@ use releasegate_lab::audit;
 use releasegate_lab::audit::checks::DomainCheck;
 use releasegate_lab::audit::frontier::Point;
 use releasegate_lab::audit::gate::{GateResult, Need, Verdict};
-use releasegate_lab::audit::intake::{Candidate, Intake, Reading};
+use releasegate_lab::audit::intake::{CandidateRelease, Intake, Reading};
 use releasegate_lab::audit::report::Report;
 use releasegate_sim::worlds::{self, World};
 
@@ -253,7 +253,7 @@ fn measure(
     args: &AuditArgs,
     contracts: &[Arc<Contract>],
     worlds: &[World],
-    mut candidates: Vec<Candidate>,
+    mut candidates: Vec<CandidateRelease>,
     bar: &Progress,
 ) -> Result<Measured, Error> {
     let mut frontier = Vec::new();

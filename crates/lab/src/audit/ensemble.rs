@@ -49,7 +49,7 @@ pub enum Kind {
 
 /// One candidate strategy with its predictions on every row.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Candidate {
+pub struct DecoderCandidate {
     /// Name, e.g. `full/template_residual_diag_k2` or `full/stack_0.1`.
     pub name: String,
     /// The subview it reads.
@@ -184,13 +184,12 @@ pub fn fit_subview(group: &Group, fields: FieldSet, n_folds: usize) -> SubviewFi
 
 /// All candidates of one subview in the fixed order: base configurations in
 /// library order, equal-weight family winners, equal-weight all, stacks.
-pub fn candidates(group: &Group, fit: &SubviewFit) -> Vec<Candidate> {
+pub fn candidates(group: &Group, fit: &SubviewFit) -> Vec<DecoderCandidate> {
     let view = fit.fields.name();
     let train = group.original_rows(Split::Train);
-    let n = group.rows.len();
     let mut out = Vec::new();
     for (spec, preds) in fit.specs.iter().zip(&fit.preds) {
-        out.push(Candidate {
+        out.push(DecoderCandidate {
             name: format!("{view}/{}", spec.name()),
             fields: fit.fields,
             kind: Kind::Base {
@@ -203,7 +202,44 @@ pub fn candidates(group: &Group, fit: &SubviewFit) -> Vec<Candidate> {
     if fit.specs.is_empty() {
         return out;
     }
-    // Family winners by OOF accuracy, then OOF log loss, then library order.
+    let winners = family_winners(group, fit, &train);
+    out.push(weighted(
+        group,
+        fit,
+        "equal_family_winners",
+        Kind::EqualFamilyWinners,
+        &equal(&winners),
+    ));
+    let all: Vec<usize> = (0..fit.specs.len()).collect();
+    out.push(weighted(
+        group,
+        fit,
+        "equal_all",
+        Kind::EqualAll,
+        &equal(&all),
+    ));
+    let labels: Vec<f64> = train.iter().map(|&i| group.rows[i].y).collect();
+    let oof: Vec<Vec<f64>> = fit
+        .preds
+        .iter()
+        .map(|p| train.iter().map(|&i| p[i]).collect())
+        .collect();
+    for lambda in STACK_LAMBDAS {
+        let weights = stack_weights(&oof, &labels, lambda);
+        let w: Vec<(usize, f64)> = weights.into_iter().enumerate().collect();
+        out.push(weighted(
+            group,
+            fit,
+            &format!("stack_{lambda}"),
+            Kind::Stack { lambda },
+            &w,
+        ));
+    }
+    out
+}
+
+/// Each family's best base decoder by OOF accuracy, then OOF log loss, then library order.
+fn family_winners(group: &Group, fit: &SubviewFit, train: &[usize]) -> Vec<usize> {
     let mut winners: Vec<usize> = Vec::new();
     for family in [
         Family::Prior,
@@ -216,7 +252,7 @@ pub fn candidates(group: &Group, fit: &SubviewFit) -> Vec<Candidate> {
             if spec.family() != family {
                 continue;
             }
-            let sc = score(group, &fit.preds[s], &train);
+            let sc = score(group, &fit.preds[s], train);
             if best.as_ref().is_none_or(|(_, b)| sc.beats(b)) {
                 best = Some((s, sc));
             }
@@ -225,61 +261,41 @@ pub fn candidates(group: &Group, fit: &SubviewFit) -> Vec<Candidate> {
             winners.push(s);
         }
     }
-    let weighted = |weights: &[(usize, f64)]| -> Vec<f64> {
-        (0..n)
-            .map(|i| {
-                weights
-                    .iter()
-                    .map(|&(s, w)| w * fit.preds[s][i])
-                    .sum::<f64>()
-            })
-            .collect()
-    };
-    let equal = |members: &[usize]| -> Vec<(usize, f64)> {
-        let w = 1.0 / members.len().max(1) as f64;
-        members.iter().map(|&s| (s, w)).collect()
-    };
-    let named = |weights: &[(usize, f64)]| -> Vec<(String, f64)> {
-        weights
+    winners
+}
+
+/// Equal weights over `members`.
+fn equal(members: &[usize]) -> Vec<(usize, f64)> {
+    let w = 1.0 / members.len().max(1) as f64;
+    members.iter().map(|&s| (s, w)).collect()
+}
+
+/// The ensemble `suffix` of the subview: the weighted sum of its base decoders' predictions.
+fn weighted(
+    group: &Group,
+    fit: &SubviewFit,
+    suffix: &str,
+    kind: Kind,
+    weights: &[(usize, f64)],
+) -> DecoderCandidate {
+    let preds = (0..group.rows.len())
+        .map(|i| {
+            weights
+                .iter()
+                .map(|&(s, w)| w * fit.preds[s][i])
+                .sum::<f64>()
+        })
+        .collect();
+    DecoderCandidate {
+        name: format!("{}/{suffix}", fit.fields.name()),
+        fields: fit.fields,
+        kind,
+        members: weights
             .iter()
             .map(|&(s, w)| (fit.specs[s].name(), w))
-            .collect()
-    };
-    let w = equal(&winners);
-    out.push(Candidate {
-        name: format!("{view}/equal_family_winners"),
-        fields: fit.fields,
-        kind: Kind::EqualFamilyWinners,
-        members: named(&w),
-        preds: weighted(&w),
-    });
-    let all: Vec<usize> = (0..fit.specs.len()).collect();
-    let w = equal(&all);
-    out.push(Candidate {
-        name: format!("{view}/equal_all"),
-        fields: fit.fields,
-        kind: Kind::EqualAll,
-        members: named(&w),
-        preds: weighted(&w),
-    });
-    let labels: Vec<f64> = train.iter().map(|&i| group.rows[i].y).collect();
-    let oof: Vec<Vec<f64>> = fit
-        .preds
-        .iter()
-        .map(|p| train.iter().map(|&i| p[i]).collect())
-        .collect();
-    for lambda in STACK_LAMBDAS {
-        let weights = stack_weights(&oof, &labels, lambda);
-        let w: Vec<(usize, f64)> = weights.into_iter().enumerate().collect();
-        out.push(Candidate {
-            name: format!("{view}/stack_{lambda}"),
-            fields: fit.fields,
-            kind: Kind::Stack { lambda },
-            members: named(&w),
-            preds: weighted(&w),
-        });
+            .collect(),
+        preds,
     }
-    out
 }
 
 /// Simplex weights minimizing `-(1/n) sum_i log(sum_m w_m q_im(y_i)) + lambda sum_m (w_m - 1/M)^2`
@@ -289,46 +305,12 @@ pub fn stack_weights(oof: &[Vec<f64>], labels: &[f64], lambda: f64) -> Vec<f64> 
     if m == 0 {
         return Vec::new();
     }
-    let n = labels.len();
-    let target = 1.0 / m as f64;
-    // lik[i][k]: probability model k assigns to world i's observed label.
-    let lik: Vec<Vec<f64>> = (0..n)
-        .map(|i| {
-            oof.iter()
-                .map(|q| {
-                    let qi = q.get(i).copied().unwrap_or(0.5);
-                    let p = if labels[i] >= 0.5 { qi } else { 1.0 - qi };
-                    p.clamp(LOSS_EPS, 1.0)
-                })
-                .collect()
-        })
-        .collect();
-    let nn = n.max(1) as f64;
-    let mix = |w: &[f64], row: &[f64]| -> f64 {
-        w.iter()
-            .zip(row)
-            .map(|(a, b)| a * b)
-            .sum::<f64>()
-            .max(LOSS_EPS)
-    };
-    let objective = |w: &[f64]| -> f64 {
-        let loss: f64 = lik.iter().map(|row| -mix(w, row).ln()).sum();
-        loss / nn + lambda * w.iter().map(|v| (v - target) * (v - target)).sum::<f64>()
-    };
-    let mut w = vec![target; m];
-    let mut obj = objective(&w);
+    let stack = Stack::new(oof, labels, lambda);
+    let mut w = vec![stack.target; m];
+    let mut obj = stack.objective(&w);
     let mut step = 1.0;
     for _ in 0..500 {
-        let mut grad = vec![0.0; m];
-        for row in &lik {
-            let total = mix(&w, row);
-            for (g, l) in grad.iter_mut().zip(row) {
-                *g -= l / total;
-            }
-        }
-        for (g, wk) in grad.iter_mut().zip(&w) {
-            *g = *g / nn + 2.0 * lambda * (wk - target);
-        }
+        let grad = stack.gradient(&w);
         let mut improved = false;
         for _ in 0..40 {
             let cand: Vec<f64> = project_simplex(
@@ -337,7 +319,7 @@ pub fn stack_weights(oof: &[Vec<f64>], labels: &[f64], lambda: f64) -> Vec<f64> 
                     .map(|(a, g)| a - step * g)
                     .collect::<Vec<_>>(),
             );
-            let cand_obj = objective(&cand);
+            let cand_obj = stack.objective(&cand);
             if cand_obj < obj - 1e-15 {
                 let change = cand
                     .iter()
@@ -357,6 +339,78 @@ pub fn stack_weights(oof: &[Vec<f64>], labels: &[f64], lambda: f64) -> Vec<f64> 
         }
     }
     w
+}
+
+/// The stacking objective: mean log loss of the weighted mixture plus `lambda` times the
+/// squared distance of the weights from equal weights.
+struct Stack {
+    /// `lik[i][k]`: the probability model k assigns to world i's observed label.
+    lik: Vec<Vec<f64>>,
+    /// Worlds (at least 1, as a divisor).
+    nn: f64,
+    lambda: f64,
+    /// Equal weight `1 / m`.
+    target: f64,
+}
+
+// === impl Stack ===
+
+impl Stack {
+    /// The objective of `oof` predictions (one vector per model) against `labels`.
+    fn new(oof: &[Vec<f64>], labels: &[f64], lambda: f64) -> Stack {
+        let n = labels.len();
+        let lik: Vec<Vec<f64>> = (0..n)
+            .map(|i| {
+                oof.iter()
+                    .map(|q| {
+                        let qi = q.get(i).copied().unwrap_or(0.5);
+                        let p = if labels[i] >= 0.5 { qi } else { 1.0 - qi };
+                        p.clamp(LOSS_EPS, 1.0)
+                    })
+                    .collect()
+            })
+            .collect();
+        Stack {
+            lik,
+            nn: n.max(1) as f64,
+            lambda,
+            target: 1.0 / oof.len() as f64,
+        }
+    }
+
+    /// The mixture's probability of one world's label.
+    fn mix(w: &[f64], row: &[f64]) -> f64 {
+        w.iter()
+            .zip(row)
+            .map(|(a, b)| a * b)
+            .sum::<f64>()
+            .max(LOSS_EPS)
+    }
+
+    /// The objective at weights `w`.
+    fn objective(&self, w: &[f64]) -> f64 {
+        let loss: f64 = self.lik.iter().map(|row| -Stack::mix(w, row).ln()).sum();
+        loss / self.nn
+            + self.lambda
+                * w.iter()
+                    .map(|v| (v - self.target) * (v - self.target))
+                    .sum::<f64>()
+    }
+
+    /// The objective's gradient at weights `w`.
+    fn gradient(&self, w: &[f64]) -> Vec<f64> {
+        let mut grad = vec![0.0; w.len()];
+        for row in &self.lik {
+            let total = Stack::mix(w, row);
+            for (g, l) in grad.iter_mut().zip(row) {
+                *g -= l / total;
+            }
+        }
+        for (g, wk) in grad.iter_mut().zip(w) {
+            *g = *g / self.nn + 2.0 * self.lambda * (wk - self.target);
+        }
+        grad
+    }
 }
 
 /// Euclidean projection onto the probability simplex.
@@ -385,7 +439,7 @@ pub fn project_simplex(v: &[f64]) -> Vec<f64> {
 
 /// Index of the validation winner among `candidates`: most correct, then lowest
 /// log loss, then the earliest in the fixed order. `None` when empty.
-pub fn select(group: &Group, candidates: &[Candidate]) -> Option<(usize, Score)> {
+pub fn select(group: &Group, candidates: &[DecoderCandidate]) -> Option<(usize, Score)> {
     let validation = group.original_rows(Split::Validation);
     let mut best: Option<(usize, Score)> = None;
     for (c, cand) in candidates.iter().enumerate() {

@@ -18,7 +18,9 @@ use super::bootstrap::Estimate;
 use super::group::MAX_CLASSES;
 use super::intake::{self, Error, Usable};
 use super::report::Recovery;
-use super::{CostObservation, Example, JointPart, Release, ReleasedFeatures, WorkflowCosts};
+use super::{
+    CostObservation, Example, JointPart, ReleaseExamples, ReleasedFeatures, WorkflowCosts,
+};
 use releasegate_core::contract::{Contract, DeriveError, Rerelease};
 use releasegate_core::mechanism::Mechanism;
 use releasegate_core::release::{self, Options};
@@ -74,7 +76,7 @@ pub struct Figures {
 #[derive(Debug, Clone)]
 pub struct Floor {
     /// The release `workflow floor`, world by world as the template release.
-    pub release: Release,
+    pub release: ReleaseExamples,
     /// Realized costs of the native plans, per `family/profile` (test worlds).
     pub costs: Vec<WorkflowCosts>,
     /// Every WCPQ question, in contract then question order.
@@ -139,7 +141,7 @@ type WorldPlans = Option<(usize, Option<Vec<Plan>>)>;
 pub fn build(
     contracts: &[Arc<Contract>],
     worlds: &[World],
-    template: &Release,
+    template: &ReleaseExamples,
 ) -> Result<Option<Floor>, Error> {
     let keys = keys(contracts);
     if keys.is_empty() {
@@ -182,7 +184,7 @@ pub fn build(
         })
         .collect();
     Ok(Some(Floor {
-        release: Release {
+        release: ReleaseExamples {
             name: RELEASE.to_string(),
             examples,
         },

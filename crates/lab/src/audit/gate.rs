@@ -19,7 +19,7 @@ use serde::Serialize;
 use super::bootstrap::Estimate;
 
 mod own;
-use super::intake::{self, Candidate, Reading};
+use super::intake::{self, CandidateRelease, Reading};
 use super::{Config, Input, run};
 use releasegate_core::contract::Contract;
 use releasegate_sim::worlds::{Split, World};
@@ -301,7 +301,7 @@ pub fn recipient(
         return Ok(None);
     };
     let label = format!("recipient {name}");
-    let candidate = Candidate::uniform(format!("{label} (joint)"), None, None);
+    let candidate = CandidateRelease::uniform(format!("{label} (joint)"), None, None);
     let (input, intake) = intake::build_joint(
         std::slice::from_ref(main),
         joint,
@@ -536,7 +536,7 @@ mod tests {
             })
             .collect();
         Input {
-            releases: vec![super::super::Release {
+            releases: vec![super::super::ReleaseExamples {
                 name: "r".into(),
                 examples,
             }],

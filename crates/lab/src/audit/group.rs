@@ -80,147 +80,39 @@ impl Group {
         domain: &str,
         examples: &[(usize, &Example)],
     ) -> Result<Group, Error> {
-        let invalid = |index: usize, reason: &str| Error::InvalidExample {
-            release: release.to_string(),
-            index,
-            reason: reason.to_string(),
-        };
+        let first_shape: Vec<usize> = examples
+            .first()
+            .map(|(_, first)| joint_shape(first))
+            .unwrap_or_default();
         let mut class_count = 0;
         let mut public_width = 0;
         let mut names = BTreeSet::new();
         for &(index, ex) in examples {
-            if ex.class_count < 2 || ex.class_count > MAX_CLASSES {
-                return Err(invalid(index, "class count must be in 2..=255"));
-            }
-            if ex.t_index >= ex.class_count {
-                return Err(invalid(index, "authorized class index out of range"));
-            }
-            if ex.release.choice.is_some_and(|c| c >= ex.class_count) {
-                return Err(invalid(index, "choice out of range"));
-            }
-            if ex
-                .release
-                .probabilities
-                .as_ref()
-                .is_some_and(|p| p.len() != ex.class_count)
-            {
-                return Err(invalid(
-                    index,
-                    "probability vector length differs from class count",
-                ));
-            }
-            for part in &ex.release.joint {
-                let fits = (2..=MAX_CLASSES).contains(&part.class_count)
-                    && part.t_index < part.class_count
-                    && part.choice.is_none_or(|c| c < part.class_count)
-                    && part
-                        .probabilities
-                        .as_ref()
-                        .is_none_or(|p| p.len() == part.class_count);
-                if !fits {
-                    return Err(invalid(
-                        index,
-                        "a joint release does not fit its class count",
-                    ));
-                }
-            }
-            let shape: Vec<usize> = ex.release.joint.iter().map(|p| p.class_count).collect();
-            let first: Vec<usize> = examples
-                .first()
-                .map(|(_, first)| first.release.joint.iter().map(|p| p.class_count).collect())
-                .unwrap_or_default();
-            if shape != first {
-                return Err(invalid(
-                    index,
-                    "joint releases differ in number or class count",
-                ));
-            }
-            if ex.hypotheses[0] == ex.hypotheses[1] {
-                return Err(invalid(index, "the two hypotheses are equal"));
-            }
-            match ex.s_index {
-                Some(0) | Some(1) => {}
-                Some(_) => return Err(invalid(index, "secret index must be 0 or 1")),
-                None => return Err(invalid(index, "missing secret label")),
-            }
+            check_example(ex, &first_shape).map_err(|reason| Error::InvalidExample {
+                release: release.to_string(),
+                index,
+                reason: reason.to_string(),
+            })?;
             class_count = class_count.max(ex.class_count);
             public_width = public_width.max(ex.public.len());
             names.insert(ex.hypotheses[0].clone());
             names.insert(ex.hypotheses[1].clone());
         }
         let mechanisms: Vec<String> = names.into_iter().collect();
-        let id = |name: &str| {
-            mechanisms
-                .binary_search_by(|m| m.as_str().cmp(name))
-                .unwrap_or(0)
-        };
-        let mut pair_set = BTreeSet::new();
-        let mut rows = Vec::with_capacity(examples.len() * 4 / 3);
-        for &(index, ex) in examples {
-            let (a, b) = (id(&ex.hypotheses[0]), id(&ex.hypotheses[1]));
-            let reversed = a > b;
-            let (lo, hi) = if reversed { (b, a) } else { (a, b) };
-            pair_set.insert((lo, hi));
-            let s = ex.s_index.unwrap_or(0);
-            let y = if (s == 1) != reversed { 1.0 } else { 0.0 };
-            let mut public: Vec<f64> = ex
-                .public
-                .iter()
-                .map(|v| if v.is_finite() { *v } else { 0.0 })
-                .collect();
-            public.resize(public_width, 0.0);
-            let release = ReleasedFeatures {
-                choice: ex.release.choice,
-                probabilities: ex
-                    .release
-                    .probabilities
-                    .as_ref()
-                    .map(|p| p.iter().map(|v| v.filter(|x| x.is_finite())).collect()),
-                confidence: ex.release.confidence.filter(|v| v.is_finite()),
-                usage: ex.release.usage.finite(),
-                joint: ex
-                    .release
-                    .joint
-                    .iter()
-                    .map(|part| JointPart {
-                        probabilities: part
-                            .probabilities
-                            .as_ref()
-                            .map(|p| p.iter().map(|v| v.filter(|x| x.is_finite())).collect()),
-                        confidence: part.confidence.filter(|v| v.is_finite()),
-                        usage: part.usage.finite(),
-                        ..part.clone()
-                    })
-                    .collect(),
-            };
-            rows.push(Row {
-                source: index,
-                swapped_copy: false,
-                split: ex.split,
-                pair_id: ex.pair_id.clone(),
-                lo,
-                hi,
-                hyp_pair: 0,
-                reversed,
-                y,
-                t_index: ex.t_index,
-                public,
-                release,
-            });
-        }
-        let pairs: Vec<(usize, usize)> = pair_set.into_iter().collect();
+        let mut rows: Vec<Row> = examples
+            .iter()
+            .map(|&(index, ex)| canonical_row(index, ex, &mechanisms, public_width))
+            .collect();
+        let pairs: Vec<(usize, usize)> = rows
+            .iter()
+            .map(|row| (row.lo, row.hi))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
         for row in &mut rows {
             row.hyp_pair = pairs.binary_search(&(row.lo, row.hi)).unwrap_or(0);
         }
-        let copies: Vec<Row> = rows
-            .iter()
-            .filter(|r| r.split == Split::Test)
-            .map(|r| Row {
-                swapped_copy: true,
-                reversed: !r.reversed,
-                ..r.clone()
-            })
-            .collect();
+        let copies = swapped_test_copies(&rows);
         rows.extend(copies);
         let fields = FieldSet::observed(examples.iter().map(|(_, ex)| *ex));
         let group = Group {
@@ -233,27 +125,33 @@ impl Group {
             pairs,
             fields,
         };
+        group.check_splits()?;
+        Ok(group)
+    }
+
+    /// Every split holds at least one of the caller's rows, and training spans two pairs.
+    fn check_splits(&self) -> Result<(), Error> {
         for split in [Split::Train, Split::Validation, Split::Test] {
-            if group.original_rows(split).is_empty() {
+            if self.original_rows(split).is_empty() {
                 return Err(Error::EmptySplit {
-                    release: release.to_string(),
-                    domain: domain.to_string(),
+                    release: self.release.clone(),
+                    domain: self.domain.clone(),
                     split,
                 });
             }
         }
-        let train_pairs: BTreeSet<&str> = group
+        let train_pairs: BTreeSet<&str> = self
             .original_rows(Split::Train)
             .iter()
-            .map(|&i| group.rows[i].pair_id.as_str())
+            .map(|&i| self.rows[i].pair_id.as_str())
             .collect();
         if train_pairs.len() < 2 {
             return Err(Error::TooFewTrainingPairs {
-                release: release.to_string(),
-                domain: domain.to_string(),
+                release: self.release.clone(),
+                domain: self.domain.clone(),
             });
         }
-        Ok(group)
+        Ok(())
     }
 
     /// Indices of the caller's rows (not swapped copies) in `split`.
@@ -366,4 +264,126 @@ impl Group {
         }
         h.finalize().into()
     }
+}
+
+/// The class counts of an example's joint releases, in order.
+fn joint_shape(ex: &Example) -> Vec<usize> {
+    ex.release.joint.iter().map(|p| p.class_count).collect()
+}
+
+/// Why `ex` cannot be audited, if it cannot; `first_shape` is the group's first joint shape.
+fn check_example(ex: &Example, first_shape: &[usize]) -> Result<(), &'static str> {
+    if ex.class_count < 2 || ex.class_count > MAX_CLASSES {
+        return Err("class count must be in 2..=255");
+    }
+    if ex.t_index >= ex.class_count {
+        return Err("authorized class index out of range");
+    }
+    if ex.release.choice.is_some_and(|c| c >= ex.class_count) {
+        return Err("choice out of range");
+    }
+    if ex
+        .release
+        .probabilities
+        .as_ref()
+        .is_some_and(|p| p.len() != ex.class_count)
+    {
+        return Err("probability vector length differs from class count");
+    }
+    if !ex.release.joint.iter().all(joint_part_fits) {
+        return Err("a joint release does not fit its class count");
+    }
+    if joint_shape(ex) != first_shape {
+        return Err("joint releases differ in number or class count");
+    }
+    if ex.hypotheses[0] == ex.hypotheses[1] {
+        return Err("the two hypotheses are equal");
+    }
+    match ex.s_index {
+        Some(0) | Some(1) => Ok(()),
+        Some(_) => Err("secret index must be 0 or 1"),
+        None => Err("missing secret label"),
+    }
+}
+
+/// Whether a joint release's fields fit its own class count.
+fn joint_part_fits(part: &JointPart) -> bool {
+    (2..=MAX_CLASSES).contains(&part.class_count)
+        && part.t_index < part.class_count
+        && part.choice.is_none_or(|c| c < part.class_count)
+        && part
+            .probabilities
+            .as_ref()
+            .is_none_or(|p| p.len() == part.class_count)
+}
+
+/// One validated example as a canonical row (`hyp_pair` still 0).
+fn canonical_row(index: usize, ex: &Example, mechanisms: &[String], public_width: usize) -> Row {
+    let id = |name: &str| {
+        mechanisms
+            .binary_search_by(|m| m.as_str().cmp(name))
+            .unwrap_or(0)
+    };
+    let (a, b) = (id(&ex.hypotheses[0]), id(&ex.hypotheses[1]));
+    let reversed = a > b;
+    let (lo, hi) = if reversed { (b, a) } else { (a, b) };
+    let s = ex.s_index.unwrap_or(0);
+    let y = if (s == 1) != reversed { 1.0 } else { 0.0 };
+    let mut public: Vec<f64> = ex
+        .public
+        .iter()
+        .map(|v| if v.is_finite() { *v } else { 0.0 })
+        .collect();
+    public.resize(public_width, 0.0);
+    Row {
+        source: index,
+        swapped_copy: false,
+        split: ex.split,
+        pair_id: ex.pair_id.clone(),
+        lo,
+        hi,
+        hyp_pair: 0,
+        reversed,
+        y,
+        t_index: ex.t_index,
+        public,
+        release: finite_release(&ex.release),
+    }
+}
+
+/// The released fields with non-finite numbers treated as missing.
+fn finite_release(release: &ReleasedFeatures) -> ReleasedFeatures {
+    ReleasedFeatures {
+        choice: release.choice,
+        probabilities: release.probabilities.as_ref().map(|p| finite_slots(p)),
+        confidence: release.confidence.filter(|v| v.is_finite()),
+        usage: release.usage.finite(),
+        joint: release
+            .joint
+            .iter()
+            .map(|part| JointPart {
+                probabilities: part.probabilities.as_ref().map(|p| finite_slots(p)),
+                confidence: part.confidence.filter(|v| v.is_finite()),
+                usage: part.usage.finite(),
+                ..part.clone()
+            })
+            .collect(),
+    }
+}
+
+/// A probability vector with non-finite slots treated as missing.
+fn finite_slots(p: &[Option<f64>]) -> Vec<Option<f64>> {
+    p.iter().map(|v| v.filter(|x| x.is_finite())).collect()
+}
+
+/// The hypothesis-swapped copies of the test rows, in row order.
+fn swapped_test_copies(rows: &[Row]) -> Vec<Row> {
+    rows.iter()
+        .filter(|r| r.split == Split::Test)
+        .map(|r| Row {
+            swapped_copy: true,
+            reversed: !r.reversed,
+            ..r.clone()
+        })
+        .collect()
 }

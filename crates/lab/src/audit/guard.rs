@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::bootstrap::Estimate;
-use super::intake::{self, Candidate, Reading};
+use super::intake::{self, CandidateRelease, Reading};
 use releasegate_core::codebook::{self, Chosen, Figure, Guard};
 use releasegate_core::contract::Contract;
 use releasegate_core::mechanism::Mechanism;
@@ -114,12 +114,12 @@ pub fn compare(
             needed: MIN_VALIDATION_PAIRS,
         });
     }
-    let candidate = |name: &str, mechanisms: &BTreeMap<String, Mechanism>| Candidate {
+    let candidate = |name: &str, mechanisms: &BTreeMap<String, Mechanism>| CandidateRelease {
         mechanisms: mechanisms
             .iter()
             .map(|(contract, m)| ((contract.clone(), question.to_string()), m.clone()))
             .collect(),
-        ..Candidate::uniform(name, None, None)
+        ..CandidateRelease::uniform(name, None, None)
     };
     let candidates = [candidate(STRICT, strict), candidate(BOUNDED, bounded)];
     let audit = |reason: String| Error::Audit(reason);

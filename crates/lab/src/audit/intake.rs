@@ -13,24 +13,20 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use ndarray::{Array1, Array2};
 use serde::Serialize;
-use serde_json::Value;
 
-use super::logistic;
-use super::{CostObservation, Example, Input, JointPart, Release, ReleasedFeatures, WorkflowCosts};
-use releasegate_core::contract::{Contract, DeriveError, PublicKind, Rerelease, View};
-use releasegate_core::features::{self, PublicFeature, PublicFeatureSpec};
+use super::{Example, Input, JointPart, ReleaseExamples, ReleasedFeatures};
+use releasegate_core::contract::{Contract, DeriveError, Rerelease, View};
 use releasegate_core::mechanism::{self, Mechanism};
 use releasegate_core::release::{self, Options};
 use releasegate_core::rng::Rng;
 use releasegate_core::wire;
-use releasegate_core::workflow::{self, Spec};
+use releasegate_core::workflow;
 use releasegate_sim::worlds::{self, World};
 
 /// One candidate release: the contract with its views and mechanisms replaced.
 #[derive(Debug, Clone)]
-pub struct Candidate {
+pub struct CandidateRelease {
     /// Unique name in the report.
     pub name: String,
     /// The view every question is released under, or `None` for each question's own.
@@ -42,14 +38,14 @@ pub struct Candidate {
     pub mechanisms: BTreeMap<(String, String), Mechanism>,
 }
 
-impl Candidate {
+impl CandidateRelease {
     /// A candidate with one view and mechanism for every question.
     pub fn uniform(
         name: impl Into<String>,
         view: Option<View>,
         mechanism: Option<Mechanism>,
-    ) -> Candidate {
-        Candidate {
+    ) -> CandidateRelease {
+        CandidateRelease {
             name: name.into(),
             view,
             mechanism,
@@ -85,10 +81,10 @@ pub fn candidates(
     mechanisms: &[String],
     contracts: &[Arc<Contract>],
     seed: u64,
-) -> Result<Vec<Candidate>, String> {
-    let mut candidates: Vec<Candidate> = parse_views(views)?
+) -> Result<Vec<CandidateRelease>, String> {
+    let mut candidates: Vec<CandidateRelease> = parse_views(views)?
         .into_iter()
-        .map(|view| Candidate::uniform(view.as_str(), Some(view), Some(Mechanism::None)))
+        .map(|view| CandidateRelease::uniform(view.as_str(), Some(view), Some(Mechanism::None)))
         .collect();
     candidates.extend(own_release(contracts));
     for spec in mechanisms {
@@ -110,12 +106,12 @@ fn parse_views(names: Option<&[String]>) -> Result<Vec<View>, String> {
 
 /// The contracts' own release (`KIND (contract)`, after the first question with a
 /// mechanism), when it is more than a plain view.
-fn own_release(contracts: &[Arc<Contract>]) -> Option<Candidate> {
+fn own_release(contracts: &[Arc<Contract>]) -> Option<CandidateRelease> {
     let rule = contracts
         .iter()
         .flat_map(|c| c.questions().values())
         .find(|rule| !matches!(rule.mechanism(), Mechanism::None))?;
-    Some(Candidate::uniform(
+    Some(CandidateRelease::uniform(
         format!("{} (contract)", rule.mechanism().kind()),
         None,
         None,
@@ -123,7 +119,7 @@ fn own_release(contracts: &[Arc<Contract>]) -> Option<Candidate> {
 }
 
 /// The candidate of one mechanism `spec` under `full_native`, named by the trimmed spec.
-fn mechanism_candidate(spec: &str, seed: u64) -> Result<Candidate, String> {
+fn mechanism_candidate(spec: &str, seed: u64) -> Result<CandidateRelease, String> {
     let raw = mechanism::Raw::from_spec(spec, seed)?;
     // A mechanism of the command line is a baseline: it names no file to read.
     let no_files = |path: &std::path::Path| {
@@ -134,7 +130,7 @@ fn mechanism_candidate(spec: &str, seed: u64) -> Result<Candidate, String> {
     };
     let mechanism = Mechanism::from_raw(raw, &[], None, std::path::Path::new("."), &no_files)
         .map_err(|reason| format!("`{spec}`: {reason}"))?;
-    Ok(Candidate::uniform(
+    Ok(CandidateRelease::uniform(
         spec.trim(),
         Some(View::FullNative),
         Some(mechanism),
@@ -233,7 +229,7 @@ pub(super) struct Usable<'w> {
 pub fn build(
     contracts: &[Arc<Contract>],
     worlds: &[World],
-    candidates: &[Candidate],
+    candidates: &[CandidateRelease],
     reading: Reading,
     seed: u64,
 ) -> Result<(Input, Intake), Error> {
@@ -248,7 +244,7 @@ pub fn build_joint(
     contracts: &[Arc<Contract>],
     joint: &[Arc<Contract>],
     worlds: &[World],
-    candidates: &[Candidate],
+    candidates: &[CandidateRelease],
     reading: Reading,
     seed: u64,
 ) -> Result<(Input, Intake), Error> {
@@ -257,43 +253,69 @@ pub fn build_joint(
     if usable.is_empty() {
         return Err(Error::Empty);
     }
-    // Public features: fitted per contract on its train worlds.
-    let specs: Vec<PublicFeatureSpec> = (0..contracts.len())
-        .map(|c| {
-            fit_public(
-                &contracts[c],
-                usable.iter().filter(|u| u.contract == c).map(|u| u.world),
-            )
-        })
-        .collect();
-    for u in &mut usable {
-        let state = u.world.request.get("state").unwrap_or(&Value::Null);
-        u.public = specs[u.contract].extract(state);
-    }
+    public::extract(contracts, &mut usable);
     intake.worlds_used = usable.len() as u64;
-
     let mut input = Input::default();
+    let releaser = Releaser {
+        joint,
+        usable: &usable,
+        reading,
+        seed,
+    };
     for candidate in candidates {
         let variants = contracts
             .iter()
             .map(|c| candidate.apply(c))
             .collect::<Result<Vec<Contract>, _>>()?;
-        let mut examples = Vec::with_capacity(usable.len());
-        let mut consumer: Vec<Option<workflow::Release>> = Vec::with_capacity(usable.len());
         let outcomes = intake.mechanisms.entry(candidate.name.clone()).or_default();
-        for u in &usable {
+        let (examples, consumer) = releaser.release(candidate, &variants, outcomes)?;
+        costs::costs(
+            &mut input,
+            &mut intake,
+            candidate,
+            contracts,
+            &usable,
+            &consumer,
+        );
+        input.releases.push(ReleaseExamples {
+            name: candidate.name.clone(),
+            examples,
+        });
+    }
+    Ok((input, intake))
+}
+
+/// Releases the usable worlds under each candidate, as the proxy would.
+struct Releaser<'a, 'w> {
+    /// The recipient's other contracts, read together with each release.
+    joint: &'a [Arc<Contract>],
+    usable: &'a [Usable<'w>],
+    reading: Reading,
+    seed: u64,
+}
+
+// === impl Releaser ===
+
+impl Releaser<'_, '_> {
+    /// Every usable world released under `candidate` (`variants`: the contracts with it
+    /// applied): the attacker's examples and what the recipient's workflows read; counts
+    /// each mechanism outcome in `outcomes`.
+    fn release(
+        &self,
+        candidate: &CandidateRelease,
+        variants: &[Contract],
+        outcomes: &mut BTreeMap<String, u64>,
+    ) -> Result<(Vec<Example>, Vec<Option<workflow::Release>>), Error> {
+        let mut examples = Vec::with_capacity(self.usable.len());
+        let mut consumer = Vec::with_capacity(self.usable.len());
+        for u in self.usable {
             let contract = &variants[u.contract];
             let asked = wire::check_request(&u.world.request, contract)
                 .map_err(|e| world_error(u.world, &e.to_string()))?;
-            let stream = format!("{seed}/{}/{}", candidate.name, u.world.world_id);
+            let stream = format!("{}/{}/{}", self.seed, candidate.name, u.world.world_id);
             let released = release_saved(contract, &asked, u.world, &stream)?;
             if let Some(record) = released.answers.iter().find(|r| r.question == u.question) {
-                let outcome = match record.mechanism {
-                    mechanism::Outcome::Applied => "applied".to_string(),
-                    mechanism::Outcome::Covered { .. } => "covered".to_string(),
-                    mechanism::Outcome::Fallback(reason) => format!("fallback:{}", reason.label()),
-                };
-                *outcomes.entry(outcome).or_default() += 1;
+                *outcomes.entry(outcome_label(record.mechanism)).or_default() += 1;
             }
             // An answer left out of `answers` (no prediction, complete shape) reads as `null`.
             let answer = released_answer(&released, &u.question);
@@ -307,40 +329,43 @@ pub fn build_joint(
                 .get(&u.question)
                 .ok_or_else(|| world_error(u.world, "the question is not in the contract"))?;
             let form = release::Form::new(question, rule, contract.shape());
-            examples.push(Example {
-                pair_id: u.world.pair_id.clone(),
-                split: u.world.split,
-                domain: u.world.domain.clone(),
-                t: u.labels[u.t_index].clone(),
-                t_index: u.t_index,
-                hypotheses: labels_of(u.world)
-                    .map(|l| l.hypotheses.clone())
-                    .unwrap_or_default(),
-                s_index: Some(u.s_index),
-                release: ReleasedFeatures {
-                    usage: usable::released_usage(contract, &released),
-                    joint: joint_parts(joint, u, reading, seed)?,
-                    ..features_of(&form, reading, answer)
-                },
-                public: u.public.clone(),
-                class_count: u.labels.len(),
-            });
+            let features = ReleasedFeatures {
+                usage: usable::released_usage(contract, &released),
+                joint: joint_parts(self.joint, u, self.reading, self.seed)?,
+                ..features_of(&form, self.reading, answer)
+            };
+            examples.push(example(u, features));
             consumer.push(release::read_released(&form, answer));
         }
-        costs(
-            &mut input,
-            &mut intake,
-            candidate,
-            contracts,
-            &usable,
-            &consumer,
-        );
-        input.releases.push(Release {
-            name: candidate.name.clone(),
-            examples,
-        });
+        Ok((examples, consumer))
     }
-    Ok((input, intake))
+}
+
+/// A mechanism outcome as counted in `Intake::mechanisms`.
+fn outcome_label(outcome: mechanism::Outcome) -> String {
+    match outcome {
+        mechanism::Outcome::Applied => "applied".to_string(),
+        mechanism::Outcome::Covered { .. } => "covered".to_string(),
+        mechanism::Outcome::Fallback(reason) => format!("fallback:{}", reason.label()),
+    }
+}
+
+/// The attacker's example of a usable world with its released features.
+fn example(u: &Usable<'_>, release: ReleasedFeatures) -> Example {
+    Example {
+        pair_id: u.world.pair_id.clone(),
+        split: u.world.split,
+        domain: u.world.domain.clone(),
+        t: u.labels[u.t_index].clone(),
+        t_index: u.t_index,
+        hypotheses: labels_of(u.world)
+            .map(|l| l.hypotheses.clone())
+            .unwrap_or_default(),
+        s_index: Some(u.s_index),
+        release,
+        public: u.public.clone(),
+        class_count: u.labels.len(),
+    }
 }
 
 /// What the recipient receives for `u`'s world under each joint contract.
@@ -457,230 +482,9 @@ fn features_of<N: wire::Node>(
     }
 }
 
-/// Fits a contract's public features on its train worlds.
-fn fit_public<'w>(
-    contract: &Contract,
-    worlds: impl Iterator<Item = &'w World>,
-) -> PublicFeatureSpec {
-    let train: Vec<&World> = worlds.filter(|w| w.split == worlds::Split::Train).collect();
-    let mut features = Vec::new();
-    for field in contract.public() {
-        let values = train.iter().filter_map(|w| {
-            w.request
-                .get("state")
-                .and_then(|s| s.pointer(&field.pointer))
-        });
-        match field.kind {
-            PublicKind::Categorical => {
-                let mut counts: BTreeMap<String, (u64, Value)> = BTreeMap::new();
-                for value in values {
-                    counts
-                        .entry(value.to_string())
-                        .or_insert((0, value.clone()))
-                        .0 += 1;
-                }
-                let mut ranked: Vec<(String, (u64, Value))> = counts.into_iter().collect();
-                ranked.sort_by(|a, b| b.1.0.cmp(&a.1.0).then_with(|| a.0.cmp(&b.0)));
-                ranked.truncate(field.max_features.unwrap_or(32));
-                features.push(PublicFeature::Categorical {
-                    pointer: field.pointer.clone(),
-                    values: ranked.into_iter().map(|(_, (_, v))| v).collect(),
-                });
-            }
-            PublicKind::Tokens => {
-                let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-                for value in values {
-                    features::visit_text(value, &mut |text| {
-                        for token in features::tokens(text) {
-                            *counts.entry(token).or_default() += 1;
-                        }
-                    });
-                }
-                let mut ranked: Vec<(String, u64)> = counts.into_iter().collect();
-                ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-                ranked.truncate(field.max_features.unwrap_or(64));
-                features.push(PublicFeature::Tokens {
-                    pointer: field.pointer.clone(),
-                    vocabulary: ranked.into_iter().map(|(t, _)| t).collect(),
-                });
-            }
-        }
-    }
-    // Pointers are validated with the configuration and vocabularies come from the tokenizer.
-    PublicFeatureSpec::new(features).unwrap_or_else(|_| PublicFeatureSpec::empty())
-}
-
-/// Realized costs of every frozen workflow on the test worlds of one release.
-fn costs(
-    input: &mut Input,
-    intake: &mut Intake,
-    candidate: &Candidate,
-    contracts: &[Arc<Contract>],
-    usable: &[Usable<'_>],
-    consumer: &[Option<workflow::Release>],
-) {
-    // One workflow set per (contract, question) with declared workflows; named family/profile.
-    let mut observations: BTreeMap<String, Vec<CostObservation>> = BTreeMap::new();
-    let chosen = intake
-        .recipient_posteriors
-        .entry(candidate.name.clone())
-        .or_default();
-    for (c, contract) in contracts.iter().enumerate() {
-        for (question, rule) in contract.questions() {
-            let Some(spec) = &rule.workflows() else {
-                continue;
-            };
-            let members: Vec<usize> = (0..usable.len())
-                .filter(|&i| usable[i].contract == c && usable[i].question == *question)
-                .collect();
-            if members.is_empty() {
-                continue;
-            }
-            let view = candidate.view.unwrap_or(rule.view());
-            let posteriors = recipient_posteriors(spec, view, usable, consumer, &members);
-            for (p, policy) in spec.policies().iter().enumerate() {
-                let name = format!("{}/{}", policy.family.name(), policy.profile.name());
-                // Pick the posterior with the lowest mean validation cost (ties: the first).
-                let validation_cost = |estimates: &Vec<Option<Vec<f64>>>| {
-                    let costs: Vec<f64> = members
-                        .iter()
-                        .filter(|&&i| usable[i].world.split == worlds::Split::Validation)
-                        .filter_map(|&i| {
-                            estimates[i]
-                                .as_ref()
-                                .map(|q| policy.realized_cost(&policy.decide(q), usable[i].t_index))
-                        })
-                        .collect();
-                    costs.iter().sum::<f64>() / costs.len().max(1) as f64
-                };
-                let best = posteriors
-                    .iter()
-                    .enumerate()
-                    .min_by(|a, b| {
-                        validation_cost(&a.1.1)
-                            .total_cmp(&validation_cost(&b.1.1))
-                            .then(a.0.cmp(&b.0))
-                    })
-                    .map(|(index, _)| index)
-                    .unwrap_or(0);
-                let (posterior_name, estimates) = &posteriors[best];
-                chosen.insert(
-                    format!("{}/{question}/{name}", contract.name()),
-                    posterior_name.clone(),
-                );
-                let entry = observations.entry(name).or_default();
-                for &i in &members {
-                    let u = &usable[i];
-                    if u.world.split != worlds::Split::Test {
-                        continue;
-                    }
-                    if let Some(q) = &estimates[i] {
-                        entry.push(CostObservation {
-                            pair_id: u.world.pair_id.clone(),
-                            domain: u.world.domain.clone(),
-                            cost: spec.policies()[p].realized_cost(&policy.decide(q), u.t_index),
-                        });
-                    }
-                }
-            }
-        }
-    }
-    for (workflow, observations) in observations {
-        input.costs.push(WorkflowCosts {
-            release: candidate.name.clone(),
-            workflow,
-            observations,
-        });
-    }
-}
-
-/// The recipient's candidate posteriors per world: the frozen one (native)
-/// for views with probabilities; for other views an empirical prior and a
-/// one-vs-rest L2 logistic posterior over the released fields, both fitted on train.
-fn recipient_posteriors(
-    spec: &Spec,
-    view: View,
-    usable: &[Usable<'_>],
-    consumer: &[Option<workflow::Release>],
-    members: &[usize],
-) -> Vec<(String, Vec<Option<Vec<f64>>>)> {
-    let n = spec.class_count();
-    if view.has_probabilities() {
-        let estimates = (0..usable.len())
-            .map(|i| {
-                consumer[i].as_ref().map(|r| {
-                    spec.posterior(
-                        r,
-                        usable[i].world.request.get("state").unwrap_or(&Value::Null),
-                    )
-                })
-            })
-            .collect();
-        return vec![("frozen".to_string(), estimates)];
-    }
-    let train: Vec<usize> = members
-        .iter()
-        .copied()
-        .filter(|&i| usable[i].world.split == worlds::Split::Train)
-        .collect();
-    let mut prior = vec![1.0; n];
-    for &i in &train {
-        prior[usable[i].t_index] += 1.0;
-    }
-    let total: f64 = prior.iter().sum();
-    prior.iter_mut().for_each(|p| *p /= total);
-    let prior_estimates = (0..usable.len()).map(|_| Some(prior.clone())).collect();
-    // Features: one-hot choice and the confidence when released.
-    let featurize = |release: &Option<workflow::Release>| -> Vec<f64> {
-        let mut x = vec![0.0; n + 1];
-        if let Some(r) = release {
-            if r.choice < n {
-                x[r.choice] = 1.0;
-            }
-            x[n] = r.confidence.unwrap_or(0.0);
-        }
-        x
-    };
-    let rows: Vec<Vec<f64>> = train.iter().map(|&i| featurize(&consumer[i])).collect();
-    let x = Array2::from_shape_fn((rows.len(), n + 1), |(r, c)| rows[r][c]);
-    let models: Vec<logistic::Model> = (0..n)
-        .map(|class| {
-            let y = Array1::from_iter(
-                train
-                    .iter()
-                    .map(|&i| f64::from(u8::from(usable[i].t_index == class))),
-            );
-            logistic::fit(
-                x.view(),
-                y.view(),
-                logistic::Options {
-                    c: 1.0,
-                    intercept: true,
-                    max_iter: 50,
-                    tol: 1e-8,
-                },
-                None,
-            )
-        })
-        .collect();
-    let logistic_estimates = (0..usable.len())
-        .map(|i| {
-            let row = featurize(&consumer[i]);
-            let x = Array2::from_shape_fn((1, n + 1), |(_, c)| row[c]);
-            let raw: Vec<f64> = models
-                .iter()
-                .map(|m| m.predict(x.view())[0].max(1e-9))
-                .collect();
-            let sum: f64 = raw.iter().sum();
-            Some(raw.iter().map(|p| p / sum).collect())
-        })
-        .collect();
-    vec![
-        ("empirical_prior".to_string(), prior_estimates),
-        ("logistic".to_string(), logistic_estimates),
-    ]
-}
+mod costs;
+mod public;
+pub mod usable;
 
 #[cfg(test)]
 mod tests;
-pub mod usable;

@@ -175,16 +175,7 @@ pub fn fit_with_gram(
     } else {
         1.0
     };
-    let mut model = match init {
-        Some(m) if m.weights.len() == d => m.clone(),
-        _ => Model {
-            weights: Array1::zeros(d),
-            intercept: 0.0,
-        },
-    };
-    if !options.intercept {
-        model.intercept = 0.0;
-    }
+    let mut model = initial_model(init, d, options.intercept);
     if n == 0 {
         return model;
     }
@@ -215,28 +206,56 @@ pub fn fit_with_gram(
         if !max_step.is_finite() {
             break;
         }
-        // Backtracking: halve until the objective does not increase.
-        let mut t = 1.0;
-        let mut accepted = false;
-        for _ in 0..30 {
-            let cand = Model {
-                weights: &model.weights - &(&dw * t),
-                intercept: model.intercept - db * t,
-            };
-            let cand_obj = objective(x, y, &cand, c);
-            if cand_obj.is_finite() && cand_obj <= obj + 1e-12 * obj.abs().max(1.0) {
-                model = cand;
-                obj = cand_obj;
-                accepted = true;
-                break;
-            }
-            t *= 0.5;
-        }
-        if !accepted || max_step * t < options.tol {
+        let Some((cand, cand_obj, t)) = backtrack(x, y, &model, (&dw, db), c, obj) else {
+            break;
+        };
+        model = cand;
+        obj = cand_obj;
+        if max_step * t < options.tol {
             break;
         }
     }
     model
+}
+
+/// The warm start `init` when it has `d` weights, else zeros; no intercept unless fitted.
+fn initial_model(init: Option<&Model>, d: usize, intercept: bool) -> Model {
+    let mut model = match init {
+        Some(m) if m.weights.len() == d => m.clone(),
+        _ => Model {
+            weights: Array1::zeros(d),
+            intercept: 0.0,
+        },
+    };
+    if !intercept {
+        model.intercept = 0.0;
+    }
+    model
+}
+
+/// Backtracking along the Newton step `(dw, db)`: halves the step (at most 30 times) until
+/// the objective does not increase; the accepted model, its objective and the step size.
+fn backtrack(
+    x: ArrayView2<'_, f64>,
+    y: ArrayView1<'_, f64>,
+    model: &Model,
+    (dw, db): (&Array1<f64>, f64),
+    c: f64,
+    obj: f64,
+) -> Option<(Model, f64, f64)> {
+    let mut t = 1.0;
+    for _ in 0..30 {
+        let cand = Model {
+            weights: &model.weights - &(dw * t),
+            intercept: model.intercept - db * t,
+        };
+        let cand_obj = objective(x, y, &cand, c);
+        if cand_obj.is_finite() && cand_obj <= obj + 1e-12 * obj.abs().max(1.0) {
+            return Some((cand, cand_obj, t));
+        }
+        t *= 0.5;
+    }
+    None
 }
 
 /// Newton direction (to be subtracted) from the explicit `d x d` Hessian.

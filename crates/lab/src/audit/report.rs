@@ -156,6 +156,21 @@ impl Report {
     /// Plain-text tables: recovery per release and domain, then utility.
     pub fn to_text(&self) -> String {
         let mut out = String::new();
+        let widths = Widths::of(self);
+        self.write_recovery(&mut out, &widths);
+        self.write_strategies(&mut out, &widths);
+        if self.releases.iter().any(|r| !r.utility.is_empty()) {
+            self.write_utility(&mut out, &widths);
+        }
+        if self.releases.iter().any(|r| !r.paired.is_empty()) {
+            self.write_paired(&mut out);
+        }
+        out
+    }
+
+    /// The recovery table: a row per release and domain, then the release pooled.
+    fn write_recovery(&self, out: &mut String, widths: &Widths) {
+        let Widths { rw, dw, .. } = *widths;
         let _ = writeln!(
             out,
             "Secret recovery (test; 95% pair-clustered intervals, {} resamples; equivariance {})",
@@ -166,27 +181,6 @@ impl Report {
                 "FAILED"
             }
         );
-        // Columns as wide as their longest name: nothing is truncated.
-        let rw = self
-            .releases
-            .iter()
-            .map(|r| r.release.chars().count())
-            .fold(24, usize::max);
-        let dw = self
-            .releases
-            .iter()
-            .flat_map(|r| r.domains.iter().map(|d| d.domain.chars().count()))
-            .fold(12, usize::max);
-        let sw = self
-            .releases
-            .iter()
-            .flat_map(|r| r.domains.iter().map(|d| d.strategy.name.chars().count()))
-            .fold(44, usize::max);
-        let ww = self
-            .releases
-            .iter()
-            .flat_map(|r| r.utility.iter().map(|u| u.workflow.chars().count()))
-            .fold(20, usize::max);
         let header = format!(
             "{:<rw$} {:<dw$} {:>5} {:<26} {:<22} {:<22} {:<22} {:>5}",
             "release",
@@ -232,6 +226,11 @@ impl Report {
                 }
             );
         }
+    }
+
+    /// The strategy each release and domain selected on the validation split.
+    fn write_strategies(&self, out: &mut String, widths: &Widths) {
+        let Widths { rw, dw, sw, .. } = *widths;
         let _ = writeln!(out);
         let _ = writeln!(
             out,
@@ -250,52 +249,96 @@ impl Report {
                 );
             }
         }
-        if self.releases.iter().any(|r| !r.utility.is_empty()) {
-            let _ = writeln!(out);
-            let _ = writeln!(
-                out,
-                "Mean realized cost (test; 95% pair-clustered intervals)"
-            );
-            let _ = writeln!(
-                out,
-                "{:<rw$} {:<ww$} {:>5} {:<28}",
-                "release", "workflow", "n", "mean cost [95% CI]"
-            );
-            for rel in &self.releases {
-                for u in &rel.utility {
-                    let _ = writeln!(
-                        out,
-                        "{:<rw$} {:<ww$} {:>5} {:<28}",
-                        rel.release,
-                        u.workflow,
-                        u.pooled.n,
-                        num(&u.pooled)
-                    );
-                }
+    }
+
+    /// The mean realized cost per release and workflow.
+    fn write_utility(&self, out: &mut String, widths: &Widths) {
+        let Widths { rw, ww, .. } = *widths;
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "Mean realized cost (test; 95% pair-clustered intervals)"
+        );
+        let _ = writeln!(
+            out,
+            "{:<rw$} {:<ww$} {:>5} {:<28}",
+            "release", "workflow", "n", "mean cost [95% CI]"
+        );
+        for rel in &self.releases {
+            for u in &rel.utility {
+                let _ = writeln!(
+                    out,
+                    "{:<rw$} {:<ww$} {:>5} {:<28}",
+                    rel.release,
+                    u.workflow,
+                    u.pooled.n,
+                    num(&u.pooled)
+                );
             }
         }
-        if self.releases.iter().any(|r| !r.paired.is_empty()) {
-            let _ = writeln!(
-                out,
-                "\nPaired differences (recovery minus the reference's, same test pairs; 95% pair-clustered intervals)"
-            );
-            for rel in &self.releases {
-                for paired in &rel.paired {
-                    let d = &paired.difference;
-                    let _ = writeln!(
-                        out,
-                        "{} - {}: {:+.2} [{:+.2}, {:+.2}] points on {} pairs",
-                        rel.release,
-                        paired.reference,
-                        100.0 * d.mean,
-                        100.0 * d.lower,
-                        100.0 * d.upper,
-                        d.n_pairs
-                    );
-                }
+    }
+
+    /// Each release's recovery minus its references', over the same test pairs.
+    fn write_paired(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "\nPaired differences (recovery minus the reference's, same test pairs; 95% pair-clustered intervals)"
+        );
+        for rel in &self.releases {
+            for paired in &rel.paired {
+                let d = &paired.difference;
+                let _ = writeln!(
+                    out,
+                    "{} - {}: {:+.2} [{:+.2}, {:+.2}] points on {} pairs",
+                    rel.release,
+                    paired.reference,
+                    100.0 * d.mean,
+                    100.0 * d.lower,
+                    100.0 * d.upper,
+                    d.n_pairs
+                );
             }
         }
-        out
+    }
+}
+
+/// The text tables' column widths: each as wide as its longest name, so nothing is truncated.
+#[derive(Debug, Clone, Copy)]
+struct Widths {
+    /// Release names.
+    rw: usize,
+    /// Domain names.
+    dw: usize,
+    /// Strategy names.
+    sw: usize,
+    /// Workflow names.
+    ww: usize,
+}
+
+// === impl Widths ===
+
+impl Widths {
+    /// The widths `report`'s names need.
+    fn of(report: &Report) -> Widths {
+        let releases = &report.releases;
+        Widths {
+            rw: releases
+                .iter()
+                .map(|r| r.release.chars().count())
+                .fold(24, usize::max),
+            dw: releases
+                .iter()
+                .flat_map(|r| r.domains.iter().map(|d| d.domain.chars().count()))
+                .fold(12, usize::max),
+            sw: releases
+                .iter()
+                .flat_map(|r| r.domains.iter().map(|d| d.strategy.name.chars().count()))
+                .fold(44, usize::max),
+            ww: releases
+                .iter()
+                .flat_map(|r| r.utility.iter().map(|u| u.workflow.chars().count()))
+                .fold(20, usize::max),
+        }
     }
 }
 

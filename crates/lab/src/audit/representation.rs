@@ -188,74 +188,21 @@ pub fn release_row(
     rep: Representation,
 ) -> Row {
     let mut row = Row::default();
-    let push = |row: &mut Row, v: f64, numeric: bool| {
-        row.values.push(v);
-        row.numeric.push(numeric);
-    };
     if fields.choice {
-        let choice = release.choice.filter(|&c| c < k);
-        for i in 0..k {
-            push(&mut row, if choice == Some(i) { 1.0 } else { 0.0 }, false);
-        }
-        push(&mut row, if choice.is_some() { 1.0 } else { 0.0 }, false);
-        push(
-            &mut row,
-            if choice == Some(t_index) { 1.0 } else { 0.0 },
-            false,
-        );
+        row.push_choice(release, t_index, k);
     }
     if fields.probabilities {
-        for i in 0..k {
-            push(&mut row, prob(release, i).unwrap_or(0.0), true);
-        }
-        for i in 0..k {
-            push(
-                &mut row,
-                if prob(release, i).is_some() { 1.0 } else { 0.0 },
-                false,
-            );
-        }
-        let p_t = prob(release, t_index);
-        push(&mut row, p_t.unwrap_or(0.0), true);
-        push(&mut row, if p_t.is_some() { 1.0 } else { 0.0 }, false);
+        row.push_probabilities(release, t_index, k);
         match rep {
             Representation::Raw => {}
-            Representation::LogRatio => {
-                let reference = prob(release, 0);
-                for i in 1..k {
-                    let ratio = match (prob(release, i), reference) {
-                        (Some(p), Some(r)) => {
-                            (p.max(0.0) + LOG_EPS).ln() - (r.max(0.0) + LOG_EPS).ln()
-                        }
-                        _ => 0.0,
-                    };
-                    push(&mut row, ratio, true);
-                }
-                for i in 1..k {
-                    let both = prob(release, i).is_some() && reference.is_some();
-                    push(&mut row, if both { 1.0 } else { 0.0 }, false);
-                }
-            }
-            Representation::Residual => {
-                let mass = p_t.map(|p| (1.0 - p).max(0.0));
-                push(&mut row, mass.unwrap_or(0.0), true);
-                push(&mut row, if mass.is_some() { 1.0 } else { 0.0 }, false);
-                let zero = mass.is_some_and(|m| m <= ZERO_MASS);
-                push(&mut row, if zero { 1.0 } else { 0.0 }, false);
-                for i in 0..k {
-                    let share = match (mass, prob(release, i)) {
-                        (Some(m), Some(p)) if i != t_index && m > ZERO_MASS => p.max(0.0) / m,
-                        _ => 0.0,
-                    };
-                    push(&mut row, share, true);
-                }
-            }
+            Representation::LogRatio => row.push_log_ratios(release, k),
+            Representation::Residual => row.push_residual(release, t_index, k),
         }
     }
     if fields.confidence {
         let conf = release.confidence.filter(|v| v.is_finite());
-        push(&mut row, conf.unwrap_or(0.0), true);
-        push(&mut row, if conf.is_some() { 1.0 } else { 0.0 }, false);
+        row.push(conf.unwrap_or(0.0), true);
+        row.flag(conf.is_some());
     }
     if fields.usage {
         push_usage(&mut row.values, &mut row.numeric, &release.usage);
@@ -275,6 +222,74 @@ pub fn release_row(
         row.numeric.extend(more.numeric);
     }
     row
+}
+
+// === impl Row ===
+
+impl Row {
+    /// Appends one column.
+    fn push(&mut self, v: f64, numeric: bool) {
+        self.values.push(v);
+        self.numeric.push(numeric);
+    }
+
+    /// Appends a 0/1 indicator column.
+    fn flag(&mut self, on: bool) {
+        self.push(if on { 1.0 } else { 0.0 }, false);
+    }
+
+    /// The choice one-hot, whether a choice was released, and whether it is `T`.
+    fn push_choice(&mut self, release: &ReleasedFeatures, t_index: usize, k: usize) {
+        let choice = release.choice.filter(|&c| c < k);
+        for i in 0..k {
+            self.flag(choice == Some(i));
+        }
+        self.flag(choice.is_some());
+        self.flag(choice == Some(t_index));
+    }
+
+    /// The probabilities and their presence, then `P(T)` and its presence.
+    fn push_probabilities(&mut self, release: &ReleasedFeatures, t_index: usize, k: usize) {
+        for i in 0..k {
+            self.push(prob(release, i).unwrap_or(0.0), true);
+        }
+        for i in 0..k {
+            self.flag(prob(release, i).is_some());
+        }
+        let p_t = prob(release, t_index);
+        self.push(p_t.unwrap_or(0.0), true);
+        self.flag(p_t.is_some());
+    }
+
+    /// Log ratios of every class to class 0, and whether both were released.
+    fn push_log_ratios(&mut self, release: &ReleasedFeatures, k: usize) {
+        let reference = prob(release, 0);
+        for i in 1..k {
+            let ratio = match (prob(release, i), reference) {
+                (Some(p), Some(r)) => (p.max(0.0) + LOG_EPS).ln() - (r.max(0.0) + LOG_EPS).ln(),
+                _ => 0.0,
+            };
+            self.push(ratio, true);
+        }
+        for i in 1..k {
+            self.flag(prob(release, i).is_some() && reference.is_some());
+        }
+    }
+
+    /// The mass off `T`, its presence, whether it is zero, and each other class's share of it.
+    fn push_residual(&mut self, release: &ReleasedFeatures, t_index: usize, k: usize) {
+        let mass = prob(release, t_index).map(|p| (1.0 - p).max(0.0));
+        self.push(mass.unwrap_or(0.0), true);
+        self.flag(mass.is_some());
+        self.flag(mass.is_some_and(|m| m <= ZERO_MASS));
+        for i in 0..k {
+            let share = match (mass, prob(release, i)) {
+                (Some(m), Some(p)) if i != t_index && m > ZERO_MASS => p.max(0.0) / m,
+                _ => 0.0,
+            };
+            self.push(share, true);
+        }
+    }
 }
 
 /// The token counts as `ln(1 + count)` (numeric), each beside its availability flag.

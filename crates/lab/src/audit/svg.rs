@@ -9,7 +9,11 @@
 
 use std::fmt::Write as _;
 
-use super::report::Report;
+use super::report::{ReleaseReport, Report};
+
+mod plot;
+
+use plot::{Frame, forest, panel};
 
 const PANEL_W: f64 = 520.0;
 /// Family panels per row (the default workflow set has three families).
@@ -38,6 +42,7 @@ struct Point {
     y: f64,
 }
 
+/// The colour of release `release` (the palette repeats).
 fn color(release: usize) -> &'static str {
     PALETTE[release % PALETTE.len()]
 }
@@ -75,6 +80,51 @@ fn family(workflow: &str) -> &str {
 /// Renders the report as a standalone SVG document. Without any workflow costs a single panel
 /// plots recovery against the release index.
 pub fn render(report: &Report) -> String {
+    let families = families(report);
+    let references = references(report);
+    let layout = Layout::of(report, families.len(), references.len());
+    let mut out = String::new();
+    layout.open(&mut out);
+    if !references.is_empty() {
+        let panel_w = layout.width / references.len() as f64;
+        for (r, reference) in references.iter().enumerate() {
+            let frame = Frame {
+                left: panel_w * r as f64,
+                top: TITLE_H,
+                width: panel_w,
+            };
+            forest(&mut out, report, reference, &frame, r == 0);
+        }
+    }
+    let top = TITLE_H + layout.forest_h;
+    if families.is_empty() {
+        recovery_only(&mut out, report, top);
+    } else {
+        let per_row = layout.n_panels.min(COLUMNS);
+        for (f, name) in families.iter().enumerate() {
+            let (column, row) = (f % per_row, f / per_row);
+            panel(
+                &mut out,
+                PANEL_W * column as f64,
+                top + PANEL_H * row as f64,
+                &format!("{name} workflows"),
+                "mean realized cost (family average)",
+                &family_points(report, name),
+            );
+        }
+    }
+    legend(
+        &mut out,
+        report,
+        top + PANEL_H * layout.rows as f64 + 8.0,
+        layout.width,
+    );
+    out.push_str("</svg>\n");
+    out
+}
+
+/// The workflow families the report has costs for, in order of first appearance.
+fn families(report: &Report) -> Vec<String> {
     let mut families: Vec<String> = Vec::new();
     for rel in &report.releases {
         for u in &rel.utility {
@@ -84,6 +134,11 @@ pub fn render(report: &Report) -> String {
             }
         }
     }
+    families
+}
+
+/// The reference releases of the paired differences, in order of first appearance.
+fn references(report: &Report) -> Vec<String> {
     let mut references: Vec<String> = Vec::new();
     for rel in &report.releases {
         for p in &rel.paired {
@@ -92,109 +147,126 @@ pub fn render(report: &Report) -> String {
             }
         }
     }
-    let n_panels = families.len().max(1);
-    let columns = n_panels.min(COLUMNS).max(references.len().min(COLUMNS));
-    let rows = n_panels.div_ceil(n_panels.min(COLUMNS));
-    let width = PANEL_W * columns as f64;
-    let forest_h = if references.is_empty() {
-        0.0
-    } else {
-        MARGIN_T + FOREST_ROW * report.releases.len() as f64 + MARGIN_B
-    };
-    let legend_columns = 3;
-    let legend_h = LEGEND_ROW * report.releases.len().div_ceil(legend_columns) as f64 + 16.0;
-    let height = TITLE_H + forest_h + PANEL_H * rows as f64 + legend_h;
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="Helvetica, Arial, sans-serif" font-size="13">"#
-    );
-    let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        out,
-        r#"<text x="{:.1}" y="24" text-anchor="middle" font-size="16" font-weight="bold">What each release lets a recipient recover, and what it costs</text>"#,
-        width / 2.0
-    );
-    if !references.is_empty() {
-        let panel_w = width / references.len() as f64;
-        for (r, reference) in references.iter().enumerate() {
-            forest(
-                &mut out,
-                report,
-                reference,
-                panel_w * r as f64,
-                TITLE_H,
-                panel_w,
-                r == 0,
-            );
+    references
+}
+
+/// Columns of the legend.
+const LEGEND_COLUMNS: usize = 3;
+
+/// The document's size and the part of it each section takes.
+struct Layout {
+    /// Family panels (at least one).
+    n_panels: usize,
+    /// Rows of family panels.
+    rows: usize,
+    /// Document width.
+    width: f64,
+    /// Document height.
+    height: f64,
+    /// Height of the paired-difference plots (0 without references).
+    forest_h: f64,
+}
+
+// === impl Layout ===
+
+impl Layout {
+    /// The layout of `report` with `families` panels and `references` paired plots.
+    fn of(report: &Report, families: usize, references: usize) -> Layout {
+        let n_panels = families.max(1);
+        let columns = n_panels.min(COLUMNS).max(references.min(COLUMNS));
+        let rows = n_panels.div_ceil(n_panels.min(COLUMNS));
+        let width = PANEL_W * columns as f64;
+        let forest_h = if references == 0 {
+            0.0
+        } else {
+            MARGIN_T + FOREST_ROW * report.releases.len() as f64 + MARGIN_B
+        };
+        let legend_h = LEGEND_ROW * report.releases.len().div_ceil(LEGEND_COLUMNS) as f64 + 16.0;
+        let height = TITLE_H + forest_h + PANEL_H * rows as f64 + legend_h;
+        Layout {
+            n_panels,
+            rows,
+            width,
+            height,
+            forest_h,
         }
     }
-    let top = TITLE_H + forest_h;
-    if families.is_empty() {
-        let points: Vec<Point> = report
-            .releases
-            .iter()
-            .enumerate()
-            .map(|(i, rel)| Point {
-                release: i,
-                x: (
-                    rel.pooled.accuracy.mean,
-                    rel.pooled.accuracy.lower,
-                    rel.pooled.accuracy.upper,
-                ),
-                y: i as f64,
-            })
-            .collect();
-        panel(
-            &mut out,
-            0.0,
-            top,
-            "recovery only (no workflow costs supplied)",
-            "release index",
-            &points,
+
+    /// The document's opening tag, background and title.
+    fn open(&self, out: &mut String) {
+        let (width, height) = (self.width, self.height);
+        let _ = writeln!(
+            out,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height:.0}" viewBox="0 0 {width:.0} {height:.0}" font-family="Helvetica, Arial, sans-serif" font-size="13">"#
         );
-    } else {
-        let per_row = n_panels.min(COLUMNS);
-        for (f, name) in families.iter().enumerate() {
-            let points: Vec<Point> = report
-                .releases
-                .iter()
-                .enumerate()
-                .filter_map(|(i, rel)| {
-                    let costs: Vec<f64> = rel
-                        .utility
-                        .iter()
-                        .filter(|u| family(&u.workflow) == name)
-                        .map(|u| u.pooled.mean)
-                        .collect();
-                    (!costs.is_empty()).then(|| Point {
-                        release: i,
-                        x: (
-                            rel.pooled.accuracy.mean,
-                            rel.pooled.accuracy.lower,
-                            rel.pooled.accuracy.upper,
-                        ),
-                        y: costs.iter().sum::<f64>() / costs.len() as f64,
-                    })
-                })
-                .collect();
-            let (column, row) = (f % per_row, f / per_row);
-            panel(
-                &mut out,
-                PANEL_W * column as f64,
-                top + PANEL_H * row as f64,
-                &format!("{name} workflows"),
-                "mean realized cost (family average)",
-                &points,
-            );
-        }
+        let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.1}" y="24" text-anchor="middle" font-size="16" font-weight="bold">What each release lets a recipient recover, and what it costs</text>"#,
+            width / 2.0
+        );
     }
-    // Legend.
-    let top = top + PANEL_H * rows as f64 + 8.0;
+}
+
+/// A release's pooled recovery as a point's x (mean, lower, upper).
+fn recovery(rel: &ReleaseReport) -> (f64, f64, f64) {
+    (
+        rel.pooled.accuracy.mean,
+        rel.pooled.accuracy.lower,
+        rel.pooled.accuracy.upper,
+    )
+}
+
+/// The single panel without workflow costs: recovery against the release index.
+fn recovery_only(out: &mut String, report: &Report, top: f64) {
+    let points: Vec<Point> = report
+        .releases
+        .iter()
+        .enumerate()
+        .map(|(i, rel)| Point {
+            release: i,
+            x: recovery(rel),
+            y: i as f64,
+        })
+        .collect();
+    panel(
+        out,
+        0.0,
+        top,
+        "recovery only (no workflow costs supplied)",
+        "release index",
+        &points,
+    );
+}
+
+/// Each release with costs in family `name`: recovery against the family's mean cost.
+fn family_points(report: &Report, name: &str) -> Vec<Point> {
+    report
+        .releases
+        .iter()
+        .enumerate()
+        .filter_map(|(i, rel)| {
+            let costs: Vec<f64> = rel
+                .utility
+                .iter()
+                .filter(|u| family(&u.workflow) == name)
+                .map(|u| u.pooled.mean)
+                .collect();
+            (!costs.is_empty()).then(|| Point {
+                release: i,
+                x: recovery(rel),
+                y: costs.iter().sum::<f64>() / costs.len() as f64,
+            })
+        })
+        .collect()
+}
+
+/// The legend: every release's marker and name, from `top`.
+fn legend(out: &mut String, report: &Report, top: f64, width: f64) {
     for (i, rel) in report.releases.iter().enumerate() {
-        let x = 20.0 + (i % legend_columns) as f64 * (width - 40.0) / legend_columns as f64;
-        let y = top + LEGEND_ROW * (i / legend_columns) as f64 + 8.0;
-        marker(&mut out, i, x, y);
+        let x = 20.0 + (i % LEGEND_COLUMNS) as f64 * (width - 40.0) / LEGEND_COLUMNS as f64;
+        let y = top + LEGEND_ROW * (i / LEGEND_COLUMNS) as f64 + 8.0;
+        marker(out, i, x, y);
         let _ = writeln!(
             out,
             r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
@@ -202,225 +274,6 @@ pub fn render(report: &Report) -> String {
             y + 4.5,
             escape(&rel.release)
         );
-    }
-    out.push_str("</svg>\n");
-    out
-}
-
-/// The paired differences against one reference: one row per release that has one.
-fn forest(
-    out: &mut String,
-    report: &Report,
-    reference: &str,
-    left: f64,
-    top: f64,
-    panel_w: f64,
-    labels: bool,
-) {
-    let rows: Vec<(usize, &super::bootstrap::Estimate)> = report
-        .releases
-        .iter()
-        .enumerate()
-        .filter_map(|(i, rel)| {
-            rel.paired
-                .iter()
-                .find(|p| p.reference == reference)
-                .map(|p| (i, &p.difference))
-        })
-        .collect();
-    let x0 = left + if labels { FOREST_LABELS } else { MARGIN_L };
-    let x1 = left + panel_w - MARGIN_R;
-    let y0 = top + MARGIN_T;
-    let y1 = y0 + FOREST_ROW * report.releases.len() as f64;
-    let (mut lo, mut hi) = (0.0f64, 0.0f64);
-    for (_, e) in &rows {
-        lo = lo.min(e.lower);
-        hi = hi.max(e.upper);
-    }
-    let (lo, hi) = nice_range(lo, hi);
-    let sx = |v: f64| x0 + (v - lo) / (hi - lo) * (x1 - x0);
-    let _ = writeln!(
-        out,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="14" font-weight="bold">recovery minus {}, paired (points, 95% CI)</text>"#,
-        (x0 + x1) / 2.0,
-        y0 - 14.0,
-        escape(reference)
-    );
-    let _ = writeln!(
-        out,
-        r##"<rect x="{x0:.1}" y="{y0:.1}" width="{:.1}" height="{:.1}" fill="none" stroke="#444"/>"##,
-        x1 - x0,
-        y1 - y0
-    );
-    for v in ticks(lo, hi) {
-        let _ = writeln!(
-            out,
-            r##"<line x1="{0:.1}" y1="{y0:.1}" x2="{0:.1}" y2="{y1:.1}" stroke="#e4e4e4"/><text x="{0:.1}" y="{1:.1}" text-anchor="middle">{2}</text>"##,
-            sx(v),
-            y1 + 16.0,
-            tick(100.0 * v)
-        );
-    }
-    let _ = writeln!(
-        out,
-        r##"<line x1="{0:.1}" y1="{y0:.1}" x2="{0:.1}" y2="{y1:.1}" stroke="#666" stroke-dasharray="4 3"/>"##,
-        sx(0.0)
-    );
-    for (i, rel) in report.releases.iter().enumerate() {
-        let cy = y0 + FOREST_ROW * (i as f64 + 0.5);
-        if labels {
-            let _ = writeln!(
-                out,
-                r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
-                x0 - 8.0,
-                cy + 4.5,
-                escape(&rel.release)
-            );
-        }
-        if let Some((_, e)) = rows.iter().find(|(r, _)| *r == i) {
-            let _ = writeln!(
-                out,
-                r#"<line x1="{:.1}" y1="{cy:.1}" x2="{:.1}" y2="{cy:.1}" stroke="{}" stroke-width="2"/>"#,
-                sx(e.lower),
-                sx(e.upper),
-                color(i)
-            );
-            marker(out, i, sx(e.mean), cy);
-        }
-    }
-}
-
-fn panel(out: &mut String, left: f64, top: f64, title: &str, y_label: &str, points: &[Point]) {
-    let x0 = left + MARGIN_L;
-    let x1 = left + PANEL_W - MARGIN_R;
-    let y0 = top + MARGIN_T;
-    let y1 = top + PANEL_H - MARGIN_B;
-    // Recovery axis always shows the 50% reference.
-    let (mut xmin, mut xmax) = (0.5_f64, 0.5_f64);
-    let (mut ymin, mut ymax) = (f64::INFINITY, f64::NEG_INFINITY);
-    for p in points {
-        xmin = xmin.min(p.x.1).min(p.x.0);
-        xmax = xmax.max(p.x.2).max(p.x.0);
-        ymin = ymin.min(p.y);
-        ymax = ymax.max(p.y);
-    }
-    if !ymin.is_finite() || !ymax.is_finite() {
-        (ymin, ymax) = (0.0, 1.0);
-    }
-    let (xmin, xmax) = nice_range(xmin, xmax);
-    // Costs are anchored at zero when none is negative.
-    let nonnegative = ymin >= 0.0;
-    let (ymin, ymax) = nice_range(if nonnegative { 0.0 } else { ymin }, ymax);
-    let ymin = if nonnegative { 0.0 } else { ymin };
-    let sx = |v: f64| x0 + (v - xmin) / (xmax - xmin) * (x1 - x0);
-    let sy = |v: f64| y1 - (v - ymin) / (ymax - ymin) * (y1 - y0);
-    let _ = writeln!(
-        out,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="13" font-weight="bold">{}</text>"#,
-        (x0 + x1) / 2.0,
-        y0 - 14.0,
-        escape(title)
-    );
-    let _ = writeln!(
-        out,
-        r##"<rect x="{x0:.1}" y="{y0:.1}" width="{:.1}" height="{:.1}" fill="none" stroke="#444"/>"##,
-        x1 - x0,
-        y1 - y0
-    );
-    for xv in ticks(xmin, xmax) {
-        let _ = writeln!(
-            out,
-            r##"<line x1="{0:.1}" y1="{y0:.1}" x2="{0:.1}" y2="{y1:.1}" stroke="#e4e4e4"/><text x="{0:.1}" y="{1:.1}" text-anchor="middle">{2}%</text>"##,
-            sx(xv),
-            y1 + 16.0,
-            tick(100.0 * xv)
-        );
-    }
-    for yv in ticks(ymin, ymax) {
-        let _ = writeln!(
-            out,
-            r##"<line x1="{x0:.1}" y1="{0:.1}" x2="{x1:.1}" y2="{0:.1}" stroke="#e4e4e4"/><text x="{1:.1}" y="{2:.1}" text-anchor="end">{3}</text>"##,
-            sy(yv),
-            x0 - 6.0,
-            sy(yv) + 4.0,
-            tick(yv)
-        );
-    }
-    let _ = writeln!(
-        out,
-        r##"<line x1="{0:.1}" y1="{y0:.1}" x2="{0:.1}" y2="{y1:.1}" stroke="#888" stroke-dasharray="4 3"/><text x="{1:.1}" y="{2:.1}" fill="#666" font-size="10">50%</text>"##,
-        sx(0.5),
-        sx(0.5) + 3.0,
-        y1 - 5.0
-    );
-    let _ = writeln!(
-        out,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">secret recovery (pooled test accuracy)</text>"#,
-        (x0 + x1) / 2.0,
-        y1 + 36.0
-    );
-    let _ = writeln!(
-        out,
-        r#"<text x="{0:.1}" y="{1:.1}" text-anchor="middle" transform="rotate(-90 {0:.1} {1:.1})">{2}</text>"#,
-        left + 16.0,
-        (y0 + y1) / 2.0,
-        escape(y_label)
-    );
-    for p in points {
-        let cy = sy(p.y);
-        let _ = writeln!(
-            out,
-            r#"<line x1="{:.1}" y1="{cy:.1}" x2="{:.1}" y2="{cy:.1}" stroke="{}" stroke-width="1.5"/>"#,
-            sx(p.x.1),
-            sx(p.x.2),
-            color(p.release)
-        );
-    }
-    // Markers above whiskers; the legend names them (labels inside the panel would overlap).
-    for p in points {
-        marker(out, p.release, sx(p.x.0), sy(p.y));
-    }
-}
-
-/// Round tick values covering `[lo, hi]` (about five).
-fn ticks(lo: f64, hi: f64) -> Vec<f64> {
-    let span = hi - lo;
-    if !(span.is_finite() && span > 0.0) {
-        return vec![lo];
-    }
-    let raw = span / 5.0;
-    let magnitude = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
-        .iter()
-        .map(|m| m * magnitude)
-        .find(|s| *s >= raw)
-        .unwrap_or(10.0 * magnitude);
-    let first = (lo / step).ceil();
-    (0..20)
-        .map(|i| (first + i as f64) * step)
-        .take_while(|v| *v <= hi + 1e-9 * step)
-        .map(|v| if v.abs() < 1e-12 { 0.0 } else { v })
-        .collect()
-}
-
-fn nice_range(lo: f64, hi: f64) -> (f64, f64) {
-    let span = (hi - lo).abs().max(1e-6);
-    let pad = span * 0.08;
-    let (a, b) = (lo - pad, hi + pad);
-    if (b - a) > 0.0 && a.is_finite() && b.is_finite() {
-        (a, b)
-    } else {
-        (0.0, 1.0)
-    }
-}
-
-fn tick(v: f64) -> String {
-    let text = format!("{v:.3}");
-    let text = text.trim_end_matches('0').trim_end_matches('.');
-    if text == "-0" {
-        "0".to_string()
-    } else {
-        text.to_string()
     }
 }
 
@@ -433,6 +286,7 @@ fn escape(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::plot::{tick, ticks};
     use super::*;
 
     #[test]

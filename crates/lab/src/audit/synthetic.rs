@@ -3,7 +3,9 @@
 //! 432/144/144) whose native responses leak the mechanism through the
 //! probability vector and confidence, plus release views derived from them.
 
-use super::{CostObservation, Example, Input, Release, ReleasedFeatures, Split, WorkflowCosts};
+use super::{
+    CostObservation, Example, Input, ReleaseExamples, ReleasedFeatures, Split, WorkflowCosts,
+};
 use releasegate_core::rng::Rng;
 
 /// Classes per domain.
@@ -104,10 +106,10 @@ pub const VIEW_NAMES: [&str; 7] = [
 ];
 
 /// Derives the seven release views of [`VIEW_NAMES`] from native responses.
-pub fn views(natives: &[Native]) -> Vec<Release> {
+pub fn views(natives: &[Native]) -> Vec<ReleaseExamples> {
     VIEW_NAMES
         .iter()
-        .map(|&name| Release {
+        .map(|&name| ReleaseExamples {
             name: name.to_string(),
             examples: natives
                 .iter()
@@ -175,7 +177,7 @@ pub fn views(natives: &[Native]) -> Vec<Release> {
 
 /// Illustrative per-world test costs of three workflows for each view (a wrong
 /// route costs 10, review 2; richer views review less often).
-pub fn costs(releases: &[Release]) -> Vec<WorkflowCosts> {
+pub fn costs(releases: &[ReleaseExamples]) -> Vec<WorkflowCosts> {
     let mut out = Vec::new();
     for release in releases {
         for (w, workflow) in ["asymmetric", "clarification", "selective"]

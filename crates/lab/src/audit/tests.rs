@@ -1,5 +1,9 @@
 //! Pipeline tests of the audit core on small synthetic data.
 
+use std::collections::BTreeMap;
+
+use releasegate_core::rng::Rng;
+
 use super::decoders::{Spec, TemplateConfig};
 use super::ensemble::{fit_subview, score};
 use super::group::Group;
@@ -271,7 +275,7 @@ fn equivariance_check_detects_position_dependence() {
 fn degenerate_inputs_give_errors_not_panics() {
     let base = dataset(20, 4, 3, 1, &signature_release);
     let release = |examples: Vec<Example>| Input {
-        releases: vec![Release {
+        releases: vec![ReleaseExamples {
             name: "r".to_string(),
             examples,
         }],
@@ -322,11 +326,11 @@ fn degenerate_inputs_give_errors_not_panics() {
     ));
     let dup = Input {
         releases: vec![
-            Release {
+            ReleaseExamples {
                 name: "r".into(),
                 examples: base.clone(),
             },
-            Release {
+            ReleaseExamples {
                 name: "r".into(),
                 examples: base.clone(),
             },
@@ -375,7 +379,7 @@ fn degenerate_data_runs() {
     }
     let report = run(
         &Input {
-            releases: vec![Release {
+            releases: vec![ReleaseExamples {
                 name: "constant".into(),
                 examples: examples.clone(),
             }],
@@ -392,7 +396,7 @@ fn degenerate_data_runs() {
         .collect();
     let report = run(
         &Input {
-            releases: vec![Release {
+            releases: vec![ReleaseExamples {
                 name: "one_class".into(),
                 examples: one_class,
             }],
@@ -419,7 +423,7 @@ fn degenerate_data_runs() {
     }
     let report = run(
         &Input {
-            releases: vec![Release {
+            releases: vec![ReleaseExamples {
                 name: "wide".into(),
                 examples,
             }],
@@ -483,7 +487,7 @@ fn test_split_never_influences_selection() {
 fn paired_differences_compare_releases_over_the_same_test_pairs() {
     let mut input = small_input(2.5);
     // A copy of `full` under another name: its paired difference to `full` is exactly zero.
-    let copy = Release {
+    let copy = ReleaseExamples {
         name: "full copy".to_string(),
         examples: input
             .releases

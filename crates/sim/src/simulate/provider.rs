@@ -14,12 +14,18 @@
 //! Otherwise a hidden latent drawn from the request hash does.
 
 use serde_json::{Map, Value, json};
-use sha2::{Digest, Sha256};
 
 use crate::simulate::Error;
 use crate::simulate::evidence;
 use crate::simulate::ontology::Located;
 use releasegate_core::rng::Rng;
+
+mod hashing;
+mod validate;
+
+use hashing::{canonical, digest, label_rng, seed_of};
+
+use validate::{invalid, validate};
 
 /// The versioned name the `latest` aliases resolve to.
 pub const LATEST_MODEL: &str = "sim-jev-1.0";
@@ -162,219 +168,6 @@ fn written_tokens(answer: &Value) -> u64 {
         Some(kind) => answer.get(kind).map_or(1, tokens),
         None => 1,
     }
-}
-
-// --- validation ---
-
-fn invalid(loc: &[&str], reason: impl Into<String>) -> Error {
-    let mut path = vec!["body".to_string()];
-    path.extend(loc.iter().map(|s| s.to_string()));
-    Error::Invalid {
-        loc: path,
-        reason: reason.into(),
-    }
-}
-
-fn is_content(value: &Value) -> bool {
-    matches!(value, Value::String(_) | Value::Object(_) | Value::Array(_))
-}
-
-fn validate(request: &Value) -> Result<(&str, &Value, Vec<Question<'_>>), Error> {
-    let Value::Object(body) = request else {
-        return Err(invalid(&[], "request body must be a json object"));
-    };
-    let model = match body.get("model") {
-        None => return Err(invalid(&["model"], "field required")),
-        Some(Value::String(s)) if !s.trim().is_empty() => s.as_str(),
-        Some(_) => return Err(invalid(&["model"], "must be a non-empty string")),
-    };
-    let state = match body.get("state") {
-        None => return Err(invalid(&["state"], "field required")),
-        Some(v) if is_content(v) => v,
-        Some(_) => {
-            return Err(invalid(&["state"], "must be a string, object or array"));
-        }
-    };
-    let questions = match body.get("questions") {
-        None => return Err(invalid(&["questions"], "field required")),
-        Some(Value::Object(q)) if !q.is_empty() => q,
-        Some(Value::Object(_)) => {
-            return Err(invalid(&["questions"], "must hold at least one question"));
-        }
-        Some(_) => return Err(invalid(&["questions"], "must be an object")),
-    };
-    let parsed = questions
-        .iter()
-        .map(|(id, body)| validate_question(id, body))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((model, state, parsed))
-}
-
-fn validate_question<'a>(id: &'a str, body: &'a Value) -> Result<Question<'a>, Error> {
-    let Value::Object(fields) = body else {
-        return Err(invalid(&["questions", id], "must be an object"));
-    };
-    if let Some(instructions) = fields.get("instructions")
-        && !(instructions.is_null() || is_content(instructions))
-    {
-        return Err(invalid(
-            &["questions", id, "instructions"],
-            "must be a string, object, array or null",
-        ));
-    }
-    let kind = match fields.get("type").and_then(Value::as_str) {
-        None => return Err(invalid(&["questions", id, "type"], "field required")),
-        Some("choice") => {
-            let Some(Value::Object(criteria)) = fields.get("criteria") else {
-                return Err(invalid(
-                    &["questions", id, "criteria"],
-                    "choice criteria must be an object of label to description",
-                ));
-            };
-            if criteria.len() < 2 || criteria.len() > MAX_CHOICES {
-                return Err(invalid(
-                    &["questions", id, "criteria"],
-                    format!("choice needs 2 to {MAX_CHOICES} candidates"),
-                ));
-            }
-            if let Some((label, _)) = criteria
-                .iter()
-                .find(|(_, v)| !(v.is_null() || is_content(v)))
-            {
-                return Err(invalid(
-                    &["questions", id, "criteria", label],
-                    "must be a string, object, array or null",
-                ));
-            }
-            Kind::Choice(criteria.keys().map(String::as_str).collect())
-        }
-        Some("score") => {
-            let Some(Value::Array(levels)) = fields.get("criteria") else {
-                return Err(invalid(
-                    &["questions", id, "criteria"],
-                    "score criteria must be an array of level descriptions",
-                ));
-            };
-            if levels.is_empty() || levels.len() > MAX_LEVELS {
-                return Err(invalid(
-                    &["questions", id, "criteria"],
-                    format!("score needs 1 to {MAX_LEVELS} levels"),
-                ));
-            }
-            if let Some(i) = levels.iter().position(|v| !(v.is_null() || is_content(v))) {
-                return Err(invalid(
-                    &["questions", id, "criteria", &i.to_string()],
-                    "must be a string, object, array or null",
-                ));
-            }
-            Kind::Score(levels)
-        }
-        Some("noul") => {
-            if let Some(criteria) = fields.get("criteria")
-                && !(criteria.is_null() || criteria.is_object())
-            {
-                return Err(invalid(
-                    &["questions", id, "criteria"],
-                    "noul criteria must be an object or null",
-                ));
-            }
-            Kind::Noul
-        }
-        Some("box") => {
-            if fields.get("criteria").is_some_and(|c| !c.is_null()) {
-                return Err(invalid(
-                    &["questions", id, "criteria"],
-                    "a box question has no criteria",
-                ));
-            }
-            Kind::Box
-        }
-        Some(other) => {
-            return Err(invalid(
-                &["questions", id, "type"],
-                format!(
-                    "unsupported question type `{other}` (expected choice, score, noul or box)"
-                ),
-            ));
-        }
-    };
-    Ok(Question { id, body, kind })
-}
-
-// --- hashing ---
-
-/// Canonical compact JSON: object keys sorted, no whitespace.
-fn canonical(value: &Value) -> Result<Vec<u8>, Error> {
-    let mut out = Vec::new();
-    write_canonical(value, &mut out, 0)?;
-    Ok(out)
-}
-
-fn write_canonical(value: &Value, out: &mut Vec<u8>, depth: usize) -> Result<(), Error> {
-    if depth > MAX_DEPTH {
-        return Err(invalid(&[], "request nests too deeply"));
-    }
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort_unstable();
-            out.push(b'{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_leaf(&Value::String(key.clone()), out);
-                out.push(b':');
-                if let Some(child) = map.get(key) {
-                    write_canonical(child, out, depth + 1)?;
-                }
-            }
-            out.push(b'}');
-        }
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_canonical(item, out, depth + 1)?;
-            }
-            out.push(b']');
-        }
-        leaf => write_leaf(leaf, out),
-    }
-    Ok(())
-}
-
-fn write_leaf(leaf: &Value, out: &mut Vec<u8>) {
-    // Serializing a leaf into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, leaf);
-}
-
-fn digest(parts: &[&[u8]]) -> [u8; 32] {
-    let mut hasher = Sha256::new();
-    for part in parts {
-        hasher.update((part.len() as u64).to_le_bytes());
-        hasher.update(part);
-    }
-    hasher.finalize().into()
-}
-
-fn seed_of(parts: &[&[u8]]) -> u64 {
-    let d = digest(parts);
-    let mut first = [0u8; 8];
-    first.copy_from_slice(&d[..8]);
-    u64::from_le_bytes(first)
-}
-
-/// An independent stream per label, so answers do not depend on label order.
-fn label_rng(seed: u64, label: &str) -> Rng {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in label.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    Rng::new(seed ^ h.rotate_left(17))
 }
 
 // --- evidence ---

@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::*;
-use crate::audit::intake::{Candidate, Reading};
+use crate::audit::intake::{CandidateRelease, Reading};
 use releasegate_core::config::{Config as AppConfig, Inputs};
 use releasegate_core::contract::View;
 use releasegate_sim::{dataset, simulate};
@@ -35,8 +35,8 @@ fn worlds() -> Vec<World> {
 /// Two audited releases of the same worlds: no output and the contracts' WCPQ release.
 fn templates(contracts: &[Arc<Contract>], worlds: &[World]) -> crate::audit::Input {
     let candidates = [
-        Candidate::uniform("no_output", Some(View::NoOutput), Some(Mechanism::None)),
-        Candidate::uniform(STRICT, None, None),
+        CandidateRelease::uniform("no_output", Some(View::NoOutput), Some(Mechanism::None)),
+        CandidateRelease::uniform(STRICT, None, None),
     ];
     intake::build(contracts, worlds, &candidates, Reading::Released, 1)
         .unwrap()
@@ -129,7 +129,7 @@ fn the_floor_carries_the_native_plans_and_nothing_else() {
 #[test]
 fn the_floors_costs_are_those_of_the_native_plans() {
     let (contracts, worlds) = (contracts(), worlds());
-    let candidates = [Candidate::uniform(
+    let candidates = [CandidateRelease::uniform(
         "full_native",
         Some(View::FullNative),
         Some(Mechanism::None),

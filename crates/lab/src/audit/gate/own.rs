@@ -13,7 +13,7 @@ use releasegate_core::wcpq::Admissibility;
 use releasegate_sim::worlds::World;
 
 use super::super::bootstrap::Estimate;
-use super::super::intake::{self, Candidate, Reading};
+use super::super::intake::{self, CandidateRelease, Reading};
 use super::super::{Config, floor, run};
 use super::LeftOut;
 
@@ -56,7 +56,7 @@ pub(super) fn measure(
 ) -> Result<Own, String> {
     let failed = |error: &dyn std::fmt::Display| format!("gate {}: {error}", contract.name());
     let contracts = std::slice::from_ref(contract);
-    let candidate = Candidate::uniform(format!("{} (gate)", contract.name()), None, None);
+    let candidate = CandidateRelease::uniform(format!("{} (gate)", contract.name()), None, None);
     let (mut input, intake) =
         intake::build(contracts, worlds, &[candidate], reading, settings.seed)
             .map_err(|e| failed(&e))?;

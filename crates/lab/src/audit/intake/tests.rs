@@ -29,12 +29,12 @@ fn contracts(shape: Shape) -> Vec<Arc<Contract>> {
         .collect()
 }
 
-fn candidates() -> Vec<Candidate> {
-    let mut out: Vec<Candidate> = View::ALL
+fn candidates() -> Vec<CandidateRelease> {
+    let mut out: Vec<CandidateRelease> = View::ALL
         .iter()
-        .map(|&view| Candidate::uniform(view.as_str(), Some(view), Some(Mechanism::None)))
+        .map(|&view| CandidateRelease::uniform(view.as_str(), Some(view), Some(Mechanism::None)))
         .collect();
-    out.push(Candidate::uniform(
+    out.push(CandidateRelease::uniform(
         "wcpq (contract)",
         Some(View::FullNative),
         None,
@@ -56,7 +56,7 @@ fn candidates() -> Vec<Candidate> {
         ),
     ] {
         for view in [View::FullProbabilities, View::FullNative] {
-            out.push(Candidate::uniform(
+            out.push(CandidateRelease::uniform(
                 format!("{name} {view}"),
                 Some(view),
                 Some(mechanism.clone()),
@@ -166,7 +166,7 @@ fn an_attacker_reading_the_fills_sees_the_same_in_both_shapes() {
 
 #[test]
 fn the_candidates_are_the_views_the_contracts_own_release_and_the_mechanisms() {
-    let names = |candidates: &[Candidate]| {
+    let names = |candidates: &[CandidateRelease]| {
         candidates
             .iter()
             .map(|c| c.name.clone())
@@ -243,8 +243,8 @@ fn coarsening(usage: &str, view: &str) -> Arc<Contract> {
         .clone()
 }
 
-fn own_release() -> Vec<Candidate> {
-    vec![Candidate::uniform("own", None, None)]
+fn own_release() -> Vec<CandidateRelease> {
+    vec![CandidateRelease::uniform("own", None, None)]
 }
 
 #[test]
@@ -422,7 +422,7 @@ fn a_candidate_no_configuration_could_hold_is_refused_not_audited() {
         .mechanism()
         .clone();
     assert!(matches!(foreign, Mechanism::Wcpq(_)));
-    let candidate = Candidate::uniform("foreign", Some(View::FullNative), Some(foreign));
+    let candidate = CandidateRelease::uniform("foreign", Some(View::FullNative), Some(foreign));
     let error = build(&contracts, &worlds, &[candidate], Reading::Released, 9).unwrap_err();
     let text = error.to_string();
     assert!(
