@@ -1,4 +1,8 @@
 use super::*;
+use std::time::Duration;
+
+use crate::mechanism::Mechanism;
+use crate::wire::Kind;
 
 const MINIMAL: &str = r#"
 [providers.sim]

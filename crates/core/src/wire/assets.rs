@@ -9,7 +9,7 @@
 //! [`Limits::max_asset_bytes`]. Every part but `request` must be claimed by exactly one
 //! entry, and every entry's part must be present.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use base64::Engine;
 use serde_json::{Map, Value};
@@ -131,121 +131,26 @@ pub fn check<'b>(
     let mut total = 0usize;
     let mut inline_index = BTreeMap::new();
     for (placeholder, entry) in entries {
-        let at = || format!("assets.{}", printable(placeholder));
-        let entry = entry
-            .as_object()
-            .ok_or_else(|| invalid(format!("`{}` must be an object", at())))?;
-        if entry.get("type").and_then(Value::as_str) != Some("image") {
-            return Err(invalid(format!("`{}.type` must be \"image\"", at())));
+        let at = format!("assets.{}", printable(placeholder));
+        if let Some(image) = inline_image(&at, entry, &mut total, limits)? {
+            inline_index.insert(placeholder.clone(), image);
         }
-        let allowed: &[&str] = if entry.contains_key("part") {
-            &["type", "part"]
-        } else {
-            &["type", "format", "data_base64"]
-        };
-        if let Some(extra) = entry.keys().find(|key| !allowed.contains(&key.as_str())) {
-            return Err(invalid(format!(
-                "`{}` has an unknown member `{}`",
-                at(),
-                printable(extra)
-            )));
-        }
-        if entry.contains_key("part") {
-            continue;
-        }
-        let format = match entry.get("format").and_then(Value::as_str) {
-            Some("png") => Format::Png,
-            Some("jpg" | "jpeg") => Format::Jpeg,
-            _ => {
-                return Err(invalid(format!(
-                    "`{}.format` must be \"png\", \"jpg\" or \"jpeg\"",
-                    at()
-                )));
-            }
-        };
-        let data = entry
-            .get("data_base64")
-            .and_then(Value::as_str)
-            .ok_or_else(|| invalid(format!("`{}.data_base64` must be a string", at())))?;
-        // A base64 text longer than this decodes to more than the limit.
-        if data.len() / 4 * 3 > limits.max_image_bytes.saturating_add(3) {
-            return Err(AssetError::TooLarge(format!(
-                "`{}` exceeds {} bytes",
-                at(),
-                limits.max_image_bytes
-            )));
-        }
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(data)
-            .map_err(|_| invalid(format!("`{}.data_base64` is not valid base64", at())))?;
-        size(&at(), bytes.len(), &mut total, limits)?;
-        if Format::sniff(&bytes) != Some(format) {
-            return Err(invalid(format!(
-                "`{}` is not a {} image",
-                at(),
-                format.name()
-            )));
-        }
-        let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
-        inline_index.insert(placeholder.clone(), (format, data));
     }
     let mut rebuilt = Map::with_capacity(entries.len());
     let mut images = Vec::new();
-    let mut claimed = std::collections::BTreeSet::new();
+    let mut claimed = BTreeSet::new();
     for (placeholder, entry) in entries {
         let at = format!("assets.{}", printable(placeholder));
         let value = match entry.get("part") {
-            Some(name) => {
-                let name = name
-                    .as_str()
-                    .ok_or_else(|| invalid(format!("`{at}.part` must be a string")))?;
-                let part = parts.get(name).ok_or_else(|| {
-                    invalid(format!(
-                        "`{at}` names part `{}`, which the request does not carry",
-                        printable(name)
-                    ))
-                })?;
-                if !claimed.insert(name) {
-                    return Err(invalid(format!(
-                        "part `{}` is claimed by two entries of `assets`",
-                        printable(name)
-                    )));
-                }
-                size(&at, part.bytes.len(), &mut total, limits)?;
-                let format = Format::sniff(part.bytes);
-                match part.content_type.map(|t| t.trim().to_ascii_lowercase()) {
-                    None => {}
-                    Some(t) if t == "application/octet-stream" => {}
-                    Some(t) if t == "image/png" || t == "image/jpeg" => {
-                        let agrees = format.map(Format::content_type) == Some(t.as_str());
-                        agrees.then_some(()).ok_or_else(|| {
-                            invalid(format!(
-                                "part `{}` is not the {t} its content type says",
-                                printable(name)
-                            ))
-                        })?;
-                    }
-                    Some(_) => {
-                        return Err(AssetError::Unsupported(format!(
-                            "part `{}` has a content type other than image/png, image/jpeg or application/octet-stream",
-                            printable(name)
-                        )));
-                    }
-                }
-                let format = format.ok_or_else(|| {
-                    invalid(format!(
-                        "part `{}` is not a PNG or JPEG image",
-                        printable(name)
-                    ))
-                })?;
-                let part_name = format!("asset-{}", images.len());
-                images.push(Image {
-                    part: part_name.clone(),
-                    format,
-                    bytes: part.bytes,
-                });
-                serde_json::json!({"type": "image", "part": part_name})
-            }
+            Some(name) => part_image(
+                &at,
+                name,
+                parts,
+                &mut claimed,
+                &mut total,
+                limits,
+                &mut images,
+            )?,
             None => match inline_index.remove(placeholder) {
                 Some((format, data)) => {
                     serde_json::json!({"type": "image", "format": format.name(), "data_base64": data})
@@ -264,6 +169,141 @@ pub fn check<'b>(
     Ok(Checked {
         assets: Some(Value::Object(rebuilt)),
         images,
+    })
+}
+
+/// Checks one entry of `assets` (at `at`): its members, and for an inline image its format,
+/// size and bytes. Returns the inline image re-encoded by the proxy (`None`: a part entry).
+fn inline_image(
+    at: &str,
+    entry: &Value,
+    total: &mut usize,
+    limits: Limits,
+) -> Result<Option<(Format, String)>, AssetError> {
+    let invalid = |message: String| AssetError::Invalid(message);
+    let entry = entry
+        .as_object()
+        .ok_or_else(|| invalid(format!("`{}` must be an object", at)))?;
+    if entry.get("type").and_then(Value::as_str) != Some("image") {
+        return Err(invalid(format!("`{}.type` must be \"image\"", at)));
+    }
+    let allowed: &[&str] = if entry.contains_key("part") {
+        &["type", "part"]
+    } else {
+        &["type", "format", "data_base64"]
+    };
+    if let Some(extra) = entry.keys().find(|key| !allowed.contains(&key.as_str())) {
+        return Err(invalid(format!(
+            "`{}` has an unknown member `{}`",
+            at,
+            printable(extra)
+        )));
+    }
+    if entry.contains_key("part") {
+        return Ok(None);
+    }
+    let format = match entry.get("format").and_then(Value::as_str) {
+        Some("png") => Format::Png,
+        Some("jpg" | "jpeg") => Format::Jpeg,
+        _ => {
+            return Err(invalid(format!(
+                "`{}.format` must be \"png\", \"jpg\" or \"jpeg\"",
+                at
+            )));
+        }
+    };
+    let data = entry
+        .get("data_base64")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid(format!("`{}.data_base64` must be a string", at)))?;
+    // A base64 text longer than this decodes to more than the limit.
+    if data.len() / 4 * 3 > limits.max_image_bytes.saturating_add(3) {
+        return Err(AssetError::TooLarge(format!(
+            "`{}` exceeds {} bytes",
+            at, limits.max_image_bytes
+        )));
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .map_err(|_| invalid(format!("`{}.data_base64` is not valid base64", at)))?;
+    size(at, bytes.len(), total, limits)?;
+    if Format::sniff(&bytes) != Some(format) {
+        return Err(invalid(format!(
+            "`{}` is not a {} image",
+            at,
+            format.name()
+        )));
+    }
+    let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
+    Ok(Some((format, data)))
+}
+
+/// The entry at `at` naming the part `name`: a part the request carries, claimed once, within
+/// the limits and an image; it goes upstream as `asset-N` (pushed to `images`).
+fn part_image<'a, 'b>(
+    at: &str,
+    name: &'a Value,
+    parts: &'b BTreeMap<String, Part<'b>>,
+    claimed: &mut BTreeSet<&'a str>,
+    total: &mut usize,
+    limits: Limits,
+    images: &mut Vec<Image<'b>>,
+) -> Result<Value, AssetError> {
+    let invalid = |message: String| AssetError::Invalid(message);
+    let name = name
+        .as_str()
+        .ok_or_else(|| invalid(format!("`{at}.part` must be a string")))?;
+    let part = parts.get(name).ok_or_else(|| {
+        invalid(format!(
+            "`{at}` names part `{}`, which the request does not carry",
+            printable(name)
+        ))
+    })?;
+    if !claimed.insert(name) {
+        return Err(invalid(format!(
+            "part `{}` is claimed by two entries of `assets`",
+            printable(name)
+        )));
+    }
+    size(at, part.bytes.len(), total, limits)?;
+    let format = part_format(name, part)?;
+    let part_name = format!("asset-{}", images.len());
+    images.push(Image {
+        part: part_name.clone(),
+        format,
+        bytes: part.bytes,
+    });
+    Ok(serde_json::json!({"type": "image", "part": part_name}))
+}
+
+/// A part's image format, from its bytes, agreeing with its content type when it has one.
+fn part_format(name: &str, part: &Part<'_>) -> Result<Format, AssetError> {
+    let invalid = |message: String| AssetError::Invalid(message);
+    let format = Format::sniff(part.bytes);
+    match part.content_type.map(|t| t.trim().to_ascii_lowercase()) {
+        None => {}
+        Some(t) if t == "application/octet-stream" => {}
+        Some(t) if t == "image/png" || t == "image/jpeg" => {
+            let agrees = format.map(Format::content_type) == Some(t.as_str());
+            agrees.then_some(()).ok_or_else(|| {
+                invalid(format!(
+                    "part `{}` is not the {t} its content type says",
+                    printable(name)
+                ))
+            })?;
+        }
+        Some(_) => {
+            return Err(AssetError::Unsupported(format!(
+                "part `{}` has a content type other than image/png, image/jpeg or application/octet-stream",
+                printable(name)
+            )));
+        }
+    }
+    format.ok_or_else(|| {
+        invalid(format!(
+            "part `{}` is not a PNG or JPEG image",
+            printable(name)
+        ))
     })
 }
 
