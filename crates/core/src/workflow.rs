@@ -570,21 +570,29 @@ impl Spec {
         })
     }
 
-    /// The canonical bytes: compact serde_json serialization of [`Spec::canonical_json`].
-    pub fn canonical_bytes(&self) -> Vec<u8> {
-        canonical_bytes(&self.canonical_json())
-    }
-
-    /// Lower-case hex SHA-256 of [`Spec::canonical_bytes`].
+    /// The workflows' hash: [`canonical_sha256`] of [`Spec::canonical_json`] (what a codebook
+    /// built now records and what a certificate names the workflows by).
     pub fn sha256(&self) -> String {
-        sha256_hex(&self.canonical_bytes())
+        canonical_sha256(&self.canonical_json())
     }
 }
 
-/// Compact serialization of a JSON value (insertion-ordered maps, shortest round-trip floats).
-pub fn canonical_bytes(value: &Value) -> Vec<u8> {
+/// Lower-case hex SHA-256 of a workflow definition in the canonical form of JSON
+/// (`wire::canonical_json`: keys sorted, integral numbers as integers, no whitespace), so
+/// that neither key order nor number spelling changes it.
+pub(crate) fn canonical_sha256(value: &Value) -> String {
+    let mut bytes = Vec::new();
+    crate::wire::canonical_json(value, &mut bytes);
+    sha256_hex(&bytes)
+}
+
+/// Lower-case hex SHA-256 of a workflow definition serialized compactly in its own key order:
+/// the hash codebooks and certificates recorded before [`canonical_sha256`]. Only read (such
+/// files still load), never written; it depends on key order, so it matches only a file whose
+/// `workflows` keep the order they were written in.
+pub(crate) fn legacy_sha256(value: &Value) -> String {
     // Serializing a `Value` to a Vec cannot fail (no non-string keys, no IO).
-    serde_json::to_vec(value).unwrap_or_default()
+    sha256_hex(&serde_json::to_vec(value).unwrap_or_default())
 }
 
 /// Lower-case hex SHA-256 of bytes.
