@@ -21,7 +21,7 @@ use secrecy::SecretString;
 use crate::contract::{Coarsening, Contract, Pinned, QuestionRule, View};
 use crate::mechanism::Mechanism;
 use crate::wire::Kind;
-use crate::workflow::Spec;
+use crate::workflow::{Spec, sha256_hex};
 
 pub use raw::{RawConfig, limits};
 
@@ -1125,25 +1125,10 @@ fn content(field: String, value: &serde_json::Value, problems: &mut Vec<String>)
     }
 }
 
-/// Lower-case hex SHA-256 of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
-}
-
 /// Parses a 64-digit hex SHA-256.
 pub fn parse_sha256_hex(text: &str) -> Option<[u8; 32]> {
-    let text = text.trim();
-    if text.len() != 64 {
-        return None;
-    }
     let mut out = [0u8; 32];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
+    hex::decode_to_slice(text.trim(), &mut out).ok()?;
     Some(out)
 }
 

@@ -595,15 +595,9 @@ pub(crate) fn legacy_sha256(value: &Value) -> String {
     sha256_hex(&serde_json::to_vec(value).unwrap_or_default())
 }
 
-/// Lower-case hex SHA-256 of bytes.
+/// Lower-case hex SHA-256 of bytes (the workspace's one such helper).
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    let digest = Sha256::digest(bytes);
-    let mut out = String::with_capacity(64);
-    for b in digest.iter() {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
+    hex::encode(Sha256::digest(bytes))
 }
 
 #[cfg(test)]

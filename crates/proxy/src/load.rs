@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use releasegate_core::config::{
-    Config, DecisionSink, ENV_PREFIX, Error, Inputs, is_config_env_key, sha256_hex,
+    Config, DecisionSink, ENV_PREFIX, Error, Inputs, is_config_env_key,
 };
+use releasegate_core::workflow::sha256_hex;
 
 /// The default configuration file, also embedded in the binary.
 pub const DEFAULT_PATH: &str = "config/releasegate.toml";
