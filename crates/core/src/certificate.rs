@@ -24,7 +24,7 @@ use crate::contract::Contract;
 mod describe;
 use describe::{WorkflowsHash, describe_contract, describe_recipient};
 pub use describe::{
-    contract_policy, contract_release, recipient_budget, recipient_needs_certificate,
+    budget_of, contract_policy, contract_release, recipient_budget, recipient_needs_certificate,
     recipient_policy, recipient_release, release_sha256,
 };
 

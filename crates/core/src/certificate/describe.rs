@@ -140,14 +140,22 @@ pub fn contract_policy(policy: &LeakagePolicy) -> Value {
 /// The budget a recipient is gated against: its own, or else the smallest among its
 /// contracts' (`docs/gate.md`), when either hides something.
 pub fn recipient_budget(recipient: &Recipient, contracts: &[&Contract]) -> Option<f64> {
-    let own = recipient
-        .policy
-        .as_ref()
+    budget_of(recipient.policy.as_ref(), contracts.iter().copied())
+}
+
+/// The budget of a recipient with the policy `own` holding `contracts`: `own`'s, or else the
+/// smallest among the contracts', counting only policies that hide something (the gate's
+/// rule, [`recipient_budget`]'s too).
+pub fn budget_of<'a>(
+    own: Option<&LeakagePolicy>,
+    contracts: impl IntoIterator<Item = &'a Contract>,
+) -> Option<f64> {
+    let own = own
         .filter(|p| !p.hide.is_empty())
         .map(|p| p.max_recovery_gain);
     own.or_else(|| {
         contracts
-            .iter()
+            .into_iter()
             .filter_map(|c| c.policy.as_ref())
             .filter(|p| !p.hide.is_empty())
             .map(|p| p.max_recovery_gain)
