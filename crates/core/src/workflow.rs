@@ -570,8 +570,9 @@ impl Spec {
         })
     }
 
-    /// The workflows' hash: [`canonical_sha256`] of [`Spec::canonical_json`] (what a codebook
-    /// built now records and what a certificate names the workflows by).
+    /// The workflows' hash: the lower-case hex SHA-256 of [`Spec::canonical_json`] in the
+    /// canonical form of JSON ([`crate::wire::canonical_json`]: keys sorted, integral numbers
+    /// as integers), what a codebook built now records and a certificate names them by.
     pub fn sha256(&self) -> String {
         canonical_sha256(&self.canonical_json())
     }
