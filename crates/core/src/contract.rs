@@ -332,6 +332,7 @@ fn not_certifiable_because(rule: &QuestionRule) -> Option<&'static str> {
 impl Contract {
     /// The same contract with every question released under `view` and, when
     /// given, `mechanism` (the leakage audit's candidate releases).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn with_release(&self, view: View, mechanism: Option<&Mechanism>) -> Contract {
         let mut contract = self.clone();
         for rule in contract.questions.values_mut() {

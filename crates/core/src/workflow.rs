@@ -289,6 +289,7 @@ impl Spec {
 
     /// The standard 18-policy spec with default costs and the native posterior. The default
     /// matrix exists only for 4 classes; other class counts need [`Spec::new`] with a matrix.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn standard(classes: Vec<String>) -> Result<Spec, Error> {
         if classes.len() != 4 {
             return Err(Error::invalid(
@@ -319,7 +320,8 @@ impl Spec {
     }
 
     /// The cost base before profiles.
-    pub fn base_costs(&self) -> &CostBase {
+    #[cfg(test)]
+    pub(crate) fn base_costs(&self) -> &CostBase {
         &self.base
     }
 

@@ -27,6 +27,7 @@ pub mod logistic;
 pub mod report;
 pub mod representation;
 pub mod svg;
+#[cfg(any(test, feature = "test-support"))]
 pub mod synthetic;
 
 use std::collections::{BTreeMap, BTreeSet};
