@@ -218,7 +218,7 @@ fn check_config_shows_the_new_keys_and_refuses_a_log_in_a_missing_directory() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}");
-    let sha = releasegate_core::config::sha256_hex(&std::fs::read(&path).unwrap());
+    let sha = releasegate_core::workflow::sha256_hex(&std::fs::read(&path).unwrap());
     for needle in [
         format!("reload: SIGHUP, and file changes (checked every 1000 ms) · sha256 {sha}"),
         "(rotated at 104857600 bytes, 2 files kept) · queue 4096".to_string(),

@@ -214,7 +214,7 @@ async fn twenty_reloads_under_load_fail_no_request_and_keys_follow_their_reload(
     let last_valid = &files[if added_is_bound { 0 } else { 1 }].1;
     assert_eq!(
         live_sha,
-        releasegate_core::config::sha256_hex(&std::fs::read(last_valid).unwrap())
+        releasegate_core::workflow::sha256_hex(&std::fs::read(last_valid).unwrap())
     );
     proxy.stop().await;
 }

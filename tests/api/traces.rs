@@ -58,10 +58,6 @@ fn attribute(span: &Span, key: &str) -> Option<String> {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_of_a_request_reach_the_collector_with_their_kinds_and_parents() {
     let (bodies, collector) = receiver().await;
@@ -150,7 +146,10 @@ async fn spans_of_a_request_reach_the_collector_with_their_kinds_and_parents() {
     }
     assert_eq!(spans.len(), 7, "3 SERVER, 2 CLIENT, 2 INTERNAL: {spans:#?}");
     let in_trace = |trace: &str| -> Vec<&Span> {
-        spans.iter().filter(|s| hex(&s.trace_id) == trace).collect()
+        spans
+            .iter()
+            .filter(|s| hex::encode(&s.trace_id) == trace)
+            .collect()
     };
 
     // The caller's trace: SERVER under the caller's span; CLIENT and the release under it;
@@ -166,13 +165,19 @@ async fn spans_of_a_request_reach_the_collector_with_their_kinds_and_parents() {
     let client = of_kind(&traced, SpanKind::Client);
     let release = of_kind(&traced, SpanKind::Internal);
     assert_eq!(server.name, "POST /v1/systemone");
-    assert_eq!(hex(&server.parent_span_id), caller_span);
-    assert_eq!(hex(&client.parent_span_id), hex(&server.span_id));
-    assert_eq!(hex(&release.parent_span_id), hex(&server.span_id));
+    assert_eq!(hex::encode(&server.parent_span_id), caller_span);
+    assert_eq!(
+        hex::encode(&client.parent_span_id),
+        hex::encode(&server.span_id)
+    );
+    assert_eq!(
+        hex::encode(&release.parent_span_id),
+        hex::encode(&server.span_id)
+    );
     assert_ne!(server.span_id, client.span_id);
     assert_eq!(
         sent_upstream,
-        format!("00-{caller_trace}-{}-01", hex(&client.span_id)),
+        format!("00-{caller_trace}-{}-01", hex::encode(&client.span_id)),
         "the provider's parent is the CLIENT span"
     );
     assert_eq!(
@@ -223,7 +228,7 @@ async fn spans_of_a_request_reach_the_collector_with_their_kinds_and_parents() {
     let server = of_kind(&fresh, SpanKind::Server);
     assert!(server.parent_span_id.is_empty(), "{server:#?}");
     let client = of_kind(&fresh, SpanKind::Client);
-    assert_eq!(&fresh_upstream[36..52], hex(&client.span_id));
+    assert_eq!(&fresh_upstream[36..52], hex::encode(&client.span_id));
 
     // The refused request: its SERVER span alone, with the error's slug as its outcome.
     let refused: Vec<&Span> = spans
@@ -236,7 +241,7 @@ async fn spans_of_a_request_reach_the_collector_with_their_kinds_and_parents() {
         attribute(refused[0], "releasegate.outcome").as_deref(),
         Some("authentication_error")
     );
-    assert_eq!(in_trace(&hex(&refused[0].trace_id)).len(), 1);
+    assert_eq!(in_trace(&hex::encode(&refused[0].trace_id)).len(), 1);
 }
 
 #[test]

@@ -22,8 +22,9 @@ use crate::config::Recipient;
 use crate::contract::Contract;
 
 mod describe;
+use describe::{WorkflowsHash, describe_contract, describe_recipient};
 pub use describe::{
-    contract_policy, contract_release, recipient_budget, recipient_needs_certificate,
+    budget_of, contract_policy, contract_release, recipient_budget, recipient_needs_certificate,
     recipient_policy, recipient_release, release_sha256,
 };
 
@@ -266,6 +267,9 @@ pub struct Subject {
     pub release: Value,
     /// [`contract_policy`] or [`recipient_policy`].
     pub policy: Value,
+    /// The `release_sha256` of a certificate written before WCPQ workflows were named by
+    /// their canonical hash, when the release names any (such a certificate stays valid).
+    pub legacy_release_sha256: Option<String>,
 }
 
 /// Every contract with a policy and every recipient that needs a certificate
@@ -278,10 +282,13 @@ pub fn subjects(
         .values()
         .filter_map(|c| {
             let policy = c.policy.as_ref()?;
+            let release = contract_release(c);
+            let legacy = describe_contract(c, WorkflowsHash::Legacy);
             Some(Subject {
                 kind: Kind::Contract,
                 name: c.name.clone(),
-                release: contract_release(c),
+                legacy_release_sha256: (legacy != release).then(|| release_sha256(&legacy)),
+                release,
                 policy: contract_policy(policy),
             })
         })
@@ -299,10 +306,13 @@ pub fn subjects(
         }
         let policy = recipient_budget(recipient, &held)
             .map_or_else(|| json!({"hide": []}), recipient_policy);
+        let release = recipient_release(&held);
+        let legacy = describe_recipient(&held, WorkflowsHash::Legacy);
         out.push(Subject {
             kind: Kind::Recipient,
             name: recipient.name.clone(),
-            release: recipient_release(&held),
+            legacy_release_sha256: (legacy != release).then(|| release_sha256(&legacy)),
+            release,
             policy,
         });
     }
@@ -379,7 +389,8 @@ pub fn judge(subject: &Subject, certificate: &Certificate) -> Status {
         return Status::Invalid("its release does not hash to its release_sha256".to_string());
     }
     let mut changes = Vec::new();
-    if certificate.release_sha256 != release_sha256(&subject.release) {
+    let legacy = subject.legacy_release_sha256.as_ref() == Some(&certificate.release_sha256);
+    if certificate.release_sha256 != release_sha256(&subject.release) && !legacy {
         diff("", &certificate.release, &subject.release, &mut changes);
         if changes.is_empty() {
             changes.push("release_sha256".to_string());

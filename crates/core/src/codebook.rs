@@ -83,9 +83,9 @@ pub enum Error {
     /// The contract's frozen workflows differ from the ones the codebook was built for.
     #[error("workflows differ: codebook was built for sha256 {codebook}, contract has {contract}")]
     WorkflowsMismatch {
-        /// The recorded workflow sha256.
+        /// The codebook's workflows' SHA-256 (canonical form, `Spec::sha256`).
         codebook: String,
-        /// The contract's workflow sha256.
+        /// The contract's workflows' SHA-256 (canonical form).
         contract: String,
     },
     /// The artifact is not valid codebook JSON.
@@ -337,7 +337,7 @@ pub fn build_with_limit(
             other_class_sets: Vec::new(),
             classes: classes.to_vec(),
             denominator,
-            workflows_sha256: workflow::sha256_hex(&workflow::canonical_bytes(&workflows)),
+            workflows_sha256: workflow::canonical_sha256(&workflows),
             workflows,
             source_sha256,
             learned: None,
@@ -486,7 +486,8 @@ impl Codebook {
         &self.workflows
     }
 
-    /// SHA-256 of the recorded workflow definition's canonical bytes.
+    /// The workflows' SHA-256 as the file records it: of the definition's canonical form
+    /// (`Spec::sha256`) for a codebook built now, the legacy hash for a file written before.
     pub fn workflows_sha256(&self) -> &str {
         &self.workflows_sha256
     }
@@ -611,8 +612,12 @@ impl Codebook {
                 "expected [0.0, 0.5, 1.0]".to_string(),
             ));
         }
-        let sha = workflow::sha256_hex(&workflow::canonical_bytes(&file.workflows));
-        if sha != file.workflows_sha256 {
+        // Written now: the canonical form's hash. Files written before recorded the legacy
+        // hash (key order as written), and still load.
+        let sha = workflow::canonical_sha256(&file.workflows);
+        if sha != file.workflows_sha256
+            && workflow::legacy_sha256(&file.workflows) != file.workflows_sha256
+        {
             return Err(invalid(
                 "workflows_sha256",
                 format!("recorded {}, computed {sha}", file.workflows_sha256),
@@ -765,13 +770,14 @@ impl Codebook {
             });
         }
         // Workflows are compared positionally: the definition with the contract's
-        // labels replaced by the codebook's first label set must be the recorded one.
+        // labels replaced by the codebook's first label set must be the recorded one (in
+        // canonical form: key order and number spelling do not matter; the recorded hash
+        // was checked against the recorded definition on load).
         let positional = positional_workflows(spec, &self.classes);
-        let sha = workflow::sha256_hex(&workflow::canonical_bytes(&positional));
-        if sha != self.workflows_sha256 || positional != self.workflows {
+        if !crate::wire::same_json(&positional, &self.workflows) {
             return Err(Error::WorkflowsMismatch {
-                codebook: self.workflows_sha256.clone(),
-                contract: sha,
+                codebook: workflow::canonical_sha256(&self.workflows),
+                contract: workflow::canonical_sha256(&positional),
             });
         }
         Ok(())

@@ -128,7 +128,7 @@ impl Config {
             base_dir,
             inputs,
         )?;
-        config.origin.sha256 = sha256_hex(text.as_bytes());
+        config.origin.sha256 = crate::workflow::sha256_hex(text.as_bytes());
         Ok(config)
     }
 
@@ -217,6 +217,7 @@ impl Config {
 
     /// The same configuration served on other listeners (tests start the shipped
     /// configuration on `127.0.0.1:0`).
+    #[cfg(feature = "test-support")]
     pub fn with_listeners(mut self, listen: SocketAddr, admin_listen: SocketAddr) -> Config {
         self.server = self.server.with_listeners(listen, admin_listen);
         self
@@ -255,25 +256,10 @@ fn describe_figment_error(error: figment::Error) -> String {
     }
 }
 
-/// Lower-case hex SHA-256 of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
-}
-
 /// Parses a 64-digit hex SHA-256.
 pub fn parse_sha256_hex(text: &str) -> Option<[u8; 32]> {
-    let text = text.trim();
-    if text.len() != 64 {
-        return None;
-    }
     let mut out = [0u8; 32];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
+    hex::decode_to_slice(text.trim(), &mut out).ok()?;
     Some(out)
 }
 

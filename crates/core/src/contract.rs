@@ -492,6 +492,7 @@ impl Contract {
 
     /// The same contract with every question released under `view` and, when given,
     /// `mechanism` ([`Contract::derive`]).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn with_release(
         &self,
         view: View,

@@ -649,6 +649,7 @@ pub fn release_answer<'a>(
 /// Serializes a candidate exactly as it would be sent (view, withholding,
 /// shape), parses the text back and reads it the way a consumer does (the
 /// WCPQ mapper's round trip).
+#[cfg(any(test, feature = "test-support"))]
 pub fn roundtrip(form: &Form<'_>, candidate: &workflow::Release) -> Option<workflow::Release> {
     let (_, value) = encode_candidate(form, candidate);
     read_encoded(form, &value?)

@@ -268,6 +268,7 @@ impl Mapper {
 
     /// σ(D) of a native answer as it would be released (fields the contract drops must already
     /// be `None`).
+    #[cfg(feature = "test-support")]
     pub fn native_signature(&self, native: &Release, state: &Value) -> Signature {
         self.spec.signature(native, state)
     }
@@ -452,7 +453,8 @@ impl Mapper {
     }
 
     /// Reference implementation for tests: scans every codeword in order with no precomputation.
-    pub fn map_reference(
+    #[cfg(test)]
+    pub(crate) fn map_reference(
         &self,
         native: &Release,
         state: &Value,

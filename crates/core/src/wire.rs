@@ -395,10 +395,6 @@ const QUESTION_TAGS: [&str; 4] = ["noul", "choice", "score", "box"];
 
 /// Every schema violation of a request body, in body order (empty when valid).
 /// Unknown members are ignored, as the real API's models ignore them.
-pub fn schema_issues(body: &Value) -> Vec<SchemaIssue> {
-    json_schema_issues(&Json::from_value(body))
-}
-
 fn json_schema_issues(body: &Json<'_>) -> Vec<SchemaIssue> {
     let mut issues = Vec::new();
     let at = |path: &[&str]| -> Vec<Value> {

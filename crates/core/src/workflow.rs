@@ -289,6 +289,7 @@ impl Spec {
 
     /// The standard 18-policy spec with default costs and the native posterior. The default
     /// matrix exists only for 4 classes; other class counts need [`Spec::new`] with a matrix.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn standard(classes: Vec<String>) -> Result<Spec, Error> {
         if classes.len() != 4 {
             return Err(Error::invalid(
@@ -319,7 +320,8 @@ impl Spec {
     }
 
     /// The cost base before profiles.
-    pub fn base_costs(&self) -> &CostBase {
+    #[cfg(test)]
+    pub(crate) fn base_costs(&self) -> &CostBase {
         &self.base
     }
 
@@ -570,32 +572,35 @@ impl Spec {
         })
     }
 
-    /// The canonical bytes: compact serde_json serialization of [`Spec::canonical_json`].
-    pub fn canonical_bytes(&self) -> Vec<u8> {
-        canonical_bytes(&self.canonical_json())
-    }
-
-    /// Lower-case hex SHA-256 of [`Spec::canonical_bytes`].
+    /// The workflows' hash: the lower-case hex SHA-256 of [`Spec::canonical_json`] in the
+    /// canonical form of JSON ([`crate::wire::canonical_json`]: keys sorted, integral numbers
+    /// as integers), what a codebook built now records and a certificate names them by.
     pub fn sha256(&self) -> String {
-        sha256_hex(&self.canonical_bytes())
+        canonical_sha256(&self.canonical_json())
     }
 }
 
-/// Compact serialization of a JSON value (insertion-ordered maps, shortest round-trip floats).
-pub fn canonical_bytes(value: &Value) -> Vec<u8> {
+/// Lower-case hex SHA-256 of a workflow definition in the canonical form of JSON
+/// (`wire::canonical_json`: keys sorted, integral numbers as integers, no whitespace), so
+/// that neither key order nor number spelling changes it.
+pub(crate) fn canonical_sha256(value: &Value) -> String {
+    let mut bytes = Vec::new();
+    crate::wire::canonical_json(value, &mut bytes);
+    sha256_hex(&bytes)
+}
+
+/// Lower-case hex SHA-256 of a workflow definition serialized compactly in its own key order:
+/// the hash codebooks and certificates recorded before [`canonical_sha256`]. Only read (such
+/// files still load), never written; it depends on key order, so it matches only a file whose
+/// `workflows` keep the order they were written in.
+pub(crate) fn legacy_sha256(value: &Value) -> String {
     // Serializing a `Value` to a Vec cannot fail (no non-string keys, no IO).
-    serde_json::to_vec(value).unwrap_or_default()
+    sha256_hex(&serde_json::to_vec(value).unwrap_or_default())
 }
 
-/// Lower-case hex SHA-256 of bytes.
+/// Lower-case hex SHA-256 of bytes (the workspace's one such helper).
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    let digest = Sha256::digest(bytes);
-    let mut out = String::with_capacity(64);
-    for b in digest.iter() {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
+    hex::encode(Sha256::digest(bytes))
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ mod measure;
 pub mod report;
 pub mod representation;
 pub mod svg;
+#[cfg(any(test, feature = "test-support"))]
 pub mod synthetic;
 
 use serde::{Deserialize, Serialize};

@@ -138,10 +138,7 @@ fn presented_key(headers: &HeaderMap) -> Option<&str> {
 
 /// Hex SHA-256 of a key (for `releasegate hash-key`).
 pub fn hash_key(key: &str) -> String {
-    Sha256::digest(key.as_bytes())
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    releasegate_core::workflow::sha256_hex(key.as_bytes())
 }
 
 #[cfg(test)]

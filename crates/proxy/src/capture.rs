@@ -30,8 +30,9 @@ use prometheus::IntCounter;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::decisions::{Rotating, rfc3339};
+use crate::decisions::Rotating;
 use crate::metrics::Metrics;
+use crate::telemetry::Rfc3339;
 use releasegate_core::config::Capture as Settings;
 use releasegate_core::rng::Rng;
 
@@ -235,7 +236,7 @@ fn world_line(domain: &str, item: &Item) -> Option<Vec<u8>> {
         domain,
         request,
         response,
-        captured_at: rfc3339(item.time),
+        captured_at: Rfc3339::millis(item.time).to_string(),
     };
     let mut line = serde_json::to_vec(&world).ok()?;
     line.push(b'\n');

@@ -3,9 +3,14 @@
 //! without a quota, the CPUs it may run on. `server.worker_threads = 0` starts that many
 //! event loops.
 //!
-//! `std::thread::available_parallelism` reads the same quotas but rounds them down (a
-//! container limited to 1.5 CPUs gets one loop and leaves half a CPU idle), so the quota is
-//! read here; the CPUs the process may run on still come from std when `/proc` says nothing.
+//! Neither std nor `num_cpus` gives this figure, so the quota is read here:
+//! `std::thread::available_parallelism` reads the same quotas along the ancestors but rounds
+//! them down (a container limited to 1.5 CPUs gets one loop and leaves half a CPU idle);
+//! `num_cpus::get` (1.17) rounds up, but reads only the process's own cgroup, not its
+//! ancestors (a limit on a parent cgroup, such as a pod's or a systemd slice's, is missed),
+//! prefers the v1 hierarchy where v1 and v2 both exist, and returns a bare count, while
+//! start-up logs where the count came from (`docs/operations.md`). The CPUs the process may
+//! run on still come from std when `/proc` says nothing.
 //! Read once per process: a cgroup's quota does not change under a running container
 //! without a restart that Kubernetes would do anyway (an in-place resize is picked up at the
 //! next start).

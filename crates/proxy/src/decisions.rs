@@ -115,7 +115,7 @@ impl Record {
             })
             .unwrap_or_default();
         let line = Line {
-            ts: rfc3339(self.time),
+            ts: crate::telemetry::Rfc3339::millis(self.time).to_string(),
             request_id: &self.request_id,
             route: self.route,
             recipient: self.recipient.as_deref(),
@@ -130,23 +130,6 @@ impl Record {
         bytes.push(b'\n');
         bytes
     }
-}
-
-/// A UTC timestamp in RFC 3339 with milliseconds: `2026-01-31T23:59:59.123Z`.
-pub fn rfc3339(time: SystemTime) -> String {
-    let since = time
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO);
-    let seconds = since.as_secs();
-    let (year, month, day) = crate::telemetry::civil_from_days(seconds / 86_400);
-    let of_day = seconds % 86_400;
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        of_day / 3600,
-        of_day % 3600 / 60,
-        of_day % 60,
-        since.subsec_millis()
-    )
 }
 
 pub(crate) enum Message<T> {

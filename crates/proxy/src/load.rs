@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use releasegate_core::config::{
-    Config, DecisionSink, ENV_PREFIX, Error, Inputs, is_config_env_key, sha256_hex,
+    Config, DecisionSink, ENV_PREFIX, Error, Inputs, is_config_env_key,
 };
+use releasegate_core::workflow::sha256_hex;
 
 /// The default configuration file, also embedded in the binary.
 pub const DEFAULT_PATH: &str = "config/releasegate.toml";
@@ -95,7 +96,8 @@ fn load_codebook_free(path: &Path, read_keys: bool) -> Result<Config, Error> {
 }
 
 /// The embedded default configuration (with its embedded codebooks).
-pub fn embedded_default() -> Result<Config, Error> {
+#[cfg(test)]
+pub(crate) fn embedded_default() -> Result<Config, Error> {
     let config = Config::from_toml_with(
         EMBEDDED_DEFAULT,
         EMBEDDED_SOURCE,
@@ -110,13 +112,15 @@ pub fn embedded_default() -> Result<Config, Error> {
 }
 
 /// Parses TOML text (no environment overrides; provider keys and the files it
-/// names, relative to the working directory, are read): for tests and tools.
+/// names, relative to the working directory, are read): for tests and benches.
+#[cfg(any(test, feature = "test-support"))]
 pub fn from_toml(text: &str) -> Result<Config, Error> {
     from_toml_with_env(text, &process_env)
 }
 
 /// Like [`from_toml`], reading provider keys through `env` instead of the
 /// process environment (tests inject keys without mutating global state).
+#[cfg(any(test, feature = "test-support"))]
 pub fn from_toml_with_env(
     text: &str,
     env: &dyn Fn(&str) -> Option<String>,

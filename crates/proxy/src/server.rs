@@ -269,6 +269,7 @@ impl Application {
     }
 
     /// The bound public port.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn port(&self) -> u16 {
         self.public.tcp.local_addr().map(|a| a.port()).unwrap_or(0)
     }
@@ -279,6 +280,7 @@ impl Application {
     }
 
     /// The bound admin port.
+    #[cfg(feature = "test-support")]
     pub fn admin_port(&self) -> u16 {
         self.admin.tcp.local_addr().map(|a| a.port()).unwrap_or(0)
     }
@@ -720,6 +722,7 @@ impl AppState {
     }
 
     /// The SHA-256 of the configuration text in force (`releasegate_config_info`).
+    #[cfg(feature = "test-support")]
     pub fn config_sha256(&self) -> String {
         self.inner.live.load().config.origin().sha256.clone()
     }

@@ -127,7 +127,7 @@ fn escaped(event: &str) -> std::borrow::Cow<'_, str> {
 fn format_access(line: &Access<'_>, json: bool, now: std::time::SystemTime) -> String {
     use std::fmt::Write as _;
     let mut out = String::with_capacity(256);
-    let timestamp = Rfc3339(now);
+    let timestamp = Rfc3339::micros(now);
     if json {
         let string = |out: &mut String, value: &str| {
             // A `String` never fails to take JSON.
@@ -200,20 +200,43 @@ fn push_debug_str(out: &mut String, text: &str) {
     }
 }
 
-/// A time as tracing's formatter writes it: RFC 3339 in UTC with microseconds
-/// (`2026-12-02T12:38:52.910029Z`).
-struct Rfc3339(std::time::SystemTime);
+/// A time in RFC 3339, UTC, with a fixed number of fractional digits: the workspace's one
+/// such formatter. Microseconds as tracing's formatter writes them
+/// (`2026-12-02T12:38:52.910029Z`, the access lines); milliseconds for the decision log,
+/// captures and certificates (`2026-12-02T12:38:52.910Z`). A time before the epoch is
+/// written as the epoch.
+#[derive(Debug, Clone, Copy)]
+pub struct Rfc3339 {
+    time: std::time::SystemTime,
+    /// Fractional digits: 3 or 6.
+    digits: usize,
+}
 
 impl Rfc3339 {
-    /// Year, month, day, hour, minute, second and microsecond, in UTC.
+    /// With milliseconds.
+    pub fn millis(time: std::time::SystemTime) -> Rfc3339 {
+        Rfc3339 { time, digits: 3 }
+    }
+
+    /// With microseconds.
+    pub(crate) fn micros(time: std::time::SystemTime) -> Rfc3339 {
+        Rfc3339 { time, digits: 6 }
+    }
+
+    /// Year, month, day, hour, minute, second and the fraction, in UTC.
     fn fields(&self) -> [u64; 7] {
         let since = self
-            .0
+            .time
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
         let seconds = since.as_secs();
         let (year, month, day) = civil_from_days(seconds / 86_400);
         let of_day = seconds % 86_400;
+        let fraction = if self.digits == 3 {
+            since.subsec_millis()
+        } else {
+            since.subsec_micros()
+        };
         [
             year,
             month,
@@ -221,7 +244,7 @@ impl Rfc3339 {
             of_day / 3600,
             of_day / 60 % 60,
             of_day % 60,
-            u64::from(since.subsec_micros()),
+            u64::from(fraction),
         ]
     }
 
@@ -235,33 +258,43 @@ impl Rfc3339 {
             return;
         }
         // "YYYY-MM-DDTHH:MM:SS.uuuuuuZ": each field's offset and width.
-        const LAYOUT: [(usize, usize); 7] =
-            [(0, 4), (5, 2), (8, 2), (11, 2), (14, 2), (17, 2), (20, 6)];
+        let layout: [(usize, usize); 7] = [
+            (0, 4),
+            (5, 2),
+            (8, 2),
+            (11, 2),
+            (14, 2),
+            (17, 2),
+            (20, self.digits),
+        ];
         let mut text = *b"0000-00-00T00:00:00.000000Z";
-        for ((at, width), mut value) in LAYOUT.into_iter().zip(fields) {
+        for ((at, width), mut value) in layout.into_iter().zip(fields) {
             for slot in text[at..at + width].iter_mut().rev() {
                 *slot = b'0' + (value % 10) as u8;
                 value /= 10;
             }
         }
+        let end = 20 + self.digits;
+        text[end] = b'Z';
         // ASCII digits and separators only.
-        out.push_str(std::str::from_utf8(&text).unwrap_or_default());
+        out.push_str(std::str::from_utf8(&text[..=end]).unwrap_or_default());
     }
 }
 
 impl std::fmt::Display for Rfc3339 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let [year, month, day, hour, minute, second, micros] = self.fields();
+        let [year, month, day, hour, minute, second, fraction] = self.fields();
         write!(
             f,
-            "{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{micros:06}Z"
+            "{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{fraction:0width$}Z",
+            width = self.digits
         )
     }
 }
 
 /// The proleptic Gregorian date of a day count since 1970-01-01 (H. Hinnant's
 /// `civil_from_days`, for days on or after the epoch).
-pub(crate) fn civil_from_days(days: u64) -> (u64, u64, u64) {
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
     let z = days + 719_468;
     let era = z / 146_097;
     let doe = z - era * 146_097;
@@ -720,15 +753,17 @@ mod tests {
     }
 
     #[test]
-    fn timestamps_are_rfc3339_in_utc_with_microseconds() {
+    fn timestamps_are_rfc3339_in_utc_with_microseconds_or_milliseconds() {
         let at = |seconds: u64, micros: u64| {
-            Rfc3339(std::time::UNIX_EPOCH + Duration::from_micros(seconds * 1_000_000 + micros))
-                .to_string()
+            Rfc3339::micros(
+                std::time::UNIX_EPOCH + Duration::from_micros(seconds * 1_000_000 + micros),
+            )
+            .to_string()
         };
         // The direct layout of the access lines agrees with `Display` wherever it is used.
-        let pushed = |time: std::time::SystemTime| {
+        let pushed = |time: Rfc3339| {
             let mut out = String::new();
-            Rfc3339(time).push_to(&mut out);
+            time.push_to(&mut out);
             out
         };
         for micros in [
@@ -741,7 +776,9 @@ mod tests {
             253_402_300_800_000_000, // year 10000: through `fmt`
         ] {
             let time = std::time::UNIX_EPOCH + Duration::from_micros(micros);
-            assert_eq!(pushed(time), Rfc3339(time).to_string());
+            for time in [Rfc3339::micros(time), Rfc3339::millis(time)] {
+                assert_eq!(pushed(time), time.to_string());
+            }
         }
         assert_eq!(at(0, 0), "1970-01-01T00:00:00.000000Z");
         assert_eq!(at(951_782_400, 7), "2000-02-29T00:00:00.000007Z");
@@ -751,7 +788,7 @@ mod tests {
         for day in 0..73_000u64 {
             let time = std::time::UNIX_EPOCH + Duration::from_secs(day * 86_400 + 3_661);
             let http = httpdate::fmt_http_date(time);
-            let ours = Rfc3339(time).to_string();
+            let ours = Rfc3339::micros(time).to_string();
             let (year, month, date) = (&ours[0..4], &ours[5..7], &ours[8..10]);
             const MONTHS: [&str; 12] = [
                 "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
@@ -760,5 +797,24 @@ mod tests {
             assert_eq!(&http[5..16], format!("{date} {month} {year}"), "{ours}");
             assert_eq!(&ours[10..], "T01:01:01.000000Z");
         }
+        // Milliseconds: the decision log's, captures' and certificates' form.
+        let millis = |millis: u64| {
+            Rfc3339::millis(std::time::UNIX_EPOCH + Duration::from_millis(millis)).to_string()
+        };
+        assert_eq!(millis(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(millis(1_445_412_480_123), "2015-10-21T07:28:00.123Z");
+        assert_eq!(millis(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(millis(4_107_542_399_999), "2100-02-28T23:59:59.999Z");
+        assert_eq!(millis(1_767_225_599_000), "2025-12-31T23:59:59.000Z");
+        assert_eq!(
+            Rfc3339::millis(std::time::UNIX_EPOCH + Duration::from_micros(7_999)).to_string(),
+            "1970-01-01T00:00:00.007Z"
+        );
+        // Before the epoch: the epoch.
+        let before = std::time::UNIX_EPOCH - Duration::from_secs(1);
+        assert_eq!(
+            Rfc3339::millis(before).to_string(),
+            "1970-01-01T00:00:00.000Z"
+        );
     }
 }

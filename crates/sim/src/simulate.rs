@@ -1,7 +1,7 @@
 //! The TUPLE-like simulator: paired counterfactual worlds and the in-process
 //! `simulated` System One provider that answers them.
 //!
-//! [`generate`] registers pairs over the [`ontology`] (three domains, four
+//! [`Generator`] registers pairs over the [`ontology`] (three domains, four
 //! coarse classes, four mechanisms per class), writes a real System One request
 //! for each world and answers it by calling [`respond`], the same function the
 //! proxy uses for providers of kind `simulated`. Everything is deterministic:
@@ -15,9 +15,9 @@ mod provider;
 
 use serde_json::Value;
 
-use crate::worlds::World;
-
-pub use cases::{COARSE_QUESTION, Generator, INSTRUCTIONS, pinned_text_toml};
+#[cfg(any(test, feature = "test-support"))]
+pub use cases::pinned_text_toml;
+pub use cases::{COARSE_QUESTION, Generator, INSTRUCTIONS};
 pub use provider::{LATEST_MODEL, MAX_CHOICES, MAX_LEVELS, PREVIEW_MODEL};
 
 /// Errors of the simulator and of the simulated provider.
@@ -36,7 +36,7 @@ pub enum Error {
     },
 }
 
-/// Options of [`generate`].
+/// Options of [`Generator`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
     /// Pairs per domain; the paper's benchmark uses 240 (720 pairs in total).
@@ -63,13 +63,16 @@ impl Options {
     }
 
     /// Total number of worlds (two per pair).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn total_worlds(&self) -> usize {
         2 * self.total_pairs()
     }
 }
 
-/// Generates all worlds, pair by pair (`w0` then `w1`), domain by domain.
-pub fn generate(options: &Options) -> Result<Vec<World>, Error> {
+/// Generates all worlds, pair by pair (`w0` then `w1`), domain by domain (what
+/// [`Generator`] streams, collected: for tests and benches).
+#[cfg(any(test, feature = "test-support"))]
+pub fn generate(options: &Options) -> Result<Vec<crate::worlds::World>, Error> {
     let mut worlds = Vec::with_capacity(options.total_worlds());
     for pair in Generator::new(options) {
         let [w0, w1] = pair?;
@@ -92,16 +95,6 @@ pub fn generate(options: &Options) -> Result<Vec<World>, Error> {
 /// type (including `box`). Unknown top-level fields (e.g. `assets`) are ignored.
 pub fn respond(request: &Value) -> Result<Value, Error> {
     provider::respond(request)
-}
-
-/// [`respond`] for a raw body; `usage.input_tokens` counts these bytes / 4.
-pub fn respond_bytes(body: &[u8]) -> Result<Value, Error> {
-    provider::respond_bytes(body)
-}
-
-/// Resolves `jev-latest`/`jev-preview` style aliases; other names are echoed.
-pub fn resolve_model(name: &str) -> &str {
-    provider::resolve_model(name)
 }
 
 #[cfg(test)]

@@ -342,6 +342,7 @@ impl<W: Write> Writer<W> {
 }
 
 /// Reads every world of a buffered reader, stopping at the first error.
+#[cfg(any(test, feature = "test-support"))]
 pub fn read_all<R: BufRead>(reader: R) -> Result<Vec<World>, Error> {
     Reader::new(reader).collect()
 }

@@ -40,7 +40,8 @@ pub(super) fn write(
         "bootstrap": audited.settings.n_bootstrap,
         "tool": releasegate_proxy::build_version(),
     });
-    let date = releasegate_proxy::decisions::rfc3339(std::time::SystemTime::now());
+    let date =
+        releasegate_proxy::telemetry::Rfc3339::millis(std::time::SystemTime::now()).to_string();
     let mut written = Vec::new();
     for result in results.iter().filter(|r| r.verdict == Verdict::Pass) {
         let Some((kind, name, release, policy)) = subject(config, result, audited.recipient) else {

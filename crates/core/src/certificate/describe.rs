@@ -7,6 +7,17 @@ use crate::config::Recipient;
 use crate::contract::{Contract, LeakagePolicy, QuestionRule};
 use crate::mechanism::Mechanism;
 use crate::wcpq::Admissibility;
+use crate::workflow;
+
+/// How a description names a WCPQ question's frozen workflows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WorkflowsHash {
+    /// `Spec::sha256`, of the canonical form: what certificates are written with.
+    Canonical,
+    /// The hash certificates were written with before (key order as written): read only, so
+    /// that they stay valid.
+    Legacy,
+}
 
 /// SHA-256 (hex) of the canonical JSON of a release description.
 pub fn release_sha256(release: &Value) -> String {
@@ -20,10 +31,15 @@ pub fn release_sha256(release: &Value) -> String {
 /// mechanism (a WCPQ codebook by its content hash, with its workflows, admissibility,
 /// fallback and confidence).
 pub fn contract_release(contract: &Contract) -> Value {
+    describe_contract(contract, WorkflowsHash::Canonical)
+}
+
+/// [`contract_release`] with the workflows named by `hash`.
+pub(crate) fn describe_contract(contract: &Contract, hash: WorkflowsHash) -> Value {
     let questions: serde_json::Map<String, Value> = contract
         .questions
         .iter()
-        .map(|(id, rule)| (id.clone(), question_release(rule)))
+        .map(|(id, rule)| (id.clone(), question_release(rule, hash)))
         .collect();
     json!({
         "shape": contract.shape.as_str(),
@@ -35,14 +51,19 @@ pub fn contract_release(contract: &Contract) -> Value {
 
 /// Everything a recipient's contracts release, by contract name.
 pub fn recipient_release(contracts: &[&Contract]) -> Value {
+    describe_recipient(contracts, WorkflowsHash::Canonical)
+}
+
+/// [`recipient_release`] with the workflows named by `hash`.
+pub(crate) fn describe_recipient(contracts: &[&Contract], hash: WorkflowsHash) -> Value {
     let by_name: serde_json::Map<String, Value> = contracts
         .iter()
-        .map(|c| (c.name.clone(), contract_release(c)))
+        .map(|c| (c.name.clone(), describe_contract(c, hash)))
         .collect();
     json!({ "contracts": by_name })
 }
 
-fn question_release(rule: &QuestionRule) -> Value {
+fn question_release(rule: &QuestionRule, hash: WorkflowsHash) -> Value {
     let labels = rule.released_labels();
     let withheld: Vec<&String> = labels
         .iter()
@@ -59,17 +80,20 @@ fn question_release(rule: &QuestionRule) -> Value {
         "view": rule.view.as_str(),
         "coarsen": rule.coarsen.as_ref().map(|c| json!({"labels": c.labels, "map": c.map})),
         "withhold": withheld,
-        "mechanism": mechanism_release(&rule.mechanism, rule),
+        "mechanism": mechanism_release(&rule.mechanism, rule, hash),
     })
 }
 
-fn mechanism_release(mechanism: &Mechanism, rule: &QuestionRule) -> Value {
+fn mechanism_release(mechanism: &Mechanism, rule: &QuestionRule, hash: WorkflowsHash) -> Value {
     match mechanism {
         Mechanism::None => json!({"kind": "none"}),
         Mechanism::Wcpq(wcpq) => json!({
             "kind": "wcpq",
             "codebook_sha256": wcpq.codebook_sha256,
-            "workflows_sha256": rule.workflows.as_ref().map(|spec| spec.sha256()),
+            "workflows_sha256": rule.workflows.as_ref().map(|spec| match hash {
+                WorkflowsHash::Canonical => spec.sha256(),
+                WorkflowsHash::Legacy => workflow::legacy_sha256(&spec.canonical_json()),
+            }),
             "admissibility": match wcpq.mapper.admissibility() {
                 Admissibility::Strict => json!("strict"),
                 Admissibility::Budget(alpha) => json!({"budget": alpha}),
@@ -116,14 +140,22 @@ pub fn contract_policy(policy: &LeakagePolicy) -> Value {
 /// The budget a recipient is gated against: its own, or else the smallest among its
 /// contracts' (`docs/gate.md`), when either hides something.
 pub fn recipient_budget(recipient: &Recipient, contracts: &[&Contract]) -> Option<f64> {
-    let own = recipient
-        .policy
-        .as_ref()
+    budget_of(recipient.policy.as_ref(), contracts.iter().copied())
+}
+
+/// The budget of a recipient with the policy `own` holding `contracts`: `own`'s, or else the
+/// smallest among the contracts', counting only policies that hide something (the gate's
+/// rule, [`recipient_budget`]'s too).
+pub fn budget_of<'a>(
+    own: Option<&LeakagePolicy>,
+    contracts: impl IntoIterator<Item = &'a Contract>,
+) -> Option<f64> {
+    let own = own
         .filter(|p| !p.hide.is_empty())
         .map(|p| p.max_recovery_gain);
     own.or_else(|| {
         contracts
-            .iter()
+            .into_iter()
             .filter_map(|c| c.policy.as_ref())
             .filter(|p| !p.hide.is_empty())
             .map(|p| p.max_recovery_gain)

@@ -365,3 +365,78 @@ fn the_release_hash_is_canonical_and_certification_needs_a_directory() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_certificate_naming_the_workflows_by_their_legacy_hash_stays_valid() {
+    // The shipped configuration's planner: a WCPQ question with frozen workflows.
+    let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../config"));
+    let text = std::fs::read_to_string(dir.join("releasegate.toml")).unwrap();
+    let read = |path: &Path| std::fs::read(path);
+    let config = Config::from_toml_with(
+        &text,
+        "test",
+        dir,
+        Inputs {
+            env: None,
+            files: &read,
+            codebooks: true,
+        },
+    )
+    .unwrap();
+    let subject = subjects(&config.contracts, &config.recipients)
+        .into_iter()
+        .find(|s| s.kind == Kind::Contract && s.name == "planner")
+        .unwrap();
+    let planner = config.contract("planner").unwrap();
+    let legacy = describe_contract(planner, WorkflowsHash::Legacy);
+    let hash = |release: &Value| {
+        release["questions"]["coarse_cause"]["mechanism"]["workflows_sha256"].clone()
+    };
+    let spec = planner.questions["coarse_cause"]
+        .workflows
+        .as_ref()
+        .unwrap();
+    assert_eq!(hash(&subject.release), json!(spec.sha256()));
+    assert_eq!(
+        hash(&legacy),
+        json!(crate::workflow::legacy_sha256(&spec.canonical_json()))
+    );
+    assert_eq!(subject.legacy_release_sha256, Some(release_sha256(&legacy)));
+    let certificate = |release: Value| {
+        Certificate::new(
+            Kind::Contract,
+            "planner",
+            release,
+            subject.policy.clone(),
+            json!({"verdict": "pass"}),
+            json!({}),
+            "2026-12-05T00:00:00Z".to_string(),
+        )
+    };
+    assert_eq!(
+        judge(&subject, &certificate(subject.release.clone())),
+        Status::Certified
+    );
+    assert_eq!(
+        judge(&subject, &certificate(legacy.clone())),
+        Status::Certified
+    );
+    // Of other workflows, under either hash, it is stale and says so.
+    for mut other in [legacy, subject.release.clone()] {
+        other["questions"]["coarse_cause"]["mechanism"]["workflows_sha256"] = json!("0".repeat(64));
+        match judge(&subject, &certificate(other)) {
+            Status::Stale(changes) => assert!(
+                changes.iter().any(|c| c.contains("workflows_sha256")),
+                "{changes:?}"
+            ),
+            status => panic!("{status:?}"),
+        }
+    }
+    // A contract without WCPQ workflows has a single description.
+    let plain = load(TEXT, &BTreeMap::new());
+    assert!(
+        subjects(&plain.contracts, &plain.recipients)
+            .iter()
+            .all(|s| s.legacy_release_sha256.is_none())
+    );
+}

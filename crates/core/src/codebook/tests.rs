@@ -628,6 +628,172 @@ fn the_validation_split_chooses_the_assignment() {
     assert_eq!(mapped_collisions(&mapper, &validation), kept.collided_pairs);
 }
 
+/// A small strict codebook over four classes, with training answers.
+fn with_training() -> Codebook {
+    let training = vec![
+        answer("a", &[0.7, 0.1, 0.1, 0.1], Some(0.6)),
+        answer("a", &[0.1, 0.2, 0.3, 0.4], None),
+    ];
+    build(&labels(4), 6, &spec4(), &training, "abc".into())
+        .unwrap()
+        .codebook
+}
+
+/// `value` with the keys of every object in sorted order (as `jq -S` writes it).
+fn sorted_keys(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(key, item)| (key.clone(), sorted_keys(item)))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.iter().map(sorted_keys).collect()),
+        other => other.clone(),
+    }
+}
+
+/// What a mapper over `codebook` releases for a spread of answers.
+fn releases(codebook: Codebook) -> Vec<crate::wcpq::Outcome> {
+    let mapper = crate::wcpq::Mapper::new(codebook, spec4()).unwrap();
+    let same = |release: &crate::workflow::Release| Some(release.clone());
+    responses(4, 60, 5)
+        .iter()
+        .map(|r| mapper.map(&r.native, &serde_json::json!({}), &same))
+        .collect()
+}
+
+#[test]
+fn a_codebook_records_the_canonical_hash_of_its_workflows() {
+    let codebook = with_training();
+    assert_eq!(codebook.workflows_sha256(), spec4().sha256());
+    assert_eq!(
+        codebook.workflows_sha256(),
+        workflow::canonical_sha256(&spec4().canonical_json())
+    );
+    assert_ne!(
+        codebook.workflows_sha256(),
+        workflow::legacy_sha256(codebook.workflows())
+    );
+}
+
+#[test]
+fn a_codebook_with_every_key_re_sorted_loads_and_maps_the_same() {
+    let codebook = with_training();
+    let bytes = codebook.to_json_bytes();
+    let value: Value = serde_json::from_slice(&bytes).unwrap();
+    let expected = releases(codebook.clone());
+    assert!(
+        expected
+            .iter()
+            .any(|o| matches!(o, crate::wcpq::Outcome::Covered { .. }))
+    );
+    // Keys sorted; then also the canonical form (integral numbers spelled as integers).
+    let mut canonical = Vec::new();
+    crate::wire::canonical_json(&value, &mut canonical);
+    for resorted in [serde_json::to_vec(&sorted_keys(&value)).unwrap(), canonical] {
+        assert_ne!(resorted, bytes);
+        let back = Codebook::from_json(&resorted).unwrap();
+        back.check_matches(&spec4(), &labels(4)).unwrap();
+        assert_eq!(back.workflows_sha256(), codebook.workflows_sha256());
+        assert_eq!(back.codewords(), codebook.codewords());
+        assert!(crate::wire::same_json(
+            back.workflows(),
+            codebook.workflows()
+        ));
+        assert_eq!(releases(back.clone()), expected);
+        // Written again, it loads again.
+        assert_eq!(Codebook::from_json(&back.to_json_bytes()).unwrap(), back);
+    }
+}
+
+#[test]
+fn a_codebook_written_with_the_legacy_hash_still_loads_in_its_written_order() {
+    let codebook = with_training();
+    let mut legacy: Value = serde_json::from_slice(&codebook.to_json_bytes()).unwrap();
+    legacy["workflows_sha256"] = serde_json::json!(workflow::legacy_sha256(&legacy["workflows"]));
+    let bytes = serde_json::to_vec(&legacy).unwrap();
+    let back = Codebook::from_json(&bytes).unwrap();
+    back.check_matches(&spec4(), &labels(4)).unwrap();
+    assert_eq!(
+        back.workflows_sha256(),
+        workflow::legacy_sha256(codebook.workflows())
+    );
+    assert_eq!(releases(back), releases(codebook));
+    // The legacy hash is of the bytes as written: re-sorted, such a file needs a rebuild.
+    let resorted = serde_json::to_vec(&sorted_keys(&legacy)).unwrap();
+    assert!(matches!(
+        Codebook::from_json(&resorted),
+        Err(Error::Invalid { field, .. }) if field == "workflows_sha256"
+    ));
+}
+
+#[test]
+fn a_codebook_with_a_changed_workflow_is_refused() {
+    let codebook = with_training();
+    let value: Value = serde_json::from_slice(&codebook.to_json_bytes()).unwrap();
+    let changed = |v: &mut Value| v["workflows"]["base_costs"]["c_check"] = serde_json::json!(0.3);
+    // The definition changed under either recorded hash: refused on load.
+    for recorded in [
+        value["workflows_sha256"].clone(),
+        serde_json::json!(workflow::legacy_sha256(&value["workflows"])),
+    ] {
+        let mut v = value.clone();
+        v["workflows_sha256"] = recorded;
+        changed(&mut v);
+        assert!(matches!(
+            Codebook::from_json(&serde_json::to_vec(&v).unwrap()),
+            Err(Error::Invalid { field, .. }) if field == "workflows_sha256"
+        ));
+    }
+    // Changed with its hash recomputed, it loads, and a contract with the original workflows
+    // refuses it.
+    let mut v = value.clone();
+    changed(&mut v);
+    v["workflows_sha256"] = serde_json::json!(workflow::canonical_sha256(&v["workflows"]));
+    let other = Codebook::from_json(&serde_json::to_vec(&v).unwrap()).unwrap();
+    match other.check_matches(&spec4(), &labels(4)) {
+        Err(Error::WorkflowsMismatch { codebook, contract }) => {
+            assert_eq!(codebook, other.workflows_sha256());
+            assert_eq!(contract, spec4().sha256());
+        }
+        result => panic!("{result:?}"),
+    }
+}
+
+#[test]
+fn every_codebook_shipped_in_the_repository_still_loads() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut found = Vec::new();
+    let mut dirs = vec![root.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !name.starts_with('.') && name != "target" && name != "node_modules" {
+                    dirs.push(path);
+                }
+            } else if name.ends_with(".json") {
+                let bytes = std::fs::read(&path).unwrap();
+                if bytes.windows(FORMAT.len()).any(|w| w == FORMAT.as_bytes()) {
+                    let codebook = Codebook::from_json(&bytes)
+                        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    assert!(!codebook.is_empty());
+                    found.push(path);
+                }
+            }
+        }
+    }
+    // config/codebooks/: the demo's and TUPLE-Bench's (their contracts load them in the
+    // proxy's configuration tests).
+    assert!(found.len() >= 2, "{found:?}");
+}
+
 mod bound {
     use super::*;
     use proptest::prelude::*;

@@ -56,6 +56,7 @@ impl Server {
     }
     /// The same settings on other listeners (tests and tools that bind elsewhere, such as
     /// `127.0.0.1:0`).
+    #[cfg(feature = "test-support")]
     pub fn with_listeners(mut self, listen: SocketAddr, admin_listen: SocketAddr) -> Server {
         self.listen = listen;
         self.admin_listen = admin_listen;

@@ -242,6 +242,7 @@ fn sha256_hex_parses_only_64_hex_digits() {
     assert!(parse_sha256_hex(&"ab".repeat(32)).is_some());
     assert!(parse_sha256_hex(&"ab".repeat(31)).is_none());
     assert!(parse_sha256_hex(&"zz".repeat(32)).is_none());
+    assert!(parse_sha256_hex(&"+a".repeat(32)).is_none());
     assert!(parse_sha256_hex(&"é".repeat(32)).is_none());
 }
 

@@ -285,7 +285,8 @@ impl<'a> Json<'a> {
     }
 
     /// Reads a document with serde_json alone (what [`Json::parse`] falls back to).
-    pub fn parse_with_serde(bytes: &'a [u8]) -> serde_json::Result<Json<'a>> {
+    #[cfg(test)]
+    pub(crate) fn parse_with_serde(bytes: &'a [u8]) -> serde_json::Result<Json<'a>> {
         serde_json::from_slice(bytes)
     }
 

@@ -461,11 +461,7 @@ fn logistic_model_is_loaded_validated_and_canonicalized() {
     }
     let canonical = spec.canonical_json();
     assert_eq!(canonical["posterior"]["model"]["weights"][0][0], json!(2.0));
-    assert!(
-        !String::from_utf8(spec.canonical_bytes())
-            .unwrap()
-            .contains("m.json")
-    );
+    assert!(!spec.canonical_json().to_string().contains("m.json"));
     // Model classes must match the question's classes.
     let other = Spec::from_raw(
         &config,
@@ -487,7 +483,11 @@ fn logistic_model_is_loaded_validated_and_canonicalized() {
 fn canonical_json_is_deterministic_and_sensitive() {
     let a = Spec::standard(labels(4)).unwrap();
     let b = Spec::standard(labels(4)).unwrap();
-    assert_eq!(a.canonical_bytes(), b.canonical_bytes());
+    assert_eq!(
+        serde_json::to_vec(&a.canonical_json()).unwrap(),
+        serde_json::to_vec(&b.canonical_json()).unwrap()
+    );
+    assert_eq!(a.sha256(), b.sha256());
     assert_eq!(a.sha256().len(), 64);
     let raw_cheaper = raw(json!({"costs": {"c_check": 0.3}}));
     let c = Spec::from_raw(&raw_cheaper, &labels(4), Path::new("."), &fs_read).unwrap();
@@ -811,4 +811,27 @@ fn the_standard_policies_have_six_twins() {
          c_review; clarification: every profile but check_quarter and error_double; \
          asymmetric: check_quarter's matrix is authored's"
     );
+}
+
+#[test]
+fn the_workflows_hash_is_of_the_canonical_form() {
+    let spec = Spec::standard(labels(4)).unwrap();
+    let written = spec.canonical_json();
+    let mut canonical = Vec::new();
+    crate::wire::canonical_json(&written, &mut canonical);
+    assert_eq!(spec.sha256(), sha256_hex(&canonical));
+    // Keys re-sorted and integral numbers spelled as integers: the same definition, the
+    // same hash; the legacy hash (compact serialization in key order) sees only the bytes.
+    let resorted: Value = serde_json::from_slice(&canonical).unwrap();
+    assert_ne!(
+        serde_json::to_vec(&resorted).unwrap(),
+        serde_json::to_vec(&written).unwrap()
+    );
+    assert_eq!(canonical_sha256(&resorted), spec.sha256());
+    assert_eq!(
+        legacy_sha256(&written),
+        sha256_hex(&serde_json::to_vec(&written).unwrap())
+    );
+    assert_ne!(legacy_sha256(&resorted), legacy_sha256(&written));
+    assert_ne!(legacy_sha256(&written), spec.sha256());
 }

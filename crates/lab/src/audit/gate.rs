@@ -285,16 +285,9 @@ pub fn recipient(
     reading: Reading,
     settings: &Config,
 ) -> Result<Option<GateResult>, String> {
-    let own = policy
-        .filter(|p| !p.hide.is_empty())
-        .map(|p| p.max_recovery_gain);
-    let strictest = contracts
-        .iter()
-        .filter_map(|c| c.policy())
-        .filter(|p| !p.hide.is_empty())
-        .map(|p| p.max_recovery_gain)
-        .reduce(f64::min);
-    let Some(budget) = own.or(strictest) else {
+    let Some(budget) =
+        releasegate_core::certificate::budget_of(policy, contracts.iter().map(|c| &**c))
+    else {
         return Ok(None);
     };
     let Some((main, joint)) = contracts.split_first() else {

@@ -19,8 +19,8 @@ use super::intake::{self, CandidateRelease, Reading};
 use releasegate_core::codebook::{self, Chosen, Figure, Guard};
 use releasegate_core::contract::Contract;
 use releasegate_core::mechanism::Mechanism;
-use releasegate_core::workflow;
 use releasegate_sim::worlds::{Split, World};
+use sha2::{Digest, Sha256};
 
 /// Fewer validation pairs than this cannot show a difference: the guard writes strict.
 pub const MIN_VALIDATION_PAIRS: usize = 30;
@@ -186,9 +186,8 @@ fn relabel(worlds: &[World], question: &str) -> Vec<World> {
 /// Whether a train pair joins the audit's selection split (a hash of its id: the same pairs
 /// whatever the order of the worlds).
 fn selection_pair(pair_id: &str) -> bool {
-    let hash = workflow::sha256_hex(format!("releasegate guard/{pair_id}").as_bytes());
-    let first = u8::from_str_radix(hash.get(..2).unwrap_or("00"), 16).unwrap_or(0);
-    first % SELECTION_SHARE == 0
+    let digest = Sha256::digest(format!("releasegate guard/{pair_id}").as_bytes());
+    digest[0] % SELECTION_SHARE == 0
 }
 
 /// The record of what the guard measured (`outcome`) and chose, for the codebook file.

@@ -135,7 +135,8 @@ pub fn objective(x: ArrayView2<'_, f64>, y: ArrayView1<'_, f64>, model: &Model, 
 }
 
 /// The gradient of [`objective`]: weights first, then the intercept.
-pub fn gradient(
+#[cfg(test)]
+pub(crate) fn gradient(
     x: ArrayView2<'_, f64>,
     y: ArrayView1<'_, f64>,
     model: &Model,

@@ -303,11 +303,6 @@ fn push_usage(values: &mut Vec<f64>, numeric: &mut Vec<bool>, usage: &ReleasedUs
     }
 }
 
-/// One-hot of `index` over `k` slots (all zero when out of range).
-pub fn one_hot(index: usize, k: usize) -> Vec<f64> {
-    (0..k).map(|i| if i == index { 1.0 } else { 0.0 }).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

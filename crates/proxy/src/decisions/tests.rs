@@ -35,16 +35,6 @@ fn record(contract: Option<Arc<Contract>>, answers: Vec<AnswerRecord>) -> Record
 }
 
 #[test]
-fn timestamps_are_rfc3339_utc_with_milliseconds() {
-    let at = |millis: u64| rfc3339(SystemTime::UNIX_EPOCH + Duration::from_millis(millis));
-    assert_eq!(at(0), "1970-01-01T00:00:00.000Z");
-    assert_eq!(at(1_445_412_480_123), "2015-10-21T07:28:00.123Z");
-    assert_eq!(at(951_782_400_000), "2000-02-29T00:00:00.000Z");
-    assert_eq!(at(4_107_542_399_999), "2100-02-28T23:59:59.999Z");
-    assert_eq!(at(1_767_225_599_000), "2025-12-31T23:59:59.000Z");
-}
-
-#[test]
 fn a_line_names_the_decision_and_nothing_of_the_content() {
     let config = crate::load::embedded_default().unwrap();
     let planner = config.contracts()["planner"].clone();

@@ -53,7 +53,9 @@ impl RequestId {
     fn from_block(block: u64) -> RequestId {
         let mut id = [0u8; 3 + 16];
         id[..3].copy_from_slice(b"rg-");
-        hex(&mut id[3..], block);
+        // 16 digits for 8 bytes: it cannot fail (if it did, the zeros left would make the
+        // value invalid, and the id `rg-invalid`).
+        let _ = hex::encode_to_slice(block.to_be_bytes(), &mut id[3..]);
         // Lower-case hex digits and a dash: always a valid header value.
         let value =
             HeaderValue::from_bytes(&id).unwrap_or_else(|_| HeaderValue::from_static("rg-invalid"));
@@ -114,14 +116,6 @@ impl RequestIds {
 impl std::fmt::Debug for RequestIds {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("RequestIds { .. }")
-    }
-}
-
-/// Writes `value` as lower-case hex into all of `out` (most significant digit first).
-fn hex(out: &mut [u8], mut value: u64) {
-    for byte in out.iter_mut().rev() {
-        *byte = b"0123456789abcdef"[(value & 0xf) as usize];
-        value >>= 4;
     }
 }
 

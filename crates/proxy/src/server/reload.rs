@@ -247,11 +247,7 @@ fn changed_since_load(config: &Config) -> bool {
     let Ok(bytes) = std::fs::read(path) else {
         return true;
     };
-    let hex: String = Sha256::digest(&bytes)
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
-    hex != config.origin().sha256
+    releasegate_core::workflow::sha256_hex(&bytes) != config.origin().sha256
 }
 
 /// What one look at the files decided.

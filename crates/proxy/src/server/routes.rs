@@ -142,7 +142,6 @@ mod tests {
     use axum::body::Body;
     use axum::http::{Request, StatusCode};
     use http_body_util::BodyExt;
-    use sha2::{Digest, Sha256};
 
     use super::Routes;
     use crate::server::{AppState, REQUEST_ID_HEADER, middleware::SDK_REQUEST_ID_HEADER, router};
@@ -153,10 +152,7 @@ mod tests {
     type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str);
 
     fn state() -> AppState {
-        let key_sha256: String = Sha256::digest(KEY.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let key_sha256 = crate::auth::hash_key(KEY);
         let text = format!(
             "[providers.sim]\nkind = \"simulated\"\n\
              [[recipients]]\nname = \"r\"\nkey_sha256 = \"{key_sha256}\"\ncontracts = [\"c\", \"d\"]\n\

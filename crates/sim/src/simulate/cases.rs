@@ -20,6 +20,7 @@ pub const COARSE_QUESTION: &str = "coarse_cause";
 /// `descriptions` keys of a `[contracts.NAME.questions.coarse_cause]` table, so that the
 /// proxy asks exactly what the simulator's requests ask (`config/tuple-bench.toml` holds
 /// the same text).
+#[cfg(any(test, feature = "test-support"))]
 pub fn pinned_text_toml(domain: &ontology::Domain) -> String {
     let quote = |text: &str| serde_json::to_string(text).unwrap_or_default();
     let descriptions: Vec<String> = domain

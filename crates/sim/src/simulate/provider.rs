@@ -91,7 +91,8 @@ pub(super) fn respond(request: &Value) -> Result<Value, Error> {
     answer(request, input_len)
 }
 
-/// Answers a raw System One request body.
+/// Answers a raw System One request body (`usage.input_tokens` counts these bytes / 4).
+#[cfg(test)]
 pub(super) fn respond_bytes(body: &[u8]) -> Result<Value, Error> {
     let request: Value = serde_json::from_slice(body).map_err(Error::Json)?;
     answer(&request, body.len())

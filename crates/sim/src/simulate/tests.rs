@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::worlds::Split;
+use crate::worlds::{Split, World};
 
 fn small() -> Options {
     Options {

@@ -222,12 +222,10 @@ impl<'a> Reader<'a> {
 
     fn hex4(&mut self) -> Option<u32> {
         let digits = self.bytes.get(self.at..self.at + 4)?;
-        let mut code = 0u32;
-        for &d in digits {
-            code = code * 16 + (d as char).to_digit(16)?;
-        }
+        let mut code = [0u8; 2];
+        hex::decode_to_slice(digits, &mut code).ok()?;
         self.at += 4;
-        Some(code)
+        Some(u32::from(u16::from_be_bytes(code)))
     }
 
     /// A number, read as serde_json reads it: an integer without fraction or exponent

@@ -212,10 +212,11 @@ pub fn write_str(text: &str, out: &mut Vec<u8>) {
         rest = &rest[at + 1..];
         let escape = ESCAPE[usize::from(byte)];
         if escape == b'u' {
-            const HEX: &[u8; 16] = b"0123456789abcdef";
+            // Two digits for one byte: encoding cannot fail.
+            let mut digits = *b"00";
+            let _ = hex::encode_to_slice([byte], &mut digits);
             out.extend_from_slice(b"\\u00");
-            out.push(HEX[usize::from(byte >> 4)]);
-            out.push(HEX[usize::from(byte & 0xf)]);
+            out.extend_from_slice(&digits);
         } else {
             out.push(b'\\');
             out.push(escape);
