@@ -592,151 +592,18 @@ impl Codebook {
     /// Parses and validates an artifact.
     pub fn from_json(bytes: &[u8]) -> Result<Codebook, Error> {
         let file: CodebookFile = serde_json::from_slice(bytes).map_err(Error::Json)?;
-        let invalid = |field: &str, message: String| Error::Invalid {
-            field: field.to_string(),
-            message,
-        };
-        if file.format != FORMAT {
-            return Err(invalid(
-                "format",
-                format!("expected {FORMAT:?}, got {:?}", file.format),
-            ));
-        }
-        validate_classes(&file.classes)?;
-        if file.denominator == 0 {
-            return Err(Error::Denominator);
-        }
-        if file.confidence_levels != CONFIDENCE_LEVELS {
-            return Err(invalid(
-                "confidence_levels",
-                "expected [0.0, 0.5, 1.0]".to_string(),
-            ));
-        }
-        // Written now: the canonical form's hash. Files written before recorded the legacy
-        // hash (key order as written), and still load.
-        let sha = workflow::canonical_sha256(&file.workflows);
-        if sha != file.workflows_sha256
-            && workflow::legacy_sha256(&file.workflows) != file.workflows_sha256
-        {
-            return Err(invalid(
-                "workflows_sha256",
-                format!("recorded {}, computed {sha}", file.workflows_sha256),
-            ));
-        }
-        if file.workflows.get("classes") != Some(&serde_json::json!(file.classes)) {
-            return Err(invalid(
-                "workflows.classes",
-                "differ from classes".to_string(),
-            ));
-        }
-        if file.codeword_count != file.codewords.len() {
-            return Err(invalid(
-                "codeword_count",
-                format!(
-                    "recorded {}, found {}",
-                    file.codeword_count,
-                    file.codewords.len()
-                ),
-            ));
-        }
+        check_header(&file)?;
+        let assignment = assignment_of(&file)?;
         let n = file.classes.len();
-        let assignment = match (file.order.as_deref(), file.split_penalty) {
-            (None, None) => Assignment::Coverage,
-            (Some(PRIORITY_ORDER), Some(split_penalty)) if file.budget.is_some() => {
-                Assignment::Priority { split_penalty }
-            }
-            _ => {
-                return Err(invalid(
-                    "order",
-                    format!(
-                        "a learned codebook records order {PRIORITY_ORDER:?} and split_penalty together, or neither"
-                    ),
-                ));
-            }
-        };
         check_codewords(
             "codewords",
             &file.codewords,
             n,
             assignment == Assignment::Coverage,
         )?;
-        if let Some(stage) = &file.strict_stage {
-            if file.budget.is_none() {
-                return Err(invalid(
-                    "strict_stage",
-                    "only a learned codebook carries a strict stage".to_string(),
-                ));
-            }
-            if file.strict_stage_count != Some(stage.len()) {
-                return Err(invalid(
-                    "strict_stage_count",
-                    format!(
-                        "recorded {:?}, found {}",
-                        file.strict_stage_count,
-                        stage.len()
-                    ),
-                ));
-            }
-            check_codewords("strict_stage", stage, n, true)?;
-            // The compact codewords are selected from the strict stage.
-            if let Some(missing) = file.codewords.iter().position(|cw| {
-                stage
-                    .binary_search_by(|other| codeword_order(other, cw))
-                    .is_err()
-            }) {
-                return Err(invalid(
-                    &format!("codewords[{missing}]"),
-                    "is not in the strict stage it was learned from".to_string(),
-                ));
-            }
-        } else if file.strict_stage_count.is_some() {
-            return Err(invalid(
-                "strict_stage_count",
-                "recorded without a strict stage".to_string(),
-            ));
-        }
-        for set in &file.other_class_sets {
-            validate_classes(set)?;
-            if set.len() != file.classes.len() {
-                return Err(invalid(
-                    "other_class_sets",
-                    format!("every class set needs {} classes", file.classes.len()),
-                ));
-            }
-        }
-        let learned = match (file.budget, file.max_codewords, file.pair_weight) {
-            (None, None, None) => None,
-            (Some(budget), Some(max_codewords), Some(pair_weight)) => {
-                if !(budget.is_finite() && budget >= 0.0) {
-                    return Err(invalid(
-                        "budget",
-                        format!("must be finite and >= 0, got {budget}"),
-                    ));
-                }
-                if max_codewords == 0 || file.codewords.len() > max_codewords {
-                    return Err(invalid(
-                        "max_codewords",
-                        format!(
-                            "{max_codewords} does not admit {} codewords",
-                            file.codewords.len()
-                        ),
-                    ));
-                }
-                Some(Learned {
-                    budget,
-                    max_codewords,
-                    pair_weight,
-                    assignment,
-                })
-            }
-            _ => {
-                return Err(invalid(
-                    "budget",
-                    "a learned codebook records budget, max_codewords and pair_weight together"
-                        .to_string(),
-                ));
-            }
-        };
+        check_strict_stage(&file, n)?;
+        check_other_class_sets(&file)?;
+        let learned = learned_of(&file, assignment)?;
         let codebook = Codebook {
             learned,
             other_class_sets: file.other_class_sets,
@@ -815,6 +682,172 @@ impl Codebook {
     pub fn class_sets(&self) -> impl Iterator<Item = &[String]> {
         std::iter::once(self.classes.as_slice())
             .chain(self.other_class_sets.iter().map(Vec::as_slice))
+    }
+}
+
+// === reading a codebook file ===
+
+/// An invalid field of a codebook file.
+fn invalid(field: &str, message: String) -> Error {
+    Error::Invalid {
+        field: field.to_string(),
+        message,
+    }
+}
+
+/// The file's format, classes, denominator, confidence levels, workflows (and their
+/// hash) and codeword count.
+fn check_header(file: &CodebookFile) -> Result<(), Error> {
+    if file.format != FORMAT {
+        return Err(invalid(
+            "format",
+            format!("expected {FORMAT:?}, got {:?}", file.format),
+        ));
+    }
+    validate_classes(&file.classes)?;
+    if file.denominator == 0 {
+        return Err(Error::Denominator);
+    }
+    if file.confidence_levels != CONFIDENCE_LEVELS {
+        return Err(invalid(
+            "confidence_levels",
+            "expected [0.0, 0.5, 1.0]".to_string(),
+        ));
+    }
+    // Written now: the canonical form's hash. Files written before recorded the legacy
+    // hash (key order as written), and still load.
+    let sha = workflow::canonical_sha256(&file.workflows);
+    if sha != file.workflows_sha256
+        && workflow::legacy_sha256(&file.workflows) != file.workflows_sha256
+    {
+        return Err(invalid(
+            "workflows_sha256",
+            format!("recorded {}, computed {sha}", file.workflows_sha256),
+        ));
+    }
+    if file.workflows.get("classes") != Some(&serde_json::json!(file.classes)) {
+        return Err(invalid(
+            "workflows.classes",
+            "differ from classes".to_string(),
+        ));
+    }
+    if file.codeword_count != file.codewords.len() {
+        return Err(invalid(
+            "codeword_count",
+            format!(
+                "recorded {}, found {}",
+                file.codeword_count,
+                file.codewords.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// How the file's codewords are assigned: coverage order, or a learned codebook's priority
+/// order with its split penalty.
+fn assignment_of(file: &CodebookFile) -> Result<Assignment, Error> {
+    match (file.order.as_deref(), file.split_penalty) {
+        (None, None) => Ok(Assignment::Coverage),
+        (Some(PRIORITY_ORDER), Some(split_penalty)) if file.budget.is_some() => {
+            Ok(Assignment::Priority { split_penalty })
+        }
+        _ => Err(invalid(
+            "order",
+            format!(
+                "a learned codebook records order {PRIORITY_ORDER:?} and split_penalty together, or neither"
+            ),
+        )),
+    }
+}
+
+/// A learned codebook's strict stage: counted, valid, and holding every compact codeword.
+fn check_strict_stage(file: &CodebookFile, n: usize) -> Result<(), Error> {
+    let Some(stage) = &file.strict_stage else {
+        if file.strict_stage_count.is_some() {
+            return Err(invalid(
+                "strict_stage_count",
+                "recorded without a strict stage".to_string(),
+            ));
+        }
+        return Ok(());
+    };
+    if file.budget.is_none() {
+        return Err(invalid(
+            "strict_stage",
+            "only a learned codebook carries a strict stage".to_string(),
+        ));
+    }
+    if file.strict_stage_count != Some(stage.len()) {
+        return Err(invalid(
+            "strict_stage_count",
+            format!(
+                "recorded {:?}, found {}",
+                file.strict_stage_count,
+                stage.len()
+            ),
+        ));
+    }
+    check_codewords("strict_stage", stage, n, true)?;
+    // The compact codewords are selected from the strict stage.
+    if let Some(missing) = file.codewords.iter().position(|cw| {
+        stage
+            .binary_search_by(|other| codeword_order(other, cw))
+            .is_err()
+    }) {
+        return Err(invalid(
+            &format!("codewords[{missing}]"),
+            "is not in the strict stage it was learned from".to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// The other label sets a pooled codebook serves: valid, each as long as `classes`.
+fn check_other_class_sets(file: &CodebookFile) -> Result<(), Error> {
+    for set in &file.other_class_sets {
+        validate_classes(set)?;
+        if set.len() != file.classes.len() {
+            return Err(invalid(
+                "other_class_sets",
+                format!("every class set needs {} classes", file.classes.len()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A learned codebook's budget, codeword cap and pair weight (all three or none).
+fn learned_of(file: &CodebookFile, assignment: Assignment) -> Result<Option<Learned>, Error> {
+    match (file.budget, file.max_codewords, file.pair_weight) {
+        (None, None, None) => Ok(None),
+        (Some(budget), Some(max_codewords), Some(pair_weight)) => {
+            if !(budget.is_finite() && budget >= 0.0) {
+                return Err(invalid(
+                    "budget",
+                    format!("must be finite and >= 0, got {budget}"),
+                ));
+            }
+            if max_codewords == 0 || file.codewords.len() > max_codewords {
+                return Err(invalid(
+                    "max_codewords",
+                    format!(
+                        "{max_codewords} does not admit {} codewords",
+                        file.codewords.len()
+                    ),
+                ));
+            }
+            Ok(Some(Learned {
+                budget,
+                max_codewords,
+                pair_weight,
+                assignment,
+            }))
+        }
+        _ => Err(invalid(
+            "budget",
+            "a learned codebook records budget, max_codewords and pair_weight together".to_string(),
+        )),
     }
 }
 

@@ -15,7 +15,6 @@ mod server;
 mod summary;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -218,7 +217,11 @@ impl Config {
     /// The same configuration served on other listeners (tests start the shipped
     /// configuration on `127.0.0.1:0`).
     #[cfg(feature = "test-support")]
-    pub fn with_listeners(mut self, listen: SocketAddr, admin_listen: SocketAddr) -> Config {
+    pub fn with_listeners(
+        mut self,
+        listen: std::net::SocketAddr,
+        admin_listen: std::net::SocketAddr,
+    ) -> Config {
         self.server = self.server.with_listeners(listen, admin_listen);
         self
     }
