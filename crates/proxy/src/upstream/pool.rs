@@ -33,8 +33,8 @@
 //! `https://` providers keep hyper-util's client (TLS, HTTP/2 by ALPN).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::http::HeaderMap;
 use axum::http::header::{HeaderName, HeaderValue};
@@ -43,6 +43,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::Error;
+use idle::Idle;
+
+mod idle;
 
 /// How long an idle connection is kept.
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -68,12 +71,6 @@ pub(crate) struct Pool {
     idle: Mutex<Vec<Idle>>,
     /// Whether the sweep of idle connections runs.
     sweeping: AtomicBool,
-}
-
-#[derive(Debug)]
-struct Idle {
-    connection: Connection,
-    since: Instant,
 }
 
 /// One open connection and what was read from it but not yet used.
@@ -217,55 +214,6 @@ impl Pool {
             hints: head.hints,
             body: Body::Read(body),
         })
-    }
-
-    /// Keeps a connection whose answer was read to its end.
-    fn put(&self, connection: Connection) {
-        let Ok(mut idle) = self.idle.lock() else {
-            return;
-        };
-        let now = Instant::now();
-        self.drop_expired(&mut idle, now);
-        if idle.len() < MAX_IDLE {
-            idle.push(Idle {
-                connection,
-                since: now,
-            });
-        }
-    }
-
-    /// The number of idle connections kept.
-    #[cfg(test)]
-    fn idle(&self) -> usize {
-        self.idle.lock().map_or(0, |idle| idle.len())
-    }
-
-    fn take(&self) -> Option<Idle> {
-        self.idle.lock().ok()?.pop()
-    }
-
-    /// Closes the idle connections older than the idle timeout (dropping one closes it).
-    fn expire(&self) {
-        if let Ok(mut idle) = self.idle.lock() {
-            self.drop_expired(&mut idle, Instant::now());
-        }
-    }
-
-    /// Drops the connections idle longer than the idle timeout at `now`.
-    fn drop_expired(&self, idle: &mut Vec<Idle>, now: Instant) {
-        idle.retain(|entry| now.duration_since(entry.since) <= self.idle_timeout);
-    }
-
-    /// Expires idle connections every half idle timeout until the pool is dropped.
-    async fn sweep(pool: Weak<Pool>, every: Duration) {
-        let mut ticks = tokio::time::interval(every);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticks.tick().await;
-        loop {
-            ticks.tick().await;
-            let Some(pool) = pool.upgrade() else { return };
-            pool.expire();
-        }
     }
 
     async fn connect(self: &Arc<Self>) -> Result<Connection, Error> {

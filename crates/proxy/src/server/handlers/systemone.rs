@@ -1,0 +1,283 @@
+//! `POST /v1/systemone`: a request's way from its body to the released answer. The body is
+//! read and checked against the contract, rebuilt for the provider, sent, and the provider's
+//! answer released through the pure release path.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, header};
+use bytes::Bytes;
+use opentelemetry::KeyValue;
+use opentelemetry::trace::SpanKind;
+
+use releasegate_core::config::Server;
+use releasegate_core::contract::{Contract, ForwardHeader};
+use releasegate_core::release;
+use releasegate_core::rng::Rng;
+use releasegate_core::wire;
+
+use super::reply::{reject, success_body, upstream_error};
+use super::trail::{Trail, upstream_span};
+use super::{Selection, select_contract};
+use crate::server::error::Error;
+use crate::server::{AppState, Live, body, multipart};
+use crate::upstream::{self, Reply};
+
+/// A multipart request's other parts by name: content type and bytes.
+type Parts = BTreeMap<String, (Option<String>, Bytes)>;
+
+/// Answers a System One request: its contract, its body checked and rebuilt, the
+/// provider's answer and its release (the body that goes out).
+pub(super) async fn answer(
+    state: &AppState,
+    selection: Selection<'_>,
+    body: Body,
+    trail: &mut Trail,
+) -> Result<Vec<u8>, Error> {
+    let headers = selection.headers;
+    let live = state.live();
+    let contract = select_contract(&live, selection, trail).await?;
+    let server = &state.inner.server;
+    let (bytes, parts) = read_request(headers, body, server, trail).await?;
+    let request = parse_request(&bytes)?;
+    let mut asked = wire::check_json(&request, contract)?;
+    drop(request);
+    // Images: checked against the parts and rebuilt (inline ones re-encoded, parts
+    // renamed `asset-N`); a request with part images goes upstream as multipart.
+    let part_refs = part_refs(&parts);
+    let checked = wire::assets::check(asked.assets(), &part_refs, server.asset_limits())?;
+    asked.set_assets(checked.assets);
+    // Never the caller's bytes: the contract's questions, the caller's content.
+    let json = Bytes::from(asked.upstream_bytes());
+    // Sampled for the live capture: keep the JSON request (a world's request; images are
+    // not captured) and the answer (reference counts, no copies).
+    let captured = state
+        .capture(contract.name())
+        .filter(|capture| capture.sample())
+        .map(|_| json.clone());
+    let (content_type, forward) = upstream_body(&json, &checked.images)?;
+    drop(part_refs);
+    let called = trail.clock();
+    let switches = switched_on(state, contract, headers);
+    let post = upstream::Post {
+        body: &forward,
+        content_type: &content_type,
+        json: &json,
+        sent: Some(&asked),
+        headers,
+        switches: &switches,
+    };
+    let reply = live
+        .upstreams
+        .systemone(contract.provider(), post)
+        .await
+        .map_err(|error| upstream_error(&live, contract, error));
+    upstream_span(state, trail, contract, "upstream systemone", called, &reply);
+    let reply = reply?;
+    let captured = pending_capture(captured, &reply);
+    let native = success_body(reply)?;
+    let releasing = trail.clock();
+    let released = release_off_thread(contract, asked, native).await?;
+    release_span(state, trail, contract, releasing, &released);
+    let released = released.map_err(|reason| reject(state, contract, reason))?;
+    record_released(state, &live, contract, &released.answers);
+    trail.answers = released.answers;
+    trail.capture = captured;
+    Ok(released.body)
+}
+
+/// Reads the body (`body::read`: its cap and encodings): the JSON request and, of a
+/// multipart body, its other parts.
+async fn read_request(
+    headers: &HeaderMap,
+    body: Body,
+    server: &Server,
+    trail: &mut Trail,
+) -> Result<(Bytes, Parts), Error> {
+    let received = body::read(headers, body, server).await?;
+    trail.body_read = true;
+    Ok(match received {
+        body::Received::Json(bytes) => (bytes, Default::default()),
+        body::Received::Multipart { bytes, boundary } => {
+            let parts = multipart::parse(bytes, &boundary, server).await?;
+            (parts.request, parts.others)
+        }
+    })
+}
+
+/// The request as JSON. Like the real API (FastAPI), a body that is not JSON is a 422
+/// `json_invalid`.
+fn parse_request(bytes: &[u8]) -> Result<wire::Json<'_>, wire::RequestError> {
+    wire::Json::parse(bytes).map_err(|error| {
+        let reason = error.to_string();
+        // serde_json appends " at line L column C"; the location goes into `loc`.
+        let reason = reason.split(" at line ").next().unwrap_or("invalid JSON");
+        wire::RequestError::Schema(vec![wire::json_invalid(
+            bytes,
+            error.line(),
+            error.column(),
+            reason,
+        )])
+    })
+}
+
+/// The parts as the asset check reads them.
+fn part_refs(parts: &Parts) -> BTreeMap<String, wire::assets::Part<'_>> {
+    parts
+        .iter()
+        .map(|(name, (content_type, bytes))| {
+            (
+                name.clone(),
+                wire::assets::Part {
+                    content_type: content_type.as_deref(),
+                    bytes,
+                },
+            )
+        })
+        .collect()
+}
+
+/// What goes upstream: the JSON alone, or with part images a multipart body.
+fn upstream_body(
+    json: &Bytes,
+    images: &[wire::assets::Image<'_>],
+) -> Result<(header::HeaderValue, Bytes), Error> {
+    if images.is_empty() {
+        Ok((upstream::APPLICATION_JSON, json.clone()))
+    } else {
+        let (content_type, body) = multipart::build(json, images)?;
+        Ok((
+            header::HeaderValue::from_str(&content_type).map_err(|_| Error::Internal)?,
+            body,
+        ))
+    }
+}
+
+/// The contract's `forward_headers` the caller switched on (`true`), counted by name.
+fn switched_on(state: &AppState, contract: &Contract, headers: &HeaderMap) -> Vec<ForwardHeader> {
+    let switches: Vec<ForwardHeader> = contract
+        .forward_headers()
+        .iter()
+        .copied()
+        .filter(|switch| {
+            headers
+                .get(switch.lower())
+                .is_some_and(|value| ForwardHeader::is_on(value.as_bytes()))
+        })
+        .collect();
+    for switch in &switches {
+        state
+            .metrics()
+            .forwarded_headers
+            .with_label_values(&[contract.name(), switch.lower()])
+            .inc();
+    }
+    switches
+}
+
+/// A sampled request and the provider's 2xx answer, for the live capture.
+fn pending_capture(request: Option<Bytes>, reply: &Reply) -> Option<crate::capture::Pending> {
+    match (request, reply) {
+        (Some(request), Reply::Success(response)) => Some(crate::capture::Pending {
+            request,
+            response: response.clone(),
+        }),
+        _ => None,
+    }
+}
+
+/// The release's INTERNAL span (with export on).
+fn release_span(
+    state: &AppState,
+    trail: &Trail,
+    contract: &Contract,
+    start: Option<SystemTime>,
+    released: &Result<Sent, wire::Invalid>,
+) {
+    trail.child(
+        state,
+        (
+            SpanKind::Internal,
+            "release",
+            crate::server::trace::new_span_id(),
+        ),
+        start,
+        || {
+            vec![
+                KeyValue::new("releasegate.contract", contract.name().to_string()),
+                KeyValue::new(
+                    "releasegate.outcome",
+                    if released.is_ok() {
+                        "released"
+                    } else {
+                        "rejected"
+                    },
+                ),
+                KeyValue::new(
+                    "releasegate.answers",
+                    released.as_ref().map_or(0, |r| r.answers.len() as i64),
+                ),
+            ]
+        },
+        released.is_err(),
+    );
+}
+
+/// A released body as the bytes that go out, and what happened to each answer.
+struct Sent {
+    body: Vec<u8>,
+    answers: Vec<release::AnswerRecord>,
+}
+
+/// Runs the pure release path on the provider's answer (`native`, read as a borrowed
+/// [`wire::Json`]: no `Value` is built for it); contracts whose mechanisms scan
+/// codebooks per request run on the blocking pool so they never stall the async workers.
+async fn release_off_thread(
+    contract: &Arc<Contract>,
+    asked: wire::Asked,
+    native: Bytes,
+) -> Result<Result<Sent, wire::Invalid>, Error> {
+    let seed = if contract.needs_fresh_randomness() {
+        releasegate_core::rng::os_seed().map_err(|_| Error::Internal)?
+    } else {
+        0
+    };
+    let run = {
+        let contract = contract.clone();
+        move || {
+            let mut rng = Rng::new(seed);
+            let mut options = release::Options {
+                rng: &mut rng,
+                evaluate: false,
+            };
+            let native = wire::Json::parse(&native).map_err(|_| wire::Invalid::NotJson)?;
+            release::release(&contract, &asked, &native, &mut options).map(|released| Sent {
+                body: released.to_bytes(),
+                answers: released.answers,
+            })
+        }
+    };
+    if contract.is_heavy() {
+        tokio::task::spawn_blocking(run)
+            .await
+            .map_err(|_| Error::Internal)
+    } else {
+        Ok(run())
+    }
+}
+
+/// Counts each released answer in its contract's series.
+fn record_released(
+    state: &AppState,
+    live: &Live,
+    contract: &Contract,
+    answers: &[release::AnswerRecord],
+) {
+    for record in answers {
+        state
+            .metrics()
+            .record_answer(&live.answer_series, contract.name(), record);
+    }
+}
