@@ -695,8 +695,42 @@ fn check_question(
     question: &Json<'_>,
     rule: &QuestionRule,
 ) -> Result<(AskedQuestion, Arc<UpstreamQuestion>), RequestError> {
-    let fail = |reason: &str| RequestError::Contract(format!("question `{id}`: {reason}"));
-    let pinned = &rule.question;
+    let kind = question_kind(id, question, rule)?;
+    let caller = caller_texts(id, kind, question, rule)?;
+    let instructions = question.member("instructions").filter(|v| !v.is_null());
+    let (upstream, legend) = if rule.question.caller_text {
+        let upstream = upstream_question(
+            kind,
+            &rule.classes,
+            Text {
+                instructions: instructions.map(Json::to_value),
+                descriptions: caller.into_iter().map(|d| d.map(Json::to_value)).collect(),
+            },
+        );
+        let legend = legend_of(kind, &upstream);
+        (Arc::new(UpstreamQuestion::new(upstream)), legend)
+    } else {
+        check_pinned_text(id, kind, rule, instructions, &caller)?;
+        pinned_upstream(kind, rule)
+    };
+    Ok((
+        AskedQuestion {
+            id: id.to_string(),
+            kind,
+            legend,
+        },
+        upstream,
+    ))
+}
+
+/// A request's question that its contract refuses, with the reason.
+fn contract_refusal(id: &str, reason: &str) -> RequestError {
+    RequestError::Contract(format!("question `{id}`: {reason}"))
+}
+
+/// The question's type, which must be the one its contract asks.
+fn question_kind(id: &str, question: &Json<'_>, rule: &QuestionRule) -> Result<Kind, RequestError> {
+    let fail = |reason: &str| contract_refusal(id, reason);
     // The schema check guarantees a known tag and well-typed criteria.
     let kind = match question.member("type").and_then(Node::text) {
         Some("choice") => Kind::Choice,
@@ -710,14 +744,25 @@ fn check_question(
         }
         None => return Err(fail("missing `type`")),
     };
-    if kind != pinned.kind {
+    if kind != rule.question.kind {
         return Err(fail(&format!(
             "its release contract asks it as a {} question",
-            pinned.kind.as_str()
+            rule.question.kind.as_str()
         )));
     }
-    // The caller's text per class, in the contract's class order (`None`: absent or null).
-    let caller: Vec<Option<&Json<'_>>> = match kind {
+    Ok(kind)
+}
+
+/// The caller's text per class, in the contract's class order (`None`: absent or null),
+/// once the criteria are the contract's classes.
+fn caller_texts<'q, 'a>(
+    id: &str,
+    kind: Kind,
+    question: &'q Json<'a>,
+    rule: &QuestionRule,
+) -> Result<Vec<Option<&'q Json<'a>>>, RequestError> {
+    let fail = |reason: &str| contract_refusal(id, reason);
+    Ok(match kind {
         Kind::Choice => {
             let criteria = question
                 .member("criteria")
@@ -776,70 +821,67 @@ fn check_question(
                 .map(|class| criteria.and_then(|c| c.get(class)).filter(|v| !v.is_null()))
                 .collect()
         }
+    })
+}
+
+/// The caller's text, where it sends any, is the contract's own, word for word.
+fn check_pinned_text(
+    id: &str,
+    kind: Kind,
+    rule: &QuestionRule,
+    instructions: Option<&Json<'_>>,
+    caller: &[Option<&Json<'_>>],
+) -> Result<(), RequestError> {
+    let pinned = &rule.question;
+    let mismatch = |field: String| RequestError::TextMismatch {
+        question: id.to_string(),
+        field,
     };
-    let instructions = question.member("instructions").filter(|v| !v.is_null());
-    let (upstream, legend) = if pinned.caller_text {
+    if let Some(sent) = instructions
+        && !pinned
+            .instructions
+            .as_ref()
+            .is_some_and(|own| same_text(own, sent))
+    {
+        return Err(mismatch("instructions".into()));
+    }
+    for ((class, sent), own) in rule.classes.iter().zip(caller).zip(&pinned.descriptions) {
+        let Some(sent) = sent else { continue };
+        let same = match (kind, own) {
+            (_, Some(own)) => same_text(own, sent),
+            // A score level without a description goes upstream as its name.
+            (Kind::Score, None) => matches!(sent, Json::String(text) if text == class),
+            (_, None) => false,
+        };
+        if !same {
+            return Err(mismatch(match kind {
+                Kind::Score => format!("criteria[{class}]"),
+                _ => format!("criteria.{class}"),
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// The contract's own text: the same upstream question (and score legend) for every
+/// request, built once.
+fn pinned_upstream(
+    kind: Kind,
+    rule: &QuestionRule,
+) -> (Arc<UpstreamQuestion>, Option<Arc<Map<String, Value>>>) {
+    let (upstream, legend) = rule.pinned_upstream.get_or_init(|| {
         let upstream = upstream_question(
             kind,
             &rule.classes,
             Text {
-                instructions: instructions.map(Json::to_value),
-                descriptions: caller.into_iter().map(|d| d.map(Json::to_value)).collect(),
+                instructions: rule.question.instructions.clone(),
+                descriptions: rule.question.descriptions.clone(),
             },
         );
         let legend = legend_of(kind, &upstream);
         (Arc::new(UpstreamQuestion::new(upstream)), legend)
-    } else {
-        let mismatch = |field: String| RequestError::TextMismatch {
-            question: id.to_string(),
-            field,
-        };
-        if let Some(sent) = instructions
-            && !pinned
-                .instructions
-                .as_ref()
-                .is_some_and(|own| same_text(own, sent))
-        {
-            return Err(mismatch("instructions".into()));
-        }
-        for ((class, sent), own) in rule.classes.iter().zip(&caller).zip(&pinned.descriptions) {
-            let Some(sent) = sent else { continue };
-            let same = match (kind, own) {
-                (_, Some(own)) => same_text(own, sent),
-                // A score level without a description goes upstream as its name.
-                (Kind::Score, None) => matches!(sent, Json::String(text) if text == class),
-                (_, None) => false,
-            };
-            if !same {
-                return Err(mismatch(match kind {
-                    Kind::Score => format!("criteria[{class}]"),
-                    _ => format!("criteria.{class}"),
-                }));
-            }
-        }
-        // The contract's own text: the same upstream question for every request, built once.
-        let (upstream, legend) = rule.pinned_upstream.get_or_init(|| {
-            let upstream = upstream_question(
-                kind,
-                &rule.classes,
-                Text {
-                    instructions: pinned.instructions.clone(),
-                    descriptions: pinned.descriptions.clone(),
-                },
-            );
-            let legend = legend_of(kind, &upstream);
-            (Arc::new(UpstreamQuestion::new(upstream)), legend)
-        });
-        (Arc::clone(upstream), legend.clone())
-    };
-    Ok((
-        AskedQuestion {
-            id: id.to_string(),
-            kind,
-            legend,
-        },
-        upstream,
-    ))
+    });
+    (Arc::clone(upstream), legend.clone())
 }
 
 /// A score question's legend (level → its text as sent upstream); `None` for other types.
