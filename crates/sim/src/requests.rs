@@ -81,11 +81,7 @@ impl Line {
         let value: Value = serde_json::from_str(text)
             .map_err(|error| fail(None, format!("not JSON ({error})")))?;
         // The id first, so that an error about any other key can name it.
-        let id = match value.get("id") {
-            Some(Value::String(id)) if !id.trim().is_empty() => Some(id.clone()),
-            Some(Value::Number(n)) if n.is_u64() || n.is_i64() => Some(n.to_string()),
-            _ => None,
-        };
+        let id = line_id(&value);
         let raw: Raw = serde_json::from_value(value)
             .map_err(|error| fail(id.as_deref(), format!("not a request line ({error})")))?;
         let Some(id) = id else {
@@ -101,43 +97,12 @@ impl Line {
         if raw.pair_id.as_deref().is_some_and(|p| p.trim().is_empty()) {
             return Err(fail("`pair_id` must not be blank".into()));
         }
-        let labels = match (raw.coarse, raw.secret, raw.hypotheses) {
-            (None, None, None) => {
-                if raw.question.is_some() {
-                    return Err(fail(
-                        "`question` names the question of the labels: give `coarse`, `secret` and `hypotheses` too".into(),
-                    ));
-                }
-                None
-            }
-            (Some(t), Some(s), Some(mut hypotheses)) => {
-                let question = match raw.question {
-                    Some(question) => question,
-                    None => only_question(&raw.request).ok_or_else(|| {
-                        fail(
-                            "the request asks several questions: name the labels' `question`"
-                                .into(),
-                        )
-                    })?,
-                };
-                hypotheses.sort();
-                let labels = Labels {
-                    question,
-                    t,
-                    s,
-                    hypotheses,
-                    extra: Map::new(),
-                };
-                labels.check().map_err(fail)?;
-                Some(labels)
-            }
-            _ => {
-                return Err(fail(
-                    "labels come together: `coarse`, `secret` and `hypotheses` (or none of them)"
-                        .into(),
-                ));
-            }
-        };
+        let labels = labels(
+            raw.question,
+            (raw.coarse, raw.secret, raw.hypotheses),
+            &raw.request,
+            &fail,
+        )?;
         Ok(Line {
             pair_id: raw.pair_id.unwrap_or_else(|| id.clone()),
             id,
@@ -163,6 +128,55 @@ impl Line {
             labels: self.labels.clone(),
             extra: Map::new(),
         }
+    }
+}
+/// A line's `id`: a non-empty string or an integer.
+fn line_id(value: &Value) -> Option<String> {
+    match value.get("id") {
+        Some(Value::String(id)) if !id.trim().is_empty() => Some(id.clone()),
+        Some(Value::Number(n)) if n.is_u64() || n.is_i64() => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// A line's labels: none, or `coarse`, `secret` and `hypotheses` together (the
+/// labels' `question` defaults to the request's only question).
+fn labels(
+    question: Option<String>,
+    given: (Option<String>, Option<String>, Option<[String; 2]>),
+    request: &Value,
+    fail: &dyn Fn(String) -> Error,
+) -> Result<Option<Labels>, Error> {
+    match given {
+        (None, None, None) => {
+            if question.is_some() {
+                return Err(fail(
+                    "`question` names the question of the labels: give `coarse`, `secret` and `hypotheses` too".into(),
+                ));
+            }
+            Ok(None)
+        }
+        (Some(t), Some(s), Some(mut hypotheses)) => {
+            let question = match question {
+                Some(question) => question,
+                None => only_question(request).ok_or_else(|| {
+                    fail("the request asks several questions: name the labels' `question`".into())
+                })?,
+            };
+            hypotheses.sort();
+            let labels = Labels {
+                question,
+                t,
+                s,
+                hypotheses,
+                extra: Map::new(),
+            };
+            labels.check().map_err(fail)?;
+            Ok(Some(labels))
+        }
+        _ => Err(fail(
+            "labels come together: `coarse`, `secret` and `hypotheses` (or none of them)".into(),
+        )),
     }
 }
 

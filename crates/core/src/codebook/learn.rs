@@ -3,13 +3,15 @@
 //! Appendix H.2; `docs/wcpq.md`, "Learned compact codebooks"), with the assignment (which
 //! admissible codeword the mapper releases) chosen on the validation split.
 
-use std::collections::BTreeMap;
+mod admission;
+mod select;
 
 use serde::Serialize;
 
+use self::admission::Admission;
+use self::select::{collisions, pair_distance, pairs_of, select_coverage, select_priority};
 use super::{Codebook, Error, Learned};
-use crate::wcpq::argmax_set;
-use crate::workflow::{Plan, Release, Spec};
+use crate::workflow::{Release, Spec};
 
 /// K when `--max-codewords` is not given (the paper's greedy codebooks keep at most 128).
 pub const DEFAULT_MAX_CODEWORDS: usize = 128;
@@ -155,10 +157,78 @@ pub fn learn(
     validation: &[Response],
     settings: &Settings,
 ) -> Result<(Codebook, LearnStats), Error> {
-    let invalid = |field: &str, message: String| Error::Invalid {
+    check_settings(settings)?;
+    let budget = settings.budget;
+    let codewords = strict.codewords();
+    let admission = Admission::new(codewords, spec);
+    let covers = admission.covers(codewords, spec, train, budget);
+    let pairs = pairs_of(train);
+    let held_out = admission.covers(codewords, spec, validation, budget);
+    let held_out_pairs = pairs_of(validation);
+    let mut best: Option<(Trial, Vec<usize>)> = None;
+    let mut trials = Vec::new();
+    for &assignment in &settings.assignments {
+        let chosen = select(assignment, &covers, &pairs, train.len(), settings);
+        let (collided_pairs, covered_responses) =
+            collisions(&chosen, &held_out, &held_out_pairs, validation.len());
+        let trial = Trial {
+            assignment,
+            codewords: chosen.len(),
+            collided_pairs,
+            covered_responses,
+            pair_distance_micro: pair_distance(
+                &chosen,
+                codewords,
+                &held_out,
+                &held_out_pairs,
+                validation,
+            ),
+        };
+        let better = best
+            .as_ref()
+            .is_none_or(|(kept, _)| clearly_better(&trial, kept));
+        trials.push(trial.clone());
+        if better && !chosen.is_empty() {
+            best = Some((trial, chosen));
+        }
+    }
+    let Some((kept, chosen)) = best else {
+        return Err(invalid(
+            "codewords",
+            "no candidate covers any training response under this budget".to_string(),
+        ));
+    };
+    let (collided, covered) = collisions(&chosen, &covers, &pairs, train.len());
+    let stats = LearnStats {
+        candidates: codewords.len(),
+        responses: train.len(),
+        covered_responses: covered,
+        pairs: pairs.len(),
+        jointly_covered_pairs: jointly_covered(&chosen, &covers, &pairs),
+        collided_pairs: collided,
+        codewords: chosen.len(),
+        assignment: Some(kept.assignment),
+        validation_responses: validation.len(),
+        validation_pairs: held_out_pairs.len(),
+        trials,
+    };
+    Ok((
+        learned_codebook(strict, &chosen, settings, kept.assignment),
+        stats,
+    ))
+}
+
+/// An invalid setting or result of learning.
+fn invalid(field: &str, message: String) -> Error {
+    Error::Invalid {
         field: field.to_string(),
         message,
-    };
+    }
+}
+
+/// Refuses settings learning cannot use: a budget that is not finite and `>= 0`, no room
+/// for a codeword, no assignment to try.
+fn check_settings(settings: &Settings) -> Result<(), Error> {
     let budget = settings.budget;
     if !(budget.is_finite() && budget >= 0.0) {
         return Err(invalid(
@@ -175,394 +245,76 @@ pub fn learn(
             "name at least one assignment".to_string(),
         ));
     }
-    let codewords = strict.codewords();
-    let admission = Admission::new(codewords, spec);
-    let covers = admission.covers(codewords, spec, train, budget);
-    let pairs = pairs_of(train);
-    let held_out = admission.covers(codewords, spec, validation, budget);
-    let held_out_pairs = pairs_of(validation);
-    let mut best: Option<(Trial, Vec<usize>)> = None;
-    let mut trials = Vec::new();
-    for &assignment in &settings.assignments {
-        let chosen = match assignment {
-            Assignment::Coverage => select_coverage(
-                &covers,
-                &pairs,
-                train.len(),
-                settings.max_codewords,
-                settings.pair_weight,
-            ),
-            Assignment::Priority { split_penalty } => select_priority(
-                &covers,
-                &pairs,
-                train.len(),
-                settings.max_codewords,
-                settings.pair_weight,
-                split_penalty,
-            ),
-        };
-        let (collided_pairs, covered_responses) =
-            collisions(&chosen, &held_out, &held_out_pairs, validation.len());
-        let trial = Trial {
-            assignment,
-            codewords: chosen.len(),
-            collided_pairs,
-            covered_responses,
-            pair_distance_micro: pair_distance(
-                &chosen,
-                codewords,
-                &held_out,
-                &held_out_pairs,
-                validation,
-            ),
-        };
-        let better = best.as_ref().is_none_or(|(kept, _)| {
-            (trial.pair_distance_micro as f64) < CLEAR_IMPROVEMENT * kept.pair_distance_micro as f64
-                && trial.covered_responses >= kept.covered_responses
-        });
-        trials.push(trial.clone());
-        if better && !chosen.is_empty() {
-            best = Some((trial, chosen));
-        }
+    Ok(())
+}
+
+/// The candidates `assignment` selects on the training split.
+fn select(
+    assignment: Assignment,
+    covers: &[Vec<u32>],
+    pairs: &[(u32, u32)],
+    responses: usize,
+    settings: &Settings,
+) -> Vec<usize> {
+    match assignment {
+        Assignment::Coverage => select_coverage(
+            covers,
+            pairs,
+            responses,
+            settings.max_codewords,
+            settings.pair_weight,
+        ),
+        Assignment::Priority { split_penalty } => select_priority(
+            covers,
+            pairs,
+            responses,
+            settings.max_codewords,
+            settings.pair_weight,
+            split_penalty,
+        ),
     }
-    let Some((kept, chosen)) = best else {
-        return Err(invalid(
-            "codewords",
-            "no candidate covers any training response under this budget".to_string(),
-        ));
-    };
-    let (collided, covered) = collisions(&chosen, &covers, &pairs, train.len());
-    let jointly = pairs
+}
+
+/// Whether `trial` releases validation pairs clearly closer together than `kept` while
+/// covering at least as many validation responses.
+fn clearly_better(trial: &Trial, kept: &Trial) -> bool {
+    (trial.pair_distance_micro as f64) < CLEAR_IMPROVEMENT * kept.pair_distance_micro as f64
+        && trial.covered_responses >= kept.covered_responses
+}
+
+/// How many training pairs some chosen codeword covers both members of.
+fn jointly_covered(chosen: &[usize], covers: &[Vec<u32>], pairs: &[(u32, u32)]) -> usize {
+    pairs
         .iter()
         .filter(|(a, b)| {
             chosen
                 .iter()
                 .any(|&k| covers[k].binary_search(a).is_ok() && covers[k].binary_search(b).is_ok())
         })
-        .count();
-    let stats = LearnStats {
-        candidates: codewords.len(),
-        responses: train.len(),
-        covered_responses: covered,
-        pairs: pairs.len(),
-        jointly_covered_pairs: jointly,
-        collided_pairs: collided,
-        codewords: chosen.len(),
-        assignment: Some(kept.assignment),
-        validation_responses: validation.len(),
-        validation_pairs: held_out_pairs.len(),
-        trials,
-    };
-    let codebook = Codebook {
+        .count()
+}
+
+/// The learned codebook: the chosen candidates, how they were learned, and the strict
+/// codebook as its second stage.
+fn learned_codebook(
+    strict: &Codebook,
+    chosen: &[usize],
+    settings: &Settings,
+    assignment: Assignment,
+) -> Codebook {
+    let codewords = strict.codewords();
+    Codebook {
         codewords: chosen.iter().map(|&k| codewords[k].clone()).collect(),
         learned: Some(Learned {
-            budget,
+            budget: settings.budget,
             max_codewords: settings.max_codewords,
             pair_weight: settings.pair_weight,
-            assignment: kept.assignment,
+            assignment,
         }),
         // The strict codebook goes along as the second stage: an answer no compact codeword
         // covers is tried against it before the contract's fallback.
         strict_stage: Some(codewords.to_vec()),
         guard: None,
         ..strict.clone()
-    };
-    Ok((codebook, stats))
-}
-
-/// Precomputed admission of candidates (plan groups for request-independent posteriors).
-struct Admission {
-    argmax: Vec<Vec<usize>>,
-    independent: bool,
-    /// Per availability slot (confidence only, with probabilities): distinct plan vectors.
-    groups: [Vec<Vec<Plan>>; 2],
-    /// Per slot: each candidate's group.
-    group_of: [Vec<usize>; 2],
-}
-
-impl Admission {
-    fn new(codewords: &[super::Codeword], spec: &Spec) -> Admission {
-        let argmax = codewords.iter().map(|cw| argmax_set(&cw.p)).collect();
-        // For request-independent posteriors, plans depend only on p and whether p is
-        // released: group candidates by plan vector per slot and evaluate the bound once per
-        // group.
-        let independent = spec.posterior_estimator().is_request_independent();
-        let mut groups: [Vec<Vec<Plan>>; 2] = Default::default();
-        let mut group_of: [Vec<usize>; 2] = Default::default();
-        if independent {
-            for (slot, with_probabilities) in [(0, false), (1, true)] {
-                let mut index: BTreeMap<Vec<Plan>, usize> = BTreeMap::new();
-                for cw in codewords {
-                    let z = Release {
-                        choice: 0,
-                        probabilities: with_probabilities.then(|| cw.p.clone()),
-                        confidence: None,
-                    };
-                    let plans = spec.plans_with_public(&z, &[]);
-                    let next = index.len();
-                    let id = *index.entry(plans.clone()).or_insert_with(|| {
-                        groups[slot].push(plans);
-                        next
-                    });
-                    group_of[slot].push(id);
-                }
-            }
-        }
-        Admission {
-            argmax,
-            independent,
-            groups,
-            group_of,
-        }
     }
-
-    /// For every candidate, the (ascending) indices of the responses it admits.
-    fn covers(
-        &self,
-        codewords: &[super::Codeword],
-        spec: &Spec,
-        responses: &[Response],
-        budget: f64,
-    ) -> Vec<Vec<u32>> {
-        let mut covers: Vec<Vec<u32>> = vec![Vec::new(); codewords.len()];
-        for (r, response) in responses.iter().enumerate() {
-            let d = &response.native;
-            if spec.check_release(d).is_err() {
-                continue;
-            }
-            let Ok(r) = u32::try_from(r) else { break };
-            let native_plans = spec.plans_with_public(d, &response.public);
-            let slot = usize::from(d.probabilities.is_some());
-            let group_ok: Vec<bool> = self.groups[slot]
-                .iter()
-                .map(|plans| spec.within_budget(&native_plans, plans, budget))
-                .collect();
-            for (k, cw) in codewords.iter().enumerate() {
-                if !self.argmax[k].contains(&d.choice) {
-                    continue;
-                }
-                let ok = if self.independent {
-                    group_ok[self.group_of[slot][k]]
-                } else {
-                    let z = Release {
-                        choice: d.choice,
-                        probabilities: d.probabilities.as_ref().map(|_| cw.p.clone()),
-                        confidence: d.confidence.map(|_| cw.c),
-                    };
-                    spec.within_budget(
-                        &native_plans,
-                        &spec.plans_with_public(&z, &response.public),
-                        budget,
-                    )
-                };
-                if ok {
-                    covers[k].push(r);
-                }
-            }
-        }
-        covers
-    }
-}
-
-/// Pairs: groups of exactly two responses sharing `pair_id` with the same selected class.
-fn pairs_of(responses: &[Response]) -> Vec<(u32, u32)> {
-    let mut by_pair: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-    for (r, response) in responses.iter().enumerate() {
-        by_pair
-            .entry(response.pair_id.as_str())
-            .or_default()
-            .push(r);
-    }
-    by_pair
-        .values()
-        .filter_map(|members| match members.as_slice() {
-            [a, b] if responses[*a].native.choice == responses[*b].native.choice => {
-                Some((u32::try_from(*a).ok()?, u32::try_from(*b).ok()?))
-            }
-            _ => None,
-        })
-        .collect()
-}
-
-/// The mapper's assignment under `chosen` (file order): every response goes to the first
-/// chosen codeword that admits it. Returns (pairs both of whose members go to the same
-/// codeword, responses assigned at all).
-fn collisions(
-    chosen: &[usize],
-    covers: &[Vec<u32>],
-    pairs: &[(u32, u32)],
-    responses: usize,
-) -> (usize, usize) {
-    let mut assigned: Vec<Option<usize>> = vec![None; responses];
-    for (position, &k) in chosen.iter().enumerate() {
-        for &r in &covers[k] {
-            let slot = &mut assigned[r as usize];
-            if slot.is_none() {
-                *slot = Some(position);
-            }
-        }
-    }
-    let collided = pairs
-        .iter()
-        .filter(|(a, b)| {
-            let a = assigned[*a as usize];
-            a.is_some() && a == assigned[*b as usize]
-        })
-        .count();
-    (collided, assigned.iter().filter(|a| a.is_some()).count())
-}
-
-/// The mean L1 distance between the released probability vectors of the two members of each
-/// pair under `chosen` (file order: first admissible), in millionths (0 without pairs).
-fn pair_distance(
-    chosen: &[usize],
-    codewords: &[super::Codeword],
-    covers: &[Vec<u32>],
-    pairs: &[(u32, u32)],
-    responses: &[Response],
-) -> u64 {
-    if pairs.is_empty() {
-        return 0;
-    }
-    let mut released: Vec<Option<&[f64]>> = vec![None; responses.len()];
-    for &k in chosen {
-        for &r in &covers[k] {
-            let slot = &mut released[r as usize];
-            if slot.is_none() {
-                *slot = Some(&codewords[k].p);
-            }
-        }
-    }
-    let vector = |r: u32| -> &[f64] {
-        released[r as usize]
-            .or(responses[r as usize].native.probabilities.as_deref())
-            .unwrap_or(&[])
-    };
-    let total: f64 = pairs
-        .iter()
-        .map(|&(a, b)| {
-            vector(a)
-                .iter()
-                .zip(vector(b))
-                .map(|(x, y)| (x - y).abs())
-                .sum::<f64>()
-        })
-        .sum();
-    // Bounded by 2 per pair: the rounding to millionths cannot overflow.
-    (total / pairs.len() as f64 * 1e6).round() as u64
-}
-
-/// Greedy coverage: each step picks the candidate with the largest gain = newly covered
-/// responses + `pair_weight` × pairs not yet jointly covered whose two members it both covers
-/// (ties: the earlier candidate); the kept codewords in strict order.
-fn select_coverage(
-    covers: &[Vec<u32>],
-    pairs: &[(u32, u32)],
-    responses: usize,
-    max_codewords: usize,
-    pair_weight: u32,
-) -> Vec<usize> {
-    let pair_covers: Vec<Vec<u32>> = covers
-        .iter()
-        .map(|list| {
-            (0u32..)
-                .zip(pairs)
-                .filter(|(_, (a, b))| {
-                    list.binary_search(a).is_ok() && list.binary_search(b).is_ok()
-                })
-                .map(|(i, _)| i)
-                .collect()
-        })
-        .collect();
-    let mut covered = vec![false; responses];
-    let mut joint = vec![false; pairs.len()];
-    let mut taken = vec![false; covers.len()];
-    let mut chosen: Vec<usize> = Vec::new();
-    while chosen.len() < max_codewords {
-        let mut best: Option<(u64, usize)> = None;
-        for k in 0..covers.len() {
-            if taken[k] {
-                continue;
-            }
-            let new = covers[k].iter().filter(|&&r| !covered[r as usize]).count() as u64;
-            let new_pairs = pair_covers[k]
-                .iter()
-                .filter(|&&p| !joint[p as usize])
-                .count() as u64;
-            let gain = new + u64::from(pair_weight) * new_pairs;
-            if gain > 0 && best.is_none_or(|(g, _)| gain > g) {
-                best = Some((gain, k));
-            }
-        }
-        let Some((_, k)) = best else { break };
-        taken[k] = true;
-        chosen.push(k);
-        for &r in &covers[k] {
-            covered[r as usize] = true;
-        }
-        for &p in &pair_covers[k] {
-            joint[p as usize] = true;
-        }
-    }
-    chosen.sort_unstable();
-    chosen
-}
-
-/// The privacy-targeting decision list ([`Assignment::Priority`]), in pick order.
-fn select_priority(
-    covers: &[Vec<u32>],
-    pairs: &[(u32, u32)],
-    responses: usize,
-    max_codewords: usize,
-    pair_weight: u32,
-    split_penalty: u32,
-) -> Vec<usize> {
-    // partner[r]: the other member of r's pair, if r is in one.
-    let mut partner: Vec<Option<u32>> = vec![None; responses];
-    for &(a, b) in pairs {
-        partner[a as usize] = Some(b);
-        partner[b as usize] = Some(a);
-    }
-    let mut assigned = vec![false; responses];
-    let mut taken = vec![false; covers.len()];
-    let mut chosen: Vec<usize> = Vec::new();
-    while chosen.len() < max_codewords {
-        let mut best: Option<(i64, usize)> = None;
-        for k in 0..covers.len() {
-            if taken[k] {
-                continue;
-            }
-            let (mut new, mut collide_twice, mut split) = (0i64, 0i64, 0i64);
-            for &r in &covers[k] {
-                if assigned[r as usize] {
-                    continue;
-                }
-                new += 1;
-                if let Some(other) = partner[r as usize]
-                    && !assigned[other as usize]
-                {
-                    if covers[k].binary_search(&other).is_ok() {
-                        collide_twice += 1;
-                    } else {
-                        split += 1;
-                    }
-                }
-            }
-            if new == 0 {
-                continue;
-            }
-            let gain = 2 * new + i64::from(pair_weight) * collide_twice
-                - 2 * i64::from(split_penalty) * split;
-            if best.is_none_or(|(g, _)| gain > g) {
-                best = Some((gain, k));
-            }
-        }
-        let Some((_, k)) = best else { break };
-        taken[k] = true;
-        chosen.push(k);
-        for &r in &covers[k] {
-            assigned[r as usize] = true;
-        }
-    }
-    chosen
 }

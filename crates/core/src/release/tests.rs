@@ -2,6 +2,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::config::Config;
+use crate::mechanism::Released;
 use crate::wire::check_request;
 
 mod complete;

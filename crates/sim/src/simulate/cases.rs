@@ -159,24 +159,8 @@ fn build_pair(seed: u64, plan: Plan) -> Result<[World; 2], Error> {
     let mut rng = Rng::from_bytes(format!("releasegate-sim/{seed}/{pair_id}").as_bytes());
     let class = &domain.classes[plan.class];
     let context = class.contexts[rng.below(class.contexts.len())];
-    let mut order: Vec<usize> = (0..domain.classes.len()).collect();
-    rng.shuffle(&mut order);
-    let criteria: Map<String, Value> = order
-        .iter()
-        .map(|&i| {
-            let c = &domain.classes[i];
-            (c.label.to_string(), Value::from(c.description))
-        })
-        .collect();
-    let public = json!({
-        "request": domain.request,
-        "case_context": context,
-        "case_ref": format!("{}-{:06}", domain.case_prefix, rng.below(1_000_000)),
-        "intake_channel": domain.channels[rng.below(domain.channels.len())],
-        "operating_window": WINDOWS[rng.below(WINDOWS.len())],
-        "region": domain.regions[rng.below(domain.regions.len())],
-        "ticket_age_hours": 1 + rng.below(96),
-    });
+    let criteria = shuffled_criteria(domain, &mut rng);
+    let public = public_state(domain, context, &mut rng);
     let m0 = &class.mechanisms[plan.mechanisms.0];
     let m1 = &class.mechanisms[plan.mechanisms.1];
     let mut hypotheses = [m0.id.to_string(), m1.id.to_string()];
@@ -188,27 +172,7 @@ fn build_pair(seed: u64, plan: Plan) -> Result<[World; 2], Error> {
             mechanism,
         };
         let note = evidence::compose(&mut rng.fork(&format!("w{w}")), located, context);
-        let request = json!({
-            "model": REQUEST_MODEL,
-            "state": {
-                "recipient": {
-                    "role": domain.recipient_role,
-                    "permission": {
-                        "may_receive": MAY_RECEIVE,
-                        "must_not_receive": MUST_NOT_RECEIVE,
-                    },
-                },
-                "public": public,
-                "internal_report": {"diagnostic_note": note},
-            },
-            "questions": {
-                COARSE_QUESTION: {
-                    "type": "choice",
-                    "instructions": INSTRUCTIONS,
-                    "criteria": criteria,
-                },
-            },
-        });
+        let request = world_request(domain, &public, &note, &criteria);
         let response = provider::respond(&request)?;
         Ok(World {
             world_id: format!("{pair_id}-w{w}"),
@@ -228,4 +192,61 @@ fn build_pair(seed: u64, plan: Plan) -> Result<[World; 2], Error> {
         })
     };
     Ok([build(0, m0)?, build(1, m1)?])
+}
+
+/// The coarse question's criteria (label → description) in a shuffled class order.
+fn shuffled_criteria(domain: &Domain, rng: &mut Rng) -> Map<String, Value> {
+    let mut order: Vec<usize> = (0..domain.classes.len()).collect();
+    rng.shuffle(&mut order);
+    order
+        .iter()
+        .map(|&i| {
+            let c = &domain.classes[i];
+            (c.label.to_string(), Value::from(c.description))
+        })
+        .collect()
+}
+
+/// The public part of a pair's state, shared by both worlds.
+fn public_state(domain: &Domain, context: &str, rng: &mut Rng) -> Value {
+    json!({
+        "request": domain.request,
+        "case_context": context,
+        "case_ref": format!("{}-{:06}", domain.case_prefix, rng.below(1_000_000)),
+        "intake_channel": domain.channels[rng.below(domain.channels.len())],
+        "operating_window": WINDOWS[rng.below(WINDOWS.len())],
+        "region": domain.regions[rng.below(domain.regions.len())],
+        "ticket_age_hours": 1 + rng.below(96),
+    })
+}
+
+/// One world's request: the recipient's permission, the pair's public state, the world's
+/// internal diagnostic note, and the coarse question.
+fn world_request(
+    domain: &Domain,
+    public: &Value,
+    note: &str,
+    criteria: &Map<String, Value>,
+) -> Value {
+    json!({
+        "model": REQUEST_MODEL,
+        "state": {
+            "recipient": {
+                "role": domain.recipient_role,
+                "permission": {
+                    "may_receive": MAY_RECEIVE,
+                    "must_not_receive": MUST_NOT_RECEIVE,
+                },
+            },
+            "public": public,
+            "internal_report": {"diagnostic_note": note},
+        },
+        "questions": {
+            COARSE_QUESTION: {
+                "type": "choice",
+                "instructions": INSTRUCTIONS,
+                "criteria": criteria,
+            },
+        },
+    })
 }

@@ -12,6 +12,7 @@ use super::super::*;
 use super::{LEVELS, native, request};
 use crate::codebook;
 use crate::config::Config;
+use crate::contract::Shape;
 use crate::wire::check_request;
 use crate::workflow::Spec;
 
