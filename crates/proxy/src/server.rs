@@ -6,9 +6,9 @@
 mod body;
 mod error;
 mod handlers;
-mod listener;
+pub(crate) mod listener;
 mod middleware;
-mod multipart;
+pub(crate) mod multipart;
 mod reload;
 mod routes;
 mod trace;

@@ -521,7 +521,7 @@ impl<'de> Visitor<'de> for JsonVisitor {
     }
 }
 
-mod read;
+pub(crate) mod read;
 pub(in crate::wire) mod scan;
 pub mod write;
 

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-mod plain;
+pub(crate) mod plain;
 
 use super::routes::Routes;
 use bytes::Bytes;

@@ -78,9 +78,9 @@ struct Idle {
 
 /// One open connection and what was read from it but not yet used.
 #[derive(Debug)]
-struct Connection {
-    stream: TcpStream,
-    buffer: BytesMut,
+pub(crate) struct Connection {
+    pub(crate) stream: TcpStream,
+    pub(crate) buffer: BytesMut,
 }
 
 /// How much of an answer's body the caller wants, by status.
@@ -117,19 +117,19 @@ pub(crate) enum Body {
 
 /// How an answer's body is delimited.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Framing {
+pub(crate) enum Framing {
     Length(u64),
     Chunked,
     UntilClose,
 }
 
 /// What the head of an answer says.
-struct Head {
-    status: u16,
-    framing: Framing,
+pub(crate) struct Head {
+    pub(crate) status: u16,
+    pub(crate) framing: Framing,
     /// HTTP/1.1 without `connection: close`.
-    keep_alive: bool,
-    hints: HeaderMap,
+    pub(crate) keep_alive: bool,
+    pub(crate) hints: HeaderMap,
 }
 
 impl Pool {
@@ -177,7 +177,7 @@ impl Pool {
 
     /// Reads the answer to the request just written, and keeps the connection when it
     /// can serve another.
-    async fn exchange(
+    pub(crate) async fn exchange(
         &self,
         mut connection: Connection,
         read: &impl Read,
@@ -475,7 +475,7 @@ fn trailer_end(buffer: &[u8]) -> Option<usize> {
 }
 
 /// The head at the start of `buffer` and its length, `None` when it is not all there.
-fn parse_head(buffer: &[u8]) -> Result<Option<(usize, Head)>, Error> {
+pub(crate) fn parse_head(buffer: &[u8]) -> Result<Option<(usize, Head)>, Error> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut fields);
     let length = match response.parse(buffer) {
