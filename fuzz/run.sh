@@ -4,12 +4,14 @@
 #
 #   fuzz/run.sh [TARGET|all] [SECONDS]
 #
-# SECONDS defaults to $FUZZ_SECONDS, else 20. Each run starts from the committed seeds
+# SECONDS defaults to $FUZZ_SECONDS, else 20 (0: build only). Each run starts from the committed seeds
 # (fuzz/corpus/TARGET, never written) plus what earlier runs here found
 # (fuzz/target/corpus/TARGET); a crash, a failed assertion, a timeout or running out of
 # memory leaves its input under fuzz/target/artifacts/TARGET/ and fails the script. Without a
-# nightly toolchain it says so and does nothing. FUZZ_TARGET_DIR overrides the build
-# directory (fuzz/target). Extra libFuzzer options may follow in FUZZ_ARGS.
+# nightly toolchain it says so and does nothing. FUZZ_PROFILE=dev builds the lightly
+# optimized profile (a shorter cold build, fewer runs per second; CI's choice) instead of
+# release. FUZZ_TARGET_DIR overrides the build directory (fuzz/target). Extra libFuzzer
+# options may follow in FUZZ_ARGS.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here"
@@ -42,7 +44,19 @@ export CARGO_TARGET_DIR="${FUZZ_TARGET_DIR:-$here/target}"
 host="$(rustc +nightly -vV | sed -n 's/^host: //p')"
 bins=()
 for t in "${targets[@]}"; do bins+=(--bin "$t"); done
-cargo +nightly build --locked --release --target "$host" "${bins[@]}"
+profile="${FUZZ_PROFILE:-release}"
+case "$profile" in
+    release) out=release ;;
+    dev) out=debug ;;
+    *)
+        echo "error: FUZZ_PROFILE is release or dev, not $profile" >&2
+        exit 64
+        ;;
+esac
+cargo +nightly build --locked --profile "$profile" --target "$host" "${bins[@]}"
+if [[ "$seconds" == 0 ]]; then
+    exit 0
+fi
 
 # The largest input each target takes (bytes).
 max_len() {
@@ -59,7 +73,7 @@ for t in "${targets[@]}"; do
     mkdir -p "$work" "$artifacts"
     echo "== fuzz $t: ${seconds}s"
     # shellcheck disable=SC2086 # FUZZ_ARGS is a list of options.
-    if ! "$CARGO_TARGET_DIR/$host/release/$t" "$work" "corpus/$t" \
+    if ! "$CARGO_TARGET_DIR/$host/$out/$t" "$work" "corpus/$t" \
         -max_total_time="$seconds" -max_len="$(max_len "$t")" -timeout=10 \
         -rss_limit_mb=2048 -artifact_prefix="$artifacts/" -print_final_stats=1 \
         ${FUZZ_ARGS:-} 2>"$CARGO_TARGET_DIR/$t.log"; then
