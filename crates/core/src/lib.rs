@@ -19,6 +19,8 @@ pub mod codebook;
 pub mod config;
 pub mod contract;
 pub mod features;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod mechanism;
 pub mod release;
 pub mod rng;

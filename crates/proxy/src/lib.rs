@@ -13,6 +13,8 @@ pub(crate) mod capture;
 pub mod collect;
 pub(crate) mod cpus;
 pub mod decisions;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub(crate) mod http1;
 pub mod load;
 pub(crate) mod metrics;

@@ -37,7 +37,7 @@ use secrecy::ExposeSecret;
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
-mod pool;
+pub(crate) mod pool;
 
 use crate::metrics::Metrics;
 use releasegate_core::config::{Config, Provider};

@@ -285,8 +285,8 @@ impl<'a> Json<'a> {
     }
 
     /// Reads a document with serde_json alone (what [`Json::parse`] falls back to).
-    #[cfg(test)]
-    pub(crate) fn parse_with_serde(bytes: &'a [u8]) -> serde_json::Result<Json<'a>> {
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub fn parse_with_serde(bytes: &'a [u8]) -> serde_json::Result<Json<'a>> {
         serde_json::from_slice(bytes)
     }
 
@@ -522,7 +522,7 @@ impl<'de> Visitor<'de> for JsonVisitor {
     }
 }
 
-mod read;
+pub(crate) mod read;
 pub(in crate::wire) mod scan;
 pub mod write;
 

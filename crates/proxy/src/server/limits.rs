@@ -35,7 +35,7 @@ pub(super) const MAX_PLAIN_HEAD: usize = 16 * 1024;
 
 /// Largest declared body served on the plain path; larger ones go to hyper (whose body
 /// is read as it arrives, under the body's own deadline and caps).
-pub(super) const MAX_PLAIN_BODY: usize = 256 * 1024;
+pub(crate) const MAX_PLAIN_BODY: usize = 256 * 1024;
 
 /// The limits of one listener's connections and requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

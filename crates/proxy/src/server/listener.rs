@@ -29,7 +29,7 @@ use std::time::Duration;
 
 mod activity;
 mod fds;
-mod plain;
+pub(crate) mod plain;
 mod tracked;
 
 use activity::Activity;

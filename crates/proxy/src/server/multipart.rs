@@ -19,11 +19,11 @@ pub(crate) const FRAMING_BYTES: usize = 64 * 1024;
 
 /// A multipart request's parts: the JSON body and the others by name.
 #[derive(Debug)]
-pub(super) struct Parts {
+pub(crate) struct Parts {
     /// The `request` part.
-    pub(super) request: Bytes,
+    pub(crate) request: Bytes,
     /// Every other part: its content type (the essence, lower case) and bytes.
-    pub(super) others: BTreeMap<String, (Option<String>, Bytes)>,
+    pub(crate) others: BTreeMap<String, (Option<String>, Bytes)>,
 }
 
 /// The body cap of a multipart request: its JSON, its images and their framing.
@@ -35,7 +35,7 @@ pub(super) fn body_limit(server: &Server) -> usize {
 }
 
 /// The boundary of a `multipart/form-data` content type.
-pub(super) fn boundary(content_type: &str) -> Result<String, Error> {
+pub(crate) fn boundary(content_type: &str) -> Result<String, Error> {
     multer::parse_boundary(content_type)
         .map_err(|_| invalid("the multipart/form-data content type has no valid boundary"))
 }
@@ -45,7 +45,7 @@ fn invalid(message: &str) -> Error {
 }
 
 /// Splits a multipart body into its parts.
-pub(super) async fn parse(body: Bytes, boundary: &str, server: &Server) -> Result<Parts, Error> {
+pub(crate) async fn parse(body: Bytes, boundary: &str, server: &Server) -> Result<Parts, Error> {
     let largest_part = server.max_body_bytes().max(server.max_image_bytes());
     let constraints = multer::Constraints::new().size_limit(
         multer::SizeLimit::new()
@@ -128,7 +128,7 @@ fn multer_error(error: &multer::Error, server: &Server) -> Error {
 
 /// A multipart body for the provider, built by the proxy: the `request` part (the
 /// upstream JSON), then each image as its own part (`asset-N`, its checked type).
-pub(super) fn build(
+pub(crate) fn build(
     json: &[u8],
     images: &[releasegate_core::wire::assets::Image<'_>],
 ) -> Result<(String, Bytes), Error> {

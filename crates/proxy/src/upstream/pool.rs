@@ -75,9 +75,9 @@ pub(crate) struct Pool {
 
 /// One open connection and what was read from it but not yet used.
 #[derive(Debug)]
-struct Connection {
-    stream: TcpStream,
-    buffer: BytesMut,
+pub(crate) struct Connection {
+    pub(crate) stream: TcpStream,
+    pub(crate) buffer: BytesMut,
 }
 
 /// How much of an answer's body the caller wants, by status.
@@ -114,19 +114,19 @@ pub(crate) enum Body {
 
 /// How an answer's body is delimited.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Framing {
+pub(crate) enum Framing {
     Length(u64),
     Chunked,
     UntilClose,
 }
 
 /// What the head of an answer says.
-struct Head {
-    status: u16,
-    framing: Framing,
+pub(crate) struct Head {
+    pub(crate) status: u16,
+    pub(crate) framing: Framing,
     /// HTTP/1.1 without `connection: close`.
-    keep_alive: bool,
-    hints: HeaderMap,
+    pub(crate) keep_alive: bool,
+    pub(crate) hints: HeaderMap,
 }
 
 impl Pool {
@@ -174,7 +174,7 @@ impl Pool {
 
     /// Reads the answer to the request just written, and keeps the connection when it
     /// can serve another.
-    async fn exchange(
+    pub(crate) async fn exchange(
         &self,
         mut connection: Connection,
         read: &impl Read,
@@ -423,7 +423,7 @@ fn trailer_end(buffer: &[u8]) -> Option<usize> {
 }
 
 /// The head at the start of `buffer` and its length, `None` when it is not all there.
-fn parse_head(buffer: &[u8]) -> Result<Option<(usize, Head)>, Error> {
+pub(crate) fn parse_head(buffer: &[u8]) -> Result<Option<(usize, Head)>, Error> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut fields);
     let length = match response.parse(buffer) {
@@ -442,10 +442,10 @@ fn parse_head(buffer: &[u8]) -> Result<Option<(usize, Head)>, Error> {
     for field in response.headers.iter() {
         let name = field.name;
         if name.eq_ignore_ascii_case("content-length") {
-            let value = std::str::from_utf8(field.value)
-                .ok()
-                .map(str::trim)
-                .and_then(|value| crate::http1::decimal_length(value.as_bytes()))
+            // Decimal digits only, once the optional whitespace HTTP allows around a value
+            // (spaces and tabs) is stripped: never Unicode spaces (`str::trim` took
+            // `\u{a0}2` for 2, a length no other HTTP reader would agree on).
+            let value = crate::http1::decimal_length(field.value.trim_ascii())
                 .ok_or_else(|| broken("the content-length is not a number"))?;
             if length_field.is_some_and(|seen| seen != value) {
                 return Err(broken("the answer has differing content-lengths"));
@@ -795,6 +795,43 @@ mod tests {
                 matches!(result, Err(Error::Transport(_))),
                 "{}: {result:?}",
                 String::from_utf8_lossy(&answer[..answer.len().min(60)])
+            );
+        }
+    }
+
+    /// Found by the `upstream_answer` fuzz target: a length framed by Unicode spaces
+    /// (no-break space, next line, ideographic space) was read as the digits inside.
+    #[test]
+    fn content_lengths_are_ascii_digits_only() {
+        for value in [&b"\xc2\xa02"[..], b"2\xc2\x85", b"\xe3\x80\x802"] {
+            let head = [
+                &b"HTTP/1.1 200 OK\r\ncontent-length: "[..],
+                value,
+                b"\r\n\r\nok",
+            ]
+            .concat();
+            assert!(
+                parse_head(&head).is_err(),
+                "{}",
+                String::from_utf8_lossy(&head)
+            );
+        }
+        for value in [&b"2"[..], b" 2 ", b"\t2", b"02"] {
+            let head = [
+                &b"HTTP/1.1 200 OK\r\ncontent-length:"[..],
+                value,
+                b"\r\n\r\nok",
+            ]
+            .concat();
+            let parsed = parse_head(&head)
+                .ok()
+                .flatten()
+                .map(|(_, head)| head.framing);
+            assert_eq!(
+                parsed,
+                Some(Framing::Length(2)),
+                "{}",
+                String::from_utf8_lossy(&head)
             );
         }
     }

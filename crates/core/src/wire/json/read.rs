@@ -19,7 +19,7 @@ const MAX_DEPTH: usize = 100;
 
 /// Reads a whole document (trailing whitespace allowed), or `None` where serde_json
 /// must decide.
-pub(super) fn document(bytes: &[u8]) -> Option<Json<'_>> {
+pub(crate) fn document(bytes: &[u8]) -> Option<Json<'_>> {
     // UTF-8 is checked once, over the whole document: serde_json accepts non-ASCII
     // bytes only inside strings, where they must be UTF-8, and a string (delimited by
     // ASCII quotes) is then a slice of valid text without a check of its own.

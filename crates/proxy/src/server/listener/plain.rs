@@ -69,7 +69,7 @@ pub(super) enum Outcome {
 
 /// What the bytes read so far hold.
 #[derive(Debug)]
-enum Parsed {
+pub(crate) enum Parsed {
     /// A plain request, head and body complete.
     Plain(Plain),
     /// A plain head whose body is not all here yet.
@@ -82,15 +82,15 @@ enum Parsed {
 
 /// A plain request's framing: its version, where its header fields are, and its length.
 #[derive(Debug)]
-struct Plain {
+pub(crate) struct Plain {
     /// HTTP/1.1, or HTTP/1.0 with `Connection: keep-alive`.
-    version: Version,
+    pub(crate) version: Version,
     /// (name, value) byte ranges within the head.
-    fields: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
+    pub(crate) fields: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
     /// Head and body, in bytes.
-    total: usize,
+    pub(crate) total: usize,
     /// The head's length.
-    head: usize,
+    pub(crate) head: usize,
 }
 
 /// Serves plain requests on `stream` until one is not plain or the connection ends.
@@ -205,7 +205,7 @@ fn hand_off(first: Bytes, rest: BytesMut) -> Outcome {
 }
 
 /// Reads what `buffer` holds (see [`Parsed`]).
-fn parse(buffer: &[u8]) -> Parsed {
+pub(crate) fn parse(buffer: &[u8]) -> Parsed {
     if buffer.is_empty() {
         return Parsed::Partial;
     }
@@ -291,7 +291,7 @@ fn content_length(value: &[u8]) -> Option<usize> {
 impl Plain {
     /// The request as hyper hands it to the service: method, URI, version, the header
     /// fields in order (names lower-cased, values sharing `bytes`), the body.
-    fn request(&self, bytes: &Bytes) -> Option<Request<Body>> {
+    pub(crate) fn request(&self, bytes: &Bytes) -> Option<Request<Body>> {
         let mut headers = HeaderMap::with_capacity(self.fields.len());
         for (name, value) in &self.fields {
             let name = HeaderName::from_bytes(&bytes[name.clone()]).ok()?;

@@ -1,0 +1,77 @@
+//! The JSON reader (`wire::Json::parse`), differential against serde_json on the same bytes.
+//!
+//! Oracle: both accept or both refuse; when both accept, the reader's document is
+//! serde_json's `Value` (numbers by the rules `wire::json` documents: a non-negative
+//! integer that fits `u64`, a negative one that fits `i64`, anything else the nearest
+//! `f64`, compared through `Json::to_value`); so is the own one-pass reader's, whenever it
+//! does not give up, and the serde visitor's (`Json::parse_with_serde`). Every member of an
+//! object is found by `Node::member` (small and indexed objects alike). The writer
+//! (`wire::json::write`) writes exactly serde_json's bytes, and they read back to the
+//! same value.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use releasegate_core::fuzzing::read_own;
+use releasegate_core::wire::json::write;
+use releasegate_core::wire::{Json, Node};
+use serde_json::Value;
+
+fuzz_target!(|bytes: &[u8]| {
+    let reference = serde_json::from_slice::<Value>(bytes);
+    let read = Json::parse(bytes);
+    let (reference, read) = match (reference, read) {
+        (Ok(reference), Ok(read)) => (reference, read),
+        (Err(_), Err(_)) => {
+            assert!(
+                read_own(bytes).is_none(),
+                "the own reader accepts what serde_json refuses"
+            );
+            return;
+        }
+        (reference, read) => {
+            panic!("accepted by one only: serde_json {reference:?}, reader {read:?}")
+        }
+    };
+    assert_eq!(read.to_value(), reference, "the reader's document differs");
+    if let Some(own) = read_own(bytes) {
+        assert_eq!(
+            own.to_value(),
+            reference,
+            "the own reader's document differs"
+        );
+    }
+    let visited = Json::parse_with_serde(bytes).expect("serde_json accepted these bytes");
+    assert_eq!(
+        visited.to_value(),
+        reference,
+        "the serde visitor's document differs"
+    );
+
+    // Lookups through `Node`, as the release path reads an answer.
+    if let (Some(object), Value::Object(map)) = (read.as_object(), &reference) {
+        assert_eq!(read.object_len(), Some(map.len()));
+        assert_eq!(object.len(), map.len());
+        for (key, value) in map {
+            let member = read.member(key).expect("a key of the document is found");
+            assert_eq!(&member.to_value(), value, "member {key:?}");
+        }
+    }
+
+    // The writer: serde_json's bytes, which read back to the same value.
+    let written = write::to_vec(&read);
+    let expected = serde_json::to_vec(&reference).expect("a Value always writes");
+    assert_eq!(
+        written,
+        expected,
+        "the writer differs from serde_json: {:?} vs {:?}",
+        String::from_utf8_lossy(&written),
+        String::from_utf8_lossy(&expected)
+    );
+    let again = Json::parse(&written).expect("what the writer writes reads back");
+    assert_eq!(
+        again.to_value(),
+        reference,
+        "the round trip changes the value"
+    );
+});
