@@ -462,7 +462,7 @@ impl Contract {
 
     /// The same contract with each question released as `release` says: the audit's
     /// candidate releases, the frontier's learned codebooks, the floor's native reference.
-    /// Each changed question passes [`check_release`], the rules every configured question's
+    /// Each changed question passes `check_release`, the rules every configured question's
     /// view and mechanism pass, so a derived release that a configuration file could not
     /// hold is refused, never audited. The one difference: `no_output` is allowed, because
     /// the audit measures every release against it (a configuration refuses it only because

@@ -58,9 +58,9 @@ pub struct Limits {
     /// Most bytes of header fields the middleware lets through ([`MAX_HEADER_BYTES`]).
     pub max_header_bytes: usize,
     /// Most head bytes the plain path reads before handing the connection to hyper
-    /// ([`MAX_PLAIN_HEAD`]).
+    /// (`MAX_PLAIN_HEAD`).
     pub max_plain_head: usize,
-    /// Largest declared body the plain path serves itself ([`MAX_PLAIN_BODY`]).
+    /// Largest declared body the plain path serves itself (`MAX_PLAIN_BODY`).
     pub max_plain_body: usize,
 }
 
