@@ -123,35 +123,49 @@ async fn proxy_with(
 
 /// The configuration of [`proxy_with`].
 fn config(base_url: &str, url: &str, burst: u32, timeout_ms: u64) -> String {
-    let limited = |name, key, rate_limit: String| Recipient {
+    let refill = limited("refill", REFILL_KEY, "requests_per_second = 2, burst = 1");
+    store_config(base_url, url, burst, timeout_ms, 2, Some(refill))
+}
+
+/// A recipient bound to "main" with the rate limit `rate_limit` (TOML inline table body).
+fn limited(name: &'static str, key: &'static str, rate_limit: &str) -> Recipient {
+    Recipient {
         lines: format!("rate_limit = {{ {rate_limit} }}"),
         ..recipient(name, key, &["main"])
-    };
+    }
+}
+
+/// A proxy on `loops` event loops whose limits live in the store at `url`: "limited"
+/// (CLIENT_KEY, `burst` tokens, next to no refill), `extra` when given, and "probe"
+/// (MULTI_KEY, a large limit).
+fn store_config(
+    base_url: &str,
+    url: &str,
+    burst: u32,
+    timeout_ms: u64,
+    loops: usize,
+    extra: Option<Recipient>,
+) -> String {
+    let mut recipients = vec![limited(
+        "limited",
+        CLIENT_KEY,
+        &format!("requests_per_second = 0.001, burst = {burst}"),
+    )];
+    recipients.extend(extra);
+    recipients.push(limited(
+        "probe",
+        MULTI_KEY,
+        "requests_per_second = 1000, burst = 1000",
+    ));
     TestConfig {
-        server: "shutdown_grace_ms = 500\nworker_threads = 2".into(),
+        server: format!("shutdown_grace_ms = 500\nworker_threads = {loops}"),
         max_body_bytes: None,
         tables: format!(
             "[rate_limit_store]\nkind = \"redis\"\nurl = \"{url}\"\ntimeout_ms = {timeout_ms}\nretry_interval_ms = 50"
         ),
         provider_extra: "timeout_ms = 5000".into(),
         provider_key: false,
-        recipients: vec![
-            limited(
-                "limited",
-                CLIENT_KEY,
-                format!("requests_per_second = 0.001, burst = {burst}"),
-            ),
-            limited(
-                "refill",
-                REFILL_KEY,
-                "requests_per_second = 2, burst = 1".into(),
-            ),
-            limited(
-                "probe",
-                MULTI_KEY,
-                "requests_per_second = 1000, burst = 1000".into(),
-            ),
-        ],
+        recipients,
         view: "choice".into(),
         other: false,
         ..TestConfig::default()
@@ -346,35 +360,7 @@ async fn replica(
     loops: usize,
     upstream: super::helpers::Upstream,
 ) -> TestApp {
-    let limited = |name, key, rate_limit: String| Recipient {
-        lines: format!("rate_limit = {{ {rate_limit} }}"),
-        ..recipient(name, key, &["main"])
-    };
-    let text = TestConfig {
-        server: format!("shutdown_grace_ms = 500\nworker_threads = {loops}"),
-        max_body_bytes: None,
-        tables: format!(
-            "[rate_limit_store]\nkind = \"redis\"\nurl = \"{url}\"\ntimeout_ms = 2000\nretry_interval_ms = 50"
-        ),
-        provider_extra: "timeout_ms = 5000".into(),
-        provider_key: false,
-        recipients: vec![
-            limited(
-                "limited",
-                CLIENT_KEY,
-                format!("requests_per_second = 0.001, burst = {burst}"),
-            ),
-            limited(
-                "probe",
-                MULTI_KEY,
-                "requests_per_second = 1000, burst = 1000".into(),
-            ),
-        ],
-        view: "choice".into(),
-        other: false,
-        ..TestConfig::default()
-    }
-    .toml(base_url);
+    let text = store_config(base_url, url, burst, 2000, loops, None);
     start(releasegate_proxy::load::from_toml(&text).unwrap(), upstream).await
 }
 
