@@ -7,7 +7,8 @@
 //! does not give up, and the serde visitor's (`Json::parse_with_serde`). Every member of an
 //! object is found by `Node::member` (small and indexed objects alike). The writer
 //! (`wire::json::write`) writes exactly serde_json's bytes, and they read back to the
-//! same value.
+//! same value. A top-level member's bytes as sent (`Json::parse_with_member`, how `state`
+//! goes upstream) read back to that member's value.
 
 #![no_main]
 
@@ -55,6 +56,20 @@ fuzz_target!(|bytes: &[u8]| {
         for (key, value) in map {
             let member = read.member(key).expect("a key of the document is found");
             assert_eq!(&member.to_value(), value, "member {key:?}");
+        }
+    }
+
+    // A top-level member as sent (how `state` goes upstream): the same document, and the
+    // member's bytes read back to the member's value, for each key present.
+    if let Value::Object(map) = &reference {
+        for key in ["state", "model", "questions"] {
+            let (document, sent) =
+                Json::parse_with_member(bytes, key).expect("the same bytes parse again");
+            assert_eq!(document.to_value(), reference);
+            if let Some(sent) = sent {
+                let value = serde_json::from_slice::<Value>(sent).expect("a member's bytes parse");
+                assert_eq!(Some(&value), map.get(key), "member {key:?} as sent");
+            }
         }
     }
 

@@ -158,6 +158,10 @@ pub enum Invalid {
     /// An asked question has no answer.
     #[error("missing_answer")]
     MissingAnswer,
+    /// The answers name a question the request did not ask: the answer is not to this
+    /// request (a provider answers exactly the questions asked).
+    #[error("unasked_answer")]
+    UnaskedAnswer,
     /// The answer's `model` is not a well-formed model id (`is_model_id`).
     #[error("bad_model")]
     BadModel,
@@ -188,7 +192,7 @@ impl Kind {
 
 impl Invalid {
     /// Every reason, for pre-registering metrics.
-    pub const ALL: [Invalid; 11] = [
+    pub const ALL: [Invalid; 12] = [
         Invalid::NotJson,
         Invalid::MissingField,
         Invalid::TypeMismatch,
@@ -197,6 +201,7 @@ impl Invalid {
         Invalid::ClassMismatch,
         Invalid::UnknownChoice,
         Invalid::MissingAnswer,
+        Invalid::UnaskedAnswer,
         Invalid::BadModel,
         Invalid::BadModelEntry,
         Invalid::BadBox,
@@ -224,13 +229,26 @@ pub fn check_request(body: &Value, contract: &Contract) -> Result<Asked, Request
 /// reads a caller's request: the same checks and the same upstream body, without a
 /// `Value` built for the whole request.
 pub fn check_json(body: &Json<'_>, contract: &Contract) -> Result<Asked, RequestError> {
+    check_sent(body, None, contract)
+}
+
+/// [`check_json`] with the caller's `state` as sent: `state` is the bytes of the body's
+/// `state` member as they stood in the request ([`Json::parse_with_member`]), and they go
+/// upstream byte for byte (a 30-digit integer, `-0` or `1e2` unchanged). Without them
+/// (`None`), the state goes as this crate writes the document's value. Either way its
+/// `Value` is made only where one is read (`Asked::state`), and seeded noise is keyed on
+/// that value's canonical form, so no spelling of the same state draws other noise.
+pub fn check_sent(
+    body: &Json<'_>,
+    state: Option<&[u8]>,
+    contract: &Contract,
+) -> Result<Asked, RequestError> {
     let checked = check_body(body, contract)?;
-    // The state goes upstream as its bytes, written straight from the document; its
-    // `Value` is made only where one is read (`Asked::state`).
-    Ok(checked.into_asked(
-        body.member("state").map(json::write::to_vec),
-        body.member("assets").map(Json::to_value),
-    ))
+    let state = match state {
+        Some(sent) => body.member("state").map(|_| sent.to_vec()),
+        None => body.member("state").map(json::write::to_vec),
+    };
+    Ok(checked.into_asked(state, body.member("assets").map(Json::to_value)))
 }
 
 /// A request that passed every check, before the caller's content joins it.

@@ -284,6 +284,21 @@ impl<'a> Json<'a> {
         }
     }
 
+    /// [`Json::parse`], and the bytes of the top-level member `member`'s value as they
+    /// stand in `bytes`. `None` when the document is not an object or has no such member,
+    /// when an object in it repeats a key (the bytes would hold a member the document
+    /// does not keep), and for the documents this crate's reader leaves to serde_json
+    /// (nesting deeper than 100, lone surrogate escapes, ...).
+    pub fn parse_with_member(
+        bytes: &'a [u8],
+        member: &'static str,
+    ) -> serde_json::Result<(Json<'a>, Option<&'a [u8]>)> {
+        match read::document_with_member(bytes, Some(member)) {
+            Some((json, span)) => Ok((json, span.and_then(|span| bytes.get(span)))),
+            None => serde_json::from_slice(bytes).map(|json| (json, None)),
+        }
+    }
+
     /// Reads a document with serde_json alone (what [`Json::parse`] falls back to).
     #[cfg(any(test, feature = "fuzzing"))]
     pub fn parse_with_serde(bytes: &'a [u8]) -> serde_json::Result<Json<'a>> {

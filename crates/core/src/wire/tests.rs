@@ -755,3 +755,31 @@ fn same_string_finds_a_difference_at_every_position_of_every_length() {
         }
     }
 }
+
+#[test]
+fn the_state_goes_upstream_as_sent() {
+    let c = contract(PINNED);
+    let digits = "123456789012345678901234567890";
+    let state = format!(r#"{{"n": {digits}, "z": -0, "e": 1E2, "s": "\u00e9"}}"#);
+    let body = format!(
+        r#"{{"model": "m", "state": {state}, "questions": {{"q": {{"type": "choice", "criteria": {{"B": null, "A": null, "C": null}}}}}}}}"#
+    );
+    let (json, sent) = Json::parse_with_member(body.as_bytes(), "state").unwrap();
+    assert_eq!(sent, Some(state.as_bytes()));
+    let asked = check_sent(&json, sent, &c).unwrap();
+    let upstream = String::from_utf8(asked.upstream_bytes()).unwrap();
+    assert!(upstream.contains(&state), "{upstream}");
+    // Read as a value where one is needed (workflows, seeded noise): the same value, so
+    // the noise identity does not depend on the spelling.
+    let written = check_json(&json, &c).unwrap();
+    assert_eq!(asked.state(), written.state());
+    assert_eq!(
+        serde_json::to_string(asked.upstream()).unwrap(),
+        serde_json::to_string(written.upstream()).unwrap()
+    );
+    assert!(
+        !String::from_utf8(written.upstream_bytes())
+            .unwrap()
+            .contains(digits)
+    );
+}

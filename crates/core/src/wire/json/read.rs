@@ -9,6 +9,7 @@
 //! reading of the same bytes by the tests beside it.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 use super::scan::find_stop;
 use super::{Json, Number, Object};
@@ -20,6 +21,16 @@ const MAX_DEPTH: usize = 100;
 /// Reads a whole document (trailing whitespace allowed), or `None` where serde_json
 /// must decide.
 pub(crate) fn document(bytes: &[u8]) -> Option<Json<'_>> {
+    document_with_member(bytes, None).map(|(value, _)| value)
+}
+
+/// [`document`], and where the document is an object with a member `member`, where that
+/// member's value lies in `bytes`. No place is given when any object of the document
+/// repeats a key: the bytes would then hold members the document does not keep.
+pub(crate) fn document_with_member<'a>(
+    bytes: &'a [u8],
+    member: Option<&'static str>,
+) -> Option<(Json<'a>, Option<Range<usize>>)> {
     // UTF-8 is checked once, over the whole document: serde_json accepts non-ASCII
     // bytes only inside strings, where they must be UTF-8, and a string (delimited by
     // ASCII quotes) is then a slice of valid text without a check of its own.
@@ -28,16 +39,26 @@ pub(crate) fn document(bytes: &[u8]) -> Option<Json<'_>> {
         text,
         bytes: text.as_bytes(),
         at: 0,
+        member,
+        span: None,
+        repeated: false,
     };
     let value = reader.value(0)?;
     reader.skip_whitespace();
-    (reader.at == bytes.len()).then_some(value)
+    let span = reader.span.filter(|_| !reader.repeated);
+    (reader.at == bytes.len()).then_some((value, span))
 }
 
 struct Reader<'a> {
     text: &'a str,
     bytes: &'a [u8],
     at: usize,
+    /// The top-level member whose value's place is wanted.
+    member: Option<&'static str>,
+    /// Where that value was last read.
+    span: Option<Range<usize>>,
+    /// Whether an object repeated a key (only tracked while a member is wanted).
+    repeated: bool,
 }
 
 impl<'a> Reader<'a> {
@@ -125,7 +146,16 @@ impl<'a> Reader<'a> {
                 return None;
             }
             self.at += 1;
+            let wanted = depth == 1 && self.member.is_some_and(|member| key == member);
+            self.skip_whitespace();
+            let start = self.at;
+            let members = object.len();
             self.value_into(depth, object.slot(key))?;
+            if wanted {
+                self.span = Some(start..self.at);
+            }
+            // A repeated key adds no member.
+            self.repeated |= self.member.is_some() && object.len() == members;
             self.skip_whitespace();
             match self.peek()? {
                 b',' => self.at += 1,

@@ -406,3 +406,36 @@ proptest! {
         prop_assert_eq!(read_float(&text), expected.to_bits(), "{}", text);
     }
 }
+
+#[test]
+fn a_top_level_member_is_found_as_sent() {
+    let sent = |text: &'static str| {
+        let (json, member) = Json::parse_with_member(text.as_bytes(), "state").unwrap();
+        assert_eq!(json, Json::parse(text.as_bytes()).unwrap(), "{text}");
+        member.map(|bytes| std::str::from_utf8(bytes).unwrap().to_string())
+    };
+    let digits = "123456789012345678901234567890";
+    let text =
+        format!(r#"{{"model": "m", "state" :  {{"n": {digits}, "z": -0, "e": 1E2 }} , "q": 1}}"#);
+    let text: &'static str = Box::leak(text.into_boxed_str());
+    assert_eq!(
+        sent(text).as_deref(),
+        Some(format!(r#"{{"n": {digits}, "z": -0, "e": 1E2 }}"#).as_str())
+    );
+    assert_eq!(
+        sent(r#"{"state": "a\"b", "x": [1]}"#).as_deref(),
+        Some(r#""a\"b""#)
+    );
+    // Nested members of that name are not the top-level one.
+    assert_eq!(sent(r#"{"x": {"state": 1}}"#), None);
+    assert_eq!(sent(r#"["state"]"#), None);
+    // A repeated key anywhere: the bytes would hold a member the document does not keep.
+    assert_eq!(sent(r#"{"state": 1, "state": 2}"#), None);
+    assert_eq!(sent(r#"{"state": {"a": 1, "a": 2}}"#), None);
+    assert_eq!(sent(r#"{"x": {"a": 1, "a": 2}, "state": 3}"#), None);
+    // Left to serde_json (nesting deeper than the reader follows): no bytes, same document.
+    let deep = format!(r#"{{"state": {}1{}}}"#, "[".repeat(110), "]".repeat(110));
+    let deep: &'static str = Box::leak(deep.into_boxed_str());
+    assert_eq!(sent(deep), None);
+    assert!(Json::parse_with_member(b"{\"state\": [1,]}", "state").is_err());
+}

@@ -41,8 +41,8 @@ pub(super) async fn answer(
     let contract = select_contract(&live, selection, trail).await?;
     let server = &state.inner.server;
     let (bytes, parts) = read_request(headers, body, server, trail).await?;
-    let request = parse_request(&bytes)?;
-    let mut asked = wire::check_json(&request, contract)?;
+    let (request, sent_state) = parse_request(&bytes)?;
+    let mut asked = wire::check_sent(&request, sent_state, contract)?;
     drop(request);
     // Images: checked against the parts and rebuilt (inline ones re-encoded, parts
     // renamed `asset-N`); a request with part images goes upstream as multipart.
@@ -71,7 +71,7 @@ pub(super) async fn answer(
     };
     let reply = live
         .upstreams
-        .systemone(contract.provider(), post)
+        .systemone(contract.provider(), trail.recipient.as_deref(), post)
         .await
         .map_err(|error| upstream_error(&live, contract, error));
     upstream_span(state, trail, contract, "upstream systemone", called, &reply);
@@ -107,10 +107,10 @@ async fn read_request(
     })
 }
 
-/// The request as JSON. Like the real API (FastAPI), a body that is not JSON is a 422
-/// `json_invalid`.
-fn parse_request(bytes: &[u8]) -> Result<wire::Json<'_>, wire::RequestError> {
-    wire::Json::parse(bytes).map_err(|error| {
+/// The request as JSON, and its `state` as sent (`Json::parse_with_member`). Like the real
+/// API (FastAPI), a body that is not JSON is a 422 `json_invalid`.
+fn parse_request(bytes: &[u8]) -> Result<(wire::Json<'_>, Option<&[u8]>), wire::RequestError> {
+    wire::Json::parse_with_member(bytes, "state").map_err(|error| {
         let reason = error.to_string();
         // serde_json appends " at line L column C"; the location goes into `loc`.
         let reason = reason.split(" at line ").next().unwrap_or("invalid JSON");
