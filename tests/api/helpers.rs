@@ -139,7 +139,10 @@ async fn upstream_handler(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    upstream.seen.lock().unwrap().push(Seen { headers, body });
+    upstream.seen.lock().unwrap().push(Seen {
+        headers,
+        body: body.clone(),
+    });
     let _ = upstream.gate.tell.send(());
     if upstream
         .gate
@@ -158,7 +161,8 @@ async fn upstream_handler(
             delay: Duration::ZERO,
         });
     tokio::time::sleep(script.delay).await;
-    let mut response = (StatusCode::from_u16(script.status).unwrap(), script.body).into_response();
+    let body = answers_to_asked(&body, script.body);
+    let mut response = (StatusCode::from_u16(script.status).unwrap(), body).into_response();
     for (name, value) in script.headers {
         response.headers_mut().insert(
             axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
@@ -166,6 +170,34 @@ async fn upstream_handler(
         );
     }
     response
+}
+
+/// A scripted answer `body` cut to the questions the request asked, as a provider answers:
+/// a JSON answer's `answers` keep only the asked ids (the request read from a JSON body or
+/// from a multipart body's `request` part). Anything else goes out as scripted.
+fn answers_to_asked(request: &[u8], body: Vec<u8>) -> Vec<u8> {
+    let asked = request
+        .windows(2)
+        .position(|w| w == b"{\"")
+        .and_then(|start| {
+            serde_json::Deserializer::from_slice(&request[start..])
+                .into_iter::<Value>()
+                .next()?
+                .ok()
+        });
+    let Some(Value::Object(questions)) =
+        asked.and_then(|mut r| r.get_mut("questions").map(Value::take))
+    else {
+        return body;
+    };
+    let Ok(mut answer) = serde_json::from_slice::<Value>(&body) else {
+        return body;
+    };
+    let Some(answers) = answer.get_mut("answers").and_then(Value::as_object_mut) else {
+        return body;
+    };
+    answers.retain(|id, _| questions.contains_key(id));
+    serde_json::to_vec(&answer).unwrap()
 }
 
 /// A native answer to `request()` with a secret marker in fields no view releases.
@@ -178,8 +210,7 @@ pub(crate) fn native_answer() -> Value {
                       "probabilities": {"D": 0.1, "C": 0.05, "B": 0.7, "A": 0.15}},
             "level": {"type": "score", "score": 1.05, "confidence": 0.92, "legend": {"0": "UPSTREAM-SECRET"},
                       "probabilities": {"0": 0.0, "1": 0.95, "2": 0.05}},
-            "urgent": {"type": "noul", "noul": 0.8},
-            "other": {"type": "box", "box": {"top": 0.1}}
+            "urgent": {"type": "noul", "noul": 0.8}
         },
         "usage": {"input_tokens": 392, "output_tokens": 1, "cost": "UPSTREAM-SECRET"}
     })

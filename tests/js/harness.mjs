@@ -52,6 +52,20 @@ export const NATIVE = {
   usage: { input_tokens: 392, output_tokens: 1, cost: "UPSTREAM-SECRET" },
 };
 
+/** A scripted answer cut to the questions the request asked, as a provider answers. */
+function toAsked(request, body) {
+  try {
+    const native = JSON.parse(body);
+    if (!native.answers || !request.questions) return body;
+    native.answers = Object.fromEntries(
+      Object.entries(native.answers).filter(([id]) => id in request.questions),
+    );
+    return JSON.stringify(native);
+  } catch {
+    return body;
+  }
+}
+
 /** A System One provider whose answers the tests script. */
 export class Upstream {
   constructor() {
@@ -91,7 +105,7 @@ export class Upstream {
       }
       this.seen.push({ path: request.url, headers: request.headers, body: JSON.parse(body.toString()) });
       const script = this.queued.shift() ?? { status: 200, body: JSON.stringify(NATIVE), headers: {} };
-      this.#reply(response, script);
+      this.#reply(response, { ...script, body: toAsked(this.seen.at(-1).body, script.body) });
     });
   }
 

@@ -57,6 +57,21 @@ NATIVE = {
 }
 
 
+def to_asked(request, answer):
+    """A scripted answer cut to the questions the request asked, as a provider answers
+    (the request read from a JSON body or a multipart body's `request` part); anything
+    else goes out as scripted."""
+    start = request.find(b'{"')
+    try:
+        asked, _ = json.JSONDecoder().raw_decode(request[start:].decode("utf-8", "replace"))
+        asked = asked["questions"]
+        native = json.loads(answer)
+        native["answers"] = {k: v for k, v in native["answers"].items() if k in asked}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return answer
+    return json.dumps(native).encode()
+
+
 @dataclass
 class Seen:
     """A request the upstream received."""
@@ -117,7 +132,8 @@ class _Handler(BaseHTTPRequestHandler):
         upstream.gate.wait(timeout=30)
         if script is None:
             script = (200, {}, json.dumps(NATIVE).encode())
-        self._reply(*script)
+        status, headers, answer = script
+        self._reply(status, headers, to_asked(body, answer))
 
     def do_GET(self):
         models = {"models": [{"name": "jev-latest", "description": "d", "release_date": "2026-09-15"}]}

@@ -4,8 +4,11 @@
 //! pure: given the contract, the checked request and the native response, it
 //! returns the response the recipient may see, or the reason the native
 //! response is rejected. Nothing the contract does not name goes out: unknown
-//! top-level fields, unknown answer types, unasked answers and unknown answer
-//! fields are dropped, and probabilities are re-emitted in canonical order.
+//! top-level fields, unknown answer types and unknown answer fields are dropped, and
+//! probabilities are re-emitted in canonical order. The answers must name exactly the
+//! asked questions: a missing one or one the request did not ask rejects the response
+//! (an answer to another request, such as one a provider sent unasked on a reused
+//! connection, names other questions).
 //! The contract's shape decides whether answers carry every field their type
 //! requires (`shape`: fills computed from the released fields) or only the
 //! view's.
@@ -128,6 +131,11 @@ pub fn release<'a, N: Node>(
             released_answers.insert(Cow::Borrowed(&question.id), value);
         }
         records.push(record);
+    }
+    // Every asked question has its answer (else `MissingAnswer` above), and an object's
+    // keys are distinct: more answers than questions means one the request did not ask.
+    if answers.object_len() != Some(asked.questions.len()) {
+        return Err(Invalid::UnaskedAnswer);
     }
 
     let mut body = Object::with_capacity(3);

@@ -50,8 +50,7 @@ fn native() -> Value {
                   "probabilities": {"D": 0.1, "C": 0.05, "B": 0.7, "A": 0.15}},
             "s": {"type": "score", "score": 1.05, "confidence": 0.92, "legend": {"0": "upstream text"},
                   "probabilities": {"2": 0.05, "1": 0.95, "0": 0.0}},
-            "unasked": {"type": "choice", "choice": "x", "probabilities": {"x": 1.0}, "confidence": 1.0},
-            "b": {"type": "box", "box": {}}},
+            },
         "usage": {"input_tokens": 392, "output_tokens": 1, "cost": 0.1}})
 }
 
@@ -116,7 +115,7 @@ fn every_view_keeps_exactly_its_fields() {
         let body = released(view, "", "keep");
         assert_eq!(body["answers"], answers, "view {view}");
         assert_eq!(body["model"], json!("m-1"));
-        // Deny by default: unknown top-level fields, unasked and unknown answers are gone.
+        // Deny by default: unknown top-level fields and answer fields are gone.
         assert_eq!(body.as_object().unwrap().len(), 3, "view {view}");
     }
 }
@@ -228,6 +227,18 @@ fn invalid_or_missing_answers_reject_the_whole_response() {
         run(&c, &asked, &missing).unwrap_err(),
         Invalid::MissingAnswer
     );
+    // An answer to a question the request did not ask: not an answer to this request.
+    for unasked in [
+        json!({"type": "choice", "choice": "x", "probabilities": {"x": 1.0}, "confidence": 1.0}),
+        json!({"type": "box", "box": {}}),
+    ] {
+        let mut crossed = native();
+        crossed["answers"]["unasked"] = unasked;
+        assert_eq!(
+            run(&c, &asked, &crossed).unwrap_err(),
+            Invalid::UnaskedAnswer
+        );
+    }
     let mut nan = native();
     nan["answers"]["n"]["noul"] = json!(1.5);
     assert_eq!(run(&c, &asked, &nan).unwrap_err(), Invalid::BadProbability);
