@@ -9,6 +9,7 @@ mod certification;
 mod cli;
 mod collect;
 mod connections;
+mod crossing;
 mod decisions;
 mod deploy;
 mod hardening;

@@ -159,7 +159,10 @@ impl Collector {
                 headers: &headers,
                 switches: &[],
             };
-            let reply = self.upstreams.systemone(contract.provider(), post).await;
+            let reply = self
+                .upstreams
+                .systemone(contract.provider(), None, post)
+                .await;
             let (kind, message, hint) = match reply {
                 Ok(Reply::Success(bytes)) => {
                     return answer(contract, &asked, &bytes).map_or_else(

@@ -235,11 +235,20 @@ pub(crate) fn event_loop() -> usize {
 }
 
 /// All configured providers.
+///
+/// Each recipient has connections of its own to every provider (a pool, or an HTTP
+/// client, per recipient and event loop): whatever a provider sends on a connection,
+/// asked for or not, can only reach the recipient whose requests that connection carries.
+/// Calls with no recipient (`collect`) have theirs. Providers are built with each
+/// configuration generation (`server::Live`), so every recipient that can authenticate
+/// has its own.
 #[derive(Clone, Debug)]
 pub(crate) struct Upstreams {
     providers: Arc<BTreeMap<String, Configured>>,
-    /// One HTTP client per event loop.
-    clients: Arc<Clients>,
+    /// The connection slot of each recipient (slot 0: no recipient).
+    slots: Arc<BTreeMap<String, usize>>,
+    /// HTTP clients for `https://` providers, per slot and event loop.
+    clients: Arc<Grid<Client>>,
     max_body_bytes: usize,
     metrics: Metrics,
 }
@@ -253,25 +262,42 @@ struct Configured {
     latency: OnceLock<Histogram>,
 }
 
-/// The HTTP clients, one per event loop (at least one).
+/// One value per connection slot and event loop (at least one of each).
 #[derive(Debug)]
-struct Clients {
-    first: Client,
-    others: Vec<Client>,
+struct Grid<T> {
+    /// `cells[slot * loops + event loop]`.
+    cells: Box<[T]>,
+    loops: usize,
 }
 
-/// One event loop's HTTP client.
-type Client = HttpClient<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+impl<T> Grid<T> {
+    fn new(
+        slots: usize,
+        loops: usize,
+        make: impl FnMut() -> Result<T, SetupError>,
+    ) -> Result<Grid<T>, SetupError> {
+        let (slots, loops) = (slots.max(1), loops.max(1));
+        Ok(Grid {
+            cells: std::iter::repeat_with(make)
+                .take(slots * loops)
+                .collect::<Result<_, _>>()?,
+            loops,
+        })
+    }
 
-impl Clients {
-    /// The client of event loop `index` (the first for an unknown index).
-    fn get(&self, index: usize) -> &Client {
-        index
-            .checked_sub(1)
-            .and_then(|other| self.others.get(other))
-            .unwrap_or(&self.first)
+    /// The value of `slot` on the calling thread's event loop (the first loop's for a
+    /// thread that is none of them).
+    fn get(&self, slot: usize) -> &T {
+        let index = EVENT_LOOP.with(Cell::get);
+        let index = if index < self.loops { index } else { 0 };
+        self.cells
+            .get(slot * self.loops + index)
+            .unwrap_or(&self.cells[0])
     }
 }
+
+/// One recipient's HTTP client on one event loop.
+type Client = HttpClient<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 #[derive(Debug)]
 enum Upstream {
@@ -294,11 +320,12 @@ struct Remote {
     plain: Option<Plain>,
 }
 
-/// How an `http://` provider is reached: HTTP/1.1 over the event loop's pool.
+/// How an `http://` provider is reached: HTTP/1.1 over the pool of the calling recipient
+/// on its event loop.
 #[derive(Debug)]
 struct Plain {
-    /// One pool per event loop.
-    pools: Box<[Arc<pool::Pool>]>,
+    /// A pool per connection slot (`Upstreams`) and event loop.
+    pools: Grid<Arc<pool::Pool>>,
     /// The `Host` header: the base URL's authority.
     host: HeaderValue,
     /// The origin-form targets (`{base path}/v1/systemone`, `.../v1/models`).
@@ -307,8 +334,9 @@ struct Plain {
 }
 
 impl Plain {
-    /// The connections of a provider with these URLs, or `None` for `https://`.
-    fn new(systemone: &Uri, models: &Uri, event_loops: usize) -> Option<Plain> {
+    /// The connections of a provider with these URLs, `slots` by `event_loops` pools, or
+    /// `None` for `https://`.
+    fn new(systemone: &Uri, models: &Uri, slots: usize, event_loops: usize) -> Option<Plain> {
         if systemone.scheme_str() != Some("http") {
             return None;
         }
@@ -320,19 +348,11 @@ impl Plain {
         );
         let origin = |url: &Uri| -> Option<Uri> { url.path_and_query()?.as_str().parse().ok() };
         Some(Plain {
-            pools: (0..event_loops.max(1))
-                .map(|_| pool::Pool::new(address.clone()))
-                .collect(),
+            pools: Grid::new(slots, event_loops, || Ok(pool::Pool::new(address.clone()))).ok()?,
             host: HeaderValue::from_str(authority.as_str()).ok()?,
             systemone: origin(systemone)?,
             models: origin(models)?,
         })
-    }
-
-    /// The pool of the calling thread's event loop.
-    fn pool(&self) -> &Arc<pool::Pool> {
-        let index = EVENT_LOOP.with(Cell::get);
-        self.pools.get(index).unwrap_or(&self.pools[0])
     }
 }
 
@@ -372,12 +392,13 @@ impl Upstreams {
                 .build(https))
         };
         let event_loops = config.server().event_loops(crate::cpus::available().count);
-        let clients = Clients {
-            first: client()?,
-            others: (1..event_loops)
-                .map(|_| client())
-                .collect::<Result<Vec<_>, _>>()?,
-        };
+        let slots: BTreeMap<String, usize> = config
+            .recipients()
+            .iter()
+            .enumerate()
+            .map(|(index, recipient)| (recipient.name.clone(), index + 1))
+            .collect();
+        let clients = Grid::new(slots.len() + 1, event_loops, client)?;
         let mut providers = BTreeMap::new();
         for (name, provider) in config.providers() {
             let upstream = match provider {
@@ -405,7 +426,8 @@ impl Upstreams {
                     };
                     let systemone_url = url(SYSTEMONE_PATH)?;
                     let models_url = url(MODELS_PATH)?;
-                    let plain = Plain::new(&systemone_url, &models_url, event_loops);
+                    let plain =
+                        Plain::new(&systemone_url, &models_url, slots.len() + 1, event_loops);
                     Upstream::Remote(Box::new(Remote {
                         systemone_url,
                         models_url,
@@ -427,25 +449,38 @@ impl Upstreams {
         }
         Ok(Upstreams {
             providers: Arc::new(providers),
+            slots: Arc::new(slots),
             clients: Arc::new(clients),
             max_body_bytes: config.server().max_upstream_body_bytes(),
             metrics,
         })
     }
 
-    /// Sends a System One request body to `provider`.
-    pub(crate) async fn systemone(&self, provider: &str, post: Post<'_>) -> Result<Reply, Error> {
-        self.call(provider, SYSTEMONE_PATH, Some(post)).await
+    /// Sends a System One request body to `provider` for `recipient` (over that
+    /// recipient's own connections; `None`: the shared ones).
+    pub(crate) async fn systemone(
+        &self,
+        provider: &str,
+        recipient: Option<&str>,
+        post: Post<'_>,
+    ) -> Result<Reply, Error> {
+        self.call(provider, recipient, SYSTEMONE_PATH, Some(post))
+            .await
     }
 
-    /// Lists the provider's models.
-    pub(crate) async fn models(&self, provider: &str) -> Result<Reply, Error> {
-        self.call(provider, MODELS_PATH, None).await
+    /// Lists the provider's models (for `recipient`, as `systemone`).
+    pub(crate) async fn models(
+        &self,
+        provider: &str,
+        recipient: Option<&str>,
+    ) -> Result<Reply, Error> {
+        self.call(provider, recipient, MODELS_PATH, None).await
     }
 
     async fn call(
         &self,
         provider: &str,
+        recipient: Option<&str>,
         path: &str,
         post: Option<Post<'_>>,
     ) -> Result<Reply, Error> {
@@ -458,9 +493,15 @@ impl Upstreams {
         let result = match &configured.upstream {
             Upstream::Simulated => simulated(path, post.map(|post| post.json)),
             Upstream::Remote(remote) => {
-                let client = self.clients.get(EVENT_LOOP.with(Cell::get));
+                // A name with no slot cannot happen (slots come from the same configuration
+                // as the keys); it would get the slot of calls with no recipient.
+                let slot = recipient
+                    .and_then(|name| self.slots.get(name))
+                    .copied()
+                    .unwrap_or(0);
+                let client = self.clients.get(slot);
                 remote
-                    .call(client, post, self.max_body_bytes, started)
+                    .call(client, slot, post, self.max_body_bytes, started)
                     .await
             }
         };
@@ -495,6 +536,7 @@ impl Remote {
     async fn call(
         &self,
         client: &Client,
+        slot: usize,
         post: Option<Post<'_>>,
         max_body: usize,
         started: tokio::time::Instant,
@@ -507,7 +549,10 @@ impl Remote {
             .map_err(|_| Error::Saturated)?;
         let exchange = async {
             match &self.plain {
-                Some(plain) => self.call_plain(plain, post, max_body).await,
+                Some(plain) => {
+                    self.call_plain(plain.pools.get(slot), plain, post, max_body)
+                        .await
+                }
                 None => self.call_client(client, post, max_body).await,
             }
         };
@@ -556,6 +601,7 @@ impl Remote {
     /// An `http://` provider: the request written by the proxy over the loop's pool.
     async fn call_plain(
         &self,
+        pool: &Arc<pool::Pool>,
         plain: &Plain,
         post: Option<Post<'_>>,
         max_body: usize,
@@ -595,7 +641,7 @@ impl Remote {
                 wants_error_body(status, post.as_ref()).then_some(MAX_ERROR_BODY_BYTES)
             }
         };
-        let response = plain.pool().send(&request, &read).await?;
+        let response = pool.send(&request, &read).await?;
         match response.body {
             pool::Body::Read(body) if (200..300).contains(&response.status) => {
                 Ok(Reply::Success(body))
@@ -856,7 +902,7 @@ mod tests {
             headers: &HeaderMap::new(),
             switches: &[],
         };
-        let reply = upstreams.systemone("up", post).await;
+        let reply = upstreams.systemone("up", None, post).await;
         assert!(matches!(reply, Err(Error::Connect(_))), "{reply:?}");
         server.abort();
     }

@@ -253,16 +253,20 @@ fn broken(reason: &'static str) -> Error {
 }
 
 impl Connection {
-    /// Whether an idle connection is still open: nothing to read (a close or stray
-    /// bytes are both reasons to drop it). Costs no system call when the event loop
-    /// has seen no event on it.
+    /// Whether an idle connection is still open with nothing to read: a close, an error
+    /// or a single stray byte are all reasons to drop it (bytes a provider sent unasked
+    /// would otherwise be read as the answer to the next request).
+    ///
+    /// The socket itself is asked (`recv` with `MSG_PEEK`, non-blocking: one system call),
+    /// not the event loop's readiness: bytes that arrived since the loop last polled are
+    /// not yet marked readable, and a readiness check alone would miss them.
     fn is_open(&mut self) -> bool {
         if !self.buffer.is_empty() {
             return false;
         }
-        let mut probe = [0u8; 1];
+        let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
         matches!(
-            self.stream.try_read(&mut probe),
+            socket2::SockRef::from(&self.stream).peek(&mut probe),
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock
         )
     }
@@ -503,6 +507,42 @@ mod tests {
     use super::*;
 
     const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+
+    /// Bytes that reached an idle connection while its event loop was busy (not polled
+    /// since) are seen: the socket is asked, not the loop's readiness. A readiness check
+    /// alone answers "nothing to read" here, and the stray answer would be read as the
+    /// next request's.
+    #[tokio::test(flavor = "current_thread")]
+    async fn stray_bytes_the_event_loop_has_not_seen_close_an_idle_connection() {
+        use std::io::Write as _;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut peer, _) = listener.accept().unwrap();
+        let mut connection = Connection {
+            stream,
+            buffer: BytesMut::new(),
+        };
+        assert!(connection.is_open());
+        // Written and delivered while this task does not yield to the event loop.
+        peer.write_all(OK).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!connection.is_open());
+        // A close seen the same way.
+        let stream = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (peer, _) = listener.accept().unwrap();
+        let mut connection = Connection {
+            stream,
+            buffer: BytesMut::new(),
+        };
+        assert!(connection.is_open());
+        drop(peer);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!connection.is_open());
+    }
 
     /// A provider answering every request (bodies are empty here: a request ends with
     /// its head) with `answer`, written `piece` bytes at a time (0: at once), closing

@@ -24,7 +24,7 @@ pub(super) async fn list_models(
     let called = trail.clock();
     let reply = live
         .upstreams
-        .models(contract.provider())
+        .models(contract.provider(), trail.recipient.as_deref())
         .await
         .map_err(|error| upstream_error(&live, contract, error));
     upstream_span(state, trail, contract, "upstream models", called, &reply);
