@@ -24,7 +24,7 @@ use figment::providers::{Format, Toml};
 use crate::contract::Contract;
 
 pub use outputs::{Capture, DecisionLog, DecisionSink, RateLimitStore, Tracing};
-pub use providers::{Provider, RemoteProvider};
+pub use providers::{Circuit, Provider, RemoteProvider};
 pub(crate) use questions::build_question;
 pub use raw::{RawConfig, limits};
 pub use recipients::{RateLimit, Recipient};

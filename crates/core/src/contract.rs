@@ -15,13 +15,22 @@ use crate::mechanism::Mechanism;
 use crate::wire::Kind;
 use crate::workflow::Spec;
 
+mod routing;
+
+pub use routing::{CacheScope, CacheSpec, CacheStore, DEFAULT_FAILOVER_ON, Failover};
+
 /// A validated release contract.
 #[derive(Debug, Clone)]
 pub struct Contract {
     /// The contract's name (a metrics label and the `X-Release-Contract` value).
     pub(crate) name: String,
-    /// The provider that answers requests under this contract.
-    pub(crate) provider: String,
+    /// The providers that answer requests under this contract, in priority order (at
+    /// least one: `provider = "x"` is a list of one).
+    pub(crate) providers: Vec<String>,
+    /// When a request moves on to the next provider.
+    pub(crate) failover: Failover,
+    /// The exact cache of native answers, when configured.
+    pub(crate) cache: Option<CacheSpec>,
     /// When set, replaces the caller's `model` in the forwarded request.
     pub(crate) model: Option<String>,
     /// Whether token usage counts go out.
@@ -418,9 +427,24 @@ impl Contract {
         &self.name
     }
 
-    /// The provider that answers requests under this contract.
+    /// The contract's first provider: the one that answers while its circuit is closed.
     pub fn provider(&self) -> &str {
-        &self.provider
+        &self.providers[0]
+    }
+
+    /// The providers in priority order (at least one).
+    pub fn providers(&self) -> &[String] {
+        &self.providers
+    }
+
+    /// When a request moves on to the next provider.
+    pub fn failover(&self) -> &Failover {
+        &self.failover
+    }
+
+    /// The exact cache of native answers, when configured.
+    pub fn cache(&self) -> Option<&CacheSpec> {
+        self.cache.as_ref()
     }
 
     /// When set, replaces the caller's `model` in the forwarded request.

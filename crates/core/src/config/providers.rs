@@ -21,6 +21,21 @@ pub struct RemoteProvider {
     pub(super) timeout: Duration,
     pub(super) max_concurrency: usize,
     pub(super) queue_timeout: Duration,
+    pub(super) circuit: Option<Circuit>,
+}
+
+/// A provider's circuit breaker (`circuit = { failures, window_ms, cooldown_ms }`): it opens
+/// after `failures` failures within `window`, sends nothing while open, and after
+/// `cooldown` lets one trial request through (half-open): its success closes the circuit,
+/// its failure opens it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Circuit {
+    /// Failures within the window that open the circuit (at least 1).
+    pub failures: u32,
+    /// The window failures are counted in.
+    pub window: Duration,
+    /// How long the circuit stays open before a trial request.
+    pub cooldown: Duration,
 }
 
 impl RemoteProvider {
@@ -45,5 +60,9 @@ impl RemoteProvider {
     /// `timeout`).
     pub fn queue_timeout(&self) -> Duration {
         self.queue_timeout
+    }
+    /// The circuit breaker, when configured.
+    pub fn circuit(&self) -> Option<Circuit> {
+        self.circuit
     }
 }

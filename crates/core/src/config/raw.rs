@@ -128,6 +128,9 @@ enum RawProvider {
         max_concurrency: u64,
         #[serde(default = "default_queue_timeout_ms")]
         queue_timeout_ms: u64,
+        /// Opens after `failures` failures within `window_ms`; half-opens after `cooldown_ms`.
+        #[serde(default)]
+        circuit: Option<RawCircuit>,
     },
     // A struct variant, so that unknown keys beside `kind` are errors as everywhere else.
     Simulated {},
@@ -158,7 +161,20 @@ struct RawRateLimit {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawContract {
-    provider: String,
+    /// One provider (`provider = "x"`) or several in priority order (`providers = [...]`).
+    #[serde(default)]
+    provider: Option<String>,
+    #[serde(default)]
+    providers: Option<Vec<String>>,
+    /// Statuses that move a request to the next provider (default: 429 and 5xx overload).
+    #[serde(default)]
+    failover_on: Option<Vec<u64>>,
+    /// Whether a request a provider may have received is sent to the next one.
+    #[serde(default)]
+    retry_sent: bool,
+    /// `cache = { ttl_s, max_bytes, scope, store }`: the exact cache of native answers.
+    #[serde(default)]
+    cache: Option<RawCache>,
     model: Option<String>,
     #[serde(default = "default_usage")]
     usage: Usage,
@@ -176,6 +192,35 @@ struct RawContract {
     capture: Option<RawCapture>,
     #[serde(default)]
     forward_headers: Vec<String>,
+}
+
+/// A contract's `cache` table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCache {
+    ttl_s: u64,
+    max_bytes: u64,
+    #[serde(default = "default_cache_scope")]
+    scope: crate::contract::CacheScope,
+    #[serde(default = "default_cache_store")]
+    store: crate::contract::CacheStore,
+}
+
+fn default_cache_scope() -> crate::contract::CacheScope {
+    crate::contract::CacheScope::Recipient
+}
+
+fn default_cache_store() -> crate::contract::CacheStore {
+    crate::contract::CacheStore::Memory
+}
+
+/// A provider's `circuit = { failures, window_ms, cooldown_ms }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCircuit {
+    failures: u64,
+    window_ms: u64,
+    cooldown_ms: u64,
 }
 
 /// A contract's `capture` table: where and how much of its native traffic is kept as worlds.

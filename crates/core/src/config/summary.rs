@@ -250,9 +250,36 @@ fn recipient_line(recipient: &Recipient) -> String {
 /// The summary's lines on one contract and each of its questions.
 fn contract_summary(name: &str, contract: &Contract) -> String {
     let mut out = String::new();
+    let providers = match contract.providers.as_slice() {
+        [one] => format!("provider {one}"),
+        many => format!(
+            "providers {} (failover on {:?}{})",
+            many.join(", "),
+            contract.failover.on,
+            if contract.failover.retry_sent {
+                ", retry_sent: a request a provider may have received is sent again and may be paid twice"
+            } else {
+                ""
+            }
+        ),
+    };
+    let cache = contract.cache.as_ref().map_or(String::new(), |cache| {
+        format!(
+            ", cache {} s, {} bytes, scope {}, {:?}{}",
+            cache.ttl.as_secs(),
+            cache.max_bytes,
+            cache.scope.as_str(),
+            cache.store,
+            if cache.scope == crate::contract::CacheScope::Provider {
+                " (warning: hit timing tells a recipient that another asked the same question)"
+            } else {
+                ""
+            }
+        )
+    });
     out.push_str(&format!(
-        "contract {name}: provider {}, usage {:?}, shape {}\n",
-        contract.provider, contract.usage, contract.shape
+        "contract {name}: {providers}, usage {:?}, shape {}{cache}\n",
+        contract.usage, contract.shape
     ));
     for (question, rule) in &contract.questions {
         let options = if rule.question.kind == Kind::Box {

@@ -983,3 +983,106 @@ fn usage_keep_is_warned_about_where_the_contract_hides_something() {
         crate::contract::Usage::Input
     );
 }
+
+#[test]
+fn providers_failover_circuits_and_caches_are_validated() {
+    let two = |contract: &str, provider: &str| {
+        format!(
+            "[providers.sim]\nkind = \"simulated\"\n\
+             [providers.far]\nkind = \"systemone\"\nbase_url = \"http://127.0.0.1:1\"\n{provider}\n\
+             [contracts.c]\n{contract}\n\
+             [contracts.c.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"full_native\"\n"
+        )
+    };
+    let config = Config::from_toml(&two(
+        "providers = [\"far\", \"sim\"]\nfailover_on = [503, 429]\nretry_sent = true\n\
+         cache = { ttl_s = 60, max_bytes = 1048576, scope = \"provider\" }",
+        "circuit = { failures = 3, window_ms = 1000, cooldown_ms = 500 }",
+    ))
+    .unwrap();
+    let c = &config.contracts()["c"];
+    assert_eq!(c.providers(), ["far", "sim"]);
+    assert_eq!(c.provider(), "far");
+    assert_eq!(c.failover().statuses(), [503, 429]);
+    assert!(c.failover().retry_sent() && c.failover().on_status(429));
+    assert!(!c.failover().on_status(500));
+    let cache = c.cache().unwrap();
+    assert_eq!(cache.ttl(), std::time::Duration::from_secs(60));
+    assert_eq!(cache.scope(), crate::contract::CacheScope::Provider);
+    assert_eq!(cache.store(), crate::contract::CacheStore::Memory);
+    let Provider::SystemOne(far) = &config.providers()["far"] else {
+        panic!("remote")
+    };
+    assert_eq!(far.circuit().unwrap().failures, 3);
+    let summary = config.summary();
+    assert!(
+        summary.contains("providers far, sim (failover on [503, 429], retry_sent"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("scope provider") && summary.contains("warning"),
+        "{summary}"
+    );
+    // `provider = "x"` is a list of one with the default failover statuses and no cache.
+    let one = Config::from_toml(&two("provider = \"sim\"", "")).unwrap();
+    let c = &one.contracts()["c"];
+    assert_eq!(c.providers(), ["sim"]);
+    assert_eq!(
+        c.failover().statuses(),
+        crate::contract::DEFAULT_FAILOVER_ON
+    );
+    assert!(!c.failover().retry_sent() && c.cache().is_none());
+
+    for (contract, provider, expected) in [
+        ("provider = \"sim\"\nproviders = [\"far\"]", "", "not both"),
+        ("providers = []", "", "at least one provider"),
+        ("", "", "no provider"),
+        (
+            "providers = [\"sim\", \"gone\"]",
+            "",
+            "contracts.c.providers: no provider named `gone`",
+        ),
+        ("providers = [\"sim\", \"sim\"]", "", "listed twice"),
+        (
+            "provider = \"sim\"\nfailover_on = [200]",
+            "",
+            "contracts.c.failover_on: 200",
+        ),
+        (
+            "provider = \"sim\"\nfailover_on = [503, 503]",
+            "",
+            "contracts.c.failover_on: 503",
+        ),
+        (
+            "provider = \"sim\"\ncache = { ttl_s = 0, max_bytes = 4096 }",
+            "",
+            "contracts.c.cache.ttl_s",
+        ),
+        (
+            "provider = \"sim\"\ncache = { ttl_s = 5, max_bytes = 1 }",
+            "",
+            "contracts.c.cache.max_bytes",
+        ),
+        (
+            "provider = \"sim\"\ncache = { ttl_s = 5, max_bytes = 4096, scope = \"all\" }",
+            "",
+            "scope",
+        ),
+        (
+            "provider = \"sim\"",
+            "circuit = { failures = 0, window_ms = 1, cooldown_ms = 1 }",
+            "providers.far.circuit.failures",
+        ),
+        (
+            "provider = \"sim\"",
+            "circuit = { failures = 2, window_ms = 1, cooldown_ms = 0 }",
+            "providers.far.circuit.cooldown_ms",
+        ),
+    ] {
+        let found = problems(&two(contract, provider));
+        assert!(
+            found.iter().any(|problem| problem.contains(expected)),
+            "{contract} / {provider}: {found:?}"
+        );
+    }
+}

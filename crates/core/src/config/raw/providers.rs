@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use secrecy::SecretString;
 
-use super::{RawProvider, check_range, limits};
-use crate::config::{EnvLookup, Provider, RemoteProvider};
+use super::{RawCircuit, RawProvider, check_range, limits};
+use crate::config::{Circuit, EnvLookup, Provider, RemoteProvider};
 
 pub(super) fn validate_provider(
     name: &str,
@@ -22,6 +22,7 @@ pub(super) fn validate_provider(
             timeout_ms,
             max_concurrency,
             queue_timeout_ms,
+            circuit,
         } => {
             let n_problems = problems.len();
             let base_url = match plain_base_url(&base_url) {
@@ -49,6 +50,7 @@ pub(super) fn validate_provider(
                 max_concurrency,
                 limits::MAX_CONCURRENCY,
             );
+            let circuit = circuit.and_then(|raw| build_circuit(&key, &raw, problems));
             let api_key = api_key(&key, api_key_env, env, problems);
             (problems.len() == n_problems).then(|| {
                 Provider::SystemOne(RemoteProvider {
@@ -57,10 +59,39 @@ pub(super) fn validate_provider(
                     timeout: Duration::from_millis(timeout_ms),
                     queue_timeout: Duration::from_millis(queue_timeout_ms.min(timeout_ms)),
                     max_concurrency: usize::try_from(max_concurrency).unwrap_or(usize::MAX),
+                    circuit,
                 })
             })
         }
     }
+}
+
+/// `circuit = { failures, window_ms, cooldown_ms }`: 1 to 10,000 failures, windows and
+/// cooldowns of 1 ms to one hour.
+fn build_circuit(key: &str, raw: &RawCircuit, problems: &mut Vec<String>) -> Option<Circuit> {
+    let before = problems.len();
+    check_range(
+        problems,
+        &format!("{key}.circuit.failures"),
+        raw.failures,
+        (1, 10_000),
+    );
+    for (name, value) in [
+        ("window_ms", raw.window_ms),
+        ("cooldown_ms", raw.cooldown_ms),
+    ] {
+        check_range(
+            problems,
+            &format!("{key}.circuit.{name}"),
+            value,
+            (1, 3_600_000),
+        );
+    }
+    (problems.len() == before).then(|| Circuit {
+        failures: u32::try_from(raw.failures).unwrap_or(u32::MAX),
+        window: Duration::from_millis(raw.window_ms),
+        cooldown: Duration::from_millis(raw.cooldown_ms),
+    })
 }
 
 /// The provider key, read from the variable `api_key_env` names (offline tools read none).
