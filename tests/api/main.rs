@@ -12,6 +12,7 @@ mod connections;
 mod crossing;
 mod decisions;
 mod deploy;
+mod failover;
 mod hardening;
 mod helpers;
 mod images;

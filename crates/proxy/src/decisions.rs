@@ -49,6 +49,10 @@ pub struct Record {
     pub latency: Duration,
     /// One record per released answer.
     pub answers: Vec<AnswerRecord>,
+    /// The provider that answered (after any failover; none: the contract's first).
+    pub provider: Option<String>,
+    /// The answer cache's part: `hit`, `miss` or `bypass` (none: no cache).
+    pub cache: Option<&'static str>,
 }
 
 /// One line of the log, in key order.
@@ -60,6 +64,8 @@ struct Line<'a> {
     recipient: Option<&'a str>,
     contract: Option<&'a str>,
     provider: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache: Option<&'static str>,
     status: u16,
     latency_ms: f64,
     answers: Vec<Answer<'a>>,
@@ -120,7 +126,8 @@ impl Record {
             route: self.route,
             recipient: self.recipient.as_deref(),
             contract: contract.map(|c| c.name()),
-            provider: contract.map(|c| c.provider()),
+            provider: self.provider.as_deref().or(contract.map(|c| c.provider())),
+            cache: self.cache,
             status: self.status,
             // Whole microseconds: a fixed, short rendering.
             latency_ms: (self.latency.as_micros() as f64) / 1000.0,

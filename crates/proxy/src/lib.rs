@@ -9,6 +9,7 @@
 //! - [`telemetry`]: logging set-up.
 
 pub mod auth;
+pub(crate) mod cache;
 pub(crate) mod capture;
 pub mod collect;
 pub(crate) mod cpus;

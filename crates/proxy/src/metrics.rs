@@ -17,7 +17,10 @@ use releasegate_core::wcpq::{Reason, Stage};
 
 mod certified;
 mod families;
+mod routing;
+
 pub(crate) use certified::Certified;
+pub(crate) use routing::Routing;
 
 /// Histogram buckets of request and upstream latencies, in seconds.
 const LATENCY_BUCKETS: [f64; 15] = [
@@ -73,6 +76,8 @@ pub struct Metrics {
     pub forwarded_headers: IntCounterVec,
     /// Whether each contract and recipient with a policy is certified.
     pub(crate) certified: Certified,
+    /// Failover, circuits and the answer cache.
+    pub(crate) routing: routing::Routing,
 }
 
 /// The source commit this binary was built from (`build.rs`): 12 hex digits, or "unknown".
@@ -112,6 +117,7 @@ impl Metrics {
             rate_limit_store_degraded: gauge(r, &RATE_LIMIT_STORE_DEGRADED)?,
             rate_limit_store_errors: counters(r, &RATE_LIMIT_STORE_ERRORS)?,
             certified: Certified::register(r)?,
+            routing: routing::Routing::register(r)?,
             registry: registry.clone(),
         };
         for result in ["ok", "error"] {

@@ -74,6 +74,8 @@ struct Live {
     config: Config,
     keys: Keys,
     upstreams: Upstreams,
+    /// The exact cache of native answers, when a contract configures one.
+    cache: Option<crate::cache::AnswerCache>,
     limits: crate::ratelimit::Limits,
     /// The released-answer series of every contract's questions.
     answer_series: crate::metrics::AnswerSeries,
@@ -86,6 +88,7 @@ impl Live {
     /// (keeping the unchanged buckets of `previous`).
     fn new(config: Config, metrics: &Metrics, previous: Option<&Live>) -> Result<Live, StartError> {
         let upstreams = Upstreams::new(&config, metrics.clone())?;
+        let cache = crate::cache::AnswerCache::new(&config, metrics);
         let keys = Keys::new(config.recipients());
         let loops = config.server().event_loops(crate::cpus::available().count);
         let limits = crate::ratelimit::Limits::new(
@@ -101,6 +104,7 @@ impl Live {
             config,
             keys,
             upstreams,
+            cache,
             limits,
             answer_series,
             request_series,

@@ -20,6 +20,7 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
@@ -37,6 +38,8 @@ use secrecy::ExposeSecret;
 use serde_json::Value;
 use tokio::sync::Semaphore;
 
+mod circuit;
+mod failover;
 pub(crate) mod pool;
 
 use crate::metrics::Metrics;
@@ -174,6 +177,15 @@ pub(crate) fn status_kind(status: u16) -> &'static str {
     }
 }
 
+/// One provider's attempt at a request: its outcome, and whether the request may have
+/// reached the provider (`false`: it certainly did not: no connection, no slot, or the
+/// deadline passed before a byte of it was written).
+#[derive(Debug)]
+pub(crate) struct Attempt {
+    pub(crate) result: Result<Reply, Error>,
+    pub(crate) sent: bool,
+}
+
 /// A provider's answer.
 #[derive(Debug)]
 pub(crate) enum Reply {
@@ -249,6 +261,8 @@ pub(crate) struct Upstreams {
     slots: Arc<BTreeMap<String, usize>>,
     /// HTTP clients for `https://` providers, per slot and event loop.
     clients: Arc<Grid<Client>>,
+    /// The circuit breakers of the providers that configure one.
+    breakers: Arc<BTreeMap<String, Arc<circuit::Breaker>>>,
     max_body_bytes: usize,
     metrics: Metrics,
 }
@@ -400,7 +414,14 @@ impl Upstreams {
             .collect();
         let clients = Grid::new(slots.len() + 1, event_loops, client)?;
         let mut providers = BTreeMap::new();
+        let mut breakers = BTreeMap::new();
         for (name, provider) in config.providers() {
+            if let Provider::SystemOne(remote) = provider
+                && let Some(spec) = remote.circuit()
+            {
+                let gauge = metrics.routing.circuit_state.with_label_values(&[name]);
+                breakers.insert(name.clone(), circuit::Breaker::new(spec, gauge));
+            }
             let upstream = match provider {
                 Provider::Simulated => Upstream::Simulated,
                 Provider::SystemOne(remote) => {
@@ -451,6 +472,7 @@ impl Upstreams {
             providers: Arc::new(providers),
             slots: Arc::new(slots),
             clients: Arc::new(clients),
+            breakers: Arc::new(breakers),
             max_body_bytes: config.server().max_upstream_body_bytes(),
             metrics,
         })
@@ -464,8 +486,24 @@ impl Upstreams {
         recipient: Option<&str>,
         post: Post<'_>,
     ) -> Result<Reply, Error> {
-        self.call(provider, recipient, SYSTEMONE_PATH, Some(post))
-            .await
+        self.attempt(provider, recipient, post).await.result
+    }
+
+    /// [`Upstreams::systemone`], saying whether the request may have reached the provider.
+    pub(crate) async fn attempt(
+        &self,
+        provider: &str,
+        recipient: Option<&str>,
+        post: Post<'_>,
+    ) -> Attempt {
+        let sent = AtomicBool::new(false);
+        let result = self
+            .call(provider, recipient, SYSTEMONE_PATH, Some(post), &sent)
+            .await;
+        Attempt {
+            result,
+            sent: sent.load(Ordering::Relaxed),
+        }
     }
 
     /// Lists the provider's models (for `recipient`, as `systemone`).
@@ -474,7 +512,14 @@ impl Upstreams {
         provider: &str,
         recipient: Option<&str>,
     ) -> Result<Reply, Error> {
-        self.call(provider, recipient, MODELS_PATH, None).await
+        self.call(
+            provider,
+            recipient,
+            MODELS_PATH,
+            None,
+            &AtomicBool::new(false),
+        )
+        .await
     }
 
     async fn call(
@@ -483,6 +528,7 @@ impl Upstreams {
         recipient: Option<&str>,
         path: &str,
         post: Option<Post<'_>>,
+        sent: &AtomicBool,
     ) -> Result<Reply, Error> {
         let configured = self
             .providers
@@ -501,7 +547,7 @@ impl Upstreams {
                     .unwrap_or(0);
                 let client = self.clients.get(slot);
                 remote
-                    .call(client, slot, post, self.max_body_bytes, started)
+                    .call(client, slot, post, self.max_body_bytes, started, sent)
                     .await
             }
         };
@@ -540,6 +586,7 @@ impl Remote {
         post: Option<Post<'_>>,
         max_body: usize,
         started: tokio::time::Instant,
+        sent: &AtomicBool,
     ) -> Result<Reply, Error> {
         // A request that cannot get a slot soon is shed (503) rather than queued for its
         // whole budget: it never reached the provider, so the caller may retry elsewhere.
@@ -550,10 +597,10 @@ impl Remote {
         let exchange = async {
             match &self.plain {
                 Some(plain) => {
-                    self.call_plain(plain.pools.get(slot), plain, post, max_body)
+                    self.call_plain(plain.pools.get(slot), plain, post, max_body, sent)
                         .await
                 }
-                None => self.call_client(client, post, max_body).await,
+                None => self.call_client(client, post, max_body, sent).await,
             }
         };
         tokio::time::timeout_at(started + self.timeout, exchange)
@@ -605,6 +652,7 @@ impl Remote {
         plain: &Plain,
         post: Option<Post<'_>>,
         max_body: usize,
+        sent: &AtomicBool,
     ) -> Result<Reply, Error> {
         let (method, target, body): (&[u8], &Uri, &[u8]) = match &post {
             Some(post) => (b"POST", &plain.systemone, post.body),
@@ -641,7 +689,7 @@ impl Remote {
                 wants_error_body(status, post.as_ref()).then_some(MAX_ERROR_BODY_BYTES)
             }
         };
-        let response = pool.send(&request, &read).await?;
+        let response = pool.send_tracked(&request, &read, sent).await?;
         match response.body {
             pool::Body::Read(body) if (200..300).contains(&response.status) => {
                 Ok(Reply::Success(body))
@@ -667,6 +715,7 @@ impl Remote {
         client: &Client,
         post: Option<Post<'_>>,
         max_body: usize,
+        sent: &AtomicBool,
     ) -> Result<Reply, Error> {
         let (method, uri, body) = match &post {
             Some(post) => (Method::POST, self.systemone_url.clone(), post.body.clone()),
@@ -680,7 +729,16 @@ impl Remote {
         self.headers(post.as_ref(), |name, value| {
             upstream_headers.insert(name.clone(), value.clone());
         });
-        let response = client.request(request).await.map_err(classify)?;
+        // The client connects and writes as one step: counted as sent from here, unless it
+        // says the connection could not be made.
+        sent.store(true, Ordering::Relaxed);
+        let response = client.request(request).await.map_err(|error| {
+            let error = classify(error);
+            if matches!(error, Error::Connect(_)) {
+                sent.store(false, Ordering::Relaxed);
+            }
+            error
+        })?;
         let status = response.status().as_u16();
         if !(200..300).contains(&status) {
             // The kind of a client error is read from a bounded body, then the body is

@@ -31,6 +31,8 @@ fn record(contract: Option<Arc<Contract>>, answers: Vec<AnswerRecord>) -> Record
         status: 200,
         latency: Duration::from_nanos(1_234_567),
         answers,
+        provider: None,
+        cache: None,
     }
 }
 

@@ -146,28 +146,51 @@ impl Pool {
 
     /// Sends `request` (a whole HTTP/1.1 request: head and body) over an idle
     /// connection or a new one and reads its answer, the body as far as `read` says.
+    #[cfg(test)]
     pub(crate) async fn send(
         self: &Arc<Self>,
         request: &[u8],
         read: &impl Read,
+    ) -> Result<Response, Error> {
+        self.send_tracked(request, read, &AtomicBool::new(false))
+            .await
+    }
+
+    /// [`Pool::send`], setting `sent` once a write of the request begins: while it is
+    /// unset (connecting, or every write refused before a byte went out) the provider
+    /// cannot have the request, which a caller that gives up may rely on to ask another
+    /// provider. Set, some of it may have gone out.
+    pub(crate) async fn send_tracked(
+        self: &Arc<Self>,
+        request: &[u8],
+        read: &impl Read,
+        sent: &AtomicBool,
     ) -> Result<Response, Error> {
         while let Some(idle) = self.take() {
             let mut connection = idle.connection;
             if idle.since.elapsed() > self.idle_timeout || !connection.is_open() {
                 continue;
             }
+            sent.store(true, Ordering::Relaxed);
             match connection.write(request).await {
                 Ok(()) => return self.exchange(connection, read).await,
                 // Not a byte went out: the connection had closed; try the next one.
-                Err(Unsent::Nothing) => continue,
+                Err(Unsent::Nothing) => sent.store(false, Ordering::Relaxed),
                 Err(Unsent::Partly(error)) => return Err(Error::Transport(Box::new(error))),
             }
         }
         let mut connection = self.connect().await?;
+        sent.store(true, Ordering::Relaxed);
         match connection.write(request).await {
             Ok(()) => self.exchange(connection, read).await,
-            Err(Unsent::Nothing | Unsent::Partly(_)) => Err(Error::Transport(
-                "the connection closed before the request was sent".into(),
+            Err(Unsent::Nothing) => {
+                sent.store(false, Ordering::Relaxed);
+                Err(Error::Connect(
+                    "the connection closed before the request was sent".into(),
+                ))
+            }
+            Err(Unsent::Partly(_)) => Err(Error::Transport(
+                "the connection closed while the request was sent".into(),
             )),
         }
     }
@@ -322,7 +345,14 @@ impl Connection {
                 }
                 None => {
                     if !self.fill().await? {
-                        return Err(broken("the connection closed before an answer"));
+                        // Not a byte of an answer: the provider refused the exchange (a
+                        // connection failure, which a contract's failover moves past).
+                        if self.buffer.is_empty() {
+                            return Err(Error::Connect(
+                                "the connection closed before an answer".into(),
+                            ));
+                        }
+                        return Err(broken("the connection closed inside the answer's head"));
                     }
                 }
             }
@@ -823,7 +853,6 @@ mod tests {
             b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n",
             b"SMTP ready\r\n\r\n",
             b"HTTP/1.1 200 OK\r\ncontent-le",
-            b"",
             long_head,
             many_fields,
         ] {
@@ -837,6 +866,11 @@ mod tests {
                 String::from_utf8_lossy(&answer[..answer.len().min(60)])
             );
         }
+        // A close before a single byte of an answer: the provider refused the exchange.
+        let (address, _) = scripted(b"", 0, 1).await;
+        let pool = Pool::new(address.clone());
+        let result = pool.send(&request(&address), &any).await;
+        assert!(matches!(result, Err(Error::Connect(_))), "{result:?}");
     }
 
     /// Found by the `upstream_answer` fuzz target: a length framed by Unicode spaces

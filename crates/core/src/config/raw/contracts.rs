@@ -144,6 +144,11 @@ fn build_cache(key: &str, raw: &RawCache, problems: &mut Vec<String>) -> Option<
         raw.max_bytes,
         (1024, 64 << 30),
     );
+    if raw.store == crate::contract::CacheStore::Redis {
+        problems.push(format!(
+            "{key}.cache.store: \"redis\" is not supported yet; entries are kept per replica (\"memory\")"
+        ));
+    }
     (problems.len() == before).then(|| CacheSpec {
         ttl: std::time::Duration::from_secs(raw.ttl_s),
         max_bytes: raw.max_bytes,

@@ -153,6 +153,8 @@ fn record_decision(
             status,
             latency,
             answers: trail.answers,
+            provider: trail.provider,
+            cache: trail.cache,
         });
     }
 }

@@ -21,9 +21,81 @@ use releasegate_core::wire;
 use super::reply::{reject, success_body, upstream_error};
 use super::trail::{Trail, upstream_span};
 use super::{Selection, select_contract};
+use crate::cache;
 use crate::server::error::Error;
 use crate::server::{AppState, Live, body, multipart};
 use crate::upstream::{self, Reply};
+
+/// A request's way through the contract's answer cache (`cache`): whether it may be looked
+/// up and filled, its digest, and the entry found.
+struct Cached {
+    allowed: cache::Allowed,
+    digest: Option<cache::RequestDigest>,
+    hit: Option<Arc<cache::Entry>>,
+}
+
+impl Cached {
+    /// Looks the request up when its contract has a cache and the caller allows it; records
+    /// `hit`, `miss` or `bypass` (the caller's `no-store` or `no-cache`) on the trail.
+    fn look_up(
+        live: &Live,
+        contract: &Contract,
+        headers: &HeaderMap,
+        trail: &mut Trail,
+        json: &[u8],
+        images: &[wire::assets::Image<'_>],
+        switches: &[ForwardHeader],
+    ) -> Cached {
+        let (Some(answers), Some(_)) = (&live.cache, contract.cache()) else {
+            return Cached {
+                allowed: cache::Allowed::Neither,
+                digest: None,
+                hit: None,
+            };
+        };
+        let allowed = cache::Allowed::from_headers(headers);
+        let switches: Vec<&str> = switches.iter().map(|switch| switch.lower()).collect();
+        let digest = (allowed != cache::Allowed::Neither).then(|| {
+            cache::RequestDigest::new(json, images.iter().map(|image| image.bytes), &switches)
+        });
+        let hit = digest
+            .filter(|_| allowed == cache::Allowed::Both)
+            .and_then(|digest| answers.get(contract, trail.recipient.as_deref(), digest));
+        let result = match (&hit, allowed) {
+            (Some(_), _) => "hit",
+            (None, cache::Allowed::Both) => "miss",
+            (None, _) => "bypass",
+        };
+        trail.cache = Some(result);
+        answers.count(contract, result);
+        Cached {
+            allowed,
+            digest,
+            hit,
+        }
+    }
+
+    /// The entry found.
+    fn hit(&self) -> Option<&Arc<cache::Entry>> {
+        self.hit.as_ref()
+    }
+
+    /// Keeps the native answer the contract just released, unless it came from the cache
+    /// or the caller said `no-store`.
+    fn fill(self, live: &Live, contract: &Contract, trail: &Trail, provider: &str, native: Bytes) {
+        if let (Some(answers), Some(digest), None) = (&live.cache, self.digest, &self.hit)
+            && self.allowed != cache::Allowed::Neither
+        {
+            answers.fill(
+                contract,
+                trail.recipient.as_deref(),
+                digest,
+                provider,
+                native,
+            );
+        }
+    }
+}
 
 /// A multipart request's other parts by name: content type and bytes.
 type Parts = BTreeMap<String, (Option<String>, Bytes)>;
@@ -58,7 +130,6 @@ pub(super) async fn answer(
         .filter(|capture| capture.sample())
         .map(|_| json.clone());
     let (content_type, forward) = upstream_body(&json, &checked.images)?;
-    drop(part_refs);
     let called = trail.clock();
     let switches = switched_on(state, contract, headers);
     let post = upstream::Post {
@@ -69,19 +140,46 @@ pub(super) async fn answer(
         headers,
         switches: &switches,
     };
-    let reply = live
-        .upstreams
-        .systemone(contract.provider(), trail.recipient.as_deref(), post)
-        .await
-        .map_err(|error| upstream_error(&live, contract, error));
-    upstream_span(state, trail, contract, "upstream systemone", called, &reply);
+    let cached = Cached::look_up(
+        &live,
+        contract,
+        headers,
+        trail,
+        &json,
+        &checked.images,
+        &switches,
+    );
+    let (reply, provider) = match cached.hit() {
+        Some(entry) => (
+            Ok(Reply::Success(entry.native.clone())),
+            entry.provider.clone(),
+        ),
+        None => {
+            let routed = live
+                .upstreams
+                .route(contract, trail.recipient.as_deref(), post)
+                .await;
+            let provider = routed.provider.map_or(contract.provider(), |index| {
+                contract.providers()[index].as_str()
+            });
+            let reply = routed
+                .result
+                .map_err(|error| upstream_error(&live, contract, error));
+            upstream_span(state, trail, contract, "upstream systemone", called, &reply);
+            (reply, provider.to_string())
+        }
+    };
     let reply = reply?;
     let captured = pending_capture(captured, &reply);
     let native = success_body(reply)?;
+    if provider != contract.provider() {
+        trail.provider = Some(provider.clone());
+    }
     let releasing = trail.clock();
-    let released = release_off_thread(contract, asked, native).await?;
+    let released = release_off_thread(contract, asked, native.clone()).await?;
     release_span(state, trail, contract, releasing, &released);
     let released = released.map_err(|reason| reject(state, contract, reason))?;
+    cached.fill(&live, contract, trail, &provider, native);
     record_released(state, &live, contract, &released.answers);
     trail.answers = released.answers;
     trail.capture = captured;

@@ -25,6 +25,10 @@ pub(super) struct Trail {
     pub(super) contract: Option<Arc<Contract>>,
     /// What happened to each released answer.
     pub(super) answers: Vec<release::AnswerRecord>,
+    /// The provider that answered, when not the contract's first (after a failover).
+    pub(super) provider: Option<String>,
+    /// The answer cache's part (`hit`, `miss`, `bypass`), when the contract has a cache.
+    pub(super) cache: Option<&'static str>,
     /// The request's W3C trace id (for its log lines).
     pub(super) trace_id: Option<TraceId>,
     /// Whether the request body was read to its end.

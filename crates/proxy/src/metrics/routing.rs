@@ -1,0 +1,81 @@
+//! The metrics of failover, circuits and the answer cache. Labels come from the
+//! configuration (contract and provider names) and fixed lists (reasons).
+
+use prometheus::{HistogramVec, IntCounterVec, IntGaugeVec, Registry};
+
+use super::families::{Family, counters, gauges, histograms};
+
+/// `releasegate_circuit_state{provider}`.
+const CIRCUIT_STATE: Family = Family {
+    name: "releasegate_circuit_state",
+    help: "A provider's circuit: 0 closed, 1 open, 2 half-open (one trial request)",
+    labels: &["provider"],
+};
+
+/// `releasegate_failovers_total{contract,provider,reason}`.
+const FAILOVERS: Family = Family {
+    name: "releasegate_failovers_total",
+    help: "Requests moved past a provider to the contract's next one, by the provider passed and why",
+    labels: &["contract", "provider", "reason"],
+};
+
+/// `releasegate_upstream_attempts{contract}`.
+const ATTEMPTS: Family = Family {
+    name: "releasegate_upstream_attempts",
+    help: "Providers asked per request (0: every circuit open or every answer cached)",
+    labels: &["contract"],
+};
+
+/// `releasegate_answered_total{contract,provider}`.
+const ANSWERED: Family = Family {
+    name: "releasegate_answered_total",
+    help: "Requests answered by each provider of a contract (what recipients are never told)",
+    labels: &["contract", "provider"],
+};
+
+/// `releasegate_cache_lookups_total{contract,result}`.
+const CACHE_LOOKUPS: Family = Family {
+    name: "releasegate_cache_lookups_total",
+    help: "Answer cache lookups by contract and result (hit, miss, bypass)",
+    labels: &["contract", "result"],
+};
+
+/// `releasegate_cache_evictions_total{contract}`.
+const CACHE_EVICTIONS: Family = Family {
+    name: "releasegate_cache_evictions_total",
+    help: "Answer cache entries evicted (expired or over the size bound), by the contract that filled them",
+    labels: &["contract"],
+};
+
+/// `releasegate_cache_bytes{contract}`.
+const CACHE_BYTES: Family = Family {
+    name: "releasegate_cache_bytes",
+    help: "Bytes held by answer cache entries, by the contract that filled them",
+    labels: &["contract"],
+};
+
+/// The handles.
+#[derive(Clone, Debug)]
+pub(crate) struct Routing {
+    pub(crate) circuit_state: IntGaugeVec,
+    pub(crate) failovers: IntCounterVec,
+    pub(crate) attempts: HistogramVec,
+    pub(crate) answered: IntCounterVec,
+    pub(crate) cache_lookups: IntCounterVec,
+    pub(crate) cache_evictions: IntCounterVec,
+    pub(crate) cache_bytes: IntGaugeVec,
+}
+
+impl Routing {
+    pub(super) fn register(r: &Registry) -> Result<Routing, prometheus::Error> {
+        Ok(Routing {
+            circuit_state: gauges(r, &CIRCUIT_STATE)?,
+            failovers: counters(r, &FAILOVERS)?,
+            attempts: histograms(r, &ATTEMPTS, &[0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0])?,
+            answered: counters(r, &ANSWERED)?,
+            cache_lookups: counters(r, &CACHE_LOOKUPS)?,
+            cache_evictions: counters(r, &CACHE_EVICTIONS)?,
+            cache_bytes: gauges(r, &CACHE_BYTES)?,
+        })
+    }
+}
