@@ -273,6 +273,11 @@ pub fn router(state: AppState) -> Router {
             post(handlers::systemone_for),
         )
         .route("/contracts/{contract}/v1/models", get(handlers::models_for))
+        .route("/v1/questions", get(handlers::questions))
+        .route(
+            "/contracts/{contract}/v1/questions",
+            get(handlers::questions_for),
+        )
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .fallback(handlers::not_found)
         .layer(middleware::RequestIdLayer(state.clone()))
