@@ -256,6 +256,10 @@ fn serve(config: Option<PathBuf>, log_json: bool) -> Result<(), Error> {
 fn serve_with_logs(config: Option<PathBuf>) -> Result<(), Error> {
     raise_open_file_limit();
     let config = releasegate_proxy::load::load(config.as_deref()).or_usage()?;
+    // Before anything starts (`AppState::prepare` refuses it too, for check-config and reloads).
+    if let Some(refusal) = releasegate_proxy::demo::exposed(&config) {
+        return Err(Error::usage(refusal));
+    }
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }

@@ -3,6 +3,7 @@
 //! - [`server`]: the public and admin listeners, handlers, errors, reload.
 //! - [`load`]: reading the configuration file, the environment and the files it names.
 //! - [`auth`]: recipient keys; rate limits and providers are internal to the server.
+//! - [`demo`]: the embedded demo's published keys stay on loopback.
 //! - [`decisions`]: the release decision log and its summary.
 //! - [`collect`]: asking a contract's provider for native answers (`releasegate collect`).
 //! - `capture`: live capture of sampled native answers as worlds (internal to the server).
@@ -12,6 +13,7 @@ pub mod auth;
 pub(crate) mod capture;
 pub mod collect;
 pub(crate) mod cpus;
+pub mod demo;
 pub mod decisions;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;

@@ -139,6 +139,10 @@ pub enum StartError {
         .0.join("\n  - ")
     )]
     Uncertified(Vec<String>),
+    /// The configuration holds a key of the embedded demo and its public listener is not on
+    /// loopback (`demo::exposed`).
+    #[error("{0}")]
+    DemoKeys(String),
     /// The decision log cannot be written where configured.
     #[error("decision_log.path: cannot write {path}")]
     DecisionLog {
@@ -170,6 +174,9 @@ impl AppState {
     pub fn prepare(config: Config) -> Result<AppState, StartError> {
         if let Some(refusal) = config.certification().refusal() {
             return Err(StartError::Uncertified(refusal));
+        }
+        if let Some(refusal) = crate::demo::exposed(&config) {
+            return Err(StartError::DemoKeys(refusal));
         }
         let metrics = Metrics::new()?;
         metrics.describe(&config);
