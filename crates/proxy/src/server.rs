@@ -143,6 +143,9 @@ pub enum StartError {
     /// loopback (`demo::exposed`).
     #[error("{0}")]
     DemoKeys(String),
+    /// The configuration was loaded without its codebooks: it can be checked, never served.
+    #[error("a configuration loaded without its codebooks cannot be served")]
+    CodebooksNotLoaded,
     /// The decision log cannot be written where configured.
     #[error("decision_log.path: cannot write {path}")]
     DecisionLog {
