@@ -207,7 +207,10 @@ fn the_image_serves_the_mounted_configuration_as_written() {
     ));
     let deployment =
         std::fs::read_to_string(root.join("deploy/kubernetes/deployment.yaml")).unwrap();
-    assert!(deployment.contains("mountPath: /etc/releasegate,"), "{deployment}");
+    assert!(
+        deployment.contains("mountPath: /etc/releasegate,"),
+        "{deployment}"
+    );
     let toml = configmap_toml(
         &std::fs::read_to_string(root.join("deploy/kubernetes/configmap.yaml")).unwrap(),
     );

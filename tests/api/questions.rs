@@ -30,7 +30,12 @@ async fn a_recipient_fetches_its_contracts_questions_and_sends_them_back_unchang
     let response = get(&app, "/v1/questions", Some(CLIENT_KEY), None).await;
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["content-type"], "application/json");
-    assert!(response.headers()["x-request-id"].to_str().unwrap().starts_with("rg-"));
+    assert!(
+        response.headers()["x-request-id"]
+            .to_str()
+            .unwrap()
+            .starts_with("rg-")
+    );
     let body: Value = response.json().await.unwrap();
     let pinned = json!({
         "cause": {"type": "choice", "instructions": "Why?", "criteria": {"A": null, "B": "b", "C": null, "D": null}},
@@ -38,9 +43,14 @@ async fn a_recipient_fetches_its_contracts_questions_and_sends_them_back_unchang
         "urgent": {"type": "noul", "instructions": "Urgent?"}
     });
     assert_eq!(body, json!({"questions": pinned}));
-    assert_eq!(app.upstream.seen.lock().unwrap().len(), 0, "nothing asked upstream");
+    assert_eq!(
+        app.upstream.seen.lock().unwrap().len(),
+        0,
+        "nothing asked upstream"
+    );
     // Sent back as they came: accepted, and what goes upstream is the same text.
-    let request = json!({"model": "jev-latest", "state": {"ticket": "t"}, "questions": body["questions"]});
+    let request =
+        json!({"model": "jev-latest", "state": {"ticket": "t"}, "questions": body["questions"]});
     let answered = app.post(&request).await;
     assert_eq!(answered.status(), 200);
     let upstream: Value = serde_json::from_slice(&app.upstream.last().body).unwrap();
@@ -85,13 +95,35 @@ async fn the_listing_follows_the_contract_choice_and_refuses_as_every_route_does
     // Refusals: no key, a contract not bound to the key, no contract chosen, a conflict.
     let cases = [
         ("/v1/questions", None, None, 401, "authentication_error"),
-        ("/contracts/desk/v1/questions", Some(CLIENT_KEY), None, 403, "permission_denied"),
-        ("/v1/questions", Some(MULTI_KEY), None, 400, "contract_required"),
-        ("/contracts/desk/v1/questions", Some(MULTI_KEY), Some("main"), 400, "contract_conflict"),
+        (
+            "/contracts/desk/v1/questions",
+            Some(CLIENT_KEY),
+            None,
+            403,
+            "permission_denied",
+        ),
+        (
+            "/v1/questions",
+            Some(MULTI_KEY),
+            None,
+            400,
+            "contract_required",
+        ),
+        (
+            "/contracts/desk/v1/questions",
+            Some(MULTI_KEY),
+            Some("main"),
+            400,
+            "contract_conflict",
+        ),
     ];
     for (path, key, header, status, kind) in cases {
         let (got, error_type, _) = error_of(get(&app, path, key, header).await).await;
-        assert_eq!((got, error_type.as_str()), (status, kind), "{path} {key:?} {header:?}");
+        assert_eq!(
+            (got, error_type.as_str()),
+            (status, kind),
+            "{path} {key:?} {header:?}"
+        );
     }
     let other = app
         .client

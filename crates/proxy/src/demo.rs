@@ -64,7 +64,10 @@ mod tests {
     /// The embedded demo's text with `listen` replaced.
     fn demo_on(listen: &str) -> String {
         EMBEDDED_DEFAULT
-            .replace("listen = \"127.0.0.1:8080\"", &format!("listen = \"{listen}\""))
+            .replace(
+                "listen = \"127.0.0.1:8080\"",
+                &format!("listen = \"{listen}\""),
+            )
             .replace("certification = \"required\"", "certification = \"off\"")
             // Unit tests run in the crate's directory.
             .replace("\"codebooks/", "\"../../config/codebooks/")
@@ -87,7 +90,10 @@ mod tests {
             let config = from_toml(&demo_on(listen)).unwrap();
             let refusal = exposed(&config).expect(listen);
             assert!(refusal.contains("demo keys of `dispatcher`, `analyst`"));
-            assert!(refusal.contains(listen) && refusal.contains("--config PATH"), "{refusal}");
+            assert!(
+                refusal.contains(listen) && refusal.contains("--config PATH"),
+                "{refusal}"
+            );
         }
     }
 
@@ -107,6 +113,9 @@ mod tests {
         };
         assert_eq!(exposed(&config(&["a-real-key", "another-real-key"])), None);
         let refusal = exposed(&config(&["a-real-key", "demo-support-key"])).unwrap();
-        assert!(refusal.contains("`r1`") && !refusal.contains("`r0`"), "{refusal}");
+        assert!(
+            refusal.contains("`r1`") && !refusal.contains("`r0`"),
+            "{refusal}"
+        );
     }
 }

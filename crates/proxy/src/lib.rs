@@ -13,8 +13,8 @@ pub mod auth;
 pub(crate) mod capture;
 pub mod collect;
 pub(crate) mod cpus;
-pub mod demo;
 pub mod decisions;
+pub mod demo;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub(crate) mod http1;

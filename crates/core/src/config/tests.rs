@@ -1047,7 +1047,10 @@ fn without_codebooks_everything_else_is_checked_and_the_skipped_ones_named() {
         }]
     );
     let summary = config.summary();
-    assert!(summary.contains("skipped (codebooks not loaded)"), "{summary}");
+    assert!(
+        summary.contains("skipped (codebooks not loaded)"),
+        "{summary}"
+    );
     assert!(
         summary.contains(
             "  contracts.w.questions.coarse_cause: codebook base/codebooks/not-built-yet.json (does not exist yet)"
