@@ -34,19 +34,20 @@ pub fn exposed(config: &Config) -> Option<String> {
     if holders.is_empty() {
         return None;
     }
+    let source = config.source();
+    let holders = holders
+        .iter()
+        .map(|name| format!("`{name}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
     Some(format!(
-        "{} holds the published demo keys of {} and would serve them on {listen}, beyond loopback: \
+        "the configuration ({source}) holds the published demo keys of {holders} and would serve \
+         them on {listen}, beyond loopback: \
          anyone who read the README could call it. Give the proxy a configuration of your own, \
          with your own recipients' key hashes (`releasegate hash-key`), and name it with \
          `--config PATH` (in the container image: mount it at the path its CMD names, \
          /etc/releasegate/releasegate.toml); or keep the demo on loopback (server.listen = \
-         \"127.0.0.1:8080\")",
-        format!("the configuration ({})", config.source()),
-        holders
-            .iter()
-            .map(|name| format!("`{name}`"))
-            .collect::<Vec<_>>()
-            .join(", "),
+         \"127.0.0.1:8080\")"
     ))
 }
 
