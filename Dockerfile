@@ -25,11 +25,12 @@ RUN apt-get update \
     && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin releasegate
 WORKDIR /app
 COPY --from=builder /src/dist/releasegate /usr/local/bin/releasegate
-COPY config/ /app/config/
 USER 10001:10001
-# Listen on all interfaces inside the container.
-ENV RELEASEGATE_SERVER__LISTEN=0.0.0.0:8080 \
-    RELEASEGATE_SERVER__ADMIN_LISTEN=0.0.0.0:9090
+# No configuration is baked in: the deployment mounts its own at the path CMD names (the
+# Kubernetes Deployment mounts its ConfigMap there), and its `listen` and `admin_listen` say
+# where to listen (0.0.0.0:8080 and 0.0.0.0:9090 in a container). Nothing here overrides
+# them. Without a mounted file the proxy exits, saying so; the demo configuration (its keys
+# are published) is refused on any address but loopback.
 EXPOSE 8080 9090
 ENTRYPOINT ["/usr/local/bin/releasegate"]
-CMD ["serve", "--config", "/app/config/releasegate.toml", "--log-json"]
+CMD ["serve", "--config", "/etc/releasegate/releasegate.toml", "--log-json"]

@@ -10,8 +10,10 @@
 #
 # On top of what `docker build` would check, it requires that no dependency is compiled after
 # the full source tree is copied (the dependency layer really caches the compiled dependencies),
-# and it runs the final image's binary: `check-config` on the image's configuration, with the
-# image's environment.
+# and it runs the final image's binary with the image's environment: its CMD with nothing
+# mounted must fail, saying where to mount a configuration; with the Kubernetes ConfigMap's
+# configuration mounted at the path CMD names, `check-config` must accept it and keep the
+# file's own `listen` (the image sets no RELEASEGATE_* variable that would override it).
 #
 #   deploy/dockerfile-dry-run.sh [--profile release|dev] [--build-dir DIR]
 #
@@ -255,11 +257,41 @@ for ((i = 0; i < ${#cmd[@]}; i++)); do
 done
 [[ -n $config ]] || die "expected CMD to pass --config"
 say "the image runs: ${entrypoint[*]} ${cmd[*]}"
-summary=$(
+for pair in "${stage_env[@]}"; do
+    [[ $pair != RELEASEGATE_* ]] || die "the image sets $pair: it would override the mounted configuration"
+done
+[[ ! -e $root$config ]] || die "the image holds a configuration at $config: the deployment mounts its own there"
+# Nothing mounted: the image's CMD (its config path mapped into the stage) must stop at once
+# and say how to give it a configuration.
+image_cmd=()
+for word in "${cmd[@]}"; do
+    [[ $word == "$config" ]] && word=$root$config
+    image_cmd+=("$word")
+done
+status=0
+unmounted=$(
     for pair in "${stage_env[@]}"; do export "${pair?}"; done
     cd "$root"
+    timeout 60 "$binary" "${image_cmd[@]}" 2>&1
+) || status=$?
+((status != 0 && status != 124)) || die "with nothing mounted the image's CMD did not fail at once (exit $status): $unmounted"
+[[ $unmounted == *"does not exist"*"mount it at that path"* ]] ||
+    die "with nothing mounted the image's CMD failed without saying where to mount a configuration: $unmounted"
+say "nothing mounted: the image's CMD exits $status, naming the path to mount"
+# Mounted: the Kubernetes ConfigMap's configuration at the path CMD names, with a provider key
+# from the environment as the Deployment's Secret gives it.
+mkdir -p "$(dirname "$root$config")"
+awk '/^  releasegate.toml: [|]/ { inside = 1; next } inside && /^    / { print substr($0, 5); next } inside && /^$/ { print ""; next } inside { exit }' \
+    "$repo/deploy/kubernetes/configmap.yaml" >"$root$config"
+grep -q '^\[server\]' "$root$config" || die "no configuration found in deploy/kubernetes/configmap.yaml"
+summary=$(
+    for pair in "${stage_env[@]}"; do export "${pair?}"; done
+    export TYPESAFE_API_KEY=dry-run-key
+    cd "$root"
     "$binary" check-config --config "$root$config"
-) || die "the image's binary rejects the image's configuration"
+) || die "the image's binary rejects the mounted configuration"
 [[ $summary == "configuration OK"* ]] || die "the image's binary is not releasegate (check-config printed: $summary)"
+[[ $summary == *"listen 0.0.0.0:8080 · admin 0.0.0.0:9090"* ]] ||
+    die "the mounted configuration's listen is not what the image serves: $(echo "$summary" | sed -n 2p)"
 echo "$summary" | head -2
 say "OK"

@@ -38,6 +38,10 @@ enum Command {
         /// Configuration file; without it, config/releasegate.toml or the embedded default.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Check everything but the WCPQ codebooks (and so the certificates), which do not
+        /// exist before the first `collect` and `build-codebook`; say what was skipped.
+        #[arg(long)]
+        no_codebooks: bool,
     },
     /// Read a key on stdin and print its SHA-256 hex for `key_sha256`.
     HashKey,
@@ -141,7 +145,10 @@ fn run(command: Command) -> Result<ExitCode, Error> {
         Command::Audit(args) => return offline::audit::audit_command(&args),
         Command::Collect(args) => return collect::collect_command(&args),
         Command::Serve { config, log_json } => serve(config, log_json)?,
-        Command::CheckConfig { config } => check_config(config.as_deref())?,
+        Command::CheckConfig {
+            config,
+            no_codebooks,
+        } => check_config(config.as_deref(), no_codebooks)?,
         Command::Simulate {
             pairs_per_domain,
             seed,
@@ -200,9 +207,23 @@ fn hash_key() -> Result<(), Error> {
 
 /// Runs every check `serve` runs before binding its ports: the same loading (provider keys
 /// from the environment, codebooks matched to their workflows) and the same start-up
-/// (`AppState::prepare`: metrics, HTTP client, providers, key table).
-fn check_config(path: Option<&Path>) -> Result<(), Error> {
-    let config = releasegate_proxy::load::load(path).or_usage()?;
+/// (`AppState::prepare`: metrics, HTTP client, providers, key table). With `no_codebooks`,
+/// the same without reading the WCPQ codebooks (the summary names what it skipped).
+fn check_config(path: Option<&Path>, no_codebooks: bool) -> Result<(), Error> {
+    let config = if no_codebooks {
+        let default = Path::new(releasegate_proxy::load::DEFAULT_PATH);
+        let path = path
+            .or_else(|| default.exists().then_some(default))
+            .ok_or_else(|| {
+                Error::usage(
+                    "--no-codebooks checks a configuration file: name it with --config (the \
+                     embedded default brings its codebooks)",
+                )
+            })?;
+        releasegate_proxy::load::load_for_collect(path).or_usage()?
+    } else {
+        releasegate_proxy::load::load(path).or_usage()?
+    };
     let summary = config.summary();
     AppState::prepare(config)
         .map_err(|error| Error::usage(format!("{:#}", anyhow::Error::new(error))))?;
@@ -256,6 +277,10 @@ fn serve(config: Option<PathBuf>, log_json: bool) -> Result<(), Error> {
 fn serve_with_logs(config: Option<PathBuf>) -> Result<(), Error> {
     raise_open_file_limit();
     let config = releasegate_proxy::load::load(config.as_deref()).or_usage()?;
+    // Before anything starts (`AppState::prepare` refuses it too, for check-config and reloads).
+    if let Some(refusal) = releasegate_proxy::demo::exposed(&config) {
+        return Err(Error::usage(refusal));
+    }
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }

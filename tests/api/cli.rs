@@ -319,6 +319,24 @@ fn audit_reports_recovery_and_costs_for_every_release() {
         ]
     );
     assert_eq!(json["intake"]["worlds_used"], 240);
+    // Without --gate, the JSON still carries every sample size line the text prints.
+    let sizes = json["sample_size"]["releases"].as_array().unwrap();
+    assert_eq!(sizes.len(), names.len());
+    for (size, name) in sizes.iter().zip(&names) {
+        assert_eq!(size["release"], *name);
+        let width = size["interval_width"].as_f64().unwrap();
+        let line = format!(
+            "sample size {name}: gain interval {:.1} points wide",
+            100.0 * width
+        );
+        assert!(text.contains(&line), "{line}: {text}");
+        assert!(size["pairs_needed"].as_u64().is_some(), "{size}");
+    }
+    assert_eq!(json["sample_size"]["budget_source"], "default");
+    assert!(json["sample_size"]["test_pairs"].as_u64().unwrap() > 0);
+    assert!(text.contains("the default budget of 5.0 points (no contract or recipient declares"));
+    assert_eq!(json["left_out_test_worlds"], 0);
+    assert!(json["floor"]["floor"].is_object(), "{}", json["floor"]);
     assert_eq!(json["shapes"]["it_ops"], "minimal");
     assert_eq!(json["attacker_reads_fills"], false);
     assert_eq!(json["report"]["equivariance_passed"], true);
@@ -930,6 +948,40 @@ fn audit_gates_a_recipient_on_everything_its_contracts_release() {
     assert_eq!(value["contracts"], serde_json::json!(["coarse", "fine"]));
     let gate = value["gate"].as_array().unwrap();
     assert_eq!(gate.last().unwrap()["contract"], "recipient analyst");
+    // A budget of 0 is no sample size's budget: the default is, and the line says so.
+    assert!(
+        stdout.contains("test pairs; the default budget of 5.0 points (no contract or recipient declares max_recovery_gain) needs "),
+        "{stdout}"
+    );
+    // A recipient's own positive budget is the sample size's, named as the recipient's.
+    let budgeted = dir.join("budgeted.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &budgeted,
+        text.replace("max_recovery_gain = 0.0", "max_recovery_gain = 0.25"),
+    )
+    .unwrap();
+    let output = succeed(
+        Command::new(BIN)
+            .arg("audit")
+            .arg("--config")
+            .arg(&budgeted)
+            .args([
+                "--recipient",
+                "analyst",
+                "--views",
+                "no_output,choice",
+                "--bootstrap",
+                "50",
+            ])
+            .arg("--worlds")
+            .arg(&worlds),
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("test pairs; recipient analyst's max_recovery_gain of 25.0 points needs "),
+        "{stdout}"
+    );
     // --recipient and --contract exclude each other (clap's usage error, 2); an unknown
     // recipient is the audit's usage error (64).
     for (args, code) in [
@@ -1111,6 +1163,34 @@ fn audit_refuses_gains_on_pairs_that_fail_its_checks_unless_allowed() {
         stdout.contains("UNCHECKED INPUT") && stdout.contains("Secret recovery"),
         "{stdout}"
     );
+    // Worlds without labels (what a live capture writes): exit 65, pointing to the pairs and
+    // to collect, with or without --gate.
+    let unlabelled = dir.join("unlabelled.jsonl");
+    let body: String = lines
+        .iter()
+        .map(|w| {
+            let mut w = w.clone();
+            w.as_object_mut().unwrap().remove("labels");
+            format!("{w}\n")
+        })
+        .collect();
+    std::fs::write(&unlabelled, body).unwrap();
+    for extra in [&[][..], &["--gate"][..]] {
+        let refused = audit(&unlabelled, extra);
+        assert_eq!(refused.status.code(), Some(65), "{refused:?}");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            stderr.contains("no labelled world fits")
+                && stderr.contains(&format!(
+                    "({} of {} worlds carry no labels)",
+                    lines.len(),
+                    lines.len()
+                ))
+                && stderr.contains("docs/pairs.md")
+                && stderr.contains("releasegate collect"),
+            "{stderr}"
+        );
+    }
 }
 
 #[test]

@@ -161,6 +161,62 @@ fn check_config_refuses_what_serve_cannot_run_and_both_agree() {
     assert_eq!(serve(&path, &key), None);
 }
 
+/// The demo's keys are published: `serve` and `check-config` refuse any configuration holding
+/// one on an address beyond loopback (the shipped file and the embedded default alike), and
+/// say how to give the proxy a configuration of its own.
+#[test]
+fn the_demo_keys_are_served_on_loopback_only() {
+    let shipped = std::path::Path::new(ROOT).join("config/releasegate.toml");
+    let beyond = [("RELEASEGATE_SERVER__LISTEN", "0.0.0.0:0")];
+    assert_eq!(serve(&shipped, &beyond), Some(64));
+    let checked = check_config(&shipped, &beyond);
+    assert_eq!(checked.status.code(), Some(64));
+    let message = stderr(&checked);
+    assert!(
+        message.contains("published demo keys of `dispatcher`")
+            && message.contains("--config PATH")
+            && message.contains("/etc/releasegate/releasegate.toml"),
+        "{message}"
+    );
+    // The embedded default (no file in the working directory, no --config).
+    let empty = scratch("embedded-demo");
+    let embedded = Command::new(BIN)
+        .arg("serve")
+        .current_dir(&*empty)
+        .envs(beyond)
+        .env("RELEASEGATE_SERVER__ADMIN_LISTEN", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    assert_eq!(embedded.status.code(), Some(64), "{}", stderr(&embedded));
+    assert!(stderr(&embedded).contains("(embedded default) holds the published demo keys"));
+    // On loopback the demo serves, as the README's "Try it" runs it.
+    assert_eq!(serve(&shipped, &[]), None);
+}
+
+/// The image bakes in neither a configuration nor a listener override: its CMD names the path
+/// the Deployment mounts the ConfigMap at, and the ConfigMap's own `listen` is what serves
+/// (the Dockerfile's dry run runs both cases).
+#[test]
+fn the_image_serves_the_mounted_configuration_as_written() {
+    let root = std::path::Path::new(ROOT);
+    let dockerfile = std::fs::read_to_string(root.join("Dockerfile")).unwrap();
+    assert!(!dockerfile.contains("RELEASEGATE_"), "{dockerfile}");
+    assert!(!dockerfile.contains("COPY config"), "{dockerfile}");
+    assert!(dockerfile.contains(
+        r#"CMD ["serve", "--config", "/etc/releasegate/releasegate.toml", "--log-json"]"#
+    ));
+    let deployment =
+        std::fs::read_to_string(root.join("deploy/kubernetes/deployment.yaml")).unwrap();
+    assert!(
+        deployment.contains("mountPath: /etc/releasegate,"),
+        "{deployment}"
+    );
+    let toml = configmap_toml(
+        &std::fs::read_to_string(root.join("deploy/kubernetes/configmap.yaml")).unwrap(),
+    );
+    assert!(toml.contains("listen = \"0.0.0.0:8080\""), "{toml}");
+}
+
 #[test]
 fn kubernetes_service_links_are_not_configuration() {
     let config = std::path::Path::new(ROOT).join("config/releasegate.toml");

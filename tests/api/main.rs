@@ -22,6 +22,7 @@ mod own_provider;
 mod pinning;
 mod plain_path;
 mod process;
+mod questions;
 mod ratelimit;
 mod ratelimit_store;
 mod release;

@@ -178,12 +178,39 @@ function config(upstreamUrl) {
 
 /** Starts the proxy binary against `upstream`; resolves to its URLs and a stop function. */
 export async function startProxy(upstream) {
-  const binary = process.env.PROXY_BIN ?? join(REPO, "target", "debug", "releasegate");
   const dir = mkdtempSync(join(tmpdir(), "releasegate-js-"));
   const path = join(dir, "releasegate.toml");
   writeFileSync(path, config(upstream.url));
-  // The proxy reads RELEASEGATE_* variables as configuration: pass none on.
+  return serve(path, {}, dir);
+}
+
+/** The shipped configuration (config/releasegate.toml): its demo recipients and contracts. */
+export const SHIPPED_CONFIG = join(REPO, "config", "releasegate.toml");
+
+/** Each shipped recipient's demo key (`demo-NAME-key`, README "Try it") and its contracts. */
+export function shippedRecipients() {
+  const text = readFileSync(SHIPPED_CONFIG, "utf8");
+  return text
+    .split("[[recipients]]")
+    .slice(1)
+    .map((block) => ({
+      key: `demo-${block.match(/^name = "([^"]+)"/m)[1]}-key`,
+      contracts: JSON.parse(block.match(/^contracts = (\[[^\]]*\])/m)[1]),
+    }));
+}
+
+/** Starts the proxy on the shipped configuration as it is, on loopback ports of its own. */
+export async function startShipped() {
+  const listeners = { RELEASEGATE_SERVER__LISTEN: "127.0.0.1:0", RELEASEGATE_SERVER__ADMIN_LISTEN: "127.0.0.1:0" };
+  return serve(SHIPPED_CONFIG, listeners, null);
+}
+
+/** Starts the proxy binary on `path` with `extraEnv`; `dir` (if any) is removed on stop. */
+async function serve(path, extraEnv, dir) {
+  const binary = process.env.PROXY_BIN ?? join(REPO, "target", "debug", "releasegate");
+  // The proxy reads RELEASEGATE_* variables as configuration: pass none on but ours.
   const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("RELEASEGATE_")));
+  Object.assign(env, extraEnv);
   env.RUST_LOG = "releasegate=info";
   const child = spawn(binary, ["serve", "--config", path, "--log-json"], {
     cwd: REPO,
@@ -235,7 +262,7 @@ export async function startProxy(upstream) {
       const timer = setTimeout(() => child.kill("SIGKILL"), 15_000);
       await exited;
       clearTimeout(timer);
-      rmSync(dir, { recursive: true, force: true });
+      if (dir) rmSync(dir, { recursive: true, force: true });
     },
   };
 }

@@ -245,15 +245,14 @@ class Proxy:
         return 0.0
 
 
-@pytest.fixture(scope="session")
-def proxy(upstream_server, tmp_path_factory):
+def _serve(config, extra_env=None):
+    """Starts the proxy binary on `config`; yields the running `Proxy` and stops it after."""
     binary = Path(os.environ.get("PROXY_BIN", REPO / "target" / "debug" / "releasegate"))
     if not binary.is_file():
         pytest.fail(f"the proxy binary {binary} does not exist: run `cargo build --locked` first")
-    config = tmp_path_factory.mktemp("proxy") / "releasegate.toml"
-    config.write_text(_config(upstream_server.url))
-    # The proxy reads RELEASEGATE_* variables as configuration: pass none on.
+    # The proxy reads RELEASEGATE_* variables as configuration: pass none on but ours.
     env = {name: value for name, value in os.environ.items() if not name.startswith("RELEASEGATE_")}
+    env.update(extra_env or {})
     env["RUST_LOG"] = "releasegate=info"
     process = subprocess.Popen(
         [str(binary), "serve", "--config", str(config), "--log-json"],
@@ -293,6 +292,25 @@ def proxy(upstream_server, tmp_path_factory):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture(scope="session")
+def proxy(upstream_server, tmp_path_factory):
+    config = tmp_path_factory.mktemp("proxy") / "releasegate.toml"
+    config.write_text(_config(upstream_server.url))
+    yield from _serve(config)
+
+
+# The shipped configuration: its demo recipients (key `demo-NAME-key`, README "Try it") and
+# their contracts, on the in-process simulated provider.
+SHIPPED_CONFIG = REPO / "config" / "releasegate.toml"
+
+
+@pytest.fixture(scope="session")
+def shipped():
+    """The proxy serving the shipped configuration as it is, on loopback ports of its own."""
+    listeners = {"RELEASEGATE_SERVER__LISTEN": "127.0.0.1:0", "RELEASEGATE_SERVER__ADMIN_LISTEN": "127.0.0.1:0"}
+    yield from _serve(SHIPPED_CONFIG, listeners)
 
 
 def wait_until(condition, what, timeout=30.0):

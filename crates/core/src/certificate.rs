@@ -163,6 +163,12 @@ impl Certification {
         self.entries.iter().filter(|e| !e.status.is_certified())
     }
 
+    /// Whether any entry was left unchecked: the configuration was loaded without its
+    /// codebooks, and must not be served.
+    pub fn unchecked(&self) -> bool {
+        self.entries.iter().any(|e| e.status == Status::Unchecked)
+    }
+
     /// `check-config`'s lines: the mode and directory, then each contract and recipient that
     /// needs a certificate with its status (certified, stale with what changed, missing).
     pub fn summary(&self) -> String {
@@ -185,13 +191,16 @@ impl Certification {
     }
 
     /// In `required` mode, why this configuration must not be served (one line per uncertified
-    /// contract or recipient); `None` otherwise.
+    /// contract or recipient); `None` otherwise. An entry left unchecked (a configuration
+    /// loaded without its codebooks, which is never served: `check-config --no-codebooks`) is
+    /// not refused here; [`Certification::unchecked`] tells it.
     pub fn refusal(&self) -> Option<Vec<String>> {
         if self.mode != Mode::Required {
             return None;
         }
         let lines: Vec<String> = self
             .uncertified()
+            .filter(|e| e.status != Status::Unchecked)
             .map(|e| {
                 format!(
                     "{} {}: {} (certification = \"required\": certify it with `releasegate audit ... --gate --certificate-dir {}`)",

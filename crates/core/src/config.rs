@@ -26,6 +26,7 @@ use crate::contract::Contract;
 pub use outputs::{Capture, DecisionLog, DecisionSink, RateLimitStore, Tracing};
 pub use providers::{Circuit, Provider, RemoteProvider};
 pub(crate) use questions::build_question;
+pub use raw::unloaded::UnloadedCodebook;
 pub use raw::{RawConfig, limits};
 pub use recipients::{RateLimit, Recipient};
 pub use server::Server;
@@ -96,6 +97,9 @@ pub struct Config {
     /// Every contract and recipient with a policy and its certificate's status
     /// (`[server] certificates`, `docs/gate.md`).
     pub(crate) certification: crate::certificate::Certification,
+    /// The WCPQ questions whose codebooks were not loaded (`Inputs::codebooks` false; empty
+    /// otherwise): such a configuration is never served.
+    pub(crate) unloaded_codebooks: Vec<UnloadedCodebook>,
 }
 
 /// Where a configuration came from.
@@ -224,6 +228,12 @@ impl Config {
     ) -> Config {
         self.server = self.server.with_listeners(listen, admin_listen);
         self
+    }
+
+    /// The WCPQ questions whose codebooks were not loaded (empty for a configuration loaded
+    /// to be served).
+    pub fn unloaded_codebooks(&self) -> &[UnloadedCodebook] {
+        &self.unloaded_codebooks
     }
 
     /// The contract named `name`.

@@ -14,6 +14,7 @@ pub use json::{Json, Node};
 pub mod assets;
 pub mod json;
 pub mod provider;
+pub mod questions;
 
 /// Tolerance on the sum of a native probability vector.
 pub const SUM_TOLERANCE: f64 = 1e-3;

@@ -3,6 +3,7 @@
 //! - [`server`]: the public and admin listeners, handlers, errors, reload.
 //! - [`load`]: reading the configuration file, the environment and the files it names.
 //! - [`auth`]: recipient keys; rate limits and providers are internal to the server.
+//! - [`demo`]: the embedded demo's published keys stay on loopback.
 //! - [`decisions`]: the release decision log and its summary.
 //! - [`collect`]: asking a contract's provider for native answers (`releasegate collect`).
 //! - `capture`: live capture of sampled native answers as worlds (internal to the server).
@@ -14,6 +15,7 @@ pub(crate) mod capture;
 pub mod collect;
 pub(crate) mod cpus;
 pub mod decisions;
+pub mod demo;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub(crate) mod http1;

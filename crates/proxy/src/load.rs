@@ -75,10 +75,7 @@ pub fn load_for_collect(path: &Path) -> Result<Config, Error> {
 
 fn load_codebook_free(path: &Path, read_keys: bool) -> Result<Config, Error> {
     if !path.exists() {
-        return Err(Error::Load(format!(
-            "configuration file {} does not exist",
-            path.display()
-        )));
+        return Err(missing(path));
     }
     let figment = Figment::from(Toml::file(path)).merge(env_overrides());
     let source = format!("{} (codebooks not loaded)", path.display());
@@ -142,10 +139,7 @@ fn load_with(path: Option<&Path>, read_keys: bool) -> Result<Config, Error> {
     let file = match path {
         Some(path) => {
             if !path.exists() {
-                return Err(Error::Load(format!(
-                    "configuration file {} does not exist",
-                    path.display()
-                )));
+                return Err(missing(path));
             }
             Some(path)
         }
@@ -179,6 +173,16 @@ fn load_with(path: Option<&Path>, read_keys: bool) -> Result<Config, Error> {
         },
     )?;
     check_paths(config.read_from(file.map(Path::to_path_buf), sha256_hex(text.as_bytes())))
+}
+
+/// A configuration file that is not there, and how to give the proxy one.
+fn missing(path: &Path) -> Error {
+    Error::Load(format!(
+        "configuration file {} does not exist: write your own (config/releasegate.toml is the \
+         demo; docs/tutorial.md starts from nothing) and name it with --config, or, in the \
+         container image, mount it at that path (deploy/kubernetes mounts its ConfigMap there)",
+        path.display()
+    ))
 }
 
 /// The directory relative paths in the configuration file are resolved against.

@@ -242,7 +242,7 @@ impl Metrics {
 }
 
 /// The routes whose request series [`RequestSeries`] keeps resolved.
-const ROUTES: [&str; 2] = ["systemone", "models"];
+const ROUTES: [&str; 3] = ["systemone", "models", "questions"];
 
 /// A request's two series for one contract, route and status class:
 /// `releasegate_requests_total` and `releasegate_request_duration_seconds`.

@@ -143,6 +143,13 @@ pub enum StartError {
         .0.join("\n  - ")
     )]
     Uncertified(Vec<String>),
+    /// The configuration holds a key of the embedded demo and its public listener is not on
+    /// loopback (`demo::exposed`).
+    #[error("{0}")]
+    DemoKeys(String),
+    /// The configuration was loaded without its codebooks: it can be checked, never served.
+    #[error("a configuration loaded without its codebooks cannot be served")]
+    CodebooksNotLoaded,
     /// The decision log cannot be written where configured.
     #[error("decision_log.path: cannot write {path}")]
     DecisionLog {
@@ -174,6 +181,9 @@ impl AppState {
     pub fn prepare(config: Config) -> Result<AppState, StartError> {
         if let Some(refusal) = config.certification().refusal() {
             return Err(StartError::Uncertified(refusal));
+        }
+        if let Some(refusal) = crate::demo::exposed(&config) {
+            return Err(StartError::DemoKeys(refusal));
         }
         let metrics = Metrics::new()?;
         metrics.describe(&config);
@@ -277,6 +287,11 @@ pub fn router(state: AppState) -> Router {
             post(handlers::systemone_for),
         )
         .route("/contracts/{contract}/v1/models", get(handlers::models_for))
+        .route("/v1/questions", get(handlers::questions))
+        .route(
+            "/contracts/{contract}/v1/questions",
+            get(handlers::questions_for),
+        )
         .method_not_allowed_fallback(handlers::method_not_allowed)
         .fallback(handlers::not_found)
         .layer(middleware::RequestIdLayer(state.clone()))

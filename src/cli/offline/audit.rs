@@ -152,7 +152,8 @@ pub(in crate::cli) fn audit_command(args: &AuditArgs) -> Result<ExitCode, Error>
     let mut measured = measure(args, &scope.contracts, &worlds, candidates, &bar)?;
     bar.finish_and_clear();
     let (checks, unchecked) = input_checks(&measured, args.allow_unpaired)?;
-    print_report(&measured, &scope.contracts, unchecked);
+    let sizes = SampleSizes::new(&measured, &scope);
+    print_report(&measured, &scope.contracts, &sizes, unchecked);
     audit::frontier::fill(&mut measured.frontier, &measured.report);
     print_frontier(&measured.frontier, measured.floor.as_ref());
     let gate_results = if args.gate {
@@ -170,23 +171,15 @@ pub(in crate::cli) fn audit_command(args: &AuditArgs) -> Result<ExitCode, Error>
         }
     }
     if let Some(path) = &args.json {
-        let value = serde_json::json!({
-            "report": measured.report,
-            "intake": measured.intake,
-            "contracts": scope.names,
-            "recipient": args.recipient,
-            "attacker_reads_fills": args.read_fills,
-            "shapes": scope.contracts
-                .iter()
-                .map(|c| (c.name().to_string(), serde_json::Value::from(c.shape().as_str())))
-                .collect::<serde_json::Map<_, _>>(),
-            "worlds": args.worlds.display().to_string(),
-            "gate": gate_results,
-            "frontier": measured.frontier,
-            "floor": measured.floor,
-            "checks": checks,
-            "unchecked": unchecked,
-        });
+        let value = report_json(
+            args,
+            &scope,
+            &measured,
+            &sizes,
+            gate_results.as_deref(),
+            &checks,
+            unchecked,
+        );
         let text = serde_json::to_string_pretty(&value).unwrap_or_default();
         write(path, text + "\n")?;
     }
@@ -194,6 +187,42 @@ pub(in crate::cli) fn audit_command(args: &AuditArgs) -> Result<ExitCode, Error>
         write(path, audit::svg::render(&measured.report))?;
     }
     Ok(gate_exit(gate_results.as_deref(), unchecked))
+}
+
+/// What `--json` writes: everything the text report prints, and the full numbers.
+fn report_json(
+    args: &AuditArgs,
+    scope: &Scope,
+    measured: &Measured,
+    sizes: &SampleSizes,
+    gate_results: Option<&[GateResult]>,
+    checks: &[DomainCheck],
+    unchecked: bool,
+) -> serde_json::Value {
+    serde_json::json!({
+        "report": measured.report,
+        "intake": measured.intake,
+        "contracts": scope.names,
+        "recipient": args.recipient,
+        "attacker_reads_fills": args.read_fills,
+        "shapes": scope.contracts
+            .iter()
+            .map(|c| (c.name().to_string(), serde_json::Value::from(c.shape().as_str())))
+            .collect::<serde_json::Map<_, _>>(),
+        "worlds": args.worlds.display().to_string(),
+        "gate": gate_results,
+        "frontier": measured.frontier,
+        "floor": measured.floor,
+        "sample_size": sizes.json(),
+        "left_out_test_worlds": measured.intake.left_out_test_worlds(),
+        "not_certifiable": scope.contracts
+            .iter()
+            .map(|c| (c.name().to_string(), serde_json::json!(c.not_certifiable_reasons())))
+            .filter(|(_, reasons)| reasons.as_array().is_some_and(|r| !r.is_empty()))
+            .collect::<serde_json::Map<_, _>>(),
+        "checks": checks,
+        "unchecked": unchecked,
+    })
 }
 
 /// The contracts of `--contract` or `--recipient`, in the shape of `--shape`.
@@ -278,7 +307,12 @@ fn measure(
         Reading::Released
     };
     let (mut input, intake) =
-        audit::intake::build(contracts, worlds, &candidates, reading, args.seed).or_failure()?;
+        audit::intake::build(contracts, worlds, &candidates, reading, args.seed).map_err(
+            |error| match error {
+                audit::intake::Error::Empty => Error::Unpaired(no_labelled_world(worlds)),
+                other => Error::failure(&other),
+            },
+        )?;
     let mut settings = audit::Config {
         seed: args.seed,
         n_bootstrap: args.bootstrap,
@@ -308,6 +342,23 @@ fn measure(
         reading,
         settings,
     })
+}
+
+/// Why nothing could be audited, and what to do: the audit needs labelled, paired worlds that
+/// ask the contract's questions.
+fn no_labelled_world(worlds: &[World]) -> String {
+    let unlabelled = worlds.iter().filter(|w| w.labels.is_none()).count();
+    format!(
+        "no labelled world fits the contract(s), so there is nothing to audit ({unlabelled} of \
+         {} worlds carry no labels). The audit measures leakage on labelled counterfactual \
+         pairs: two worlds per pair_id with the same public context and coarse class and \
+         different secrets (labels.T, labels.S, labels.hypotheses), asking the contract's own \
+         questions; docs/pairs.md says how to build them. Captured worlds never carry labels: \
+         they train codebooks only. Write the pairs into a requests file (pair_id, split, \
+         coarse, secret, hypotheses) and ask the provider with `releasegate collect` \
+         (docs/collect.md), then audit what it wrote",
+        worlds.len()
+    )
 }
 
 /// The pair checks every gain depends on, each failing one printed on stderr; whether any
@@ -345,7 +396,12 @@ fn input_checks(
 }
 
 /// The report, the sample sizes, the worlds used and the contracts that are not certifiable.
-fn print_report(measured: &Measured, contracts: &[Arc<Contract>], unchecked: bool) {
+fn print_report(
+    measured: &Measured,
+    contracts: &[Arc<Contract>],
+    sizes: &SampleSizes,
+    unchecked: bool,
+) {
     if unchecked {
         println!(
             "UNCHECKED INPUT: the pairs fail the checks above; every gain below is reported as asked (--allow-unpaired) and certifies nothing"
@@ -355,7 +411,9 @@ fn print_report(measured: &Measured, contracts: &[Arc<Contract>], unchecked: boo
     if let Some(floor) = &measured.floor {
         println!("{}", floor.to_text());
     }
-    print_sample_size(&measured.report, &measured.input, contracts);
+    for line in sizes.lines() {
+        println!("{line}");
+    }
     println!(
         "worlds used: {}; left out: {:?} ({} of {} labelled test worlds)",
         measured.intake.worlds_used,
@@ -376,31 +434,79 @@ fn print_report(measured: &Measured, contracts: &[Arc<Contract>], unchecked: boo
     }
 }
 
-/// For each release: the width of its gain interval on the test pairs it was measured on, and
-/// the pairs a budget needs (`gate::sample_size`).
-fn print_sample_size(report: &Report, input: &audit::Input, contracts: &[Arc<Contract>]) {
-    let size = audit::gate::sample_size(input, contracts);
-    let source = if size.declared {
-        "the contracts' max_recovery_gain"
-    } else {
-        "a budget of 5 points (no contract declares max_recovery_gain)"
-    };
-    for release in &report.releases {
-        let gain = release.pooled.gain;
-        let width = gain.upper - gain.lower;
-        println!(
-            "sample size {}: gain interval {:.1} points wide on {} test pairs; {} of {:.1} points needs {}",
-            release.release,
-            100.0 * width,
-            size.pairs,
-            source,
-            100.0 * size.budget,
-            match size.need(width) {
-                Need::Enough => "no more pairs".to_string(),
-                Need::Pairs(n) => format!("about {n} test pairs"),
-                Need::Unresolvable => "an interval that this data cannot give".to_string(),
-            }
-        );
+/// The audit's sample size ([`audit::gate::sample_size`]) and, for each release, the width of
+/// its gain interval on the test pairs it was measured on and what the budget needs.
+struct SampleSizes {
+    size: audit::gate::SampleSize,
+    releases: Vec<(String, f64, Need)>,
+}
+
+impl SampleSizes {
+    fn new(measured: &Measured, scope: &Scope) -> SampleSizes {
+        let recipient = scope.recipient.and_then(|r| {
+            r.policy
+                .as_ref()
+                .map(|p| (r.name.as_str(), p.max_recovery_gain))
+        });
+        let size = audit::gate::sample_size(&measured.input, &scope.contracts, recipient);
+        let releases = measured
+            .report
+            .releases
+            .iter()
+            .map(|release| {
+                let width = release.pooled.gain.upper - release.pooled.gain.lower;
+                (release.release.clone(), width, size.need(width))
+            })
+            .collect();
+        SampleSizes { size, releases }
+    }
+
+    /// One line per release.
+    fn lines(&self) -> Vec<String> {
+        self.releases
+            .iter()
+            .map(|(release, width, need)| {
+                format!(
+                    "sample size {release}: gain interval {:.1} points wide on {} test pairs; {} needs {}",
+                    100.0 * width,
+                    self.size.pairs,
+                    self.size.describe(),
+                    match need {
+                        Need::Enough => "no more pairs".to_string(),
+                        Need::Pairs(n) => format!("about {n} test pairs"),
+                        Need::Unresolvable => "an interval that this data cannot give".to_string(),
+                    }
+                )
+            })
+            .collect()
+    }
+
+    /// The same as JSON: the pairs, the budget and its source, and per release its interval
+    /// width and the test pairs it needs (`null` when no amount of data resolves the budget).
+    fn json(&self) -> serde_json::Value {
+        let releases: Vec<serde_json::Value> = self
+            .releases
+            .iter()
+            .map(|(release, width, need)| {
+                let needed = match need {
+                    Need::Enough => Some(self.size.pairs),
+                    Need::Pairs(n) => Some(*n),
+                    Need::Unresolvable => None,
+                };
+                serde_json::json!({
+                    "release": release,
+                    "interval_width": width,
+                    "pairs_needed": needed,
+                    "enough": *need == Need::Enough,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "test_pairs": self.size.pairs,
+            "budget": self.size.budget,
+            "budget_source": self.size.source.name(),
+            "releases": releases,
+        })
     }
 }
 

@@ -15,6 +15,7 @@ mod policy;
 mod providers;
 mod recipients;
 mod server;
+pub(crate) mod unloaded;
 mod validate;
 
 /// The whole file. Its top-level keys are also the only ones read from the environment

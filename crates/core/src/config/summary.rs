@@ -2,8 +2,8 @@
 //! warnings about settings that weaken a contract on purpose.
 
 use super::{Config, DecisionSink, Provider, Recipient};
-use crate::contract::{Contract, View};
-use crate::mechanism::Mechanism;
+use crate::contract::{Contract, Shape, View};
+use crate::mechanism::{Fallback, Mechanism};
 use crate::wire::Kind;
 
 impl Config {
@@ -20,6 +20,7 @@ impl Config {
         for (name, contract) in &self.contracts {
             out.push_str(&contract_summary(name, contract));
         }
+        out.push_str(&self.unloaded_summary());
         for warning in self.warnings() {
             out.push_str(&format!("warning: {warning}\n"));
         }
@@ -113,6 +114,34 @@ impl Config {
         out
     }
 
+    /// What a configuration loaded without its codebooks did not check: each WCPQ question's
+    /// codebook (whether its file exists yet) and the certificates (empty when codebooks were
+    /// loaded).
+    fn unloaded_summary(&self) -> String {
+        if self.unloaded_codebooks.is_empty() {
+            return String::new();
+        }
+        let mut out = String::from(
+            "skipped (codebooks not loaded): these WCPQ questions' codebooks, so their mechanism \
+             is not checked (each is shown above as `none`), nor is any certificate; run \
+             check-config without --no-codebooks once they are built (collect, build-codebook: \
+             docs/collect.md)\n",
+        );
+        for unloaded in &self.unloaded_codebooks {
+            out.push_str(&format!(
+                "  {}: codebook {} ({})\n",
+                unloaded.question,
+                unloaded.path.display(),
+                if unloaded.path.exists() {
+                    "exists, not read"
+                } else {
+                    "does not exist yet"
+                }
+            ));
+        }
+        out
+    }
+
     /// In `advisory` certification, one warning per contract or recipient served without a
     /// certificate for what it releases (logged at start and at every reload).
     pub fn certification_warnings(&self) -> Vec<String> {
@@ -148,6 +177,7 @@ impl Config {
                 capture.sample_rate
             ));
         }
+        warnings.extend(self.typed_client_warnings());
         for (name, contract) in &self.contracts {
             if let Some(why) = usage_keep_risk(contract) {
                 warnings.push(format!(
@@ -185,6 +215,49 @@ impl Config {
                     ));
                 }
             }
+        }
+        warnings
+    }
+}
+
+impl Config {
+    /// Settings whose releases the official typed clients cannot read, each with what to use
+    /// instead: a contract's `shape = "minimal"`, and a WCPQ `fallback = "deny"` (also of a
+    /// question whose codebook was not loaded).
+    fn typed_client_warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let mut deny = Vec::new();
+        for (name, contract) in &self.contracts {
+            if contract.shape == Shape::Minimal {
+                warnings.push(format!(
+                    "contracts.{name}.shape = \"minimal\": answers carry only the view's fields, \
+                     which typed clients cannot read: the Python SDK raises a validation error on \
+                     the 200, and the JS SDK returns undefined for fields its types promise (a \
+                     choice view's confidence and probabilities). Use shape = \"complete\" (the \
+                     default): its fills are computed from the released fields and release \
+                     nothing more"
+                ));
+            }
+            for (id, rule) in &contract.questions {
+                if let Mechanism::Wcpq(wcpq) = &rule.mechanism
+                    && wcpq.fallback == Fallback::Deny
+                {
+                    deny.push((format!("contracts.{name}.questions.{id}"), id.as_str()));
+                }
+            }
+        }
+        let unloaded = self.unloaded_codebooks.iter().filter_map(|u| {
+            let id = u.question.rsplit('.').next().unwrap_or_default();
+            (u.fallback == Some(Fallback::Deny)).then(|| (u.question.clone(), id))
+        });
+        for (key, id) in deny.into_iter().chain(unloaded) {
+            warnings.push(format!(
+                "{key}.mechanism.fallback = \"deny\": an answer no codeword covers is left out of \
+                 `answers`, which typed clients do not expect: Python `result.choices[\"{id}\"]` \
+                 raises KeyError, and the JS SDK's `answers.{id}` is undefined (reading a field \
+                 throws TypeError). Use fallback = \"choice_only\" (the choice alone, which every \
+                 client reads), or have every caller check for the answer first"
+            ));
         }
         warnings
     }

@@ -1086,3 +1086,92 @@ fn providers_failover_circuits_and_caches_are_validated() {
         );
     }
 }
+
+/// A contract `w` whose WCPQ question names `codebook` with `fallback`.
+fn wcpq_config(fallback: &str, codebook: &str) -> String {
+    format!(
+        "[providers.sim]\nkind = \"simulated\"\n[contracts.w]\nprovider = \"sim\"\n\
+         [contracts.w.questions.coarse_cause]\n\
+         classes = [\"DELAY\", \"ADDRESS\", \"DAMAGE\", \"DELIVERY_RECORD\"]\nview = \"full_native\"\n\
+         mechanism = {{ kind = \"wcpq\", codebook = \"{codebook}\", fallback = \"{fallback}\" }}\n\
+         workflows = {{ preset = \"tuple-bench\" }}\n"
+    )
+}
+
+#[test]
+fn every_shape_a_typed_client_cannot_read_is_warned_about_with_what_to_use() {
+    let warned = |config: &Config, prefix: &str, instead: &str| {
+        config
+            .warnings()
+            .iter()
+            .any(|w| w.starts_with(prefix) && w.contains(instead))
+    };
+    let minimal = MINIMAL.replace(
+        "provider = \"sim\"\n",
+        "provider = \"sim\"\nshape = \"minimal\"\n",
+    );
+    let key = "contracts.c.shape = \"minimal\"";
+    let config = Config::from_toml(&minimal).unwrap();
+    assert!(warned(&config, key, "shape = \"complete\""));
+    assert!(config.summary().contains(&format!("warning: {key}")));
+    assert!(!warned(&Config::from_toml(MINIMAL).unwrap(), key, ""));
+    // A WCPQ `deny` fallback (the shipped codebook, read from the crate's directory).
+    let shipped = "../../config/codebooks/delivery-coarse_cause.json";
+    let key = "contracts.w.questions.coarse_cause.mechanism.fallback = \"deny\"";
+    let config = Config::from_toml(&wcpq_config("deny", shipped)).unwrap();
+    assert!(warned(&config, key, "fallback = \"choice_only\""));
+    assert!(warned(&config, key, "result.choices[\"coarse_cause\"]"));
+    let native = Config::from_toml(&wcpq_config("native", shipped)).unwrap();
+    assert!(!warned(&native, key, ""));
+}
+
+#[test]
+fn without_codebooks_everything_else_is_checked_and_the_skipped_ones_named() {
+    let text = wcpq_config("deny", "codebooks/not-built-yet.json");
+    // Loaded to be served, the missing codebook is an error ...
+    assert!(
+        problems(&text)
+            .iter()
+            .any(|p| p.contains("cannot read codebook") && p.contains("not-built-yet.json"))
+    );
+    // ... and without codebooks the rest is checked, and what was skipped is said.
+    let inputs = |codebooks| Inputs {
+        env: None,
+        files: &|_| Err(std::io::ErrorKind::NotFound.into()),
+        codebooks,
+    };
+    let config = Config::from_toml_with(&text, "t", Path::new("base"), inputs(false)).unwrap();
+    assert_eq!(
+        config.unloaded_codebooks(),
+        [UnloadedCodebook {
+            question: "contracts.w.questions.coarse_cause".into(),
+            path: Path::new("base/codebooks/not-built-yet.json").into(),
+            fallback: Some(crate::mechanism::Fallback::Deny),
+        }]
+    );
+    let summary = config.summary();
+    assert!(
+        summary.contains("skipped (codebooks not loaded)"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(
+            "  contracts.w.questions.coarse_cause: codebook base/codebooks/not-built-yet.json (does not exist yet)"
+        ),
+        "{summary}"
+    );
+    // Its deny fallback is still warned about.
+    assert!(
+        config
+            .warnings()
+            .iter()
+            .any(|w| w.starts_with("contracts.w.questions.coarse_cause.mechanism.fallback"))
+    );
+    // Other problems are still found.
+    let broken = text.replace("view = \"full_native\"", "view = \"everything\"");
+    assert!(Config::from_toml_with(&broken, "t", Path::new("."), inputs(false)).is_err());
+    // A configuration loaded to be served skips nothing.
+    let served = Config::from_toml(MINIMAL).unwrap();
+    assert!(served.unloaded_codebooks().is_empty());
+    assert!(!served.summary().contains("skipped"));
+}

@@ -146,14 +146,39 @@ pub const DEFAULT_BUDGET: f64 = 0.05;
 
 /// What an audit's test pairs can resolve: the pairs every gain was measured on and the budget
 /// an interval must be no wider than.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SampleSize {
     /// Distinct test pairs (domain and pair id) of the audit's releases.
     pub pairs: usize,
-    /// The contracts' smallest positive `max_recovery_gain`, else [`DEFAULT_BUDGET`].
+    /// The smallest positive `max_recovery_gain` of the contracts and the recipient audited,
+    /// else [`DEFAULT_BUDGET`].
     pub budget: f64,
-    /// Whether a contract declares the budget (else it is [`DEFAULT_BUDGET`]).
-    pub declared: bool,
+    /// Who declares `budget`.
+    pub source: BudgetSource,
+}
+
+/// Who declares the budget of a [`SampleSize`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BudgetSource {
+    /// A contract's `max_recovery_gain`.
+    Contracts,
+    /// The audited recipient's own `max_recovery_gain` (`audit --recipient`).
+    Recipient(String),
+    /// Nobody: [`DEFAULT_BUDGET`].
+    Default,
+}
+
+// === impl BudgetSource ===
+
+impl BudgetSource {
+    /// A short name for machines: `contracts`, `recipient NAME` or `default`.
+    pub fn name(&self) -> String {
+        match self {
+            BudgetSource::Contracts => "contracts".to_string(),
+            BudgetSource::Recipient(name) => format!("recipient {name}"),
+            BudgetSource::Default => "default".to_string(),
+        }
+    }
 }
 
 /// What one release's interval needs to resolve the budget of a [`SampleSize`].
@@ -168,8 +193,13 @@ pub enum Need {
 }
 
 /// The sample size of `input` (the test pairs of its first release; every release has the
-/// same worlds) against the budget of `contracts`.
-pub fn sample_size(input: &Input, contracts: &[Arc<Contract>]) -> SampleSize {
+/// same worlds) against the smallest positive budget of `contracts` and of `recipient` (its
+/// name and `max_recovery_gain`, with `audit --recipient`).
+pub fn sample_size(
+    input: &Input,
+    contracts: &[Arc<Contract>],
+    recipient: Option<(&str, f64)>,
+) -> SampleSize {
     let pairs: BTreeSet<(&str, &str)> = input
         .releases
         .first()
@@ -183,19 +213,41 @@ pub fn sample_size(input: &Input, contracts: &[Arc<Contract>]) -> SampleSize {
         .unwrap_or_default();
     let declared = contracts
         .iter()
-        .filter_map(|c| c.policy().map(|p| p.max_recovery_gain))
-        .filter(|b| *b > 0.0)
-        .reduce(f64::min);
+        .filter_map(|c| {
+            c.policy()
+                .map(|p| (p.max_recovery_gain, BudgetSource::Contracts))
+        })
+        .chain(recipient.map(|(name, budget)| (budget, BudgetSource::Recipient(name.to_string()))))
+        .filter(|(budget, _)| *budget > 0.0)
+        .min_by(|a, b| a.0.total_cmp(&b.0));
+    let (budget, source) = declared.unwrap_or((DEFAULT_BUDGET, BudgetSource::Default));
     SampleSize {
         pairs: pairs.len(),
-        budget: declared.unwrap_or(DEFAULT_BUDGET),
-        declared: declared.is_some(),
+        budget,
+        source,
     }
 }
 
 // === impl SampleSize ===
 
 impl SampleSize {
+    /// The budget for people: whose it is and how wide, in points.
+    pub fn describe(&self) -> String {
+        let points = 100.0 * self.budget;
+        match &self.source {
+            BudgetSource::Contracts => {
+                format!("the contracts' max_recovery_gain of {points:.1} points")
+            }
+            BudgetSource::Recipient(name) => {
+                format!("recipient {name}'s max_recovery_gain of {points:.1} points")
+            }
+            BudgetSource::Default => format!(
+                "the default budget of {points:.1} points (no contract or recipient declares \
+                 max_recovery_gain)"
+            ),
+        }
+    }
+
     /// What a gain interval `width` wide on these pairs needs to resolve the budget.
     pub fn need(&self, width: f64) -> Need {
         match pairs_needed(width, self.pairs, self.budget) {
@@ -553,33 +605,53 @@ mod tests {
             contract("zero", Some(0.0)),
             contract("none", None),
         ];
-        let size = sample_size(&input, &contracts);
+        let size = sample_size(&input, &contracts, None);
         assert_eq!(
             size,
             SampleSize {
                 pairs: 3,
                 budget: 0.03,
-                declared: true
+                source: BudgetSource::Contracts,
             }
         );
+        assert_eq!(
+            size.describe(),
+            "the contracts' max_recovery_gain of 3.0 points"
+        );
+        // A recipient's own budget counts when it is the smallest.
+        let size = sample_size(&input, &contracts, Some(("analyst", 0.02)));
+        assert_eq!(size.source, BudgetSource::Recipient("analyst".into()));
+        assert_eq!(
+            size.describe(),
+            "recipient analyst's max_recovery_gain of 2.0 points"
+        );
+        let size = sample_size(&input, &contracts[2..], Some(("analyst", 0.25)));
+        assert_eq!(
+            (size.budget, size.source.name()),
+            (0.25, "recipient analyst".into())
+        );
         // No positive budget declared: 5 points.
-        let size = sample_size(&input, &contracts[2..]);
+        let size = sample_size(&input, &contracts[2..], Some(("analyst", 0.0)));
         assert_eq!(
             size,
             SampleSize {
                 pairs: 3,
                 budget: DEFAULT_BUDGET,
-                declared: false
+                source: BudgetSource::Default,
             }
         );
-        assert_eq!(sample_size(&Input::default(), &[]).pairs, 0);
+        assert_eq!(
+            size.describe(),
+            "the default budget of 5.0 points (no contract or recipient declares max_recovery_gain)"
+        );
+        assert_eq!(sample_size(&Input::default(), &[], None).pairs, 0);
         // Within the budget, twice too wide (four times the pairs), unresolvable.
         assert_eq!(size.need(0.04), Need::Enough);
         assert_eq!(size.need(0.10), Need::Pairs(12));
         assert_eq!(size.need(f64::INFINITY), Need::Unresolvable);
         let zero = SampleSize {
             budget: 0.0,
-            ..size
+            ..size.clone()
         };
         assert_eq!(zero.need(0.01), Need::Unresolvable);
     }

@@ -38,6 +38,11 @@ impl Application {
     /// Builds every dependency once (`AppState::prepare`), then binds both listeners.
     pub async fn build(config: Config) -> Result<Application, StartError> {
         let (listen, admin_listen) = (config.server().listen(), config.server().admin_listen());
+        // Never a configuration loaded without its codebooks (its WCPQ questions would release
+        // under `none`): only `check-config --no-codebooks` prepares one.
+        if !config.unloaded_codebooks().is_empty() || config.certification().unchecked() {
+            return Err(StartError::CodebooksNotLoaded);
+        }
         let state = AppState::prepare(config)?;
         let public = bind(listen).await?;
         let admin = bind(admin_listen).await?;

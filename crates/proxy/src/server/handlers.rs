@@ -1,5 +1,6 @@
 //! Request handlers: the public routes (`systemone`: System One, `models`: the model
-//! list), the admin ones, and the contract selection they share.
+//! list, `questions`: the contract's questions), the admin ones, and the contract selection
+//! they share.
 
 mod finish;
 mod models;
@@ -72,6 +73,27 @@ pub(super) async fn models_for(
     }
 }
 
+/// `GET /v1/questions`.
+pub(super) async fn questions(State(state): State<AppState>, request: Request) -> Response {
+    let (parts, _body) = request.into_parts();
+    let id = request_id(&state, &parts);
+    serve_questions(state, id, None, parts.headers).await
+}
+
+/// `GET /contracts/{contract}/v1/questions`: the contract chosen by the path.
+pub(super) async fn questions_for(
+    State(state): State<AppState>,
+    contract: Result<Path<String>, PathRejection>,
+    request: Request,
+) -> Response {
+    let (parts, _body) = request.into_parts();
+    let id = request_id(&state, &parts);
+    match contract {
+        Ok(Path(contract)) => serve_questions(state, id, Some(contract), parts.headers).await,
+        Err(_) => Error::NotFound.into_response(),
+    }
+}
+
 /// The request id, trace id and span ids the router's middleware gave the request.
 fn request_id(state: &AppState, parts: &axum::http::request::Parts) -> RequestIds {
     match parts.extensions.get::<Ids>() {
@@ -121,6 +143,29 @@ async fn serve_models(
         .await
         .map(|models| wire::json::write::to_vec(&models));
     finish(&state, "models", id, trail, started, result)
+}
+
+/// The questions the caller's contract asks, in System One request form
+/// (`wire::questions::pinned`): the contract's own text, which a client sends back as its
+/// request's `questions`. Authenticated and rate limited as every public route; nothing is
+/// asked upstream, and nothing depends on an answer.
+async fn serve_questions(
+    state: AppState,
+    (id, trace_id, spans): RequestIds,
+    path_contract: Option<String>,
+    headers: HeaderMap,
+) -> Response {
+    let started = Instant::now();
+    let mut trail = Trail::new(&state, trace_id, spans);
+    let selection = Selection::new(&headers, path_contract.as_deref());
+    let live = state.live();
+    let result = select_contract(&live, selection, &mut trail)
+        .await
+        .map(|contract| {
+            let questions = wire::questions::pinned(contract);
+            wire::json::write::to_vec(&serde_json::json!({ "questions": questions }))
+        });
+    finish(&state, "questions", id, trail, started, result)
 }
 
 /// Unknown public routes.

@@ -96,6 +96,9 @@ impl AppState {
         if let Some(refusal) = config.certification().refusal() {
             return Err(StartError::Uncertified(refusal).into());
         }
+        if let Some(refusal) = crate::demo::exposed(&config) {
+            return Err(StartError::DemoKeys(refusal).into());
+        }
         let current = self.live();
         let mut changed = self.inner.server.changed_keys(config.server());
         if current.config.decision_log() != config.decision_log() {

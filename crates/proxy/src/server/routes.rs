@@ -296,6 +296,12 @@ mod tests {
                 body,
             ),
             ("GET", "/v1/models", vec![("authorization", &bearer)], ""),
+            (
+                "GET",
+                "/contracts/d/v1/questions",
+                vec![("authorization", &bearer)],
+                "",
+            ),
         ];
         let mut statuses = Vec::new();
         for (method, uri, headers, body) in &cases {
@@ -309,7 +315,7 @@ mod tests {
         assert_eq!(
             statuses,
             [
-                200, 200, 200, 403, 401, 401, 400, 400, 431, 404, 405, 405, 200, 400
+                200, 200, 200, 403, 401, 401, 400, 400, 431, 404, 405, 405, 200, 400, 200
             ]
         );
         // The first nine take the direct path, the rest the router.
@@ -319,6 +325,6 @@ mod tests {
                 super::is_systemone(&request(method, uri, headers, body))
             })
             .collect();
-        assert_eq!(direct_taken, [[true; 9].as_slice(), &[false; 5]].concat());
+        assert_eq!(direct_taken, [[true; 9].as_slice(), &[false; 6]].concat());
     }
 }

@@ -44,6 +44,11 @@ impl RawConfig {
             }
         }
 
+        let unloaded_codebooks = if inputs.codebooks {
+            Vec::new()
+        } else {
+            super::unloaded::unloaded_codebooks(&self.contracts, base_dir)
+        };
         let mut files = Vec::new();
         let (contracts, captures) = validate_contracts(
             self.contracts,
@@ -69,6 +74,7 @@ impl RawConfig {
         if problems.is_empty() {
             Ok(Config {
                 certification,
+                unloaded_codebooks,
                 server,
                 providers,
                 recipients,

@@ -134,10 +134,10 @@ pub(super) fn export_server_span(
             parent: spans.caller.map(|caller| (caller, true)),
         },
         kind: SpanKind::Server,
-        name: if route == "models" {
-            "GET /v1/models"
-        } else {
-            "POST /v1/systemone"
+        name: match route {
+            "models" => "GET /v1/models",
+            "questions" => "GET /v1/questions",
+            _ => "POST /v1/systemone",
         },
         start: *start,
         end: SystemTime::now(),
