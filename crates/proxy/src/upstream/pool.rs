@@ -4,7 +4,8 @@
 //! A provider's pool is a stack of idle connections of one event loop: a request
 //! takes the most recently used one that is still open (a closed one is dropped), or
 //! opens a new one. The exchange runs in the request's own task: the request (head
-//! and body) goes out in one write, the answer is read into the connection's buffer
+//! and body) goes out in one write (a multipart body's segments, each image a slice of
+//! its part, in one write each after the head), the answer is read into the connection's buffer
 //! and parsed there (httparse), so no connection task, channel or header map sits
 //! between a request and its answer (what hyper's client connection costs: about a
 //! tenth of the proxy's instructions per request, `docs/benchmarks.md`).
@@ -146,9 +147,9 @@ impl Pool {
 
     /// Sends `request` (a whole HTTP/1.1 request: head and body) over an idle
     /// connection or a new one and reads its answer, the body as far as `read` says.
-    pub(crate) async fn send(
+    pub(crate) async fn send<R: Outgoing + ?Sized>(
         self: &Arc<Self>,
-        request: &[u8],
+        request: &R,
         read: &impl Read,
     ) -> Result<Response, Error> {
         while let Some(idle) = self.take() {
@@ -239,6 +240,42 @@ impl Pool {
     }
 }
 
+/// A request as it is written: one buffer (the head and a JSON body), or segments.
+pub(crate) trait Outgoing: Sync {
+    /// Its segment `index`, in order; `None` past the last.
+    fn segment(&self, index: usize) -> Option<&[u8]>;
+}
+
+impl Outgoing for [u8] {
+    fn segment(&self, index: usize) -> Option<&[u8]> {
+        (index == 0).then_some(self)
+    }
+}
+
+impl Outgoing for Vec<u8> {
+    fn segment(&self, index: usize) -> Option<&[u8]> {
+        self.as_slice().segment(index)
+    }
+}
+
+/// A request head and its body's segments (a multipart body: framing and images, each
+/// written as it is, never copied into one buffer).
+pub(crate) struct Segmented<'a> {
+    /// The request line and header fields.
+    pub(crate) head: &'a [u8],
+    /// The body's segments.
+    pub(crate) body: &'a [Bytes],
+}
+
+impl Outgoing for Segmented<'_> {
+    fn segment(&self, index: usize) -> Option<&[u8]> {
+        match index {
+            0 => Some(self.head),
+            n => self.body.get(n - 1).map(|segment| &segment[..]),
+        }
+    }
+}
+
 /// Why a request did not go out whole.
 enum Unsent {
     /// Not a byte of it was written.
@@ -267,17 +304,27 @@ impl Connection {
         )
     }
 
-    async fn write(&mut self, request: &[u8]) -> Result<(), Unsent> {
+    /// Writes the request's segments in order; `Unsent::Nothing` only when not one byte
+    /// of any went out.
+    async fn write<R: Outgoing + ?Sized>(&mut self, request: &R) -> Result<(), Unsent> {
         let mut written = 0;
-        while written < request.len() {
-            match self.stream.write(&request[written..]).await {
-                Ok(0) if written == 0 => return Err(Unsent::Nothing),
-                Ok(0) => return Err(Unsent::Partly(std::io::ErrorKind::WriteZero.into())),
-                Ok(n) => written += n,
-                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) if written == 0 => return Err(Unsent::Nothing),
-                Err(error) => return Err(Unsent::Partly(error)),
+        let mut index = 0;
+        while let Some(segment) = request.segment(index) {
+            let mut at = 0;
+            while at < segment.len() {
+                match self.stream.write(&segment[at..]).await {
+                    Ok(0) if written == 0 => return Err(Unsent::Nothing),
+                    Ok(0) => return Err(Unsent::Partly(std::io::ErrorKind::WriteZero.into())),
+                    Ok(n) => {
+                        at += n;
+                        written += n;
+                    }
+                    Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) if written == 0 => return Err(Unsent::Nothing),
+                    Err(error) => return Err(Unsent::Partly(error)),
+                }
             }
+            index += 1;
         }
         Ok(())
     }
