@@ -104,6 +104,19 @@ impl Feed<'_, '_> {
         Ok(())
     }
 
+    /// The credit a part may take at once: all of it but room for two pieces.
+    fn spare(&self) -> usize {
+        self.credit
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .saturating_sub(2 * FEED_BYTES)
+    }
+
+    /// `bytes` a part took and no longer holds are credit again.
+    fn refund(&self, bytes: usize) {
+        *self.credit.lock().unwrap_or_else(PoisonError::into_inner) += bytes;
+    }
+
     /// `bytes` handed to the parser were copied into a part: their share is credit again.
     fn copied(&self, bytes: usize) {
         let mut outstanding = self
@@ -239,6 +252,7 @@ pub(crate) async fn parse(
             data.push(&chunk, cap, &feed).await?;
             feed.copied(chunk.len());
         }
+        data.fit(&feed);
         if is_request {
             if request.is_some() {
                 return Err(invalid("the `request` part appears twice"));
@@ -277,13 +291,16 @@ struct PartBuffer {
 }
 
 impl PartBuffer {
-    /// Appends `chunk`, taking the buffer's growth (doubling, at most `cap`) first.
+    /// Appends `chunk`, taking the buffer's growth first: at once as much as the credit
+    /// allows (the size the body declared: one allocation for an image, no copies as it
+    /// grows), else doubling; at most `cap`.
     async fn push(&mut self, chunk: &[u8], cap: usize, feed: &Feed<'_, '_>) -> Result<(), Error> {
         let needed = self.bytes.len() + chunk.len();
         if needed > self.held {
             let step = needed
                 .max(self.held.saturating_mul(2))
                 .max(MIN_PART_BYTES)
+                .max(self.held + feed.spare())
                 .min(cap.max(needed));
             feed.take(step - self.held).await?;
             self.bytes.reserve_exact(step - self.bytes.len());
@@ -291,6 +308,18 @@ impl PartBuffer {
         }
         self.bytes.extend_from_slice(chunk);
         Ok(())
+    }
+}
+
+impl PartBuffer {
+    /// Gives back what the buffer took beyond its bytes (a part smaller than the credit it
+    /// took), shrinking it when that is more than a little.
+    fn fit(&mut self, feed: &Feed<'_, '_>) {
+        if self.held - self.bytes.len() > MIN_PART_BYTES {
+            self.bytes.shrink_to_fit();
+            feed.refund(self.held - self.bytes.len());
+            self.held = self.bytes.len();
+        }
     }
 }
 
