@@ -602,7 +602,10 @@ mod series_tests {
 
     /// The whole exposition's `releasegate_request*` lines.
     fn request_lines(metrics: &Metrics) -> Vec<String> {
-        exposition_lines(metrics, |line| line.starts_with("releasegate_request"))
+        exposition_lines(metrics, |line| {
+            line.starts_with("releasegate_requests_total")
+                || line.starts_with("releasegate_request_duration_seconds")
+        })
     }
 
     #[test]
