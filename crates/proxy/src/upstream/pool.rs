@@ -615,6 +615,54 @@ mod tests {
         format!("GET /v1/models HTTP/1.1\r\nhost: {address}\r\n\r\n").into_bytes()
     }
 
+    /// A segmented request (a head, then body segments) reaches the provider as the
+    /// concatenation of its segments, in order, and its answer is read as any other.
+    #[tokio::test]
+    async fn segments_go_out_in_order_after_the_head() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let image = Bytes::from((0..300_000u32).map(|i| i as u8).collect::<Vec<u8>>());
+        let body = [
+            Bytes::from_static(b"--b\r\n"),
+            image.slice(7..299_000),
+            Bytes::from_static(b"\r\n--b--\r\n"),
+        ];
+        let length: usize = body.iter().map(Bytes::len).sum();
+        let head = format!(
+            "POST /v1/systemone HTTP/1.1\r\nhost: {address}\r\ncontent-length: {length}\r\n\r\n"
+        );
+        let expected = [head.as_bytes(), &body.concat()].concat();
+        let wanted = expected.len();
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut received = Vec::new();
+            let mut chunk = [0u8; 65536];
+            while received.len() < wanted {
+                let n = stream.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "closed after {} bytes", received.len());
+                received.extend_from_slice(&chunk[..n]);
+            }
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+                .await
+                .unwrap();
+            received
+        });
+        let pool = Pool::new(address);
+        let request = Segmented {
+            head: head.as_bytes(),
+            body: &body,
+        };
+        let response = pool.send(&request, &any).await.unwrap();
+        assert_eq!(response.status, 200);
+        assert!(matches!(response.body, Body::Read(ref b) if &b[..] == b"{}"));
+        assert_eq!(server.await.unwrap(), expected);
+        // The segments as `write` walks them: the head, then each body segment.
+        assert_eq!(request.segment(0), Some(head.as_bytes()));
+        assert_eq!(request.segment(2).map(<[u8]>::len), Some(299_000 - 7));
+        assert_eq!(request.segment(4), None);
+    }
+
     /// Reads up to 1 KiB of any body.
     fn any(_status: u16) -> Option<usize> {
         Some(1024)
