@@ -225,9 +225,12 @@ fn check_config(path: Option<&Path>, no_codebooks: bool) -> Result<(), Error> {
         releasegate_proxy::load::load(path).or_usage()?
     };
     let summary = config.summary();
+    // The budget on request bytes in force on this machine (derived from its memory limit
+    // unless set).
+    let (_, budget) = releasegate_proxy::memory::budget(config.server());
     AppState::prepare(config)
         .map_err(|error| Error::usage(format!("{:#}", anyhow::Error::new(error))))?;
-    print!("{summary}");
+    print!("{summary}{budget}");
     Ok(())
 }
 

@@ -97,6 +97,13 @@ fn check_config_accepts_the_default_and_names_the_broken_key() {
         "{summary}"
     );
     assert!(!summary.contains("warning:"), "{summary}");
+    // The budget on request bytes in force, and where it comes from.
+    assert!(
+        summary.contains("request bytes in flight: auto")
+            && summary.contains("request bytes in flight: at most ")
+            && summary.contains("an eighth of the "),
+        "{summary}"
+    );
 
     // Settings that weaken a contract on purpose are named.
     let risky = dir.join("risky.toml");

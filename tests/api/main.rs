@@ -18,6 +18,7 @@ mod helpers;
 mod images;
 mod jev_client;
 mod limits;
+mod memory;
 mod own_provider;
 mod pinning;
 mod plain_path;

@@ -29,7 +29,7 @@ pub(crate) use questions::build_question;
 pub use raw::unloaded::UnloadedCodebook;
 pub use raw::{RawConfig, limits};
 pub use recipients::{RateLimit, Recipient};
-pub use server::Server;
+pub use server::{AUTO_BUDGET_BYTES, Server};
 
 /// Prefix of environment overrides (`RELEASEGATE_SERVER__LISTEN=...`).
 pub const ENV_PREFIX: &str = "RELEASEGATE_";

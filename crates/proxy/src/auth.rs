@@ -155,6 +155,7 @@ mod tests {
                 key_sha256: digest("k1"),
                 contracts: vec!["a".into()],
                 rate_limit: None,
+                max_in_flight: None,
                 policy: None,
             },
             Recipient {
@@ -162,6 +163,7 @@ mod tests {
                 key_sha256: digest("k2"),
                 contracts: vec!["a".into(), "b".into()],
                 rate_limit: None,
+                max_in_flight: None,
                 policy: None,
             },
         ])

@@ -152,7 +152,7 @@ impl Collector {
         loop {
             attempts += 1;
             let post = upstream::Post {
-                body: &body,
+                body: std::slice::from_ref(&body),
                 content_type: &json,
                 json: &body,
                 sent: Some(&asked),

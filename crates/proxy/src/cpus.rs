@@ -80,7 +80,7 @@ fn combine(quota: Option<Source>, cores: usize) -> Cpus {
     }
 }
 
-fn read(path: impl AsRef<Path>) -> Option<String> {
+pub(crate) fn read(path: impl AsRef<Path>) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
 
@@ -117,7 +117,11 @@ fn quota() -> Option<Source> {
 }
 
 /// The smallest quota that `read_quota` finds in `root/path` and its ancestors up to `root`.
-fn smallest(root: &Path, path: &str, read_quota: impl Fn(&Path) -> Option<f64>) -> Option<f64> {
+pub(crate) fn smallest(
+    root: &Path,
+    path: &str,
+    read_quota: impl Fn(&Path) -> Option<f64>,
+) -> Option<f64> {
     let mut best: Option<f64> = None;
     let mut dir = root.join(path.trim_start_matches('/'));
     loop {
@@ -133,7 +137,7 @@ fn smallest(root: &Path, path: &str, read_quota: impl Fn(&Path) -> Option<f64>) 
 
 /// `/proc/self/cgroup`: the cgroup v2 path (`0::PATH`) and the v1 path of the controller
 /// holding `cpu` (`N:cpu,cpuacct:PATH`).
-fn parse_proc_cgroup(text: &str) -> (Option<String>, Option<String>) {
+pub(crate) fn parse_proc_cgroup(text: &str) -> (Option<String>, Option<String>) {
     let (mut v2, mut v1) = (None, None);
     for line in text.lines() {
         let mut parts = line.splitn(3, ':');

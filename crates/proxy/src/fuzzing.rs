@@ -326,8 +326,17 @@ pub mod multipart {
 
     /// The multipart body's parts (`multipart::parse`), or the refusal's status and message.
     pub fn parse(body: &[u8], boundary: &str, server: &Server) -> Result<Parts, (u16, String)> {
-        let parsed = super::block_on(inner::parse(Bytes::copy_from_slice(body), boundary, server))
-            .ok_or_else(|| (500, "no runtime".to_string()))?;
+        let budget = crate::server::budget::Budget::unbounded();
+        let hold = budget.hold();
+        let source = Box::new(std::io::Cursor::new(body.to_vec()));
+        let parsed = super::block_on(inner::parse(
+            source,
+            "multipart",
+            boundary,
+            server,
+            (&hold, 0),
+        ))
+        .ok_or_else(|| (500, "no runtime".to_string()))?;
         let parts = parsed.map_err(|error| (error.status().as_u16(), error.to_string()))?;
         Ok(Parts {
             request: parts.request.to_vec(),
@@ -342,8 +351,8 @@ pub mod multipart {
     /// The multipart body the proxy sends upstream (`multipart::build`): its content type
     /// and bytes.
     pub fn build(json: &[u8], images: &[Image<'_>]) -> Result<(String, Vec<u8>), String> {
-        inner::build(json, images)
-            .map(|(content_type, body)| (content_type, body.to_vec()))
+        inner::build(&Bytes::copy_from_slice(json), images, &[])
+            .map(|(content_type, segments)| (content_type, segments.concat()))
             .map_err(|error| error.to_string())
     }
 }

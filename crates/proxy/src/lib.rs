@@ -20,6 +20,7 @@ pub mod demo;
 pub mod fuzzing;
 pub(crate) mod http1;
 pub mod load;
+pub mod memory;
 pub(crate) mod metrics;
 pub(crate) mod otel;
 pub(crate) mod ratelimit;

@@ -74,6 +74,14 @@ pub struct Metrics {
     pub rate_limit_store_errors: IntCounterVec,
     /// Contract-allowed request headers forwarded to the provider, by contract and header.
     pub forwarded_headers: IntCounterVec,
+    /// The bytes requests in flight hold now, as the budget counts them (KiB steps).
+    pub request_bytes_in_use: IntGauge,
+    /// The budget on the bytes requests in flight hold together.
+    pub request_bytes_limit: IntGauge,
+    /// Requests refused before their body was held, by reason (`server::budget::Shed`).
+    pub requests_shed: IntCounterVec,
+    /// Requests refused by a recipient's `max_in_flight`, by recipient.
+    pub in_flight_limited: IntCounterVec,
     /// Whether each contract and recipient with a policy is certified.
     pub(crate) certified: Certified,
     /// Failover, circuits and the answer cache.
@@ -116,12 +124,19 @@ impl Metrics {
             build_info: gauges(r, &BUILD_INFO)?,
             rate_limit_store_degraded: gauge(r, &RATE_LIMIT_STORE_DEGRADED)?,
             rate_limit_store_errors: counters(r, &RATE_LIMIT_STORE_ERRORS)?,
+            request_bytes_in_use: gauge(r, &REQUEST_BYTES_IN_USE)?,
+            request_bytes_limit: gauge(r, &REQUEST_BYTES_LIMIT)?,
+            requests_shed: counters(r, &REQUESTS_SHED)?,
+            in_flight_limited: counters(r, &IN_FLIGHT_LIMITED)?,
             certified: Certified::register(r)?,
             routing: routing::Routing::register(r)?,
             registry: registry.clone(),
         };
         for result in ["ok", "error"] {
             metrics.config_reloads.with_label_values(&[result]);
+        }
+        for reason in crate::server::Shed::ALL {
+            metrics.requests_shed.with_label_values(&[reason.label()]);
         }
         metrics
             .build_info
@@ -152,6 +167,10 @@ impl Metrics {
         for recipient in config.recipients() {
             if recipient.rate_limit.is_some() {
                 self.rate_limited
+                    .with_label_values(&[recipient.name.as_str()]);
+            }
+            if recipient.max_in_flight.is_some() {
+                self.in_flight_limited
                     .with_label_values(&[recipient.name.as_str()]);
             }
         }
@@ -589,7 +608,10 @@ mod series_tests {
 
     /// The whole exposition's `releasegate_request*` lines.
     fn request_lines(metrics: &Metrics) -> Vec<String> {
-        exposition_lines(metrics, |line| line.starts_with("releasegate_request"))
+        exposition_lines(metrics, |line| {
+            line.starts_with("releasegate_requests_total")
+                || line.starts_with("releasegate_request_duration_seconds")
+        })
     }
 
     #[test]

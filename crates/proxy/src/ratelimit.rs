@@ -29,6 +29,7 @@
 //! survives a reload that leaves `[rate_limit_store]` unchanged; a reload that replaces or
 //! drops the store leaves the gauge to the new one.
 
+mod in_flight;
 mod store;
 
 use std::collections::HashMap;
@@ -41,6 +42,7 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
 use releasegate_core::config::{RateLimit, RateLimitStore, Recipient};
 
+pub(crate) use in_flight::{InFlight, Slot};
 pub(crate) use store::Store;
 
 /// One recipient's bucket and the limit it was built for.
@@ -259,6 +261,7 @@ mod tests {
             key_sha256: [0; 32],
             contracts: vec!["c".to_string()],
             rate_limit: limit.map(|(rps, burst)| RateLimit::new(rps, burst).unwrap()),
+            max_in_flight: None,
             policy: None,
         }
     }

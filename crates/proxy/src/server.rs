@@ -5,6 +5,7 @@
 
 mod application;
 mod body;
+pub(crate) mod budget;
 mod error;
 mod event_loops;
 mod handlers;
@@ -29,6 +30,7 @@ use crate::upstream::Upstreams;
 use releasegate_core::config::{Config, Server};
 
 pub use application::Application;
+pub(crate) use budget::Shed;
 pub use error::Error;
 pub use limits::{Limits, MAX_HEAD_BUFFER_BYTES, MAX_HEADER_BYTES, MAX_HEADER_FIELDS};
 pub use middleware::SDK_REQUEST_ID_HEADER;
@@ -54,6 +56,8 @@ struct Inner {
     /// The request limits of `[server]` and the fixed ones (each listener's connection
     /// cap is its own: `Application::build`).
     limits: Limits,
+    /// The budget on the bytes all requests in flight hold (`budget`).
+    budget: budget::Budget,
     metrics: Metrics,
     ready: AtomicBool,
     request_ids: middleware::RequestIds,
@@ -77,6 +81,8 @@ struct Live {
     /// The exact cache of native answers, when a contract configures one.
     cache: Option<crate::cache::AnswerCache>,
     limits: crate::ratelimit::Limits,
+    /// Each recipient's requests in flight against its `max_in_flight`.
+    in_flight: crate::ratelimit::InFlight,
     /// The released-answer series of every contract's questions.
     answer_series: crate::metrics::AnswerSeries,
     /// The request series of every contract, kept as requests first count in them.
@@ -98,6 +104,10 @@ impl Live {
                 .map(|store| (store, metrics, loops)),
             previous.map(|live| &live.limits),
         );
+        let in_flight = crate::ratelimit::InFlight::new(
+            config.recipients(),
+            previous.map(|live| &live.in_flight),
+        );
         let answer_series = metrics.answer_series(&config);
         let request_series = metrics.request_series(&config);
         Ok(Live {
@@ -106,6 +116,7 @@ impl Live {
             upstreams,
             cache,
             limits,
+            in_flight,
             answer_series,
             request_series,
         })
@@ -223,6 +234,16 @@ impl AppState {
             }
         }
         let limits = Limits::new(&server, server.max_connections());
+        let (budget_bytes, _) = crate::memory::budget(&server);
+        metrics
+            .request_bytes_limit
+            .set(i64::try_from(budget_bytes).unwrap_or(i64::MAX));
+        let budget = budget::Budget::new(
+            budget_bytes,
+            server.decoded_bytes_queue_timeout(),
+            metrics.request_bytes_in_use.clone(),
+            metrics.requests_shed.clone(),
+        );
         let live = Live::new(config, &metrics, None)?;
         let request_ids = middleware::RequestIds::from_os().map_err(StartError::Random)?;
         Ok(AppState {
@@ -230,6 +251,7 @@ impl AppState {
                 live: ArcSwap::from_pointee(live),
                 server,
                 limits,
+                budget,
                 metrics,
                 ready: AtomicBool::new(false),
                 request_ids,

@@ -29,7 +29,7 @@ use axum::http::header::{
 };
 use axum::http::{Method, Request, Uri};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -41,6 +41,7 @@ use tokio::sync::Semaphore;
 mod circuit;
 mod failover;
 pub(crate) mod pool;
+mod segments;
 
 use crate::metrics::Metrics;
 use releasegate_core::config::{Config, Provider};
@@ -54,9 +55,10 @@ pub(crate) const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 /// A System One request on its way upstream.
 #[derive(Clone, Copy)]
 pub(crate) struct Post<'r> {
-    /// The body sent: the serialization of `sent`, or a multipart body holding it and the
-    /// request's images.
-    pub(crate) body: &'r Bytes,
+    /// The body sent, as segments sent one after the other: the serialization of `sent`
+    /// alone, or a multipart body holding it and the request's images (the proxy's framing
+    /// and the images as slices of the request's parts, `server::multipart::build`).
+    pub(crate) body: &'r [Bytes],
     /// The body's content type (`application/json` or `multipart/form-data; boundary=`).
     pub(crate) content_type: &'r HeaderValue,
     /// The serialization of `sent` (what the simulated provider reads).
@@ -311,7 +313,7 @@ impl<T> Grid<T> {
 }
 
 /// One recipient's HTTP client on one event loop.
-type Client = HttpClient<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+type Client = HttpClient<hyper_rustls::HttpsConnector<HttpConnector>, segments::Segments>;
 
 #[derive(Debug)]
 enum Upstream {
@@ -654,11 +656,18 @@ impl Remote {
         max_body: usize,
         sent: &AtomicBool,
     ) -> Result<Reply, Error> {
-        let (method, target, body): (&[u8], &Uri, &[u8]) = match &post {
+        let (method, target, body): (&[u8], &Uri, &[Bytes]) = match &post {
             Some(post) => (b"POST", &plain.systemone, post.body),
-            None => (b"GET", &plain.models, b""),
+            None => (b"GET", &plain.models, &[]),
         };
-        let mut request = Vec::with_capacity(512 + body.len());
+        let length: usize = body.iter().map(Bytes::len).sum();
+        // One body segment (a JSON body) is copied after the head, so the request goes out
+        // in one write; more (a multipart body's images) go out after the head as they are.
+        let inline = match body {
+            [one] => one.len(),
+            _ => 0,
+        };
+        let mut request = Vec::with_capacity(512 + inline);
         request.extend_from_slice(method);
         request.push(b' ');
         request.extend_from_slice(
@@ -678,10 +687,9 @@ impl Remote {
         });
         if post.is_some() {
             // Writing into a vector cannot fail.
-            let _ = write!(request, "content-length: {}\r\n", body.len());
+            let _ = write!(request, "content-length: {length}\r\n");
         }
         request.extend_from_slice(b"\r\n");
-        request.extend_from_slice(body);
         let read = |status: u16| {
             if (200..300).contains(&status) {
                 Some(max_body)
@@ -689,7 +697,20 @@ impl Remote {
                 wants_error_body(status, post.as_ref()).then_some(MAX_ERROR_BODY_BYTES)
             }
         };
-        let response = pool.send_tracked(&request, &read, sent).await?;
+        let response = match body {
+            [] => pool.send_tracked(&request[..], &read, sent).await?,
+            [one] => {
+                request.extend_from_slice(one);
+                pool.send_tracked(&request[..], &read, sent).await?
+            }
+            _ => {
+                let segmented = pool::Segmented {
+                    head: &request,
+                    body,
+                };
+                pool.send_tracked(&segmented, &read, sent).await?
+            }
+        };
         match response.body {
             pool::Body::Read(body) if (200..300).contains(&response.status) => {
                 Ok(Reply::Success(body))
@@ -718,10 +739,11 @@ impl Remote {
         sent: &AtomicBool,
     ) -> Result<Reply, Error> {
         let (method, uri, body) = match &post {
-            Some(post) => (Method::POST, self.systemone_url.clone(), post.body.clone()),
-            None => (Method::GET, self.models_url.clone(), Bytes::new()),
+            Some(post) => (Method::POST, self.systemone_url.clone(), post.body),
+            None => (Method::GET, self.models_url.clone(), &[][..]),
         };
-        let mut request = Request::new(Full::new(body));
+        // Reference counts of the segments, no copies.
+        let mut request = Request::new(segments::Segments::new(body));
         *request.method_mut() = method;
         *request.uri_mut() = uri;
         let upstream_headers = request.headers_mut();
@@ -953,7 +975,7 @@ mod tests {
         let body = Bytes::from_static(b"{}");
         let json = HeaderValue::from_static("application/json");
         let post = Post {
-            body: &body,
+            body: std::slice::from_ref(&body),
             content_type: &json,
             json: &body,
             sent: None,

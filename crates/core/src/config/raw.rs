@@ -102,6 +102,8 @@ pub(crate) struct RawServer {
     max_upstream_body_bytes: u64,
     max_image_bytes: u64,
     max_asset_bytes: u64,
+    max_decoded_bytes_in_flight: Option<u64>,
+    decoded_bytes_queue_timeout_ms: u64,
     shutdown_grace_ms: u64,
     header_read_timeout_ms: u64,
     body_read_timeout_ms: u64,
@@ -145,6 +147,9 @@ struct RawRecipient {
     contracts: Vec<String>,
     #[serde(default)]
     rate_limit: Option<RawRateLimit>,
+    /// Most requests of this recipient in flight at once (absent: no limit).
+    #[serde(default)]
+    max_in_flight: Option<u64>,
     /// A leakage budget for everything the recipient can ask for, together.
     #[serde(default)]
     policy: Option<RawPolicy>,
@@ -385,6 +390,8 @@ impl Default for RawServer {
             max_upstream_body_bytes: 8 * 1024 * 1024,
             max_image_bytes: 16 * 1024 * 1024,
             max_asset_bytes: 32 * 1024 * 1024,
+            max_decoded_bytes_in_flight: None,
+            decoded_bytes_queue_timeout_ms: 1_000,
             shutdown_grace_ms: 10_000,
             header_read_timeout_ms: 10_000,
             body_read_timeout_ms: 30_000,

@@ -15,6 +15,9 @@ pub struct Recipient {
     /// Its request rate limit (on this replica, or across replicas with
     /// `[rate_limit_store]`), if any.
     pub rate_limit: Option<RateLimit>,
+    /// Most of its requests in flight at once on this replica (`max_in_flight`), from
+    /// admission to the end of the response; `None`: no limit.
+    pub max_in_flight: Option<u32>,
     /// Its leakage budget over everything its contracts release together (`audit --recipient
     /// NAME --gate`); never read by the proxy at request time.
     pub policy: Option<crate::contract::LeakagePolicy>,

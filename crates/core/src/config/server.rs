@@ -20,6 +20,9 @@ pub struct Server {
     pub(super) max_upstream_body_bytes: usize,
     pub(super) max_image_bytes: usize,
     pub(super) max_asset_bytes: usize,
+    pub(super) max_decoded_bytes_in_flight: Option<usize>,
+    #[serde(rename = "decoded_bytes_queue_timeout_ms", serialize_with = "millis")]
+    pub(super) decoded_bytes_queue_timeout: Duration,
     #[serde(rename = "shutdown_grace_ms", serialize_with = "millis")]
     pub(super) shutdown_grace: Duration,
     #[serde(rename = "header_read_timeout_ms", serialize_with = "millis")]
@@ -40,6 +43,10 @@ pub struct Server {
     pub(super) certificates: Option<PathBuf>,
     pub(super) certification: crate::certificate::Mode,
 }
+
+/// The range of the derived budget on request bytes (`server.max_decoded_bytes_in_flight`
+/// unset): 64 MiB to 256 MiB.
+pub const AUTO_BUDGET_BYTES: (u64, u64) = (64 << 20, 256 << 20);
 
 fn millis<S: serde::Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.serialize_u128(duration.as_millis())
@@ -89,6 +96,30 @@ impl Server {
     /// `max_body_bytes` for its JSON.
     pub fn max_asset_bytes(&self) -> usize {
         self.max_asset_bytes
+    }
+
+    /// The process-wide budget on the bytes requests hold (`server.max_decoded_bytes_in_flight`)
+    /// as configured; `None`: derived from the memory limit ([`Server::decoded_bytes_budget`]).
+    pub fn max_decoded_bytes_in_flight(&self) -> Option<usize> {
+        self.max_decoded_bytes_in_flight
+    }
+
+    /// The budget on the bytes requests hold: `server.max_decoded_bytes_in_flight`, or
+    /// without it an eighth of `memory_limit` (the process's memory limit in bytes, read by
+    /// the caller: cgroup v2 `memory.max`, else the machine's memory), clamped to
+    /// [`AUTO_BUDGET_BYTES`]; the low end when the limit is unknown.
+    pub fn decoded_bytes_budget(&self, memory_limit: Option<u64>) -> usize {
+        if let Some(bytes) = self.max_decoded_bytes_in_flight {
+            return bytes;
+        }
+        let (low, high) = AUTO_BUDGET_BYTES;
+        let eighth = memory_limit.map_or(low, |bytes| bytes / 8);
+        usize::try_from(eighth.clamp(low, high)).unwrap_or(usize::MAX)
+    }
+
+    /// How long a request waits for its share of the budget before it is refused (503).
+    pub fn decoded_bytes_queue_timeout(&self) -> Duration {
+        self.decoded_bytes_queue_timeout
     }
 
     /// The images' limits, as the wire format's asset check takes them.

@@ -49,6 +49,14 @@ impl Config {
             if self.server.access_log { "on" } else { "off" },
         ));
         out.push_str(&format!(
+            "request bytes in flight: {} · queue {} ms\n",
+            match self.server.max_decoded_bytes_in_flight {
+                Some(bytes) => format!("at most {bytes} bytes"),
+                None => "auto (an eighth of the memory limit, 64 MiB to 256 MiB)".to_string(),
+            },
+            self.server.decoded_bytes_queue_timeout.as_millis(),
+        ));
+        out.push_str(&format!(
             "reload: SIGHUP{} · sha256 {}\n",
             if self.server.watch_config {
                 format!(
@@ -307,7 +315,7 @@ fn provider_line(name: &str, provider: &Provider) -> String {
 /// The summary's line on one recipient.
 fn recipient_line(recipient: &Recipient) -> String {
     format!(
-        "recipient {}: contracts {}{}\n",
+        "recipient {}: contracts {}{}{}\n",
         recipient.name,
         recipient.contracts.join(", "),
         match recipient.rate_limit {
@@ -315,6 +323,10 @@ fn recipient_line(recipient: &Recipient) -> String {
                 " · rate limit {}/s, burst {} (per replica)",
                 limit.requests_per_second, limit.burst
             ),
+            None => String::new(),
+        },
+        match recipient.max_in_flight {
+            Some(count) => format!(" · at most {count} in flight (per replica)"),
             None => String::new(),
         }
     )

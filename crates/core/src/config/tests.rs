@@ -77,6 +77,93 @@ fn a_rate_limit_defaults_its_burst_to_the_rate_rounded_up() {
 }
 
 #[test]
+fn the_budget_on_request_bytes_is_set_or_an_eighth_of_the_memory_limit() {
+    let auto = Config::from_toml(MINIMAL).unwrap();
+    assert_eq!(auto.server.max_decoded_bytes_in_flight(), None);
+    assert_eq!(
+        auto.server.decoded_bytes_queue_timeout(),
+        Duration::from_secs(1)
+    );
+    let (low, high) = AUTO_BUDGET_BYTES;
+    // An eighth of the limit, within 64 MiB to 256 MiB; the low end when unknown.
+    assert_eq!(auto.server.decoded_bytes_budget(Some(1 << 30)), 128 << 20);
+    assert_eq!(
+        auto.server.decoded_bytes_budget(Some(256 << 20)),
+        low as usize
+    );
+    assert_eq!(
+        auto.server.decoded_bytes_budget(Some(64 << 30)),
+        high as usize
+    );
+    assert_eq!(auto.server.decoded_bytes_budget(None), low as usize);
+    assert!(auto.summary().contains(
+        "request bytes in flight: auto (an eighth of the memory limit, 64 MiB to 256 MiB) · queue 1000 ms"
+    ));
+    let set = Config::from_toml(&format!(
+        "[server]\nmax_decoded_bytes_in_flight = 10485760\ndecoded_bytes_queue_timeout_ms = 250\n{MINIMAL}"
+    ))
+    .unwrap();
+    assert_eq!(set.server.decoded_bytes_budget(Some(1 << 30)), 10 << 20);
+    assert!(
+        set.summary()
+            .contains("request bytes in flight: at most 10485760 bytes · queue 250 ms")
+    );
+    // Fixed at start, like every `[server]` key.
+    assert_eq!(
+        auto.server.changed_keys(&set.server),
+        vec![
+            "server.max_decoded_bytes_in_flight",
+            "server.decoded_bytes_queue_timeout_ms"
+        ]
+    );
+    let refused = problems(&format!(
+        "[server]\nmax_decoded_bytes_in_flight = 1000\ndecoded_bytes_queue_timeout_ms = 3600001\n{MINIMAL}"
+    ));
+    assert!(
+        refused
+            .iter()
+            .any(|p| p.starts_with("server.max_decoded_bytes_in_flight: must be between")),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .iter()
+            .any(|p| p.starts_with("server.decoded_bytes_queue_timeout_ms: must be between")),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn a_recipient_may_cap_its_requests_in_flight() {
+    assert_eq!(
+        Config::from_toml(MINIMAL).unwrap().recipients[0].max_in_flight,
+        None
+    );
+    let text = MINIMAL.replace(
+        "contracts = [\"c\"]",
+        "contracts = [\"c\"]\nmax_in_flight = 4",
+    );
+    let config = Config::from_toml(&text).unwrap();
+    assert_eq!(config.recipients[0].max_in_flight, Some(4));
+    assert!(
+        config
+            .summary()
+            .contains("recipient r: contracts c · at most 4 in flight (per replica)")
+    );
+    let zero = MINIMAL.replace(
+        "contracts = [\"c\"]",
+        "contracts = [\"c\"]\nmax_in_flight = 0",
+    );
+    assert!(
+        problems(&zero)
+            .iter()
+            .any(|p| p.starts_with("recipients[0].max_in_flight: must be between 1 and")),
+        "{:?}",
+        problems(&zero)
+    );
+}
+
+#[test]
 fn minimal_config_gets_server_defaults() {
     let config = Config::from_toml(MINIMAL).unwrap();
     assert_eq!(config.server.listen.port(), 8080);
@@ -576,6 +663,8 @@ fn every_server_key_is_fixed_at_start() {
         ("max_upstream_body_bytes", "7"),
         ("max_image_bytes", "7"),
         ("max_asset_bytes", "7"),
+        ("max_decoded_bytes_in_flight", "7340032"),
+        ("decoded_bytes_queue_timeout_ms", "7"),
         ("shutdown_grace_ms", "7"),
         ("header_read_timeout_ms", "7"),
         ("body_read_timeout_ms", "7"),

@@ -210,3 +210,31 @@ pub(super) const RATE_LIMIT_STORE_ERRORS: Family = Family {
     help: "Calls to the shared rate limit store that failed, by kind: timeout or error",
     labels: &["kind"],
 };
+
+/// `releasegate_request_bytes_in_use` (no labels).
+pub(super) const REQUEST_BYTES_IN_USE: Family = Family {
+    name: "releasegate_request_bytes_in_use",
+    help: "Bytes of the budget on request bytes held now (server.max_decoded_bytes_in_flight), in KiB steps",
+    labels: &[],
+};
+
+/// `releasegate_request_bytes_limit` (no labels).
+pub(super) const REQUEST_BYTES_LIMIT: Family = Family {
+    name: "releasegate_request_bytes_limit",
+    help: "The budget on the bytes all requests in flight hold together (server.max_decoded_bytes_in_flight, or derived from the memory limit)",
+    labels: &[],
+};
+
+/// `releasegate_requests_shed_total`.
+pub(super) const REQUESTS_SHED: Family = Family {
+    name: "releasegate_requests_shed_total",
+    help: "Requests refused before their body was held, by reason: budget_timeout (503), too_large_for_budget (413) or recipient_in_flight (429)",
+    labels: &["reason"],
+};
+
+/// `releasegate_in_flight_limited_total`.
+pub(super) const IN_FLIGHT_LIMITED: Family = Family {
+    name: "releasegate_in_flight_limited_total",
+    help: "Requests refused (429) by a recipient's max_in_flight on this replica, by recipient",
+    labels: &["recipient"],
+};

@@ -141,6 +141,8 @@ impl Application {
             event_loops = loops,
             cpus = cpus.count,
             cpus_from = %cpus.source,
+            request_bytes_budget = state.inner.budget.limit(),
+            memory_limit_from = %crate::memory::limit(),
             source = %state.live().config.source(),
             "releasegate serving"
         );

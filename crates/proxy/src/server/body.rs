@@ -3,37 +3,54 @@
 //! deadline, size limits hold before and after decompression,
 //! `Content-Encoding: zstd | gzip | identity`, JSON or `multipart/form-data` (whose
 //! cap is `max_body_bytes` plus `max_asset_bytes` plus framing: `multipart`).
+//!
+//! Every byte held is first taken from the budget of all requests' bytes (`budget`): the
+//! wire bytes as they arrive (the declared length at once), a JSON body's decoded bytes
+//! before they are decoded. A multipart body is never decoded whole: it is decoded in
+//! pieces straight into the parser (`multipart::parse`), which keeps only the parts.
 
 use std::io::Read;
 
 use axum::body::Body;
 use axum::http::HeaderMap;
 use axum::http::header::{CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE};
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
+use http_body_util::BodyExt;
 
+use super::budget::Hold;
 use super::error::Error;
 use releasegate_core::config::Server;
 
 /// A request body, read and decoded.
 pub(super) enum Received {
-    /// A JSON body.
-    Json(Bytes),
-    /// A `multipart/form-data` body and its boundary.
-    Multipart {
-        /// The decoded body.
-        bytes: Bytes,
-        /// Its boundary.
-        boundary: String,
-    },
+    /// A JSON body and the bytes of the budget it holds.
+    Json(Bytes, usize),
+    /// A `multipart/form-data` body's parts.
+    Multipart(super::multipart::Parts),
 }
+
+/// How a body is encoded (`Content-Encoding`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Encoding {
+    Identity,
+    Zstd,
+    Gzip,
+}
+
+/// The smallest step a growing buffer takes from the budget.
+const MIN_STEP: usize = 16 * 1024;
+
+/// Most bytes a decoder is asked for at once.
+const READ_STEP: usize = 64 * 1024;
 
 /// Reads the body, enforcing its cap (`max_body_bytes`; for multipart see `multipart`)
 /// on the declared length, the wire bytes and the decoded bytes, and `body_read_timeout`
-/// on the whole transfer.
+/// on the whole transfer; every byte it holds is taken from `hold` first.
 pub(super) async fn read(
     headers: &HeaderMap,
     body: Body,
     server: &Server,
+    hold: &Hold<'_>,
 ) -> Result<Received, Error> {
     let mut boundary = None;
     if let Some(content_type) = headers.get(CONTENT_TYPE) {
@@ -56,35 +73,41 @@ pub(super) async fn read(
         Some(_) => super::multipart::body_limit(server),
         None => server.max_body_bytes(),
     };
-    if declared_length(headers).is_some_and(|length| length > limit as u64) {
+    let declared = declared_length(headers);
+    if declared.is_some_and(|length| length > limit as u64) {
         return Err(Error::TooLarge(limit));
     }
-    let bytes = read_bytes(headers, body, server, limit).await?;
-    Ok(match boundary {
-        Some(boundary) => Received::Multipart { bytes, boundary },
-        None => Received::Json(bytes),
-    })
+    let deadline = server.body_read_timeout();
+    let (wire, wire_held) = tokio::time::timeout(deadline, read_wire(body, limit, declared, hold))
+        .await
+        .map_err(|_| Error::BodyTimeout(deadline))??;
+    let encoding = encoding(headers)?;
+    let Some(boundary) = boundary else {
+        if encoding == Encoding::Identity {
+            return Ok(Received::Json(wire, wire_held));
+        }
+        let (json, held) = decode_json(&wire, encoding, limit, hold).await?;
+        drop(wire);
+        hold.release(wire_held);
+        return Ok(Received::Json(json, held));
+    };
+    let name = match encoding {
+        Encoding::Identity => "multipart",
+        Encoding::Zstd => "zstd",
+        Encoding::Gzip => "gzip",
+    };
+    // The decoded size the body declares (at most the cap) is taken at once, before
+    // anything is decoded: a request waits for its share while it holds only its wire bytes.
+    let prepaid = declared_decoded(&wire, encoding).min(limit) + PARSE_MARGIN;
+    hold.grow(prepaid).await?;
+    let source = decoder(wire, encoding)?;
+    let parts = super::multipart::parse(source, name, &boundary, server, (hold, prepaid)).await?;
+    hold.release(wire_held);
+    Ok(Received::Multipart(parts))
 }
 
-async fn read_bytes(
-    headers: &HeaderMap,
-    body: Body,
-    server: &Server,
-    limit: usize,
-) -> Result<Bytes, Error> {
-    let deadline = server.body_read_timeout();
-    let wire = tokio::time::timeout(deadline, axum::body::to_bytes(body, limit))
-        .await
-        .map_err(|_| Error::BodyTimeout(deadline))?
-        .map_err(|error| {
-            let too_large = std::error::Error::source(&error)
-                .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
-            if too_large {
-                Error::TooLarge(limit)
-            } else {
-                Error::BadBody("the request body could not be read".into())
-            }
-        })?;
+/// The body's `Content-Encoding` (once at most).
+fn encoding(headers: &HeaderMap) -> Result<Encoding, Error> {
     if crate::auth::repeated(headers, &CONTENT_ENCODING) {
         return Err(Error::Repeated("Content-Encoding"));
     }
@@ -93,12 +116,107 @@ async fn read_bytes(
         .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase())
         .unwrap_or_default();
     match encoding.as_str() {
-        "" | "identity" => Ok(wire),
-        "zstd" => decode_zstd(&wire, limit),
-        "gzip" | "x-gzip" => decode(flate2::read::GzDecoder::new(wire.as_ref()), limit, "gzip"),
+        "" | "identity" => Ok(Encoding::Identity),
+        "zstd" => Ok(Encoding::Zstd),
+        "gzip" | "x-gzip" => Ok(Encoding::Gzip),
         other => Err(Error::Unsupported(format!(
             "content encoding `{other}` is not supported (zstd, gzip or none)"
         ))),
+    }
+}
+
+/// The wire bytes, at most `limit`, and the bytes of the budget they hold. A declared
+/// length is taken from the budget at once; without one the buffer takes its growth before
+/// it grows. A body that arrives in one frame is kept as that frame (no copy).
+async fn read_wire(
+    mut body: Body,
+    limit: usize,
+    declared: Option<u64>,
+    hold: &Hold<'_>,
+) -> Result<(Bytes, usize), Error> {
+    let unreadable = |_| Error::BadBody("the request body could not be read".into());
+    let mut held = 0usize;
+    if let Some(length) = declared {
+        // At most `limit` (checked by the caller).
+        held = usize::try_from(length).unwrap_or(limit);
+        hold.grow(held).await?;
+    }
+    let mut first: Option<Bytes> = None;
+    let mut wire: Vec<u8> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(unreadable)?.into_data() else {
+            continue;
+        };
+        let total = first.as_ref().map_or(wire.len(), Bytes::len) + data.len();
+        if total > limit {
+            return Err(Error::TooLarge(limit));
+        }
+        if total > held {
+            let step = total.max(held.saturating_mul(2)).max(MIN_STEP).min(limit);
+            hold.grow(step - held).await?;
+            held = step;
+        }
+        match first.take() {
+            None if wire.is_empty() => first = Some(data),
+            taken => {
+                if wire.capacity() < total {
+                    wire.reserve_exact(held - wire.len());
+                }
+                if let Some(taken) = taken {
+                    wire.extend_from_slice(&taken);
+                }
+                wire.extend_from_slice(&data);
+            }
+        }
+    }
+    let wire = first.unwrap_or_else(|| Bytes::from(wire));
+    Ok((wire, held))
+}
+
+/// What a multipart body's parser holds beyond its parts' bytes: a piece being parsed, the
+/// smallest part buffers.
+const PARSE_MARGIN: usize = 256 * 1024;
+
+/// The decoded size a body declares: its length as sent, a gzip member's `ISIZE` (its last
+/// four bytes: the size modulo 2^32), a zstd frame's content size; 0 when it declares none.
+/// Only an estimate to take from the budget at once (a body that declared less takes the
+/// rest as it is decoded).
+fn declared_decoded(wire: &[u8], encoding: Encoding) -> usize {
+    match encoding {
+        Encoding::Identity => wire.len(),
+        Encoding::Gzip => wire
+            .last_chunk::<4>()
+            .map_or(0, |size| u32::from_le_bytes(*size) as usize),
+        Encoding::Zstd => zstd::zstd_safe::get_frame_content_size(wire)
+            .ok()
+            .flatten()
+            .map_or(0, |size| usize::try_from(size).unwrap_or(usize::MAX)),
+    }
+}
+
+/// A reader of the decoded body.
+fn decoder(wire: Bytes, encoding: Encoding) -> Result<Box<dyn Read + Send>, Error> {
+    Ok(match encoding {
+        Encoding::Identity => Box::new(wire.reader()),
+        Encoding::Gzip => Box::new(flate2::read::GzDecoder::new(wire.reader())),
+        Encoding::Zstd => Box::new(
+            zstd::stream::read::Decoder::new(wire.reader())
+                .map_err(|_| Error::BadBody("the zstd body could not be decoded".into()))?,
+        ),
+    })
+}
+
+/// A JSON body decoded, at most `limit` bytes, and the bytes of the budget it holds.
+async fn decode_json(
+    wire: &[u8],
+    encoding: Encoding,
+    limit: usize,
+    hold: &Hold<'_>,
+) -> Result<(Bytes, usize), Error> {
+    match encoding {
+        Encoding::Identity => Ok((Bytes::copy_from_slice(wire), 0)),
+        Encoding::Gzip => decode(flate2::read::GzDecoder::new(wire), limit, "gzip", hold).await,
+        Encoding::Zstd => decode_zstd(wire, limit, hold).await,
     }
 }
 
@@ -129,16 +247,19 @@ thread_local! {
 
 /// A zstd body. One frame that declares its content size (at most `limit`) and a window
 /// the streaming decoder accepts, and nothing after it (what the official SDKs send), is
-/// decoded in one call by this thread's reused context, into a buffer of that size. Any
-/// other body, and any failure there, goes to the streaming decoder, whose answer (bytes,
-/// or the error) stands: the one-shot path only ever answers what it would.
-fn decode_zstd(wire: &[u8], limit: usize) -> Result<Bytes, Error> {
-    if let Some(size) = one_sized_frame(wire, limit)
-        && let Some(out) = decode_zstd_one_shot(wire, size)
-    {
-        return Ok(Bytes::from(out));
+/// decoded in one call by this thread's reused context, into a buffer of that size (taken
+/// from the budget first). Any other body, and any failure there, goes to the streaming
+/// decoder, whose answer (bytes, or the error) stands: the one-shot path only ever answers
+/// what it would.
+async fn decode_zstd(wire: &[u8], limit: usize, hold: &Hold<'_>) -> Result<(Bytes, usize), Error> {
+    if let Some(size) = one_sized_frame(wire, limit) {
+        hold.grow(size).await?;
+        if let Some(out) = decode_zstd_one_shot(wire, size) {
+            return Ok((Bytes::from(out), size));
+        }
+        hold.release(size);
     }
-    decode_zstd_streaming(wire, limit)
+    decode_zstd_streaming(wire, limit, hold).await
 }
 
 /// The content size of `wire` if it is exactly one zstd frame that declares a content size
@@ -180,42 +301,107 @@ fn decode_zstd_one_shot(wire: &[u8], size: usize) -> Option<Vec<u8>> {
 }
 
 /// A zstd body through the streaming decoder (any number of frames, sized or not).
-fn decode_zstd_streaming(wire: &[u8], limit: usize) -> Result<Bytes, Error> {
+async fn decode_zstd_streaming(
+    wire: &[u8],
+    limit: usize,
+    hold: &Hold<'_>,
+) -> Result<(Bytes, usize), Error> {
     let decoder = zstd::stream::read::Decoder::new(wire)
         .map_err(|_| Error::BadBody("the zstd body could not be decoded".into()))?;
-    decode(decoder, limit, "zstd")
+    decode(decoder, limit, "zstd", hold).await
 }
 
-fn decode(reader: impl Read, limit: usize, name: &str) -> Result<Bytes, Error> {
-    let mut out = Vec::new();
-    // Read one byte past the limit to detect oversize output without decoding it all.
-    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
-    reader
-        .take(cap)
-        .read_to_end(&mut out)
-        .map_err(|_| Error::BadBody(format!("the {name} body could not be decoded")))?;
+/// Decodes at most `limit` bytes (one more to tell an oversize body), the buffer taking
+/// each growth from the budget before it grows; the bytes and the budget they hold.
+async fn decode(
+    mut reader: impl Read,
+    limit: usize,
+    name: &str,
+    hold: &Hold<'_>,
+) -> Result<(Bytes, usize), Error> {
+    let cap = limit.saturating_add(1);
+    let mut out: Vec<u8> = Vec::new();
+    let mut held = 0usize;
+    loop {
+        let len = out.len();
+        if len >= cap {
+            break;
+        }
+        if len + MIN_STEP.min(cap - len) > held {
+            let step = (len + MIN_STEP).max(held.saturating_mul(2)).min(cap);
+            hold.grow(step - held).await?;
+            out.reserve_exact(step - len);
+            held = step;
+        }
+        // Zeroed before each read: at most one step, so a reader of small reads costs no more.
+        let room = (held.min(cap) - len).min(READ_STEP);
+        out.resize(len + room, 0);
+        let read = loop {
+            match reader.read(&mut out[len..]) {
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                other => break other,
+            }
+        };
+        match read {
+            Ok(0) => {
+                out.truncate(len);
+                break;
+            }
+            Ok(n) => out.truncate(len + n),
+            Err(_) => {
+                return Err(Error::BadBody(format!(
+                    "the {name} body could not be decoded"
+                )));
+            }
+        }
+    }
     if out.len() > limit {
         return Err(Error::TooLarge(limit));
     }
-    Ok(Bytes::from(out))
+    Ok((Bytes::from(out), held))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::budget::Budget;
     use proptest::prelude::*;
 
-    /// An outcome as a caller sees it: the bytes, or the error's text.
-    fn seen(result: Result<Bytes, Error>) -> Result<Vec<u8>, String> {
+    /// An outcome as a caller sees it: the bytes, or the error's text (the one-shot path
+    /// first, or the streaming decoder alone); the budget holds at least the bytes.
+    fn seen(wire: &[u8], limit: usize, one_shot: bool) -> Result<Vec<u8>, String> {
+        let budget = Budget::unbounded();
+        let hold = budget.hold();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let result = runtime.block_on(async {
+            if one_shot {
+                decode_zstd(wire, limit, &hold).await
+            } else {
+                decode_zstd_streaming(wire, limit, &hold).await
+            }
+        });
+        if let Ok((bytes, held)) = &result {
+            assert!(*held >= bytes.len() && hold.bytes() >= *held);
+        }
         result
-            .map(|bytes| bytes.to_vec())
+            .map(|(bytes, _)| bytes.to_vec())
             .map_err(|error| format!("{error:?}"))
+    }
+
+    fn zstd(wire: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+        seen(wire, limit, true)
+    }
+
+    fn streaming(wire: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+        seen(wire, limit, false)
     }
 
     fn same_as_streaming(wire: &[u8], limit: usize) {
         assert_eq!(
-            seen(decode_zstd(wire, limit)),
-            seen(decode_zstd_streaming(wire, limit)),
+            zstd(wire, limit),
+            streaming(wire, limit),
             "{} bytes, limit {limit}",
             wire.len()
         );
@@ -276,16 +462,22 @@ mod tests {
         // A 1 MiB window: a frame streaming decodes, so the one-shot path takes it.
         let fits = with_window(&data, 10 << 3);
         assert_eq!(one_sized_frame(&fits, 1 << 20), Some(data.len()));
-        assert_eq!(
-            seen(decode_zstd_streaming(&fits, 1 << 20)),
-            Ok(data.clone())
-        );
+        assert_eq!(streaming(&fits, 1 << 20), Ok(data.clone()));
         same_as_streaming(&fits, 1 << 20);
-        // A 256 MiB window: streaming refuses the frame, so the one-shot path leaves it.
+        // A 256 MiB window: the one-shot path leaves the frame to the streaming decoder,
+        // which refuses it unless its first buffer holds the whole content (libzstd then
+        // decodes into that buffer and allocates no window).
         let beyond = with_window(&data, 18 << 3);
         assert_eq!(one_sized_frame(&beyond, 1 << 20), None);
-        assert!(decode_zstd_streaming(&beyond, 1 << 20).is_err());
         same_as_streaming(&beyond, 1 << 20);
+        let long: Vec<u8> = (0..40_000u32).flat_map(|i| (i % 7).to_le_bytes()).collect();
+        let mut frame = zstd::bulk::compress(&long, 3).unwrap();
+        assert_eq!(frame[4] & 0x20, 0x20, "a single-segment frame");
+        frame[4] &= !0x20;
+        frame.insert(5, 18 << 3);
+        assert_eq!(one_sized_frame(&frame, 1 << 20), None);
+        assert!(streaming(&frame, 1 << 20).is_err());
+        same_as_streaming(&frame, 1 << 20);
     }
 
     #[test]
@@ -295,7 +487,7 @@ mod tests {
         let wire = zstd::bulk::compress(&data[..], 3).unwrap();
         assert_eq!(one_sized_frame(&wire, 4096), Some(data.len()));
         assert_eq!(one_sized_frame(&wire, data.len() - 1), None);
-        assert_eq!(seen(decode_zstd(&wire, 4096)), Ok(data.to_vec()));
+        assert_eq!(zstd(&wire, 4096), Ok(data.to_vec()));
         same_as_streaming(&wire, 4096);
         same_as_streaming(&wire, data.len() - 1);
     }

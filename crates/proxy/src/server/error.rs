@@ -59,6 +59,15 @@ pub enum Error {
     /// The recipient's own rate limit on this proxy (429): retry after this many seconds.
     #[error("this key's request rate limit on the proxy is exhausted; retry after {0} s")]
     RateLimited(u64),
+    /// The request's bytes alone exceed the budget of all requests' bytes (413).
+    #[error("the request needs more memory than the proxy gives all requests together ({0} bytes)")]
+    TooLargeForBudget(usize),
+    /// The budget of all requests' bytes stayed spent (503): retry after this many seconds.
+    #[error("the proxy is busy; retry after {0} s")]
+    Busy(u64),
+    /// The recipient's `max_in_flight` requests are in flight (429): retry after 1 s.
+    #[error("this key has its most requests in flight on the proxy; retry after 1 s")]
+    InFlight,
     /// The provider's concurrency slots stayed busy (503): retry after this many seconds.
     #[error("the provider is saturated; retry after {0} s")]
     Saturated(u64),
@@ -129,8 +138,9 @@ impl Error {
             Error::HeadRefused(status) => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST)
             }
-            Error::Saturated(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Error::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Error::Saturated(_) | Error::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::RateLimited(_) | Error::InFlight => StatusCode::TOO_MANY_REQUESTS,
+            Error::TooLargeForBudget(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Error::ProviderKind { status, .. } => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST)
             }
@@ -165,8 +175,9 @@ impl Error {
             Error::HeadRefused(414) => "uri_too_long",
             Error::HeadRefused(_) => "invalid_request_head",
             Error::Saturated(_) => "upstream_saturated",
-            Error::RateLimited(_) => "rate_limited",
-            Error::TooLarge(_) => "request_too_large",
+            Error::RateLimited(_) | Error::InFlight => "rate_limited",
+            Error::Busy(_) => "server_busy",
+            Error::TooLarge(_) | Error::TooLargeForBudget(_) => "request_too_large",
             Error::BodyTimeout(_) => "request_timeout",
             Error::Unsupported(_) => "unsupported_media_type",
             Error::BadBody(_) => "invalid_json",
@@ -253,10 +264,15 @@ impl IntoResponse for Error {
                     response.headers_mut().insert("retry-after-ms", value);
                 }
             }
-            Error::Saturated(seconds) | Error::RateLimited(seconds) => {
+            Error::Saturated(seconds) | Error::RateLimited(seconds) | Error::Busy(seconds) => {
                 response
                     .headers_mut()
                     .insert(RETRY_AFTER, HeaderValue::from(seconds));
+            }
+            Error::InFlight => {
+                response
+                    .headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from_static("1"));
             }
             _ => {}
         }

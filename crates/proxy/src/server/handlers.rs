@@ -217,7 +217,8 @@ impl<'r> Selection<'r> {
     }
 }
 
-/// Authenticates the caller, selects its contract and checks its rate limit.
+/// Authenticates the caller, selects its contract and checks its rate limit and its
+/// requests in flight (`max_in_flight`).
 async fn select_contract<'l>(
     live: &'l Live,
     selection: Selection<'_>,
@@ -235,5 +236,11 @@ async fn select_contract<'l>(
     trail.contract = Some(contract.clone());
     // After authentication, before the body is read.
     limited.map_err(Error::RateLimited)?;
+    // Held to the end of the response (`finish`).
+    let recipient = trail.recipient.as_deref().unwrap_or_default();
+    trail.in_flight = live
+        .in_flight
+        .admit(recipient)
+        .map_err(|()| Error::InFlight)?;
     Ok(contract)
 }

@@ -4,7 +4,8 @@
 //! A provider's pool is a stack of idle connections of one event loop: a request
 //! takes the most recently used one that is still open (a closed one is dropped), or
 //! opens a new one. The exchange runs in the request's own task: the request (head
-//! and body) goes out in one write, the answer is read into the connection's buffer
+//! and body) goes out in one write (a multipart body's segments, each image a slice of
+//! its part, in one write each after the head), the answer is read into the connection's buffer
 //! and parsed there (httparse), so no connection task, channel or header map sits
 //! between a request and its answer (what hyper's client connection costs: about a
 //! tenth of the proxy's instructions per request, `docs/benchmarks.md`).
@@ -147,9 +148,9 @@ impl Pool {
     /// Sends `request` (a whole HTTP/1.1 request: head and body) over an idle
     /// connection or a new one and reads its answer, the body as far as `read` says.
     #[cfg(test)]
-    pub(crate) async fn send(
+    pub(crate) async fn send<R: Outgoing + ?Sized>(
         self: &Arc<Self>,
-        request: &[u8],
+        request: &R,
         read: &impl Read,
     ) -> Result<Response, Error> {
         self.send_tracked(request, read, &AtomicBool::new(false))
@@ -160,9 +161,9 @@ impl Pool {
     /// unset (connecting, or every write refused before a byte went out) the provider
     /// cannot have the request, which a caller that gives up may rely on to ask another
     /// provider. Set, some of it may have gone out.
-    pub(crate) async fn send_tracked(
+    pub(crate) async fn send_tracked<R: Outgoing + ?Sized>(
         self: &Arc<Self>,
-        request: &[u8],
+        request: &R,
         read: &impl Read,
         sent: &AtomicBool,
     ) -> Result<Response, Error> {
@@ -262,6 +263,42 @@ impl Pool {
     }
 }
 
+/// A request as it is written: one buffer (the head and a JSON body), or segments.
+pub(crate) trait Outgoing: Sync {
+    /// Its segment `index`, in order; `None` past the last.
+    fn segment(&self, index: usize) -> Option<&[u8]>;
+}
+
+impl Outgoing for [u8] {
+    fn segment(&self, index: usize) -> Option<&[u8]> {
+        (index == 0).then_some(self)
+    }
+}
+
+impl Outgoing for Vec<u8> {
+    fn segment(&self, index: usize) -> Option<&[u8]> {
+        self.as_slice().segment(index)
+    }
+}
+
+/// A request head and its body's segments (a multipart body: framing and images, each
+/// written as it is, never copied into one buffer).
+pub(crate) struct Segmented<'a> {
+    /// The request line and header fields.
+    pub(crate) head: &'a [u8],
+    /// The body's segments.
+    pub(crate) body: &'a [Bytes],
+}
+
+impl Outgoing for Segmented<'_> {
+    fn segment(&self, index: usize) -> Option<&[u8]> {
+        match index {
+            0 => Some(self.head),
+            n => self.body.get(n - 1).map(|segment| &segment[..]),
+        }
+    }
+}
+
 /// Why a request did not go out whole.
 enum Unsent {
     /// Not a byte of it was written.
@@ -294,17 +331,27 @@ impl Connection {
         )
     }
 
-    async fn write(&mut self, request: &[u8]) -> Result<(), Unsent> {
+    /// Writes the request's segments in order; `Unsent::Nothing` only when not one byte
+    /// of any went out.
+    async fn write<R: Outgoing + ?Sized>(&mut self, request: &R) -> Result<(), Unsent> {
         let mut written = 0;
-        while written < request.len() {
-            match self.stream.write(&request[written..]).await {
-                Ok(0) if written == 0 => return Err(Unsent::Nothing),
-                Ok(0) => return Err(Unsent::Partly(std::io::ErrorKind::WriteZero.into())),
-                Ok(n) => written += n,
-                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) if written == 0 => return Err(Unsent::Nothing),
-                Err(error) => return Err(Unsent::Partly(error)),
+        let mut index = 0;
+        while let Some(segment) = request.segment(index) {
+            let mut at = 0;
+            while at < segment.len() {
+                match self.stream.write(&segment[at..]).await {
+                    Ok(0) if written == 0 => return Err(Unsent::Nothing),
+                    Ok(0) => return Err(Unsent::Partly(std::io::ErrorKind::WriteZero.into())),
+                    Ok(n) => {
+                        at += n;
+                        written += n;
+                    }
+                    Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) if written == 0 => return Err(Unsent::Nothing),
+                    Err(error) => return Err(Unsent::Partly(error)),
+                }
             }
+            index += 1;
         }
         Ok(())
     }
@@ -636,6 +683,54 @@ mod tests {
 
     fn request(address: &str) -> Vec<u8> {
         format!("GET /v1/models HTTP/1.1\r\nhost: {address}\r\n\r\n").into_bytes()
+    }
+
+    /// A segmented request (a head, then body segments) reaches the provider as the
+    /// concatenation of its segments, in order, and its answer is read as any other.
+    #[tokio::test]
+    async fn segments_go_out_in_order_after_the_head() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let image = Bytes::from((0..300_000u32).map(|i| i as u8).collect::<Vec<u8>>());
+        let body = [
+            Bytes::from_static(b"--b\r\n"),
+            image.slice(7..299_000),
+            Bytes::from_static(b"\r\n--b--\r\n"),
+        ];
+        let length: usize = body.iter().map(Bytes::len).sum();
+        let head = format!(
+            "POST /v1/systemone HTTP/1.1\r\nhost: {address}\r\ncontent-length: {length}\r\n\r\n"
+        );
+        let expected = [head.as_bytes(), &body.concat()].concat();
+        let wanted = expected.len();
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut received = Vec::new();
+            let mut chunk = [0u8; 65536];
+            while received.len() < wanted {
+                let n = stream.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "closed after {} bytes", received.len());
+                received.extend_from_slice(&chunk[..n]);
+            }
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+                .await
+                .unwrap();
+            received
+        });
+        let pool = Pool::new(address);
+        let request = Segmented {
+            head: head.as_bytes(),
+            body: &body,
+        };
+        let response = pool.send(&request, &any).await.unwrap();
+        assert_eq!(response.status, 200);
+        assert!(matches!(response.body, Body::Read(ref b) if &b[..] == b"{}"));
+        assert_eq!(server.await.unwrap(), expected);
+        // The segments as `write` walks them: the head, then each body segment.
+        assert_eq!(request.segment(0), Some(head.as_bytes()));
+        assert_eq!(request.segment(2).map(<[u8]>::len), Some(299_000 - 7));
+        assert_eq!(request.segment(4), None);
     }
 
     /// Reads up to 1 KiB of any body.

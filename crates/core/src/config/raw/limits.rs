@@ -5,6 +5,10 @@
 /// `server.max_body_bytes`, `server.max_upstream_body_bytes`, `server.max_image_bytes`,
 /// `server.max_asset_bytes`: 1 byte to 1 GiB.
 pub const BODY_BYTES: (u64, u64) = (1, 1 << 30);
+/// `server.max_decoded_bytes_in_flight`: 1 MiB to 1 TiB (the budget counts in KiB).
+pub const DECODED_BYTES_IN_FLIGHT: (u64, u64) = (1 << 20, 1 << 40);
+/// `recipients[].max_in_flight`: 1 to 100,000 requests at once.
+pub const MAX_IN_FLIGHT: (u64, u64) = (1, 100_000);
 /// `server.shutdown_grace_ms` and `server.drain_delay_ms`: up to one hour.
 pub const SHUTDOWN_GRACE_MS: (u64, u64) = (0, 3_600_000);
 /// `providers.*.timeout_ms` and the `server` read and idle timeouts: 1 ms to one hour.

@@ -88,6 +88,18 @@ fn validate_recipient(
     let rate_limit = raw
         .rate_limit
         .map(|limit| validate_rate_limit(key, limit, problems));
+    if let Some(count) = raw.max_in_flight {
+        check_range(
+            problems,
+            &format!("{key}.max_in_flight"),
+            count,
+            limits::MAX_IN_FLIGHT,
+        );
+    }
+    let (_, most) = limits::MAX_IN_FLIGHT;
+    let max_in_flight = raw
+        .max_in_flight
+        .map(|count| u32::try_from(count.clamp(1, most)).unwrap_or(1));
     let policy = raw.policy.and_then(|policy| {
         if !policy.keep.is_empty() {
             problems.push(format!(
@@ -106,6 +118,7 @@ fn validate_recipient(
         key_sha256: digest,
         contracts: raw.contracts,
         rate_limit,
+        max_in_flight,
         policy,
     }
 }

@@ -30,6 +30,10 @@ pub(super) fn validate_server(
         max_upstream_body_bytes: usize::try_from(raw.max_upstream_body_bytes).unwrap_or(usize::MAX),
         max_image_bytes: usize::try_from(raw.max_image_bytes).unwrap_or(usize::MAX),
         max_asset_bytes: usize::try_from(raw.max_asset_bytes).unwrap_or(usize::MAX),
+        max_decoded_bytes_in_flight: raw
+            .max_decoded_bytes_in_flight
+            .map(|bytes| usize::try_from(bytes).unwrap_or(usize::MAX)),
+        decoded_bytes_queue_timeout: Duration::from_millis(raw.decoded_bytes_queue_timeout_ms),
         shutdown_grace: Duration::from_millis(raw.shutdown_grace_ms),
         header_read_timeout: Duration::from_millis(raw.header_read_timeout_ms),
         body_read_timeout: Duration::from_millis(raw.body_read_timeout_ms),
@@ -64,6 +68,14 @@ fn listeners(raw: &RawServer, problems: &mut Vec<String>) -> (SocketAddr, Socket
 
 /// Every numeric key within its range (`limits`).
 fn check_ranges(raw: &RawServer, problems: &mut Vec<String>) {
+    if let Some(bytes) = raw.max_decoded_bytes_in_flight {
+        check_range(
+            problems,
+            "server.max_decoded_bytes_in_flight",
+            bytes,
+            limits::DECODED_BYTES_IN_FLIGHT,
+        );
+    }
     for (key, value, range) in [
         (
             "server.max_body_bytes",
@@ -84,6 +96,11 @@ fn check_ranges(raw: &RawServer, problems: &mut Vec<String>) {
             "server.max_asset_bytes",
             raw.max_asset_bytes,
             limits::BODY_BYTES,
+        ),
+        (
+            "server.decoded_bytes_queue_timeout_ms",
+            raw.decoded_bytes_queue_timeout_ms,
+            limits::QUEUE_TIMEOUT_MS,
         ),
         (
             "server.shutdown_grace_ms",

@@ -28,13 +28,8 @@ pub(super) fn finish(
     result: Result<Vec<u8>, Error>,
 ) -> Response {
     let contract_label = trail.contract.as_ref().map_or("none", |c| c.name());
-    if let (Err(Error::RateLimited(_)), Some(recipient)) = (&result, &trail.recipient) {
-        state
-            .metrics()
-            .rate_limited
-            .with_label_values(&[recipient.as_str()])
-            .inc();
-    }
+    count_refused(state, &trail, &result);
+    let in_flight = trail.in_flight.take();
     let access_log = state.inner.server.access_log();
     // A failure's lines go out in the request's span (see `request_span`); the access line
     // carries the same ids as its own fields, without the cost of a span per request.
@@ -71,7 +66,62 @@ pub(super) fn finish(
     offer_capture(state, &request_id, &mut trail, status);
     record_decision(state, &request_id, route, trail, status, latency);
     // The request id headers are stamped by the router's middleware.
-    response
+    match in_flight {
+        None => response,
+        // The recipient's request stays counted until its body is sent.
+        Some(slot) => response.map(|body| axum::body::Body::new(Counted { body, _slot: slot })),
+    }
+}
+
+/// Counts a request refused by its recipient's rate limit or `max_in_flight`.
+fn count_refused(state: &AppState, trail: &Trail, result: &Result<Vec<u8>, Error>) {
+    let metrics = state.metrics();
+    match (result, &trail.recipient) {
+        (Err(Error::RateLimited(_)), Some(recipient)) => {
+            metrics
+                .rate_limited
+                .with_label_values(&[recipient.as_str()])
+                .inc();
+        }
+        (Err(Error::InFlight), Some(recipient)) => {
+            metrics
+                .in_flight_limited
+                .with_label_values(&[recipient.as_str()])
+                .inc();
+            state
+                .inner
+                .budget
+                .count(crate::server::Shed::RecipientInFlight);
+        }
+        _ => {}
+    }
+}
+
+/// A response body that holds its request's place in the recipient's `max_in_flight`
+/// until it is sent (or dropped).
+struct Counted {
+    body: axum::body::Body,
+    _slot: crate::ratelimit::Slot,
+}
+
+impl hyper::body::Body for Counted {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// A failed request's response, its failure logged.

@@ -22,6 +22,7 @@ use super::reply::{reject, success_body, upstream_error};
 use super::trail::{Trail, upstream_span};
 use super::{Selection, select_contract};
 use crate::cache;
+use crate::server::budget::Hold;
 use crate::server::error::Error;
 use crate::server::{AppState, Live, body, multipart};
 use crate::upstream::{self, Reply};
@@ -101,7 +102,9 @@ impl Cached {
 type Parts = BTreeMap<String, (Option<String>, Bytes)>;
 
 /// Answers a System One request: its contract, its body checked and rebuilt, the
-/// provider's answer and its release (the body that goes out).
+/// provider's answer and its release (the body that goes out). Every byte of the request
+/// held on the way (wire, decoded, parts, the upstream body) is taken from the budget of
+/// all requests' bytes first (`budget`); the hold gives it back however the request ends.
 pub(super) async fn answer(
     state: &AppState,
     selection: Selection<'_>,
@@ -112,10 +115,14 @@ pub(super) async fn answer(
     let live = state.live();
     let contract = select_contract(&live, selection, trail).await?;
     let server = &state.inner.server;
-    let (bytes, parts) = read_request(headers, body, server, trail).await?;
+    let hold = state.inner.budget.hold();
+    let (bytes, bytes_held, parts) = read_request(headers, body, server, &hold, trail).await?;
     let (request, sent_state) = parse_request(&bytes)?;
     let mut asked = wire::check_sent(&request, sent_state, contract)?;
     drop(request);
+    // The caller's JSON is no longer read: only its parts (images) stay.
+    drop(bytes);
+    hold.release(bytes_held);
     // Images: checked against the parts and rebuilt (inline ones re-encoded, parts
     // renamed `asset-N`); a request with part images goes upstream as multipart.
     let part_refs = part_refs(&parts);
@@ -129,7 +136,10 @@ pub(super) async fn answer(
         .capture(contract.name())
         .filter(|capture| capture.sample())
         .map(|_| json.clone());
-    let (content_type, forward) = upstream_body(&json, &checked.images)?;
+    let (content_type, forward) = upstream_body(&json, &checked.images, &parts)?;
+    // The upstream JSON and the framing around it (the images are the parts' own bytes).
+    hold.grow(forward.iter().map(Bytes::len).sum::<usize>() - images_len(&checked.images))
+        .await?;
     let called = trail.clock();
     let switches = switched_on(state, contract, headers);
     let post = upstream::Post {
@@ -169,6 +179,9 @@ pub(super) async fn answer(
             (reply, provider.to_string())
         }
     };
+    // The request's bytes are gone: its share goes back before the release.
+    drop((forward, parts));
+    drop(hold);
     let reply = reply?;
     let captured = pending_capture(captured, &reply);
     let native = success_body(reply)?;
@@ -186,22 +199,25 @@ pub(super) async fn answer(
     Ok(released.body)
 }
 
-/// Reads the body (`body::read`: its cap and encodings): the JSON request and, of a
-/// multipart body, its other parts.
+/// The bytes of the images that go upstream.
+fn images_len(images: &[wire::assets::Image<'_>]) -> usize {
+    images.iter().map(|image| image.bytes.len()).sum()
+}
+
+/// Reads the body (`body::read`: its cap and encodings): the JSON request and the bytes of
+/// the budget it holds, and of a multipart body its other parts.
 async fn read_request(
     headers: &HeaderMap,
     body: Body,
     server: &Server,
+    hold: &Hold<'_>,
     trail: &mut Trail,
-) -> Result<(Bytes, Parts), Error> {
-    let received = body::read(headers, body, server).await?;
+) -> Result<(Bytes, usize, Parts), Error> {
+    let received = body::read(headers, body, server, hold).await?;
     trail.body_read = true;
     Ok(match received {
-        body::Received::Json(bytes) => (bytes, Default::default()),
-        body::Received::Multipart { bytes, boundary } => {
-            let parts = multipart::parse(bytes, &boundary, server).await?;
-            (parts.request, parts.others)
-        }
+        body::Received::Json(bytes, held) => (bytes, held, Default::default()),
+        body::Received::Multipart(parts) => (parts.request, parts.request_held, parts.others),
     })
 }
 
@@ -237,15 +253,18 @@ fn part_refs(parts: &Parts) -> BTreeMap<String, wire::assets::Part<'_>> {
         .collect()
 }
 
-/// What goes upstream: the JSON alone, or with part images a multipart body.
+/// What goes upstream: the JSON alone, or with part images a multipart body whose images
+/// are slices of `parts` (segments, no copy).
 fn upstream_body(
     json: &Bytes,
     images: &[wire::assets::Image<'_>],
-) -> Result<(header::HeaderValue, Bytes), Error> {
+    parts: &Parts,
+) -> Result<(header::HeaderValue, Vec<Bytes>), Error> {
     if images.is_empty() {
-        Ok((upstream::APPLICATION_JSON, json.clone()))
+        Ok((upstream::APPLICATION_JSON, vec![json.clone()]))
     } else {
-        let (content_type, body) = multipart::build(json, images)?;
+        let owners: Vec<&Bytes> = parts.values().map(|(_, bytes)| bytes).collect();
+        let (content_type, body) = multipart::build(json, images, &owners)?;
         Ok((
             header::HeaderValue::from_str(&content_type).map_err(|_| Error::Internal)?,
             body,

@@ -35,6 +35,9 @@ pub(super) struct Trail {
     pub(super) body_read: bool,
     /// A sampled request's world for the contract's live capture, once its answer is released.
     pub(super) capture: Option<crate::capture::Pending>,
+    /// The request's place in its recipient's `max_in_flight`, held to the end of the
+    /// response.
+    pub(super) in_flight: Option<crate::ratelimit::Slot>,
     /// With span export on: the request's span ids, its SERVER span's id and start.
     pub(super) spans: Option<(SpanIds, [u8; 8], SystemTime)>,
 }
