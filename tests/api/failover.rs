@@ -252,3 +252,58 @@ async fn the_cache_answers_a_recipient_from_its_own_requests_released_afresh() {
     }
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_circuit_opened_on_one_replica_stops_the_other_through_the_store() {
+    let Some(redis) = crate::ratelimit_store::Redis::start() else {
+        return;
+    };
+    let store = format!(
+        "[rate_limit_store]\nkind = \"redis\"\nurl = \"{}\"\ntimeout_ms = 200\n",
+        redis.url()
+    );
+    let (first, first_url) = spawn_upstream().await;
+    first.script(500, b"{}".to_vec(), &[], Duration::ZERO);
+    let lines = format!(
+        "base_url = \"{first_url}\"\ncircuit = {{ failures = 2, window_ms = 60000, cooldown_ms = 30000 }}\n{store}"
+    );
+    let (one, _) = behind(&[("first", lines.clone())], "", "").await;
+    let (two, _) = behind(&[("first", lines)], "", "").await;
+    // Two failures on replica one open its circuit.
+    for _ in 0..2 {
+        assert_eq!(one.post(&request()).await.status(), 200);
+    }
+    assert_eq!(seen(&first), 2);
+    // Within a second the other replica sends it nothing either.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    for _ in 0..3 {
+        assert_eq!(two.post(&request()).await.status(), 200);
+    }
+    assert_eq!(seen(&first), 2);
+    let metrics = two.metrics().await;
+    assert!(
+        metrics.contains("releasegate_circuit_state{provider=\"first\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("releasegate_circuit_store_degraded 0"),
+        "{metrics}"
+    );
+    // The store gone: each replica says so and keeps its own circuits.
+    redis.kill();
+    let mut degraded = false;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if two
+            .metrics()
+            .await
+            .contains("releasegate_circuit_store_degraded 1")
+        {
+            degraded = true;
+            break;
+        }
+    }
+    assert!(degraded);
+    one.stop().await;
+    two.stop().await;
+}

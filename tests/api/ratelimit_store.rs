@@ -19,14 +19,14 @@ use super::helpers::{
 const REFILL_KEY: &str = "client-key-refill";
 
 /// A `redis-server` of this test's own, without persistence, on 127.0.0.1.
-struct Redis {
+pub(crate) struct Redis {
     child: Child,
     port: u16,
 }
 
 impl Redis {
     /// Starts one on a free port; `None` (saying so) when redis-server is not installed.
-    fn start() -> Option<Redis> {
+    pub(crate) fn start() -> Option<Redis> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -79,12 +79,12 @@ impl Redis {
             && &reply == b"+PONG\r\n"
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
     /// Stops it at once (SIGKILL): the store vanishing mid-run.
-    fn kill(mut self) -> u16 {
+    pub(crate) fn kill(mut self) -> u16 {
         let _ = self.child.kill();
         let _ = self.child.wait();
         self.port

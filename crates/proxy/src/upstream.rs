@@ -470,6 +470,19 @@ impl Upstreams {
                 },
             );
         }
+        if let Some(store) = config.rate_limit_store()
+            && !breakers.is_empty()
+        {
+            let shared: Vec<(String, Arc<circuit::Breaker>)> = breakers
+                .iter()
+                .map(|(name, breaker)| (name.clone(), breaker.clone()))
+                .collect();
+            circuit::shared::start(
+                store,
+                &shared,
+                metrics.routing.circuit_store_degraded.clone(),
+            );
+        }
         Ok(Upstreams {
             providers: Arc::new(providers),
             slots: Arc::new(slots),

@@ -12,6 +12,13 @@ const CIRCUIT_STATE: Family = Family {
     labels: &["provider"],
 };
 
+/// `releasegate_circuit_store_degraded`.
+const CIRCUIT_STORE_DEGRADED: Family = Family {
+    name: "releasegate_circuit_store_degraded",
+    help: "1 while the Redis store does not answer, so circuits are per replica, else 0",
+    labels: &[],
+};
+
 /// `releasegate_failovers_total{contract,provider,reason}`.
 const FAILOVERS: Family = Family {
     name: "releasegate_failovers_total",
@@ -58,6 +65,7 @@ const CACHE_BYTES: Family = Family {
 #[derive(Clone, Debug)]
 pub(crate) struct Routing {
     pub(crate) circuit_state: IntGaugeVec,
+    pub(crate) circuit_store_degraded: prometheus::IntGauge,
     pub(crate) failovers: IntCounterVec,
     pub(crate) attempts: HistogramVec,
     pub(crate) answered: IntCounterVec,
@@ -70,6 +78,7 @@ impl Routing {
     pub(super) fn register(r: &Registry) -> Result<Routing, prometheus::Error> {
         Ok(Routing {
             circuit_state: gauges(r, &CIRCUIT_STATE)?,
+            circuit_store_degraded: super::families::gauge(r, &CIRCUIT_STORE_DEGRADED)?,
             failovers: counters(r, &FAILOVERS)?,
             attempts: histograms(r, &ATTEMPTS, &[0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0])?,
             answered: counters(r, &ANSWERED)?,

@@ -5,9 +5,13 @@
 //! until `cooldown` has passed; then it admits one trial request (half-open) and nobody
 //! else while that trial runs: the trial's success closes the circuit, its failure opens it
 //! for another cooldown, and a trial that ends without an outcome (the caller went away)
-//! lets the next request try. The state is per replica and per configuration generation.
+//! lets the next request try. The state is per replica and per configuration generation;
+//! with a Redis store configured, openings are also shared across replicas (`shared`).
+
+pub(crate) mod shared;
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -22,6 +26,10 @@ pub(crate) struct Breaker {
     state: Mutex<State>,
     /// `releasegate_circuit_state{provider}`: 0 closed, 1 open, 2 half-open.
     gauge: IntGauge,
+    /// Until when (Unix milliseconds) another replica holds the circuit open (0: it does not).
+    shared_until: AtomicU64,
+    /// Until when this replica opened it, not yet written to the store (0: nothing to write).
+    opening: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -59,6 +67,8 @@ impl Breaker {
             spec,
             state: Mutex::new(State::Closed(VecDeque::new())),
             gauge,
+            shared_until: AtomicU64::new(0),
+            opening: AtomicU64::new(0),
         })
     }
 
@@ -68,6 +78,11 @@ impl Breaker {
             return Admit::Refused;
         };
         let trial = match &*state {
+            State::Closed(_)
+                if shared::unix_millis() < self.shared_until.load(Ordering::Relaxed) =>
+            {
+                return Admit::Refused;
+            }
             State::Closed(_) => false,
             State::Open(until) if now >= *until => {
                 *state = State::HalfOpen;
@@ -111,6 +126,34 @@ impl Breaker {
     fn open(&self, state: &mut State, now: Instant) {
         *state = State::Open(now + self.spec.cooldown);
         self.gauge.set(1);
+        let cooldown = u64::try_from(self.spec.cooldown.as_millis()).unwrap_or(u64::MAX);
+        self.opening.store(
+            shared::unix_millis().saturating_add(cooldown),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// This replica's opening not yet written to the store, if any.
+    pub(crate) fn take_opening(&self) -> Option<u64> {
+        Some(self.opening.swap(0, Ordering::Relaxed)).filter(|until| *until != 0)
+    }
+
+    /// An opening the store did not take: written at the next chance (unless a newer one
+    /// came meanwhile).
+    pub(crate) fn retry_opening(&self, until: u64) {
+        let _ = self
+            .opening
+            .compare_exchange(0, until, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// What the store says: open until `until` (Unix milliseconds; 0 or past: not open).
+    pub(crate) fn set_shared(&self, until: u64) {
+        self.shared_until.store(until, Ordering::Relaxed);
+        if let Ok(state) = self.state.lock()
+            && matches!(*state, State::Closed(_))
+        {
+            self.gauge.set(i64::from(shared::unix_millis() < until));
+        }
     }
 
     fn close(&self, state: &mut State) {
