@@ -318,6 +318,7 @@ fn the_alerts_dashboard_and_operations_page_query_real_metrics() {
         "crates/proxy/src/metrics.rs",
         "crates/proxy/src/metrics/certified.rs",
         "crates/proxy/src/metrics/families.rs",
+        "crates/proxy/src/metrics/routing.rs",
         "crates/proxy/src/server/listener.rs",
     ]
     .iter()
