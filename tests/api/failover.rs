@@ -307,3 +307,43 @@ async fn a_circuit_opened_on_one_replica_stops_the_other_through_the_store() {
     one.stop().await;
     two.stop().await;
 }
+
+/// The value of the series `name` (a full series name with labels) in a metrics text.
+fn series(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{metrics}"))
+}
+
+#[tokio::test]
+async fn the_overhead_histogram_leaves_out_the_providers_time() {
+    let (app, upstream) = behind(&[], "", "").await;
+    upstream.script(
+        200,
+        serde_json::to_vec(&native_answer()).unwrap(),
+        &[],
+        Duration::from_millis(300),
+    );
+    assert_eq!(app.post(&request()).await.status(), 200);
+    let metrics = app.metrics().await;
+    let count = series(
+        &metrics,
+        "releasegate_overhead_seconds_count{contract=\"main\"}",
+    );
+    let overhead = series(
+        &metrics,
+        "releasegate_overhead_seconds_sum{contract=\"main\"}",
+    );
+    let total = series(
+        &metrics,
+        "releasegate_request_duration_seconds_sum{contract=\"main\",route=\"systemone\",status_class=\"2xx\"}",
+    );
+    assert_eq!(count, 1.0);
+    // The same request's time, less at least the provider's 300 ms.
+    assert!(
+        overhead >= 0.0 && overhead + 0.3 <= total,
+        "{overhead} {total}"
+    );
+    app.stop().await;
+}

@@ -19,6 +19,19 @@ const CIRCUIT_STORE_DEGRADED: Family = Family {
     labels: &[],
 };
 
+/// `releasegate_overhead_seconds{contract}`.
+const OVERHEAD: Family = Family {
+    name: "releasegate_overhead_seconds",
+    help: "The proxy's own time per System One request: from the handler's start to the response, minus the wait for providers",
+    labels: &["contract"],
+};
+
+/// Buckets of `releasegate_overhead_seconds`: tens of microseconds up to a second.
+const OVERHEAD_BUCKETS: [f64; 16] = [
+    1e-5, 2e-5, 3e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 0.1,
+    1.0,
+];
+
 /// `releasegate_failovers_total{contract,provider,reason}`.
 const FAILOVERS: Family = Family {
     name: "releasegate_failovers_total",
@@ -67,6 +80,7 @@ pub(crate) struct Routing {
     pub(crate) circuit_state: IntGaugeVec,
     pub(crate) circuit_store_degraded: prometheus::IntGauge,
     pub(crate) failovers: IntCounterVec,
+    pub(crate) overhead: HistogramVec,
     pub(crate) attempts: HistogramVec,
     pub(crate) answered: IntCounterVec,
     pub(crate) cache_lookups: IntCounterVec,
@@ -80,6 +94,7 @@ impl Routing {
             circuit_state: gauges(r, &CIRCUIT_STATE)?,
             circuit_store_degraded: super::families::gauge(r, &CIRCUIT_STORE_DEGRADED)?,
             failovers: counters(r, &FAILOVERS)?,
+            overhead: histograms(r, &OVERHEAD, &OVERHEAD_BUCKETS)?,
             attempts: histograms(r, &ATTEMPTS, &[0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0])?,
             answered: counters(r, &ANSWERED)?,
             cache_lookups: counters(r, &CACHE_LOOKUPS)?,
