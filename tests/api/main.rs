@@ -21,6 +21,7 @@ mod own_provider;
 mod pinning;
 mod plain_path;
 mod process;
+mod provider_codebooks;
 mod ratelimit;
 mod ratelimit_store;
 mod release;
