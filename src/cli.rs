@@ -71,6 +71,10 @@ enum Command {
         /// The question id (it must declare `workflows`).
         #[arg(long)]
         question: String,
+        /// The provider whose answers the codebook is built from (default: the contract's
+        /// first): worlds naming it, and for the first provider worlds naming none.
+        #[arg(long)]
+        provider: Option<String>,
         /// Worlds file; only the train split is used. Repeat to read several as one, in the
         /// order given (a capture and its rotations: `--worlds c.jsonl.2 --worlds c.jsonl.1
         /// --worlds c.jsonl`).
@@ -158,6 +162,7 @@ fn run(command: Command) -> Result<ExitCode, Error> {
             config,
             contract,
             question,
+            provider,
             worlds,
             out,
             denominator,
@@ -169,6 +174,7 @@ fn run(command: Command) -> Result<ExitCode, Error> {
             config: &config,
             contracts: &contract,
             question: &question,
+            provider: provider.as_deref(),
             worlds: &worlds,
             out: &out,
             build: offline::codebook::BuildOptions { denominator, pool },

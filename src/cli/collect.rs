@@ -1,5 +1,6 @@
-//! `releasegate collect`: ask a contract's provider every request of a requests file and
-//! write the native answers as worlds (`docs/collect.md`). The glue only: the requests
+//! `releasegate collect`: ask a contract's provider (`--provider`, default its first) every
+//! request of a requests file and write the native answers as worlds, each naming the
+//! provider (`docs/collect.md`). The glue only: the requests
 //! file's format and its worlds are `releasegate_sim::requests`, the provider call (request
 //! check, upstream client, retries, answer validation) is `releasegate_proxy::collect`.
 //!
@@ -7,7 +8,8 @@
 //! - a world goes to `--out` as soon as its answer arrives (completion order), one line,
 //!   flushed; the file is appended to, created with mode 0600 (it holds native answers);
 //! - resumable: ids already in `--out` are not asked again; a torn last line (an
-//!   interrupted write) is cut off with a warning, any other unreadable line stops the run;
+//!   interrupted write) is cut off with a warning, any other unreadable line stops the run,
+//!   and so does a world another provider answered (one file per provider);
 //! - every line that yields no world is recorded in the errors file (`--errors`, default
 //!   `OUT.errors.jsonl`, rewritten by every run: it lists the failures of the latest run,
 //!   which a rerun asks again), with its line number, id, error kind and message;
@@ -42,6 +44,9 @@ pub(super) struct CollectArgs {
     /// The contract whose questions are asked and whose provider answers.
     #[arg(long)]
     pub contract: String,
+    /// The contract's provider to ask (default: its first); each world names it.
+    #[arg(long)]
+    pub provider: Option<String>,
     /// Requests file: one `{"id": ..., "request": {...}}` per line, optional labels.
     #[arg(long)]
     pub requests: PathBuf,
@@ -65,13 +70,26 @@ pub(super) fn collect_command(args: &CollectArgs) -> Result<ExitCode, Error> {
         return Err(Error::usage("--concurrency must be at least 1"));
     }
     let config = releasegate_proxy::load::load_for_collect(&args.config).or_usage()?;
-    let collector = Collector::new(&config, &args.contract, args.retries).or_usage()?;
+    let collector = Collector::new(
+        &config,
+        &args.contract,
+        args.provider.as_deref(),
+        args.retries,
+    )
+    .or_usage()?;
+    let first = config
+        .contract(&args.contract)
+        .map_or("", |contract| contract.provider());
+    let provider = (
+        collector.provider().to_string(),
+        first == collector.provider(),
+    );
     let errors_path = args.errors.clone().unwrap_or_else(|| {
         let mut name = args.out.as_os_str().to_owned();
         name.push(".errors.jsonl");
         PathBuf::from(name)
     });
-    let existing = already_collected(&args.out).or_usage()?;
+    let existing = already_collected(&args.out, &provider).or_usage()?;
     let text = std::fs::read_to_string(&args.requests).map_err(|error| {
         Error::usage(format!("cannot read {}: {error}", args.requests.display()))
     })?;
@@ -103,7 +121,15 @@ pub(super) fn collect_command(args: &CollectArgs) -> Result<ExitCode, Error> {
     )?;
     errors.finish().or_usage()?;
     let in_out = existing.len() + asked.collected;
-    print_summary(args, &errors_path, &requests, &asked, &errors, in_out);
+    print_summary(
+        args,
+        &provider.0,
+        &errors_path,
+        &requests,
+        &asked,
+        &errors,
+        in_out,
+    );
     outcome(&errors_path, &requests, &errors, in_out)
 }
 
@@ -124,6 +150,7 @@ fn concurrency(args: &CollectArgs, collector: &Collector) -> usize {
 /// The run's JSON summary on stdout; `in_out` counts the worlds now in `--out`.
 fn print_summary(
     args: &CollectArgs,
+    provider: &str,
     errors_path: &Path,
     requests: &Requests,
     asked: &Asked,
@@ -134,6 +161,7 @@ fn print_summary(
         "out": args.out.display().to_string(),
         "errors": errors_path.display().to_string(),
         "contract": args.contract,
+        "provider": provider,
         "request_lines": requests.lines,
         "collected": asked.collected,
         "already_collected": requests.skipped,
@@ -256,6 +284,7 @@ fn ask_all(
         .map_err(|error| Error::usage(format!("cannot start the runtime: {error}")))?;
     let progress = Progress::new(todo.len());
     let domain = args.contract.clone();
+    let provider = collector.provider().to_string();
     let mut asked = Asked {
         collected: 0,
         retried: 0,
@@ -271,7 +300,10 @@ fn ask_all(
                     response,
                     attempts,
                 }) => {
-                    let world: World = line.world(&domain, request, response);
+                    let world = World {
+                        provider: Some(provider.clone()),
+                        ..line.world(&domain, request, response)
+                    };
                     let text = world.to_line().map_err(|error| error.to_string())?;
                     out.write_all(text.as_bytes())
                         .and_then(|()| out.write_all(b"\n"))
@@ -332,7 +364,10 @@ async fn run(
 
 /// The ids of the worlds already in `path` (none when it does not exist). A last line cut
 /// short by an interrupted run is removed; any other unreadable line is an error.
-fn already_collected(path: &Path) -> Result<HashSet<String>, String> {
+fn already_collected(
+    path: &Path,
+    (provider, is_first): &(String, bool),
+) -> Result<HashSet<String>, String> {
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(HashSet::new()),
@@ -362,6 +397,19 @@ fn already_collected(path: &Path) -> Result<HashSet<String>, String> {
         match (parsed, end) {
             (Ok(world), end) => {
                 if let Some(world) = world {
+                    // A world without `provider` is the first provider's.
+                    let answered_by = world.provider.as_deref();
+                    if answered_by.map_or(!is_first, |p| p != provider) {
+                        return Err(format!(
+                            "{} line {number}: world `{}` was answered by {}, not `{provider}`: collect each provider into its own file",
+                            path.display(),
+                            world.world_id,
+                            answered_by.map_or_else(
+                                || "the contract's first provider".to_string(),
+                                |p| format!("`{p}`")
+                            )
+                        ));
+                    }
                     ids.insert(world.world_id);
                 }
                 if end.is_none() {

@@ -23,6 +23,7 @@ mod own_provider;
 mod pinning;
 mod plain_path;
 mod process;
+mod provider_codebooks;
 mod questions;
 mod ratelimit;
 mod ratelimit_store;

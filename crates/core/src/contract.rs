@@ -47,6 +47,13 @@ pub struct Contract {
     /// System One request headers a caller may send through to the provider
     /// (`forward_headers`); every other caller header stays out.
     pub(crate) forward_headers: Vec<ForwardHeader>,
+    /// Whose answers this contract releases: the index in `providers` (0, the first
+    /// provider, for a configured contract; another for one of its `variants`).
+    pub(crate) released_for: usize,
+    /// The contract as it releases the answers of each further provider (`providers[1..]`,
+    /// in order): each WCPQ question with that provider's codebook, all else the same.
+    /// Empty when every provider's answers are released alike (and in a variant).
+    pub(crate) variants: Vec<std::sync::Arc<Contract>>,
 }
 
 /// A System One request header a contract may let through (`forward_headers`), from a
@@ -437,6 +444,82 @@ impl Contract {
         &self.providers
     }
 
+    /// The contract as it releases the answers of provider `name`, which answered the
+    /// request: for the first provider the contract itself; for a further one the same
+    /// contract (name, questions, views, everything) whose WCPQ questions map with that
+    /// provider's codebook (`codebooks`), built with the configuration. `None` when `name`
+    /// is not one of the contract's providers (release nothing). On a contract this
+    /// returned, only its own provider is found.
+    pub fn for_provider(&self, name: &str) -> Option<&Contract> {
+        let index = self.providers.iter().position(|p| p == name)?;
+        if index == self.released_for || (self.released_for == 0 && self.variants.is_empty()) {
+            return Some(self);
+        }
+        match self.released_for {
+            0 => self.variants.get(index - 1).map(|variant| &**variant),
+            _ => None,
+        }
+    }
+
+    /// [`Contract::for_provider`] as a shared handle (the proxy's release runs on a handle
+    /// it can move to another thread).
+    pub fn shared_for_provider(
+        self: &std::sync::Arc<Self>,
+        name: &str,
+    ) -> Option<std::sync::Arc<Contract>> {
+        let found = self.for_provider(name)?;
+        if std::ptr::eq(found, &**self) {
+            return Some(self.clone());
+        }
+        self.variants
+            .iter()
+            .find(|variant| std::ptr::eq(&***variant, found))
+            .cloned()
+    }
+
+    /// The provider whose answers this contract releases: [`Contract::provider`], except on
+    /// a contract [`Contract::for_provider`] returned for a further provider.
+    pub fn released_for(&self) -> &str {
+        &self.providers[self.released_for]
+    }
+
+    /// Whether some question releases some provider's answers otherwise than the first
+    /// provider's (a WCPQ question with a codebook per provider).
+    pub fn releases_per_provider(&self) -> bool {
+        !self.variants.is_empty()
+    }
+
+    /// The contract with `mechanisms[question]` (one per provider of `providers[1..]`) as the
+    /// mechanisms of its further providers' variants; the variants are built only when there
+    /// is one.
+    pub(crate) fn with_provider_mechanisms(
+        mut self,
+        mechanisms: &BTreeMap<String, Vec<Mechanism>>,
+    ) -> Contract {
+        if mechanisms.is_empty() {
+            return self;
+        }
+        let variants = (1..self.providers.len())
+            .map(|index| {
+                let mut variant = Contract {
+                    released_for: index,
+                    variants: Vec::new(),
+                    ..self.clone()
+                };
+                for (id, mechanisms) in mechanisms {
+                    if let (Some(rule), Some(mechanism)) =
+                        (variant.questions.get_mut(id), mechanisms.get(index - 1))
+                    {
+                        rule.mechanism = mechanism.clone();
+                    }
+                }
+                std::sync::Arc::new(variant)
+            })
+            .collect();
+        self.variants = variants;
+        self
+    }
+
     /// When a request moves on to the next provider.
     pub fn failover(&self) -> &Failover {
         &self.failover
@@ -491,18 +574,41 @@ impl Contract {
     /// hold is refused, never audited. The one difference: `no_output` is allowed, because
     /// the audit measures every release against it (a configuration refuses it only because
     /// typed clients cannot read an allowed question without an answer).
+    ///
+    /// The variants of further providers ([`Contract::for_provider`]) are derived alike: a
+    /// replaced view replaces each provider's, a replaced mechanism becomes every provider's
+    /// (one mechanism for all of them), a kept mechanism stays each provider's own.
     pub fn derive(
         &self,
         mut release: impl FnMut(&str, &QuestionRule) -> Rerelease,
     ) -> Result<Contract, DeriveError> {
+        let rereleases: BTreeMap<&str, Rerelease> = self
+            .questions
+            .iter()
+            .map(|(id, rule)| (id.as_str(), release(id, rule)))
+            .collect();
+        let mut contract = self.rereleased(&rereleases)?;
+        contract.variants = self
+            .variants
+            .iter()
+            .map(|variant| variant.rereleased(&rereleases).map(std::sync::Arc::new))
+            .collect::<Result<_, _>>()?;
+        Ok(contract)
+    }
+
+    /// This contract (its variants left as they are) with each question of `rereleases`
+    /// released as it says, each checked by `check_release`.
+    fn rereleased(&self, rereleases: &BTreeMap<&str, Rerelease>) -> Result<Contract, DeriveError> {
         let mut contract = self.clone();
         for (id, rule) in contract.questions.iter_mut() {
-            let Rerelease { view, mechanism } = release(id, rule);
+            let Some(Rerelease { view, mechanism }) = rereleases.get(id.as_str()) else {
+                continue;
+            };
             if view.is_none() && mechanism.is_none() {
                 continue;
             }
             let view = view.unwrap_or(rule.view);
-            let mechanism = mechanism.unwrap_or_else(|| rule.mechanism.clone());
+            let mechanism = mechanism.clone().unwrap_or_else(|| rule.mechanism.clone());
             check_release(rule, view, &mechanism).map_err(|reason| DeriveError {
                 contract: self.name.clone(),
                 question: id.clone(),
@@ -529,10 +635,15 @@ impl Contract {
     }
 
     /// The same contract with answers shaped as `shape` (both shapes are valid for every
-    /// contract).
+    /// contract), its variants too.
     pub fn with_shape(&self, shape: Shape) -> Contract {
         Contract {
             shape,
+            variants: self
+                .variants
+                .iter()
+                .map(|variant| std::sync::Arc::new(variant.with_shape(shape)))
+                .collect(),
             ..self.clone()
         }
     }
@@ -853,3 +964,6 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod provider_tests;

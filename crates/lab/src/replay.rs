@@ -4,7 +4,12 @@
 //!
 //! A recipient's view of a world is what the proxy would have sent: the
 //! released body, or the proxy's error body when the request does not fit the
-//! contract or the saved answer fails validation.
+//! contract or the saved answer fails validation. Each world is released as the
+//! contract releases the answers of the provider that answered it (its `provider`;
+//! none: the contract's first), with that provider's WCPQ codebooks
+//! (`Contract::for_provider`). A world naming a provider the contract does not list
+//! is skipped and counted (`skipped`): the proxy never asks that provider, so it has
+//! no recipient view to write.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
@@ -19,6 +24,7 @@ use releasegate_core::release;
 use releasegate_core::rng::Rng;
 use releasegate_core::wire;
 use releasegate_core::workflow;
+use releasegate_sim::dataset;
 use releasegate_sim::worlds::{self, Reader, Writer};
 
 /// Most rejected worlds listed one by one in the summary (all are counted).
@@ -47,6 +53,10 @@ pub struct Summary {
     pub worlds_read: u64,
     /// Worlds written.
     pub worlds_written: u64,
+    /// Worlds released, by the provider that answered them.
+    pub worlds_by_provider: BTreeMap<String, u64>,
+    /// Worlds not replayed (not written): they name a provider the contract does not list.
+    pub skipped: Rejections,
     /// Released answers by question and view.
     pub answers_released: BTreeMap<String, BTreeMap<String, u64>>,
     /// Saved answers rejected as invalid (the recipient would get a 502).
@@ -415,6 +425,21 @@ fn process(contract: &Contract, lines: &[(usize, String)], rng: &mut Rng) -> Res
         let line = *line;
         let mut world = worlds::World::from_line(text, line)?;
         summary.worlds_read += 1;
+        let provider = dataset::answered_by(contract, &world).to_string();
+        let Ok(contract) = dataset::released_by(contract, &world) else {
+            let reason = dataset::Skip::ProviderNotInContract;
+            summary.skipped.record(
+                line,
+                &world.world_id,
+                format!(
+                    "provider `{provider}` is not one of the contract's ({})",
+                    contract.providers().join(", ")
+                ),
+                &reason.to_string(),
+            );
+            continue;
+        };
+        *summary.worlds_by_provider.entry(provider).or_default() += 1;
         world.response = match wire::check_request(&world.request, contract) {
             Err(error) => {
                 let body = error.body();
@@ -428,22 +453,7 @@ fn process(contract: &Contract, lines: &[(usize, String)], rng: &mut Rng) -> Res
             }
             Ok(asked) => match release::release(contract, &asked, &world.response, &mut options) {
                 Ok(released) => {
-                    let state = world.request.get("state").unwrap_or(&Value::Null);
-                    for record in &released.answers {
-                        *summary
-                            .answers_released
-                            .entry(record.question.clone())
-                            .or_default()
-                            .entry(record.view.as_str().to_string())
-                            .or_default() += 1;
-                        if let Some(rule) = contract.questions().get(&record.question) {
-                            summary
-                                .mechanisms
-                                .entry(record.question.clone())
-                                .or_default()
-                                .record(rule, record, state, world.split);
-                        }
-                    }
+                    summary.count(contract, &released.answers, &world);
                     released.body.to_value()
                 }
                 Err(reason) => {
@@ -469,10 +479,38 @@ fn process(contract: &Contract, lines: &[(usize, String)], rng: &mut Rng) -> Res
 // === impl Summary ===
 
 impl Summary {
+    /// Counts the answers released for `world` under `contract`.
+    fn count(
+        &mut self,
+        contract: &Contract,
+        answers: &[release::AnswerRecord],
+        world: &worlds::World,
+    ) {
+        let state = world.request.get("state").unwrap_or(&Value::Null);
+        for record in answers {
+            *self
+                .answers_released
+                .entry(record.question.clone())
+                .or_default()
+                .entry(record.view.as_str().to_string())
+                .or_default() += 1;
+            if let Some(rule) = contract.questions().get(&record.question) {
+                self.mechanisms
+                    .entry(record.question.clone())
+                    .or_default()
+                    .record(rule, record, state, world.split);
+            }
+        }
+    }
+
     /// Adds a later part's counts (input order is the caller's to keep).
     fn absorb(&mut self, other: Summary) {
         self.worlds_read += other.worlds_read;
         self.worlds_written += other.worlds_written;
+        for (provider, n) in other.worlds_by_provider {
+            *self.worlds_by_provider.entry(provider).or_default() += n;
+        }
+        self.skipped.absorb(other.skipped);
         for (question, views) in other.answers_released {
             let mine = self.answers_released.entry(question).or_default();
             for (view, n) in views {

@@ -1,4 +1,5 @@
-//! Asking a contract's provider for native answers, for `releasegate collect`: the request
+//! Asking one of a contract's providers (by default its first) for native answers, for
+//! `releasegate collect`: the request
 //! goes through the contract's request check (`wire::check_request`, so the contract's pinned
 //! question text is what is asked) and to the provider through the proxy's own upstream
 //! client (the provider's `timeout_ms`, `max_concurrency`, `queue_timeout_ms`, the server's
@@ -31,11 +32,13 @@ pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
 /// The first retry's wait when the provider gives no hint; each further one doubles it.
 const FIRST_RETRY_WAIT: Duration = Duration::from_millis(500);
 
-/// One contract's provider, as `serve` would call it.
+/// One provider of a contract, as `serve` would call it.
 #[derive(Debug)]
 pub struct Collector {
     upstreams: Upstreams,
     contract: Arc<Contract>,
+    /// The provider asked: one of the contract's.
+    provider: String,
     retries: u32,
     max_concurrency: Option<usize>,
     /// The server's image limits, which `serve` applies to the same requests.
@@ -78,6 +81,16 @@ pub enum SetupError {
         /// The configured contracts.
         known: String,
     },
+    /// The provider asked for is not one of the contract's.
+    #[error("contract `{contract}` has no provider `{provider}` (its providers: {known})")]
+    NoProvider {
+        /// The contract.
+        contract: String,
+        /// The provider asked for.
+        provider: String,
+        /// The contract's providers, in order.
+        known: String,
+    },
     /// Metrics could not be registered.
     #[error("cannot register metrics")]
     Metrics(#[from] prometheus::Error),
@@ -89,8 +102,14 @@ pub enum SetupError {
 // === impl Collector ===
 
 impl Collector {
-    /// The collector of contract `name`, retrying transient failures up to `retries` times.
-    pub fn new(config: &Config, name: &str, retries: u32) -> Result<Collector, SetupError> {
+    /// The collector of contract `name` asking its provider `provider` (`None`: the first),
+    /// retrying transient failures up to `retries` times.
+    pub fn new(
+        config: &Config,
+        name: &str,
+        provider: Option<&str>,
+        retries: u32,
+    ) -> Result<Collector, SetupError> {
         let contract = config
             .contract(name)
             .cloned()
@@ -103,7 +122,15 @@ impl Collector {
                     .collect::<Vec<_>>()
                     .join(", "),
             })?;
-        let max_concurrency = match config.providers().get(contract.provider()) {
+        let provider = provider.unwrap_or(contract.provider()).to_string();
+        if !contract.providers().contains(&provider) {
+            return Err(SetupError::NoProvider {
+                contract: name.to_string(),
+                provider,
+                known: contract.providers().join(", "),
+            });
+        }
+        let max_concurrency = match config.providers().get(&provider) {
             Some(Provider::SystemOne(remote)) => Some(remote.max_concurrency()),
             _ => None,
         };
@@ -111,10 +138,16 @@ impl Collector {
         Ok(Collector {
             upstreams,
             contract,
+            provider,
             retries,
             max_concurrency,
             asset_limits: config.server().asset_limits(),
         })
+    }
+
+    /// The provider asked (its name in the configuration).
+    pub fn provider(&self) -> &str {
+        &self.provider
     }
 
     /// The provider's `max_concurrency` (`None` for the in-process simulator): more requests
@@ -123,9 +156,13 @@ impl Collector {
         self.max_concurrency
     }
 
-    /// Asks the provider one request.
+    /// Asks the provider one request; its answer is validated as the contract releases
+    /// that provider's answers ([`Contract::for_provider`]).
     pub async fn collect(&self, request: &Value) -> Result<Collected, Failure> {
-        let contract = &*self.contract;
+        let contract = self
+            .contract
+            .for_provider(&self.provider)
+            .unwrap_or(&self.contract);
         let mut asked = wire::check_request(request, contract).map_err(|error| Failure {
             kind: "invalid_request",
             message: error.to_string(),
@@ -159,10 +196,7 @@ impl Collector {
                 headers: &headers,
                 switches: &[],
             };
-            let reply = self
-                .upstreams
-                .systemone(contract.provider(), None, post)
-                .await;
+            let reply = self.upstreams.systemone(&self.provider, None, post).await;
             let (kind, message, hint) = match reply {
                 Ok(Reply::Success(bytes)) => {
                     return answer(contract, &asked, &bytes).map_or_else(

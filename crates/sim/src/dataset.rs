@@ -26,6 +26,27 @@ pub enum Skip {
     /// The saved answer fails validation.
     #[error("invalid_answer")]
     InvalidAnswer,
+    /// The world names a provider the contract does not list (`provider`).
+    #[error("provider_not_in_contract")]
+    ProviderNotInContract,
+    /// Another of the contract's providers answered (not the one asked for).
+    #[error("other_provider")]
+    OtherProvider,
+}
+
+/// The provider that answered `world` under `contract`: the world's `provider`, or (none
+/// named) the contract's first provider.
+pub fn answered_by<'a>(contract: &'a Contract, world: &'a World) -> &'a str {
+    world.provider.as_deref().unwrap_or(contract.provider())
+}
+
+/// `contract` as it releases `world`'s answer: with the codebooks of the provider that
+/// answered it ([`answered_by`], `Contract::for_provider`). A world naming a provider the
+/// contract does not list is [`Skip::ProviderNotInContract`]: nothing releases it.
+pub fn released_by<'c>(contract: &'c Contract, world: &World) -> Result<&'c Contract, Skip> {
+    contract
+        .for_provider(answered_by(contract, world))
+        .ok_or(Skip::ProviderNotInContract)
 }
 
 /// One native answer of the question, in released label order.
@@ -70,7 +91,8 @@ pub fn training_answer(
 /// The training answers of a codebook question, possibly pooled over several contracts, read
 /// world by world ([`TrainingSet::add`]): a train-split world is read by the first contract
 /// whose request it fits, a validation-split world (when kept) chooses a learned codebook's
-/// assignment, the test split is never read.
+/// assignment, the test split is never read. Only the worlds one provider answered are read
+/// ([`answered_by`]): a codebook serves the answers of the provider it was built from.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TrainingSet {
     /// The train split's responses, which a compact codebook is learned from.
@@ -84,21 +106,31 @@ pub struct TrainingSet {
 }
 
 impl TrainingSet {
-    /// Reads `world` for `question` of `contracts` (its workflows `spec`); its validation
-    /// answer is kept only with `keep_validation`.
+    /// Reads `world` for `question` of `contracts` (its workflows `spec`) when `provider`
+    /// answered it; its validation answer is kept only with `keep_validation`.
     pub fn add(
         &mut self,
         contracts: &[Arc<Contract>],
-        question: &str,
+        (question, provider): (&str, &str),
         spec: &releasegate_core::workflow::Spec,
         world: &World,
         keep_validation: bool,
     ) {
-        if world.split == Split::Validation && keep_validation {
-            if let Some((response, _)) = contracts
+        let read = |contract: &Contract| {
+            if answered_by(contract, world) == provider {
+                training_answer(contract, question, world, spec)
+            } else if contract
+                .providers()
                 .iter()
-                .find_map(|contract| training_answer(contract, question, world, spec).ok())
+                .any(|p| p == answered_by(contract, world))
             {
+                Err(Skip::OtherProvider)
+            } else {
+                Err(Skip::ProviderNotInContract)
+            }
+        };
+        if world.split == Split::Validation && keep_validation {
+            if let Some((response, _)) = contracts.iter().find_map(|contract| read(contract).ok()) {
                 self.validation.push(response);
             }
             return;
@@ -108,7 +140,7 @@ impl TrainingSet {
         }
         let mut first_skip = None;
         let answer = contracts.iter().find_map(|contract| {
-            training_answer(contract, question, world, spec)
+            read(contract)
                 .map_err(|skip| first_skip = first_skip.or(Some(skip)))
                 .ok()
         });
@@ -170,13 +202,17 @@ mod tests {
     /// The simulator's worlds and the three contracts of `config/tuple-bench.toml`, which pool
     /// one codebook question.
     fn setup() -> (Vec<World>, Vec<Arc<Contract>>) {
+        setup_with(include_str!("../../../config/tuple-bench.toml"))
+    }
+
+    fn setup_with(text: &str) -> (Vec<World>, Vec<Arc<Contract>>) {
         let options = simulate::Options {
             pairs_per_domain: 12,
             seed: 7,
         };
         let worlds = simulate::generate(&options).unwrap();
         let config = Config::from_toml_with(
-            include_str!("../../../config/tuple-bench.toml"),
+            text,
             "tuple-bench.toml",
             std::path::Path::new("."),
             Inputs {
@@ -209,7 +245,7 @@ mod tests {
         for world in worlds {
             set.add(
                 contracts,
-                simulate::COARSE_QUESTION,
+                (simulate::COARSE_QUESTION, "sim"),
                 spec,
                 world,
                 keep_validation,
@@ -265,6 +301,76 @@ mod tests {
         assert_eq!(
             none.skipped,
             BTreeMap::from([("unknown".to_string(), train as u64)])
+        );
+    }
+
+    #[test]
+    fn a_codebook_reads_only_the_worlds_of_its_provider() {
+        // `delivery` asks the providers `sim` then `sim2`.
+        let text = include_str!("../../../config/tuple-bench.toml")
+            .replacen(
+                "[providers.sim]",
+                "[providers.sim2]\nkind = \"simulated\"\n[providers.sim]",
+                1,
+            )
+            .replacen("provider = \"sim\"", "providers = [\"sim\", \"sim2\"]", 1)
+            .replacen(
+                "fallback = \"native\" }",
+                "fallback = \"native\", codebooks = { sim2 = \"sim2.json\" } }",
+                1,
+            );
+        let (mut worlds, contracts) = setup_with(&text);
+        assert_eq!(contracts[0].providers(), ["sim", "sim2"]);
+        let spec = spec(&contracts[0]).clone();
+        let named = ["sim2", "gone", "sim"];
+        for (index, world) in worlds.iter_mut().enumerate() {
+            world.provider = (index % 4 < 3).then(|| named[index % 4].to_string());
+        }
+        let train = |provider: &str| {
+            worlds
+                .iter()
+                .filter(|w| w.split == Split::Train && w.domain == "delivery")
+                .filter(|w| w.provider.as_deref().unwrap_or("sim") == provider)
+                .count()
+        };
+        let by = |provider: &str| {
+            let mut set = TrainingSet::default();
+            for world in &worlds {
+                set.add(
+                    &contracts[..1],
+                    (simulate::COARSE_QUESTION, provider),
+                    &spec,
+                    world,
+                    false,
+                );
+            }
+            set
+        };
+        let first = by("sim");
+        assert!(train("sim") > 0 && train("sim2") > 0);
+        assert_eq!(first.answers.len(), train("sim"), "{:?}", first.skipped);
+        assert!(first.skipped["other_provider"] > 0);
+        assert!(first.skipped["provider_not_in_contract"] > 0);
+        let second = by("sim2");
+        assert_eq!(second.answers.len(), train("sim2"));
+        assert_ne!(first.answers, second.answers);
+        // The variant releasing each world is its provider's; a provider not listed has none.
+        let gone = worlds
+            .iter()
+            .find(|w| w.provider.as_deref() == Some("gone"))
+            .unwrap();
+        assert_eq!(
+            released_by(&contracts[0], gone).err(),
+            Some(Skip::ProviderNotInContract)
+        );
+        let other = worlds
+            .iter()
+            .find(|w| w.provider.as_deref() == Some("sim2"))
+            .unwrap();
+        // (Codebooks are not loaded here: both providers' answers are released alike.)
+        assert_eq!(
+            released_by(&contracts[0], other).unwrap().name(),
+            "delivery"
         );
     }
 }

@@ -126,6 +126,7 @@ impl Line {
             request,
             response,
             labels: self.labels.clone(),
+            provider: None,
             extra: Map::new(),
         }
     }

@@ -18,7 +18,7 @@
 //! inside `request` and `response` because those stay raw JSON values with their
 //! key order. On rewrite the known top-level keys come first in the order of the
 //! spec (`world_id`, `pair_id`, `split`, `domain`, `request`, `response`,
-//! `labels`), followed by the unknown keys in their original order. A
+//! `labels`, `provider`), followed by the unknown keys in their original order. A
 //! `"labels": null` is read as absent and is omitted on rewrite.
 
 use std::fmt;
@@ -46,6 +46,10 @@ pub struct World {
     /// Evaluator-only labels; release-time code must never read them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<Labels>,
+    /// The contract provider that answered (`collect --provider`); absent: the contract's
+    /// first provider. A world is released with that provider's codebook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
     /// Unknown top-level keys, kept in their original order.
     #[serde(flatten)]
     pub extra: Map<String, Value>,

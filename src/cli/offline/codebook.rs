@@ -1,5 +1,6 @@
-//! `releasegate build-codebook`: its arguments, the worlds files it reads, the codebook file
-//! it writes and the summary it prints. Building and learning are `releasegate_core::codebook`,
+//! `releasegate build-codebook`: its arguments, the worlds files it reads (only the worlds one
+//! provider answered: a codebook serves that provider's answers), the codebook file it writes
+//! and the summary it prints. Building and learning are `releasegate_core::codebook`,
 //! reading the training answers `releasegate_sim::dataset::TrainingSet`.
 
 use std::path::{Path, PathBuf};
@@ -12,7 +13,7 @@ use releasegate_core::mechanism::{ConfidenceMode, Fallback, Mechanism, WcpqMecha
 use releasegate_core::wcpq::{Admissibility, Mapper};
 use releasegate_core::workflow::{self, Spec};
 use releasegate_lab::audit::guard;
-use releasegate_sim::dataset::TrainingSet;
+use releasegate_sim::dataset::{self, TrainingSet};
 use releasegate_sim::worlds::{self, Split, World};
 
 use super::super::error::{Error, ResultExt};
@@ -30,6 +31,9 @@ pub(in crate::cli) struct Args<'a> {
     pub contracts: &'a [String],
     /// The question id.
     pub question: &'a str,
+    /// The provider whose answers the codebook is built from (`None`: the first
+    /// contract's first provider); every contract must list it.
+    pub provider: Option<&'a str>,
     /// Worlds files, read as one in this order.
     pub worlds: &'a [PathBuf],
     /// Output codebook artifact.
@@ -91,6 +95,11 @@ struct Outcome {
 pub(in crate::cli) fn build_codebook_command(args: &Args) -> Result<(), Error> {
     let config = releasegate_proxy::load::load_without_codebooks(args.config).or_usage()?;
     let contracts = pooled_contracts(&config, args.contracts, args.question)?;
+    let provider = provider(args, &contracts)?;
+    let args = &Args {
+        provider: Some(provider.as_str()),
+        ..*args
+    };
     let rule = &contracts[0].questions()[args.question];
     let spec = rule
         .workflows()
@@ -169,6 +178,21 @@ fn pooled_contracts(
     Ok(contracts)
 }
 
+/// `--provider`, or the first contract's first provider: one every contract lists.
+fn provider(args: &Args, contracts: &[Arc<Contract>]) -> Result<String, Error> {
+    let provider = args.provider.unwrap_or(contracts[0].provider());
+    for contract in contracts {
+        if !contract.providers().iter().any(|p| p == provider) {
+            return Err(Error::usage(format!(
+                "contract `{}` has no provider `{provider}` (its providers: {})",
+                contract.name(),
+                contract.providers().join(", ")
+            )));
+        }
+    }
+    Ok(provider.to_string())
+}
+
 /// Warns on stderr when the grid is large enough to slow every mapping down.
 fn warn_about_grid(n_classes: usize, denominator: u32) {
     let grid = codebook::grid_size(n_classes, denominator);
@@ -237,8 +261,18 @@ fn read_training(
             let world = world.or_failure_in(input)?;
             n_read += 1;
             bar.set_position(n_read);
-            training.add(contracts, args.question, spec, &world, args.learn.is_some());
-            if args.learn.is_some() && world.split != Split::Test {
+            let provider = args.provider.unwrap_or_default();
+            training.add(
+                contracts,
+                (args.question, provider),
+                spec,
+                &world,
+                args.learn.is_some(),
+            );
+            let answered = contracts
+                .iter()
+                .any(|contract| dataset::answered_by(contract, &world) == provider);
+            if args.learn.is_some() && world.split != Split::Test && answered {
                 kept.push(world);
             }
         }
@@ -249,14 +283,16 @@ fn read_training(
 /// No train-split world fits the question: what a codebook is built from.
 fn no_training(args: &Args, training: &TrainingSet) -> Error {
     Error::usage(format!(
-        "no train-split world of {} fits question `{}` of {}: a codebook is built from \
-         the contract's own native answers (worlds asked with the contract's question, its \
-         classes and pinned text, split \"train\"); skipped: {:?}",
+        "no train-split world of {} answered by `{}` fits question `{}` of {}: a codebook is \
+         built from the contract's own native answers (worlds asked with the contract's \
+         question, its classes and pinned text, split \"train\", answered by that provider: \
+         their `provider`, none for the contract's first); skipped: {:?}",
         args.worlds
             .iter()
             .map(|input| input.display().to_string())
             .collect::<Vec<_>>()
             .join(" + "),
+        args.provider.unwrap_or_default(),
         args.question,
         args.contracts.join(", "),
         training.skipped
@@ -401,6 +437,7 @@ fn print_summary(args: &Args, training: &TrainingSet, outcome: &Outcome) {
         "codebook": args.out.display().to_string(),
         "contracts": args.contracts,
         "question": args.question,
+        "provider": args.provider,
         "class_sets": class_sets,
         "denominator": args.build.denominator,
         "pool": match args.build.pool {

@@ -29,7 +29,9 @@ pub fn release_sha256(release: &Value) -> String {
 /// Everything that shapes what a contract's recipient receives: its shape, usage and pinned
 /// model, and per question the type, classes, text, view, coarsening, withheld labels and
 /// mechanism (a WCPQ codebook by its content hash, with its workflows, admissibility,
-/// fallback and confidence).
+/// fallback and confidence). A WCPQ question of a contract of several providers also names
+/// each provider's codebook by its hash (`codebooks_sha256`, by provider): each provider's
+/// answers are released with its own. A contract of one provider is described without it.
 pub fn contract_release(contract: &Contract) -> Value {
     describe_contract(contract, WorkflowsHash::Canonical)
 }
@@ -39,7 +41,15 @@ pub(crate) fn describe_contract(contract: &Contract, hash: WorkflowsHash) -> Val
     let questions: serde_json::Map<String, Value> = contract
         .questions
         .iter()
-        .map(|(id, rule)| (id.clone(), question_release(rule, hash)))
+        .map(|(id, rule)| {
+            let mut release = question_release(rule, hash);
+            if let Some(codebooks) = provider_codebooks(contract, id)
+                && let Some(mechanism) = release.get_mut("mechanism").and_then(Value::as_object_mut)
+            {
+                mechanism.insert("codebooks_sha256".to_string(), codebooks);
+            }
+            (id.clone(), release)
+        })
         .collect();
     json!({
         "shape": contract.shape.as_str(),
@@ -47,6 +57,23 @@ pub(crate) fn describe_contract(contract: &Contract, hash: WorkflowsHash) -> Val
         "model": contract.model,
         "questions": questions,
     })
+}
+
+/// The codebook hash of each provider of `contract` for its WCPQ question `id`, when it has
+/// several providers (`None` for one provider, or a question of another mechanism).
+fn provider_codebooks(contract: &Contract, id: &str) -> Option<Value> {
+    if contract.providers.len() < 2 {
+        return None;
+    }
+    let mut codebooks = serde_json::Map::new();
+    for provider in &contract.providers {
+        let rule = contract.for_provider(provider)?.questions.get(id)?;
+        let Mechanism::Wcpq(wcpq) = &rule.mechanism else {
+            return None;
+        };
+        codebooks.insert(provider.clone(), json!(wcpq.codebook_sha256));
+    }
+    Some(Value::Object(codebooks))
 }
 
 /// Everything a recipient's contracts release, by contract name.

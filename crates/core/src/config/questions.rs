@@ -9,15 +9,20 @@ use crate::mechanism::Mechanism;
 use crate::wire::Kind;
 use crate::workflow::Spec;
 
+/// The question `key` of a contract whose providers are `providers`: its rule (released with
+/// the first provider's mechanism) and, for a WCPQ question of a contract of several
+/// providers, the mechanism of each further provider (its own codebook) in their order;
+/// empty when every provider's answers are released alike.
 pub(crate) fn build_question(
     key: &str,
     mut raw: raw::RawQuestion,
     base_dir: &Path,
     inputs: &Inputs<'_>,
+    providers: &[String],
     problems: &mut Vec<String>,
-) -> Option<QuestionRule> {
+) -> Option<(QuestionRule, Vec<Mechanism>)> {
     if raw.kind == Some(Kind::Box) {
-        return build_box_question(key, raw, problems);
+        return build_box_question(key, raw, problems).map(|rule| (rule, Vec::new()));
     }
     let n_problems = problems.len();
     let classes = std::mem::take(&mut raw.classes);
@@ -38,26 +43,35 @@ pub(crate) fn build_question(
         return None;
     }
     let workflows = workflows(key, &raw, released, base_dir, inputs, problems);
-    let mechanism = mechanism(
+    let mut mechanisms = mechanisms(
         key,
         raw.mechanism,
-        released,
-        workflows.as_ref(),
+        (released, workflows.as_ref()),
         base_dir,
         inputs,
+        providers,
         problems,
-    );
-    let rule = (problems.len() == n_problems).then_some(QuestionRule {
+    )
+    .into_iter();
+    let rule = (problems.len() == n_problems).then(|| QuestionRule {
         classes,
         question,
         view: raw.view,
         coarsen,
         withhold,
-        mechanism,
+        mechanism: mechanisms.next().unwrap_or_default(),
         workflows,
         pinned_upstream: Default::default(),
     });
-    checked(key, rule?, problems)
+    let rule = checked(key, rule?, problems)?;
+    let others: Vec<Mechanism> = mechanisms.collect();
+    for (provider, mechanism) in providers[1..].iter().zip(&others) {
+        if let Err(reason) = crate::contract::check_release(&rule, rule.view, mechanism) {
+            problems.push(format!("{key}.mechanism.codebooks.{provider}: {reason}"));
+            return None;
+        }
+    }
+    Some((rule, others))
 }
 
 /// Checks the class labels: between the allowed counts, none blank, none listed twice.
@@ -189,27 +203,114 @@ fn workflows(
     }
 }
 
-/// `mechanism`: the release mechanism (`none` for WCPQ when codebooks are not loaded).
-fn mechanism(
+/// `mechanism`: the release mechanism, once for a question every provider's answers are
+/// released alike by; a WCPQ question's once per provider of `providers`, in their order, each
+/// with that provider's codebook (every one `none` when codebooks are not loaded; which
+/// provider has which codebook is checked either way).
+fn mechanisms(
     key: &str,
     raw: crate::mechanism::Raw,
-    released: &[String],
-    workflows: Option<&Spec>,
+    (released, workflows): (&[String], Option<&Spec>),
     base_dir: &Path,
     inputs: &Inputs<'_>,
+    providers: &[String],
     problems: &mut Vec<String>,
-) -> Mechanism {
-    let raw_mechanism = match raw {
-        crate::mechanism::Raw::Wcpq { .. } if !inputs.codebooks => crate::mechanism::Raw::None,
-        other => other,
-    };
-    match Mechanism::from_raw(raw_mechanism, released, workflows, base_dir, inputs.files) {
+) -> Vec<Mechanism> {
+    let build = |raw, problems: &mut Vec<String>| match Mechanism::from_raw(
+        raw,
+        released,
+        workflows,
+        base_dir,
+        inputs.files,
+    ) {
         Ok(mechanism) => mechanism,
         Err(reason) => {
             problems.push(format!("{key}.mechanism: {reason}"));
             Mechanism::None
         }
+    };
+    let crate::mechanism::Raw::Wcpq {
+        codebook,
+        codebooks,
+        admissibility,
+        fallback,
+        confidence,
+    } = raw
+    else {
+        return vec![build(raw, problems)];
+    };
+    let Some(paths) = codebook_paths(key, codebook, codebooks, providers, problems) else {
+        return vec![Mechanism::None];
+    };
+    if !inputs.codebooks {
+        return vec![Mechanism::None];
     }
+    let mut loaded: Vec<(String, Mechanism)> = Vec::new();
+    let mut mechanisms = Vec::with_capacity(paths.len());
+    for path in paths {
+        // A codebook several providers share is read and checked once.
+        if let Some((_, mechanism)) = loaded.iter().find(|(p, _)| *p == path) {
+            mechanisms.push(mechanism.clone());
+            continue;
+        }
+        let raw = crate::mechanism::Raw::Wcpq {
+            codebook: Some(path.clone()),
+            codebooks: Default::default(),
+            admissibility,
+            fallback,
+            confidence,
+        };
+        let mechanism = build(raw, problems);
+        loaded.push((path, mechanism.clone()));
+        mechanisms.push(mechanism);
+    }
+    mechanisms
+}
+
+/// The codebook path of each provider of `providers` (in their order): `codebooks`' entry for
+/// it, else for the first provider `codebook`. A provider without one, a `codebooks` key that
+/// is not a provider of the contract, and a `codebook` that serves no provider (the first one
+/// is in `codebooks`) are problems.
+fn codebook_paths(
+    key: &str,
+    codebook: Option<String>,
+    mut codebooks: std::collections::BTreeMap<String, String>,
+    providers: &[String],
+    problems: &mut Vec<String>,
+) -> Option<Vec<String>> {
+    let n_problems = problems.len();
+    for name in codebooks.keys().filter(|name| !providers.contains(name)) {
+        problems.push(format!(
+            "{key}.mechanism.codebooks.{name}: `{name}` is not one of the contract's providers ({})",
+            providers.join(", ")
+        ));
+    }
+    let first = providers.first().map(String::as_str).unwrap_or_default();
+    let mut codebook = codebook;
+    if codebook.is_some() && codebooks.contains_key(first) {
+        problems.push(format!(
+            "{key}.mechanism.codebook: serves the first provider `{first}`, which `codebooks` names too: keep one"
+        ));
+    }
+    let mut paths = Vec::with_capacity(providers.len());
+    for (index, provider) in providers.iter().enumerate() {
+        let own = codebooks.remove(provider);
+        let path = if index == 0 {
+            own.or(codebook.take())
+        } else {
+            own
+        };
+        match path {
+            Some(path) => paths.push(path),
+            None if index == 0 && providers.len() == 1 => problems.push(format!(
+                "{key}.mechanism: wcpq needs a `codebook` (the codebook built from provider `{provider}`'s answers)"
+            )),
+            None => problems.push(format!(
+                "{key}.mechanism.codebooks: provider `{provider}` of the contract has no codebook for this question (add `{provider} = \"PATH\"`, the codebook built from its answers)"
+            )),
+        }
+    }
+    (problems.len() == n_problems).then_some(paths)
 }
 
 /// A `type = "box"` question: no classes, labels or workflows; the view `full_native` (box

@@ -285,12 +285,22 @@ pub(crate) struct RawQuestion {
 }
 
 impl RawQuestion {
-    /// The files this question names (a WCPQ codebook, a logistic posterior model), resolved
+    /// The files this question names (WCPQ codebooks, a logistic posterior model), resolved
     /// as validation resolves them: what a configuration reload must watch.
     fn files(&self, base_dir: &Path) -> Vec<std::path::PathBuf> {
         let mut files = Vec::new();
-        if let mechanism::Raw::Wcpq { codebook, .. } = &self.mechanism {
-            files.push(base_dir.join(codebook));
+        if let mechanism::Raw::Wcpq {
+            codebook,
+            codebooks,
+            ..
+        } = &self.mechanism
+        {
+            files.extend(
+                codebook
+                    .iter()
+                    .chain(codebooks.values())
+                    .map(|c| base_dir.join(c)),
+            );
         }
         if let Some(crate::workflow::RawPosterior::Table(table)) = self
             .workflows

@@ -2,6 +2,7 @@
 //! validation into a [`Mechanism`]: parameters in range, and for WCPQ a codebook that matches
 //! the question's frozen workflows and admissibility.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -22,11 +23,17 @@ pub enum Raw {
     /// Release the native values unchanged.
     #[default]
     None,
-    /// `{kind = "wcpq", codebook = "PATH", fallback = "native", confidence = "codeword",
-    /// admissibility = "strict"}`.
+    /// `{kind = "wcpq", codebook = "PATH", codebooks = {PROVIDER = "PATH"}, fallback =
+    /// "native", confidence = "codeword", admissibility = "strict"}`.
     Wcpq {
-        /// Codebook artifact path (relative to the configuration file).
-        codebook: String,
+        /// Codebook artifact path (relative to the configuration file): the codebook of the
+        /// contract's first provider, unless `codebooks` names that provider.
+        #[serde(default)]
+        codebook: Option<String>,
+        /// Codebook artifact paths by provider: a provider's answers are released with the
+        /// codebook built from its own answers (`config` resolves them per provider).
+        #[serde(default)]
+        codebooks: BTreeMap<String, String>,
         /// `"strict"` (default) or `{budget = α}`.
         #[serde(default)]
         admissibility: RawAdmissibility,
@@ -240,10 +247,21 @@ impl Mechanism {
             }
             Raw::Wcpq {
                 codebook,
+                codebooks,
                 admissibility,
                 fallback,
                 confidence,
             } => {
+                // A contract resolves `codebooks` to one codebook per provider first.
+                let codebook = match codebook {
+                    Some(codebook) if codebooks.is_empty() => codebook,
+                    _ => {
+                        return Err(
+                            "wcpq needs exactly one `codebook` here (a contract resolves `codebooks` per provider)"
+                                .to_string(),
+                        );
+                    }
+                };
                 let fallback = fallback.ok_or_else(|| FALLBACK_REQUIRED.to_string())?;
                 let admissibility = admissibility.validate()?;
                 let spec = workflows.ok_or_else(|| {

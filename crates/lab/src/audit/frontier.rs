@@ -302,6 +302,10 @@ fn measure(
         else {
             continue;
         };
+        // As the contract releases the world's provider's answers (none it lists: skipped).
+        let Ok(contract) = releasegate_sim::dataset::released_by(contract, world) else {
+            continue;
+        };
         // WCPQ never draws randomness; a fixed generator keeps the release pure.
         let mut rng = Rng::new(0);
         let mut options = Options {

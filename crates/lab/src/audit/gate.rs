@@ -476,6 +476,7 @@ mod tests {
                         hypotheses: ["h0".into(), "h1".into()],
                         extra: Default::default(),
                     }),
+                    provider: None,
                     extra: Default::default(),
                 });
             }

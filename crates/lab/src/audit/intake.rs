@@ -2,7 +2,8 @@
 //!
 //! Every candidate release is the contract itself with the view (and, for
 //! mechanism releases, the mechanism) replaced; each world is released by
-//! `release::release`, exactly as the proxy would, and the attacker's
+//! `release::release`, exactly as the proxy would (as the contract releases the
+//! answers of the world's `provider`, with that provider's codebooks), and the attacker's
 //! features are read from the released answer. Public request features are
 //! fitted on the train split from the contract's `public` declarations.
 //! Workflow costs are realized costs of the recipient's frozen workflows on
@@ -22,6 +23,7 @@ use releasegate_core::release::{self, Options};
 use releasegate_core::rng::Rng;
 use releasegate_core::wire;
 use releasegate_core::workflow;
+use releasegate_sim::dataset;
 use releasegate_sim::worlds::{self, World};
 
 /// One candidate release: the contract with its views and mechanisms replaced.
@@ -309,7 +311,9 @@ impl Releaser<'_, '_> {
         let mut examples = Vec::with_capacity(self.usable.len());
         let mut consumer = Vec::with_capacity(self.usable.len());
         for u in self.usable {
-            let contract = &variants[u.contract];
+            // The contract as it releases the answers of the world's provider.
+            let contract = dataset::released_by(&variants[u.contract], u.world)
+                .map_err(|e| world_error(u.world, &e.to_string()))?;
             let asked = wire::check_request(&u.world.request, contract)
                 .map_err(|e| world_error(u.world, &e.to_string()))?;
             let stream = format!("{}/{}/{}", self.seed, candidate.name, u.world.world_id);
@@ -396,7 +400,14 @@ fn joint_parts(
             class_count: labels.len(),
             ..JointPart::default()
         };
-        if let Ok(asked) = wire::check_request(&u.world.request, contract) {
+        // Released as that contract releases the world's provider's answers; a provider it
+        // does not list never answers it (an empty part, as a refused request).
+        let released_by = dataset::released_by(contract, u.world);
+        if let Ok((contract, asked)) = released_by.and_then(|contract| {
+            wire::check_request(&u.world.request, contract)
+                .map(|asked| (contract, asked))
+                .map_err(|_| dataset::Skip::RequestMismatch)
+        }) {
             let stream = format!("{seed}/joint/{}/{}", contract.name(), u.world.world_id);
             let released = release_saved(contract, &asked, u.world, &stream)?;
             if let Some(question) = asked.questions.iter().find(|q| q.id == u.question) {

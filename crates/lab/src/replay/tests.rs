@@ -339,3 +339,143 @@ fn replay_reads_the_pinned_question_as_the_proxy_sends_it() {
         assert!(!world["response"].to_string().contains("SECRET"), "{line}");
     }
 }
+
+/// Replays `worlds` (JSON Lines) under `contract`: the summary and the written lines.
+fn replay_lines(contract: &Contract, worlds: &[String]) -> (Summary, Vec<String>) {
+    let mut writer = Writer::new(Vec::new());
+    let input = worlds.join("\n").into_bytes();
+    let summary = replay(
+        contract,
+        Reader::new(Cursor::new(input)),
+        &mut writer,
+        &mut |_| {},
+    )
+    .unwrap();
+    let out = String::from_utf8(writer.into_inner().unwrap()).unwrap();
+    (summary, out.lines().map(str::to_string).collect())
+}
+
+/// A second provider's codebook for the delivery question, built as `build-codebook
+/// --denominator 10 --pool grid+training` builds it from the train split of the simulator's
+/// worlds of another seed.
+fn second_codebook(shipped: &str, dir: &std::path::Path) -> std::path::PathBuf {
+    let worlds = releasegate_sim::simulate::generate(&releasegate_sim::simulate::Options {
+        pairs_per_domain: 60,
+        seed: 11,
+    })
+    .unwrap();
+    let config = from_toml(shipped).unwrap();
+    let contracts = [config.contracts()["delivery"].clone()];
+    let rule = &contracts[0].questions()["coarse_cause"];
+    let spec = rule.workflows().unwrap();
+    let mut training = releasegate_sim::dataset::TrainingSet::default();
+    for world in &worlds {
+        training.add(&contracts, ("coarse_cause", "sim"), spec, world, false);
+    }
+    assert!(training.answers.len() > 20);
+    let built = releasegate_core::codebook::build(
+        rule.released_labels(),
+        10,
+        spec,
+        &training.answers,
+        "seed 11".into(),
+    )
+    .unwrap();
+    let path = dir.join("second.json");
+    std::fs::write(&path, built.codebook.to_json_bytes()).unwrap();
+    path
+}
+
+/// Worlds answered by two providers, each released with its own codebook: every released
+/// line is byte for byte the one a contract naming only that provider writes.
+#[test]
+fn each_world_is_released_with_the_codebook_of_the_provider_that_answered_it() {
+    let (worlds, _, shipped) = tuple_bench();
+    let dir = tempfile::tempdir().unwrap();
+    let second = second_codebook(&shipped, dir.path());
+    let with_sim2 = shipped.replacen(
+        "[providers.sim]",
+        "[providers.sim2]\nkind = \"simulated\"\n[providers.sim]",
+        1,
+    );
+    let both = with_sim2
+        .replacen("provider = \"sim\"", "providers = [\"sim\", \"sim2\"]", 1)
+        .replacen(
+            "fallback = \"native\" }",
+            &format!(
+                "fallback = \"native\", codebooks = {{ sim2 = \"{}\" }} }}",
+                second.display()
+            ),
+            1,
+        );
+    let only_sim2 = with_sim2.replacen("provider = \"sim\"", "provider = \"sim2\"", 1);
+    let only_sim2 = only_sim2.replacen(
+        concat!(
+            "codebook = \"",
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../config/codebooks/tuple-bench-coarse_cause.json"
+        ),
+        &format!("codebook = \"{}", second.display()),
+        1,
+    );
+    let contract = |text: &str| from_toml(text).unwrap().contracts()["delivery"].clone();
+    let (both, only_sim, only_sim2) = (contract(&both), contract(&shipped), contract(&only_sim2));
+    assert_eq!(both.providers(), ["sim", "sim2"]);
+    let sha256 = |c: &Contract| match c.questions()["coarse_cause"].mechanism() {
+        releasegate_core::mechanism::Mechanism::Wcpq(wcpq) => wcpq.codebook_sha256.clone(),
+        _ => String::new(),
+    };
+    assert_eq!(
+        sha256(both.for_provider("sim2").unwrap()),
+        sha256(&only_sim2)
+    );
+    assert_ne!(sha256(&only_sim2), sha256(&only_sim));
+
+    // Every other delivery world was answered by sim2; the others name no provider (sim's).
+    let mut sim_lines = Vec::new();
+    let mut sim2_lines = Vec::new();
+    let mut mixed = Vec::new();
+    for (index, world) in worlds.iter().filter(|w| w.domain == "delivery").enumerate() {
+        let mut world = world.clone();
+        if index % 2 == 0 {
+            world.provider = Some("sim2".into());
+            sim2_lines.push(world.to_line().unwrap());
+        } else {
+            sim_lines.push(world.to_line().unwrap());
+        }
+        mixed.push(world.to_line().unwrap());
+    }
+    let mut gone = worlds[0].clone();
+    gone.provider = Some("gone".into());
+    mixed.insert(3, gone.to_line().unwrap());
+
+    let (summary, out) = replay_lines(&both, &mixed);
+    assert_eq!(summary.worlds_read as usize, mixed.len());
+    assert_eq!(summary.worlds_written as usize, mixed.len() - 1);
+    assert_eq!(summary.skipped.total, 1);
+    assert_eq!(summary.skipped.worlds[0].line, 4);
+    assert_eq!(summary.skipped.by_reason["provider_not_in_contract"], 1);
+    assert_eq!(summary.worlds_by_provider["sim"], sim_lines.len() as u64);
+    assert_eq!(summary.worlds_by_provider["sim2"], sim2_lines.len() as u64);
+    let (_, by_sim) = replay_lines(&only_sim, &sim_lines);
+    let (_, by_sim2) = replay_lines(&only_sim2, &sim2_lines);
+    let (expected_sim2, expected_sim): (Vec<&String>, Vec<&String>) = out
+        .iter()
+        .partition(|line| line.contains("\"provider\":\"sim2\""));
+    // (Compared as booleans: a failure would print hundreds of worlds.)
+    assert!(expected_sim == by_sim.iter().collect::<Vec<_>>());
+    assert!(expected_sim2 == by_sim2.iter().collect::<Vec<_>>());
+    // The codebooks release differently: sim2's answers under sim's codebook are other bytes.
+    let sim2_under_sim: Vec<String> = sim2_lines
+        .iter()
+        .map(|line| line.replace(",\"provider\":\"sim2\"", ""))
+        .collect();
+    let (_, under_sim) = replay_lines(&only_sim, &sim2_under_sim);
+    assert_eq!(under_sim.len(), by_sim2.len());
+    let differing = by_sim2
+        .iter()
+        .zip(&under_sim)
+        .filter(|(a, b)| a.replace(",\"provider\":\"sim2\"", "") != **b)
+        .count();
+    assert!(differing > 10, "{differing} of {} differ", by_sim2.len());
+}

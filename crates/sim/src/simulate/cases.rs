@@ -188,6 +188,7 @@ fn build_pair(seed: u64, plan: Plan) -> Result<[World; 2], Error> {
                 hypotheses: hypotheses.clone(),
                 extra: Map::new(),
             }),
+            provider: None,
             extra: Map::new(),
         })
     };

@@ -112,3 +112,23 @@ fn null_labels_read_as_absent() {
         ["train", "validation", "test"]
     );
 }
+
+#[test]
+fn the_provider_is_optional_and_written_after_the_labels() {
+    let world = World::from_line(LINE, 1).expect("valid line");
+    assert_eq!(world.provider, None);
+    let named = LINE.replacen(r#","zeta""#, r#","provider":"secondary","zeta""#, 1);
+    let read = World::from_line(&named, 1).expect("valid line");
+    assert_eq!(read.provider.as_deref(), Some("secondary"));
+    assert_eq!(read.to_line().expect("serializes"), named);
+    let moved = LINE.replacen(r#"{"world_id""#, r#"{"provider":"secondary","world_id""#, 1);
+    assert_eq!(
+        World::from_line(&moved, 1).unwrap().to_line().unwrap(),
+        named
+    );
+    let wrong = LINE.replacen(r#","zeta""#, r#","provider":7,"zeta""#, 1);
+    assert!(matches!(
+        World::from_line(&wrong, 1),
+        Err(Error::Invalid { line: 1, .. })
+    ));
+}

@@ -41,15 +41,20 @@ pub(super) fn validate_contract(
     });
     let forward_headers = forward_headers(&key, &raw.forward_headers, problems);
     let mut questions = BTreeMap::new();
+    let mut by_provider = BTreeMap::new();
     for (id, question) in raw.questions {
         files.extend(question.files(base_dir));
-        if let Some(rule) = crate::config::build_question(
+        if let Some((rule, others)) = crate::config::build_question(
             &format!("{key}.questions.{id}"),
             question,
             base_dir,
             inputs,
+            &providers,
             problems,
         ) {
+            if !others.is_empty() {
+                by_provider.insert(id.clone(), others);
+            }
             questions.insert(id, rule);
         }
     }
@@ -65,7 +70,10 @@ pub(super) fn validate_contract(
         public: raw.public,
         policy,
         forward_headers,
+        released_for: 0,
+        variants: Vec::new(),
     }
+    .with_provider_mechanisms(&by_provider)
 }
 
 /// `provider = "x"` or `providers = ["x", ...]` (one of them): configured names, each once.

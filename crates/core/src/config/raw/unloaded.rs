@@ -28,14 +28,20 @@ pub(super) fn unloaded_codebooks(
     for (name, contract) in contracts {
         for (id, question) in &contract.questions {
             if let Raw::Wcpq {
-                codebook, fallback, ..
+                codebook,
+                codebooks,
+                fallback,
+                ..
             } = &question.mechanism
             {
-                out.push(UnloadedCodebook {
-                    question: format!("contracts.{name}.questions.{id}"),
-                    path: base_dir.join(codebook),
-                    fallback: *fallback,
-                });
+                // The first provider's `codebook`, then each provider's of `codebooks`.
+                for path in codebook.iter().chain(codebooks.values()) {
+                    out.push(UnloadedCodebook {
+                        question: format!("contracts.{name}.questions.{id}"),
+                        path: base_dir.join(path),
+                        fallback: *fallback,
+                    });
+                }
             }
         }
     }

@@ -431,3 +431,123 @@ fn a_candidate_no_configuration_could_hold_is_refused_not_audited() {
         "{text}"
     );
 }
+
+/// The shipped `delivery` contract of `config/tuple-bench.toml` asking `providers`, its WCPQ
+/// question's further codebooks `codebooks` (a TOML inline table's entries) and, when given,
+/// another first codebook.
+fn delivery_with(
+    providers: &str,
+    codebooks: &str,
+    first: Option<&std::path::Path>,
+) -> Arc<Contract> {
+    let config_dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../config"));
+    let mut text = std::fs::read_to_string(config_dir.join("tuple-bench.toml"))
+        .unwrap()
+        .replacen(
+            "[providers.sim]",
+            "[providers.sim2]\nkind = \"simulated\"\n[providers.sim]",
+            1,
+        )
+        .replacen("provider = \"sim\"", providers, 1)
+        .replacen(
+            "fallback = \"native\" }",
+            &format!("fallback = \"native\"{codebooks} }}"),
+            1,
+        );
+    if let Some(first) = first {
+        text = text.replacen(
+            "codebook = \"codebooks/tuple-bench-coarse_cause.json\"",
+            &format!("codebook = \"{}\"", first.display()),
+            1,
+        );
+    }
+    let config = AppConfig::from_toml_with(
+        &text,
+        "tuple-bench.toml",
+        config_dir,
+        releasegate_core::config::Inputs {
+            env: None,
+            files: &|path| std::fs::read(path),
+            codebooks: true,
+        },
+    )
+    .unwrap();
+    config.contract("delivery").unwrap().clone()
+}
+
+/// Each world is audited as the contract releases its provider's answers; a world naming a
+/// provider the contract does not list is left out and counted.
+#[test]
+fn each_world_is_audited_with_the_codebook_of_its_provider() {
+    let dir = tempfile::tempdir().unwrap();
+    let shipped = delivery_with("provider = \"sim\"", "", None);
+    let rule = &shipped.questions()[simulate::COARSE_QUESTION];
+    let spec = rule.workflows().unwrap();
+    let built =
+        releasegate_core::codebook::build(rule.released_labels(), 10, spec, &[], "sim2".into())
+            .unwrap();
+    let second = dir.path().join("sim2.json");
+    std::fs::write(&second, built.codebook.to_json_bytes()).unwrap();
+    let codebooks = format!(", codebooks = {{ sim2 = \"{}\" }}", second.display());
+    let both = delivery_with("providers = [\"sim\", \"sim2\"]", &codebooks, None);
+    let only_sim2 = delivery_with("provider = \"sim2\"", "", Some(&second));
+
+    let worlds = simulate::generate(&simulate::Options {
+        pairs_per_domain: 20,
+        seed: 3,
+    })
+    .unwrap();
+    let delivery: Vec<World> = worlds
+        .into_iter()
+        .filter(|w| w.domain == "delivery")
+        .collect();
+    let answered = |provider: Option<&str>| -> Vec<World> {
+        let mut worlds = delivery.clone();
+        for world in &mut worlds {
+            world.provider = provider.map(str::to_string);
+        }
+        worlds
+    };
+    let examples = |contract: &Arc<Contract>, worlds: &[World]| {
+        let (input, intake) = build(
+            std::slice::from_ref(contract),
+            worlds,
+            &own_release(),
+            Reading::Released,
+            1,
+        )
+        .unwrap();
+        (input.releases[0].examples.clone(), intake)
+    };
+    let (by_both, _) = examples(&both, &answered(Some("sim2")));
+    let (alone, _) = examples(&only_sim2, &answered(Some("sim2")));
+    assert_eq!(by_both, alone);
+    // The same answers as the first provider's are released otherwise.
+    let (as_first, _) = examples(&both, &answered(None));
+    assert_eq!(as_first.len(), by_both.len());
+    assert!(
+        as_first
+            .iter()
+            .zip(&by_both)
+            .any(|(a, b)| a.release != b.release)
+    );
+
+    let mut mixed = answered(Some("sim2"));
+    let gone: Vec<usize> = (0..mixed.len())
+        .filter(|&i| mixed[i].split == worlds::Split::Test)
+        .step_by(4)
+        .collect();
+    for &index in &gone {
+        mixed[index].provider = Some("gone".into());
+    }
+    let (used, intake) = examples(&both, &mixed);
+    assert_eq!(used.len(), delivery.len() - gone.len());
+    assert_eq!(
+        intake.skipped["provider_not_in_contract"],
+        gone.len() as u64
+    );
+    assert_eq!(
+        intake.left_out_test["provider_not_in_contract"],
+        gone.len() as u64
+    );
+}

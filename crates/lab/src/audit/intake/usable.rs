@@ -3,7 +3,8 @@
 //!
 //! Every labelled world a contract can be asked about is audited: a world whose class the
 //! contract coarsens under its coarse label, a world whose class it withholds under that
-//! (withheld) label. A world still left out is counted by reason; the gate reads the share
+//! (withheld) label. A world naming a provider its contract does not list is left out
+//! (`provider_not_in_contract`). A world still left out is counted by reason; the gate reads the share
 //! of labelled test worlds left out (`Intake::left_out_share`), among those whose request
 //! one of the contracts accepts (the proxy refuses the others and releases nothing).
 
@@ -66,6 +67,9 @@ pub(in crate::audit) fn usable_world<'w>(
                 .map(|asked| (i, c, asked))
         })
         .ok_or(NOT_ASKED)?;
+    // A provider the contract does not list never answers its requests: nothing to release.
+    let contract = releasegate_sim::dataset::released_by(contract, world)
+        .map_err(|_| "provider_not_in_contract")?;
     let rule = contract
         .questions()
         .get(&labels.question)

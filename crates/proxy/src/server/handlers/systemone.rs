@@ -190,8 +190,14 @@ pub(super) async fn answer(
     if provider != contract.provider() {
         trail.provider = Some(provider.clone());
     }
+    // Released as the answering provider's answers are (its own WCPQ codebooks); a provider
+    // the contract does not list cannot have answered: nothing goes out.
+    let releaser = contract
+        .shared_for_provider(&provider)
+        .ok_or(Error::Internal)?;
+    trail.contract = Some(releaser.clone());
     let releasing = trail.clock();
-    let released = release_off_thread(contract, asked, native.clone()).await?;
+    let released = release_off_thread(&releaser, asked, native.clone()).await?;
     release_span(state, trail, contract, releasing, &released);
     let released = released.map_err(|reason| reject(state, contract, reason))?;
     cached.fill(&live, contract, trail, &provider, native);
