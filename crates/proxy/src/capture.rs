@@ -43,6 +43,8 @@ pub(crate) struct Pending {
     pub request: Bytes,
     /// The provider's answer body, as received (it parsed and was released).
     pub response: Bytes,
+    /// The provider that answered, on a contract with several (the worlds' `provider`).
+    pub provider: Option<String>,
 }
 
 /// One queued world.
@@ -73,6 +75,8 @@ struct World<'a> {
     domain: &'a str,
     request: Value,
     response: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    provider: Option<&'a str>,
     /// When the answer was released (an unknown key to the worlds readers, kept on rewrite).
     captured_at: String,
 }
@@ -236,6 +240,7 @@ fn world_line(domain: &str, item: &Item) -> Option<Vec<u8>> {
         domain,
         request,
         response,
+        provider: item.pending.provider.as_deref(),
         captured_at: Rfc3339::millis(item.time).to_string(),
     };
     let mut line = serde_json::to_vec(&world).ok()?;

@@ -6,6 +6,7 @@ fn pending(request: &Value, response: &Value) -> Pending {
     Pending {
         request: Bytes::from(serde_json::to_vec(request).unwrap()),
         response: Bytes::from(serde_json::to_vec(response).unwrap()),
+        provider: None,
     }
 }
 
@@ -59,6 +60,7 @@ fn a_body_that_is_not_json_is_never_written() {
         pending: Pending {
             request: Bytes::from_static(b"{}"),
             response: Bytes::from_static(b"not json"),
+            provider: None,
         },
     };
     assert!(world_line("c", &item).is_none());
@@ -149,4 +151,18 @@ fn the_file_is_private_and_rotated_by_size() {
         .sum();
     assert!(lines > 0 && lines <= 40);
     assert_eq!(metrics.captured.with_label_values(&["c"]).get(), 40);
+}
+
+#[test]
+fn a_world_names_the_provider_that_answered_when_there_are_several() {
+    let mut pending = world();
+    pending.provider = Some("backup".into());
+    let item = Item {
+        request_id: "rg-2".into(),
+        time: SystemTime::UNIX_EPOCH,
+        pending,
+    };
+    let line = world_line("c", &item).unwrap();
+    let world: releasegate_sim::worlds::World = serde_json::from_slice(&line).unwrap();
+    assert_eq!(world.provider.as_deref(), Some("backup"));
 }

@@ -185,7 +185,10 @@ pub(super) async fn answer(
     drop((forward, parts));
     drop(hold);
     let reply = reply?;
-    let captured = pending_capture(captured, &reply);
+    let mut captured = pending_capture(captured, &reply);
+    if let Some(pending) = captured.as_mut().filter(|_| contract.providers().len() > 1) {
+        pending.provider = Some(provider.clone());
+    }
     let native = success_body(reply)?;
     if provider != contract.provider() {
         trail.provider = Some(provider.clone());
@@ -308,6 +311,7 @@ fn pending_capture(request: Option<Bytes>, reply: &Reply) -> Option<crate::captu
         (Some(request), Reply::Success(response)) => Some(crate::capture::Pending {
             request,
             response: response.clone(),
+            provider: None,
         }),
         _ => None,
     }
