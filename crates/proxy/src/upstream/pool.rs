@@ -1,8 +1,8 @@
-//! The connections of an `http://` provider: HTTP/1.1, one pool per event loop,
-//! spoken by the proxy itself.
+//! The connections of an `http://` provider: HTTP/1.1, one pool per recipient and event
+//! loop (`Upstreams`), spoken by the proxy itself.
 //!
-//! A provider's pool is a stack of idle connections of one event loop: a request
-//! takes the most recently used one that is still open (a closed one is dropped), or
+//! A pool is a stack of idle connections: a request takes the most recently used one
+//! that is still open and silent (`Connection::is_open`: one dropped otherwise), or
 //! opens a new one. The exchange runs in the request's own task: the request (head
 //! and body) goes out in one write (a multipart body's segments, each image a slice of
 //! its part, in one write each after the head), the answer is read into the connection's buffer
