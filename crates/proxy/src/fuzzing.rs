@@ -257,7 +257,10 @@ pub mod upstream {
                 .await
                 .map_err(|error| match error {
                     crate::upstream::Error::TooLarge => Failure::TooLarge,
-                    crate::upstream::Error::Transport(reason) => {
+                    // A close before any byte of an answer is the pool's `Connect` (a
+                    // refused exchange, which failover moves past): a transport failure here.
+                    crate::upstream::Error::Transport(reason)
+                    | crate::upstream::Error::Connect(reason) => {
                         Failure::Transport(reason.to_string())
                     }
                     other => Failure::Other(other.to_string()),

@@ -368,6 +368,8 @@ impl Connection {
 
     /// Reads and parses the answer's head (skipping informational ones).
     async fn head(&mut self) -> Result<Head, Error> {
+        // Whether any byte of an answer came (an informational head, a stray CRLF).
+        let mut received = !self.buffer.is_empty();
         loop {
             // Nothing read yet (a request just sent): nothing to parse.
             let parsed = if self.buffer.is_empty() {
@@ -394,13 +396,14 @@ impl Connection {
                     if !self.fill().await? {
                         // Not a byte of an answer: the provider refused the exchange (a
                         // connection failure, which a contract's failover moves past).
-                        if self.buffer.is_empty() {
+                        if !received {
                             return Err(Error::Connect(
                                 "the connection closed before an answer".into(),
                             ));
                         }
                         return Err(broken("the connection closed inside the answer's head"));
                     }
+                    received = true;
                 }
             }
         }
@@ -961,7 +964,15 @@ mod tests {
                 String::from_utf8_lossy(&answer[..answer.len().min(60)])
             );
         }
-        // A close before a single byte of an answer: the provider refused the exchange.
+        // A lone CR, then the close: a byte of an answer came, so a broken exchange, not a
+        // refused one.
+        let (address, _) = scripted(b"\r", 0, 1).await;
+        let pool = Pool::new(address.clone());
+        let result = pool.send(&request(&address), &any).await;
+        assert!(matches!(result, Err(Error::Transport(_))), "{result:?}");
+        // A close before a single byte of an answer: the provider refused the exchange
+        // (the `upstream_answer` fuzz target's seed `fuzz/corpus/upstream_answer/empty`
+        // showed that its harness took this for a failure of its own).
         let (address, _) = scripted(b"", 0, 1).await;
         let pool = Pool::new(address.clone());
         let result = pool.send(&request(&address), &any).await;
