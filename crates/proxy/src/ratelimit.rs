@@ -30,7 +30,7 @@
 //! drops the store leaves the gauge to the new one.
 
 mod in_flight;
-mod store;
+pub(crate) mod store;
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;

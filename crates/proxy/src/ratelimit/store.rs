@@ -93,6 +93,25 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// A client of the store `settings` names, with its password from the environment (read
+/// at load). The rate limits and the shared circuits (`upstream::circuit::shared`) use it.
+pub(crate) fn client(settings: &RateLimitStore) -> redis::RedisResult<redis::Client> {
+    settings
+        .url()
+        .into_connection_info()
+        .map(|info| match settings.password() {
+            Some(password) => {
+                let redis = info
+                    .redis_settings()
+                    .clone()
+                    .set_password(password.expose_secret());
+                info.set_redis_settings(redis)
+            }
+            None => info,
+        })
+        .and_then(redis::Client::open)
+}
+
 impl Store {
     /// A store for `settings` with one connection slot per event loop (nothing connects
     /// yet: an unreachable store never stops a start or a reload).
@@ -101,20 +120,7 @@ impl Store {
         metrics: &crate::metrics::Metrics,
         loops: usize,
     ) -> Store {
-        let client = settings
-            .url()
-            .into_connection_info()
-            .map(|info| match settings.password() {
-                Some(password) => {
-                    let redis = info
-                        .redis_settings()
-                        .clone()
-                        .set_password(password.expose_secret());
-                    info.set_redis_settings(redis)
-                }
-                None => info,
-            })
-            .and_then(redis::Client::open)
+        let client = client(settings)
             .inspect_err(|error| {
                 // Validation accepts only what parses; should it not, every call degrades.
                 tracing::error!(%error, "rate_limit_store.url cannot be used: limits stay per replica");

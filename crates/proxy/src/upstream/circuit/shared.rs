@@ -12,9 +12,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus::IntGauge;
-use redis::IntoConnectionInfo;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use secrecy::ExposeSecret;
 
 use super::Breaker;
 use releasegate_core::config::RateLimitStore;
@@ -41,20 +39,7 @@ pub(crate) fn start(
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    let client = settings
-        .url()
-        .into_connection_info()
-        .map(|info| match settings.password() {
-            Some(password) => {
-                let redis = info
-                    .redis_settings()
-                    .clone()
-                    .set_password(password.expose_secret());
-                info.set_redis_settings(redis)
-            }
-            None => info,
-        })
-        .and_then(redis::Client::open);
+    let client = crate::ratelimit::store::client(settings);
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(settings.timeout()))
         .set_response_timeout(Some(settings.timeout()))
