@@ -19,6 +19,17 @@
 #   latency    an upstream that sleeps 20 ms, 64 connections: added p50/p99
 #   questions  CPU per request with 1, 8 and 64 questions per request
 #   codebooks  WCPQ CPU per request with codebooks of denominator 10, 20, 40
+#   shapes     (not by default) realistic requests, WCPQ on every choice question, the
+#              contract pinning each question's text, an SDK's headers
+#              (benches/shapes.py): one question; one question with its text as the
+#              SDK sends it; four questions (three WCPQ, one score); eight WCPQ
+#              questions; one question with a 12 KB state. ROUNDS alternating rounds
+#              of nginx and the proxy in both logging modes, best round kept, each
+#              shape against its target (1.5x nginx's CPU for one question, 2x else)
+#   overhead   (not by default) the proxy's own time per request
+#              (`releasegate_overhead_seconds`, read from /metrics before and after)
+#              at fixed request rates (wrk paced by a per-connection delay), p50, p99
+#              and p99.9 beside CPU per request
 #   instructions  (not by default) user-space instructions per request under
 #              callgrind, nginx and the three contracts: deterministic, for
 #              comparing code changes where timings are noise
@@ -110,6 +121,9 @@ error_log $OUT/nginx-error.log warn;
 events { worker_connections 4096; }
 http {
   $log
+  # Request bodies stay in memory, as the proxy holds them (the default 16 KiB buffer
+  # writes a 12 KB request with its headers to a temporary file).
+  client_body_buffer_size 1m;
   upstream up { server 127.0.0.1:$UP_PORT; keepalive 128; }
   server {
     listen 127.0.0.1:$2;
@@ -140,7 +154,7 @@ stop() {
 cleanup() { set +e; stop "$PROXY_PID" "$UP_PID" "$NGINX_PID" "$NGINX_OFF_PID"; return 0; }
 trap cleanup EXIT
 
-start_upstream() { # $1 = questions, $2 = delay ms
+start_upstream() { # $1 = questions or @answer-file, $2 = delay ms
   stop "$UP_PID"
   target/release/examples/fixed_upstream "127.0.0.1:$UP_PORT" "$1" "$2" 2>/dev/null & UP_PID=$!
   for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$UP_PORT") 2>/dev/null && break; sleep 0.1; done
@@ -184,6 +198,9 @@ measure() { # $1 = label, $2 = url, $3 = lua, $4 = connections, $5 = proxy kind 
   after=$( [ -n "$pids" ] && cpu_ticks $pids || echo 0)
   local requests rps p50 p99 cpu rss="-"
   requests=$(awk '/requests in/ {print $1}' "$file")
+  if grep -q -e 'Non-2xx' -e 'Socket errors' "$file"; then
+    echo "$1: wrk counted failed requests: $(grep -e 'Non-2xx' -e 'Socket errors' "$file" | tr -s ' ')" >&2
+  fi
   rps=$(awk '/Requests\/sec/ {printf "%.0f", $2}' "$file")
   p50=$(to_ms "$(awk '$1=="50%" {print $2}' "$file")")
   p99=$(to_ms "$(awk '$1=="99%" {print $2}' "$file")")
@@ -349,6 +366,113 @@ section_codebooks() {
     done
     echo
   } | tee "$OUT/codebooks.md"
+}
+
+section_shapes() {
+  local rows=() shapes=() name target bytes mode r
+  while read -r name target bytes; do shapes+=("$name:$target:$bytes"); done < <(
+    python3 benches/shapes.py "$OUT" "$PROXY_PORT" "$ADMIN_PORT" "$UP_PORT" "$KEY" "$KEY_SHA" "$CODEBOOK")
+  start_nginx
+  for r in $(seq "$ROUNDS"); do
+    for s in "${shapes[@]}"; do
+      name=${s%%:*}
+      start_upstream "@$OUT/shape-$name.answer.json" 0
+      for mode in files off; do
+        local port=$NGINX_PORT kind=nginx
+        [ "$mode" = off ] && port=$NGINX_OFF_PORT && kind=nginx-off
+        rows+=("$(measure "nginx-$name-$mode" "http://127.0.0.1:$port/v1/systemone" "$OUT/shape-$name.lua" "$CONNECTIONS" "$kind")")
+        start_proxy "$OUT/shape-$name-$mode.toml"
+        if ! curl -fs -o /dev/null -X POST -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+            --data-binary @<(awk 'sub(/^wrk.body = \[==\[/, "") { sub(/\]==\]$/, ""); print }' "$OUT/shape-$name.lua") \
+            "http://127.0.0.1:$PROXY_PORT/v1/systemone"; then
+          echo "the proxy refused the $name shape" >&2; exit 1
+        fi
+        rows+=("$(measure "releasegate-$name-$mode" "http://127.0.0.1:$PROXY_PORT/v1/systemone" "$OUT/shape-$name.lua" "$CONNECTIONS" releasegate)")
+      done
+    done
+  done
+  local table; table=$(printf '%s\n' "${rows[@]}" | best)
+  {
+    echo "### Request shapes: WCPQ on every choice question, pinned text, an SDK's headers"
+    echo
+    echo "$(date -u '+%Y-%m-%d %H:%M') UTC, $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) cores,"
+    echo "\`ROUNDS=$ROUNDS SECTIONS=shapes benches/load.sh $DURATION $CONNECTIONS\`: wrk 1 thread, $CONNECTIONS connections, ${DURATION} s per target,"
+    echo "best of $ROUNDS alternating rounds of each target."
+    echo
+    echo "| shape | body | logging | nginx CPU per request | proxy CPU per request | CPU vs. nginx | requests/s vs. nginx | proxy p99 | target |"
+    echo "|---|---|---|---|---|---|---|---|---|"
+    for s in "${shapes[@]}"; do
+      IFS=: read -r name target bytes <<< "$s"
+      for mode in files off; do
+        awk -v n="nginx-$name-$mode" -v p="releasegate-$name-$mode" -v shape="$name" -v b="$bytes" -v m="$mode" -v t="$target" '
+          $1 == n { nr = $2; nc = $5 } $1 == p { pr = $2; pc = $5; p99 = $4 }
+          END { c = pc / nc; r = pr / nr
+                printf "| %s | %d B | %s | %.1f µs | %.1f µs | %.2f× | %.2f× | %s ms | CPU ≤ %.1f×, requests/s ≥ 0.6×: %s |\n",
+                  shape, b, m, nc, pc, c, r, p99, t, (c <= t && r >= 0.6) ? "met" : "**NOT met**" }' <<< "$table"
+      done
+    done
+    echo
+  } | tee "$OUT/shapes.md"
+}
+
+# The histogram's quantile (Prometheus' linear interpolation within a bucket) from
+# two scrapes of /metrics: the requests served between them.
+overhead_quantiles() { # $1, $2 = scrape files; prints "p50 p99 p99.9 count" in µs
+  awk '
+    /^releasegate_overhead_seconds_bucket/ {
+      match($0, /le="[^"]*"/); le = substr($0, RSTART + 4, RLENGTH - 5)
+      v = $NF; if (FNR == NR) { a[le] += v } else { b[le] += v; if (!(le in seen)) { seen[le] = 1; order[++n] = le } }
+    }
+    END {
+      total = b["+Inf"] - a["+Inf"]; split("0.5 0.99 0.999", q, " ")
+      for (i = 1; i <= 3; i++) {
+        rank = q[i] * total; prev_le = 0; prev_c = 0
+        for (j = 1; j <= n; j++) {
+          le = order[j]; c = b[le] - a[le]
+          if (c >= rank) {
+            if (le == "+Inf") { out = out sprintf("%s ", ">" prev_le * 1e6) }
+            else { out = out sprintf("%.0f ", (prev_le + (le - prev_le) * (c == prev_c ? 1 : (rank - prev_c) / (c - prev_c))) * 1e6) }
+            break
+          }
+          prev_le = le; prev_c = c
+        }
+      }
+      printf "%s%d\n", out, total
+    }' "$1" "$2"
+}
+
+section_overhead() {
+  local rows=() rate name=four mode=off
+  python3 benches/shapes.py "$OUT" "$PROXY_PORT" "$ADMIN_PORT" "$UP_PORT" "$KEY" "$KEY_SHA" "$CODEBOOK" >/dev/null
+  for name in one four; do
+    start_upstream "@$OUT/shape-$name.answer.json" 0
+    start_proxy "$OUT/shape-$name-$mode.toml"
+    for rate in 1000 5000 20000; do
+      # 32 connections, each waiting 32000/rate ms between requests: at most `rate` requests/s.
+      { cat "$OUT/shape-$name.lua"; echo "function delay() return $((32000 / rate)) end"; } > "$OUT/paced.lua"
+      [ "$rate" = 20000 ] && cp "$OUT/shape-$name.lua" "$OUT/paced.lua"   # 20000: unpaced, as fast as it goes
+      curl -fs "127.0.0.1:$ADMIN_PORT/metrics" > "$OUT/metrics-before.txt"
+      local row; row=$(measure "overhead-$name-$rate" "http://127.0.0.1:$PROXY_PORT/v1/systemone" "$OUT/paced.lua" 32 releasegate)
+      curl -fs "127.0.0.1:$ADMIN_PORT/metrics" > "$OUT/metrics-after.txt"
+      rows+=("$row $(overhead_quantiles "$OUT/metrics-before.txt" "$OUT/metrics-after.txt")")
+    done
+  done
+  {
+    echo "### The proxy's own time per request (\`releasegate_overhead_seconds\`), access logs off"
+    echo
+    echo "$(date -u '+%Y-%m-%d %H:%M') UTC, $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) cores,"
+    echo "\`SECTIONS=overhead benches/load.sh $DURATION\`: wrk 1 thread, 32 connections, paced by a per-connection delay (the last rate unpaced)."
+    echo
+    echo "| shape | requests/s | overhead p50 | p99 | p99.9 | wrk p50 | wrk p99 | CPU per request |"
+    echo "|---|---|---|---|---|---|---|---|"
+    local row
+    for row in "${rows[@]}"; do
+      read -r label rps p50 p99 cpu _ o50 o99 o999 _ <<< "$row"
+      name=${label#overhead-}; name=${name%-*}
+      echo "| $name | $rps | $o50 µs | $o99 µs | $o999 µs | $p50 ms | $p99 ms | ${cpu} µs |"
+    done
+    echo
+  } | tee "$OUT/overhead.md"
 }
 
 # User-space instructions per request under callgrind: deterministic to about 0.1 %

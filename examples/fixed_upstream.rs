@@ -2,13 +2,15 @@
 //! with a fixed, valid native answer for the load script's request shape.
 //!
 //! ```text
-//! cargo run --release --example fixed_upstream -- 127.0.0.1:18081 [QUESTIONS] [DELAY_MS]
+//! cargo run --release --example fixed_upstream -- 127.0.0.1:18081 [QUESTIONS|@BODY_FILE] [DELAY_MS]
 //! ```
 //!
 //! With one question (the default) the answer's id is `coarse_cause`; with N
 //! questions the ids are `q0`..`q{N-1}`, each a 4-class choice answer over the
-//! delivery labels. `DELAY_MS` (default 0) sleeps before every answer, to
-//! measure the latency a proxy adds in front of a slow provider.
+//! delivery labels. `@BODY_FILE` answers every request with that file's bytes
+//! instead (the load script's request shapes write their answers). `DELAY_MS`
+//! (default 0) sleeps before every answer, to measure the latency a proxy adds
+//! in front of a slow provider.
 
 use std::time::Duration;
 
@@ -41,9 +43,13 @@ fn answer(questions: usize) -> String {
 async fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
     let addr = args.next().unwrap_or_else(|| "127.0.0.1:18081".to_string());
-    let questions: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(1).max(1);
+    let shape = args.next().unwrap_or_else(|| "1".to_string());
     let delay = Duration::from_millis(args.next().and_then(|n| n.parse().ok()).unwrap_or(0));
-    let body: &'static str = Box::leak(answer(questions).into_boxed_str());
+    let body = match shape.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)?,
+        None => answer(shape.parse().unwrap_or(1).max(1)),
+    };
+    let body: &'static str = Box::leak(body.into_boxed_str());
     let app = Router::new()
         .route(
             "/v1/systemone",
@@ -64,6 +70,6 @@ async fn main() -> std::io::Result<()> {
             }),
         );
     let listener = tokio::net::TcpListener::bind(&addr).await?;
-    eprintln!("fixed upstream on {addr}: {questions} question(s), {delay:?} delay");
+    eprintln!("fixed upstream on {addr}: answer {shape}, {delay:?} delay");
     axum::serve(listener, app).await
 }

@@ -355,14 +355,15 @@ impl Asked {
     /// `json::write`, without building it.
     pub fn upstream_bytes(&self) -> Vec<u8> {
         use json::write::{Document, write_object, write_str};
-        // Room for the questions as written and a state of a few hundred bytes: most
-        // bodies are written without growing the vector.
+        // Room for the questions and the state as written, and for assets of a few hundred
+        // bytes: most bodies are written without growing the vector.
         let questions: usize = self
             .upstream_questions
             .iter()
             .map(|(id, q)| id.len() + q.bytes.len() + 4)
             .sum();
-        let mut out = Vec::with_capacity(questions + self.upstream_model.len() + 1024);
+        let state = self.state.as_ref().map_or(0, Vec::len);
+        let mut out = Vec::with_capacity(questions + state + self.upstream_model.len() + 1024);
         out.push(b'{');
         write_str("model", &mut out);
         out.push(b':');

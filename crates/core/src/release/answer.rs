@@ -83,8 +83,7 @@ fn native_reading(form: &Form<'_>, vector: &ClassVector) -> Option<workflow::Rel
         confidence: vector.confidence,
         deny: false,
     };
-    form.encode(vector.choice, &native_released)
-        .and_then(|value| form.read(&value))
+    form.read_encoding(vector.choice, &native_released)
 }
 
 /// Applies the rule's mechanism to `vector`, recording in `last_encoded` the last

@@ -108,6 +108,51 @@ impl<'a> Form<'a> {
         Some(Json::Object(self.write_parts(out, parts)))
     }
 
+    /// What [`Form::read`] reads from [`Form::encode`]`(choice, released)`, computed
+    /// without writing the answer: the same fields through the same fills and filters.
+    /// For a choice answer of finite numbers (the native answer WCPQ maps, read once per
+    /// answer); anything else is written and read. Equal to writing then reading on every
+    /// view, shape and withholding (`tests::reading_an_encoding_is_reading_it_written`),
+    /// because finite numbers print and parse back bit for bit and a contract's labels
+    /// are distinct.
+    pub fn read_encoding(&self, choice: usize, released: &Released) -> Option<workflow::Release> {
+        let finite = released
+            .probabilities
+            .iter()
+            .flatten()
+            .chain(&released.confidence)
+            .all(|x| x.is_finite());
+        if self.question.kind != Kind::Choice || !finite {
+            return self
+                .encode(choice, released)
+                .and_then(|value| self.read(&value));
+        }
+        // No `choice` field is written: nothing reads back.
+        if !self.view.has_choice() || released.deny || choice >= self.labels.len() {
+            return None;
+        }
+        let mut parts = shape::Parts {
+            choice,
+            probabilities: self.shown_probabilities(choice, released),
+            confidence: released
+                .confidence
+                .filter(|_| self.releases_confidence(choice)),
+        };
+        // The complete shape's fills as written, then the reader's (a no-op on a
+        // complete answer).
+        shape::fill(self.question.kind, self.labels, &mut parts);
+        Some(workflow::Release {
+            choice,
+            probabilities: parts
+                .probabilities
+                .filter(|_| self.releases_probabilities(choice))
+                .and_then(|entries| entries.into_iter().collect::<Option<Vec<f64>>>()),
+            confidence: parts
+                .confidence
+                .filter(|_| self.releases_confidence(choice)),
+        })
+    }
+
     /// The probabilities an answer selecting `choice` shows: when the view has them and
     /// the mechanism released any (a WCPQ `choice_only` fallback releases none); a
     /// withheld selection keeps only its own entry (residual scores leak it).

@@ -573,5 +573,58 @@ mod text_identity {
                 prop_assert_eq!(form.read(&parsed), form.read(&value));
             }
         }
+
+        /// `Form::read_encoding` (the native answer WCPQ maps, read without writing it)
+        /// reads exactly what writing then reading gives, bit for bit, on every view,
+        /// shape, withholding, omitted entry, denial and out-of-range choice, and with
+        /// numbers a provider's answer never has (negative zero, NaN, infinities).
+        #[test]
+        fn reading_an_encoding_is_reading_it_written(
+            n in 2usize..7,
+            values in proptest::collection::vec(proptest::option::weighted(0.9, prop_oneof![
+                8 => float(),
+                1 => Just(-0.0),
+                1 => Just(f64::NAN),
+                1 => Just(f64::INFINITY),
+            ]), 7),
+            confidence in proptest::option::of(prop_oneof![4 => float(), 1 => Just(-0.0), 1 => Just(f64::NAN)]),
+            choice in 0usize..8,
+            view in 0usize..View::ALL.len(),
+            complete in any::<bool>(),
+            kind in 0usize..3,
+            withhold in proptest::collection::vec(any::<bool>(), 7),
+            releases_confidence in any::<bool>(),
+            deny in proptest::bool::weighted(0.1),
+        ) {
+            let kind = [Kind::Choice, Kind::Score, Kind::Noul][kind];
+            let n = if kind == Kind::Noul { 2 } else { n };
+            let labels: Vec<String> = match kind {
+                Kind::Choice => (0..n).map(|i| format!("L{i}")).collect(),
+                Kind::Score => (0..n).map(|i| i.to_string()).collect(),
+                Kind::Noul => vec!["false".into(), "true".into()],
+                Kind::Box => unreachable!("box answers are not class vectors"),
+            };
+            let question = AskedQuestion { id: "q".into(), kind, legend: None };
+            let form = Form {
+                question: &question,
+                labels: &labels,
+                view: View::ALL[view],
+                confidence: releases_confidence,
+                withhold: &withhold[..n],
+                shape: if complete { Shape::Complete } else { Shape::Minimal },
+            };
+            let released = Released {
+                probabilities: values[..n].to_vec(),
+                confidence,
+                deny,
+            };
+            let bits = |r: Option<crate::workflow::Release>| r.map(|r| (
+                r.choice,
+                r.probabilities.map(|p| p.iter().map(|x| x.to_bits()).collect::<Vec<_>>()),
+                r.confidence.map(f64::to_bits),
+            ));
+            let written = form.encode(choice, &released).and_then(|value| form.read(&value));
+            prop_assert_eq!(bits(form.read_encoding(choice, &released)), bits(written));
+        }
     }
 }
