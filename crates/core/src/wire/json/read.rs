@@ -34,7 +34,9 @@ pub(crate) fn document_with_member<'a>(
     // UTF-8 is checked once, over the whole document: serde_json accepts non-ASCII
     // bytes only inside strings, where they must be UTF-8, and a string (delimited by
     // ASCII quotes) is then a slice of valid text without a check of its own.
-    let text = std::str::from_utf8(bytes).ok()?;
+    // The same check as `std::str::from_utf8` (valid UTF-8 or nothing), with vector
+    // instructions: a long `state` of accented text is several times faster to check.
+    let text = simdutf8::basic::from_utf8(bytes).ok()?;
     let mut reader = Reader {
         text,
         bytes: text.as_bytes(),
