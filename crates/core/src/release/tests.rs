@@ -518,6 +518,19 @@ mod text_identity {
         ]
     }
 
+    /// The question type `kind` (0: choice, 1: score, 2: noul) and its labels: `n` of them,
+    /// except noul's two.
+    fn kind_and_labels(kind: usize, n: usize) -> (Kind, Vec<String>) {
+        let kind = [Kind::Choice, Kind::Score, Kind::Noul][kind];
+        let labels = match kind {
+            Kind::Choice => (0..n).map(|i| format!("L{i}")).collect(),
+            Kind::Score => (0..n).map(|i| i.to_string()).collect(),
+            Kind::Noul => vec!["false".into(), "true".into()],
+            Kind::Box => unreachable!("box answers are not class vectors"),
+        };
+        (kind, labels)
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -532,14 +545,8 @@ mod text_identity {
             kind in 0usize..3,
             withhold_first in any::<bool>(),
         ) {
-            let kind = [Kind::Choice, Kind::Score, Kind::Noul][kind];
-            let n = if kind == Kind::Noul { 2 } else { n };
-            let labels: Vec<String> = match kind {
-                Kind::Choice => (0..n).map(|i| format!("L{i}")).collect(),
-                Kind::Score => (0..n).map(|i| i.to_string()).collect(),
-                Kind::Noul => vec!["false".into(), "true".into()],
-                Kind::Box => unreachable!("box answers are not class vectors"),
-            };
+            let (kind, labels) = kind_and_labels(kind, n);
+            let n = labels.len();
             let legend = (kind == Kind::Score).then(|| {
                 std::sync::Arc::new(
                     labels
@@ -596,14 +603,8 @@ mod text_identity {
             releases_confidence in any::<bool>(),
             deny in proptest::bool::weighted(0.1),
         ) {
-            let kind = [Kind::Choice, Kind::Score, Kind::Noul][kind];
-            let n = if kind == Kind::Noul { 2 } else { n };
-            let labels: Vec<String> = match kind {
-                Kind::Choice => (0..n).map(|i| format!("L{i}")).collect(),
-                Kind::Score => (0..n).map(|i| i.to_string()).collect(),
-                Kind::Noul => vec!["false".into(), "true".into()],
-                Kind::Box => unreachable!("box answers are not class vectors"),
-            };
+            let (kind, labels) = kind_and_labels(kind, n);
+            let n = labels.len();
             let question = AskedQuestion { id: "q".into(), kind, legend: None };
             let form = Form {
                 question: &question,
