@@ -123,7 +123,8 @@ impl Spec {
     /// The worst realized-cost increase of `released` over `native` (complete plans, one per
     /// policy, in policy order) over every policy and hypothetical true class: `(absolute,
     /// relative)`, where relative divides each increase by the policy's κ (see
-    /// [`Policy::kappa`]). Both are at least 0; NaN when the plans do not fit the policies.
+    /// [`Policy::kappa`](super::Policy::kappa)). Both are at least 0; NaN when the plans do
+    /// not fit the policies.
     pub fn worst_increase(&self, native: &[Plan], released: &[Plan]) -> (f64, f64) {
         if native.len() != self.policies.len() || released.len() != self.policies.len() {
             return (f64::NAN, f64::NAN);
