@@ -70,6 +70,28 @@ fuzz_target!(|bytes: &[u8]| {
                 let value = serde_json::from_slice::<Value>(sent).expect("a member's bytes parse");
                 assert_eq!(Some(&value), map.get(key), "member {key:?} as sent");
             }
+            // Skimmed (how the proxy reads a request's `state`): the same bytes, and the
+            // same document but, where they are given, an empty stand-in of the
+            // member's type, or the whole document.
+            let (skimmed, skimmed_sent) =
+                Json::parse_skimming(bytes, key).expect("the same bytes parse again");
+            assert_eq!(skimmed_sent, sent, "member {key:?} skimmed");
+            let mut stood_in = reference.clone();
+            if sent.is_some()
+                && let Some(value) = stood_in.get_mut(key)
+            {
+                match value {
+                    Value::String(s) => s.clear(),
+                    Value::Array(items) => items.clear(),
+                    Value::Object(members) => members.clear(),
+                    _ => {}
+                }
+            }
+            let skimmed = skimmed.to_value();
+            assert!(
+                skimmed == stood_in || skimmed == reference,
+                "member {key:?} skimmed: {skimmed:?}"
+            );
         }
     }
 

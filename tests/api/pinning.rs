@@ -407,3 +407,73 @@ async fn request_ids_cannot_be_ordered_or_counted() {
     other.stop().await;
     app.stop().await;
 }
+
+/// The caller's `state` goes upstream as it was sent, however it is spelled (escapes,
+/// `-0`, a 30-digit integer, many keys); a state that repeats a key goes as the request
+/// reads it (its last value), never with the repeat; a state that is not JSON refuses
+/// the request before anything goes upstream.
+#[tokio::test]
+async fn the_state_goes_upstream_as_sent_and_only_when_it_reads_one_way() {
+    let app = spawn("full_native", "").await;
+    let questions = serde_json::to_string(&request()["questions"]).unwrap();
+    let auth = format!("Bearer {CLIENT_KEY}");
+    let upstream_state = |app: &crate::helpers::TestApp| {
+        let body = app.upstream.last().body;
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        let start = text.find("\"state\":").unwrap() + "\"state\":".len();
+        let end = text.find(",\"questions\":").unwrap();
+        text[start..end].to_string()
+    };
+    let many: Vec<String> = (0..40).map(|i| format!("\"k{i}\": \"v\\n{i}\"")).collect();
+    let as_sent = [
+        r#"{"note": "late \"parcel\"\n\u00e9t\u00e9 \ud83d\ude00 \/ \\", "n": 123456789012345678901234567890, "z": -0, "e": 1E2, "l": [true, null, {"x": []}]}"#.to_string(),
+        r#""a plain string state""#.into(),
+        r#"["a", "list\tstate"]"#.into(),
+        format!("{{{}}}", many.join(", ")),
+    ];
+    for state in &as_sent {
+        let body =
+            format!(r#"{{"model": "jev-latest", "state": {state}, "questions": {questions}}}"#);
+        let response = app
+            .post_raw(body.into_bytes(), &[("authorization", &auth)])
+            .await;
+        assert_eq!(response.status(), 200, "{state}");
+        assert_eq!(upstream_state(&app), *state);
+    }
+    for (state, read) in [
+        (
+            r#"{"a": 1, "b": {"c": 2}, "a": 3}"#,
+            json!({"a": 3, "b": {"c": 2}}),
+        ),
+        (r#"{"a\u0062": 1, "ab": 2}"#, json!({"ab": 2})),
+    ] {
+        let body =
+            format!(r#"{{"model": "jev-latest", "state": {state}, "questions": {questions}}}"#);
+        let response = app
+            .post_raw(body.into_bytes(), &[("authorization", &auth)])
+            .await;
+        assert_eq!(response.status(), 200, "{state}");
+        let sent: Value = serde_json::from_str(&upstream_state(&app)).unwrap();
+        assert_eq!(sent, read, "{state}");
+        assert!(!upstream_state(&app).contains("\"a\": 1"), "{state}");
+    }
+    let seen = app.upstream.seen.lock().unwrap().len();
+    for state in [
+        r#""bad \q escape""#,
+        r#""lone \ud800""#,
+        "\"control \u{1}\"",
+        "[1,]",
+        "{\"a\" 1}",
+    ] {
+        let body =
+            format!(r#"{{"model": "jev-latest", "state": {state}, "questions": {questions}}}"#);
+        let response = app
+            .post_raw(body.into_bytes(), &[("authorization", &auth)])
+            .await;
+        assert_eq!(response.status(), 422, "{state}");
+        let refused: Value = response.json().await.unwrap();
+        assert_eq!(refused["detail"][0]["type"], "json_invalid", "{state}");
+    }
+    assert_eq!(app.upstream.seen.lock().unwrap().len(), seen);
+    app.stop().await;
+}

@@ -12,11 +12,14 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use super::scan::find_stop;
-use super::{Json, Number, Object};
+use super::{Json, Number, Object, same_key};
 
 /// Nesting this reader follows itself; deeper documents go to serde_json (whose
 /// recursion limit is 128).
 const MAX_DEPTH: usize = 100;
+
+/// Keys of a skimmed object compared one by one; a larger object's are sorted.
+const SKIM_COMPARED: usize = 16;
 
 /// Reads a whole document (trailing whitespace allowed), or `None` where serde_json
 /// must decide.
@@ -31,6 +34,33 @@ pub(crate) fn document_with_member<'a>(
     bytes: &'a [u8],
     member: Option<&'static str>,
 ) -> Option<(Json<'a>, Option<Range<usize>>)> {
+    let (value, span, repeated) = read(bytes, member, false)?;
+    Some((value, span.filter(|_| !repeated)))
+}
+
+/// [`document_with_member`] for a member whose value is only passed on as sent: that
+/// value is checked as the reader checks any value, but not built, and the document
+/// holds in its place an empty value of the same type (`""`, `[]`, `{}`; a number,
+/// `true`, `false` or `null` is kept). `None`, so that the caller reads the document
+/// whole, where this reader gives up and also where any object repeats a key, or
+/// where the skimmed value has a key it does not compare (one with an escape): a
+/// document whose member has no place must be read whole, since its value then goes
+/// on as this crate writes it.
+pub(crate) fn document_skimming<'a>(
+    bytes: &'a [u8],
+    member: &'static str,
+) -> Option<(Json<'a>, Option<Range<usize>>)> {
+    let (value, span, repeated) = read(bytes, Some(member), true)?;
+    (!repeated).then_some((value, span))
+}
+
+/// One reading: the document, where `member`'s value lies, and whether an object
+/// repeated a key (or, skimming, might have).
+fn read<'a>(
+    bytes: &'a [u8],
+    member: Option<&'static str>,
+    skim: bool,
+) -> Option<(Json<'a>, Option<Range<usize>>, bool)> {
     // UTF-8 is checked once, over the whole document: serde_json accepts non-ASCII
     // bytes only inside strings, where they must be UTF-8, and a string (delimited by
     // ASCII quotes) is then a slice of valid text without a check of its own.
@@ -44,11 +74,12 @@ pub(crate) fn document_with_member<'a>(
         member,
         span: None,
         repeated: false,
+        skim,
+        keys: Vec::new(),
     };
     let value = reader.value(0)?;
     reader.skip_whitespace();
-    let span = reader.span.filter(|_| !reader.repeated);
-    (reader.at == bytes.len()).then_some((value, span))
+    (reader.at == bytes.len()).then_some((value, reader.span, reader.repeated))
 }
 
 struct Reader<'a> {
@@ -61,6 +92,10 @@ struct Reader<'a> {
     span: Option<Range<usize>>,
     /// Whether an object repeated a key (only tracked while a member is wanted).
     repeated: bool,
+    /// Whether the wanted member's value is skimmed (`document_skimming`).
+    skim: bool,
+    /// The keys of the skimmed objects being read, innermost last.
+    keys: Vec<&'a str>,
 }
 
 impl<'a> Reader<'a> {
@@ -152,7 +187,11 @@ impl<'a> Reader<'a> {
             self.skip_whitespace();
             let start = self.at;
             let members = object.len();
-            self.value_into(depth, object.slot(key))?;
+            if wanted && self.skim {
+                self.skim_into(depth, object.slot(key))?;
+            } else {
+                self.value_into(depth, object.slot(key))?;
+            }
             if wanted {
                 self.span = Some(start..self.at);
             }
@@ -165,6 +204,156 @@ impl<'a> Reader<'a> {
                     self.at += 1;
                     return Some(Json::Object(object));
                 }
+                _ => return None,
+            }
+        }
+    }
+
+    /// The skimmed member's value into `out` (see [`document_skimming`]): a string,
+    /// array or object is checked and an empty one of its type put in its place; any
+    /// other value is read.
+    fn skim_into(&mut self, depth: usize, out: &mut Json<'a>) -> Option<()> {
+        let stand_in = match self.peek()? {
+            b'"' => {
+                self.skim_string()?;
+                Json::String(Cow::Borrowed(""))
+            }
+            b'[' if depth < MAX_DEPTH => {
+                self.skim_array(depth + 1)?;
+                Json::Array(Vec::new())
+            }
+            b'{' if depth < MAX_DEPTH => {
+                self.skim_object(depth + 1)?;
+                Json::Object(Object::default())
+            }
+            _ => return self.value_into(depth, out),
+        };
+        Json::put(out, stand_in);
+        Some(())
+    }
+
+    /// Checks one value as [`Reader::value_into`] reads it (`None` exactly where that
+    /// gives up), building nothing.
+    fn skim_value(&mut self, depth: usize) -> Option<()> {
+        self.skip_whitespace();
+        match self.peek()? {
+            b'n' => self.literal(b"null"),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'"' => self.skim_string().map(drop),
+            b'-' | b'0'..=b'9' => self.number().map(drop),
+            b'[' if depth < MAX_DEPTH => self.skim_array(depth + 1),
+            b'{' if depth < MAX_DEPTH => self.skim_object(depth + 1),
+            _ => None,
+        }
+    }
+
+    fn skim_array(&mut self, depth: usize) -> Option<()> {
+        self.at += 1;
+        self.skip_whitespace();
+        if self.peek()? == b']' {
+            self.at += 1;
+            return Some(());
+        }
+        loop {
+            self.skim_value(depth)?;
+            self.skip_whitespace();
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// Checks an object, and whether it repeats a key: its keys are kept on
+    /// `self.keys` while it is read, compared one by one up to [`SKIM_COMPARED`]
+    /// of them and sorted beyond, so that a large object costs no more than reading it.
+    fn skim_object(&mut self, depth: usize) -> Option<()> {
+        self.at += 1;
+        let first = self.keys.len();
+        self.skip_whitespace();
+        if self.peek()? == b'}' {
+            self.at += 1;
+            return Some(());
+        }
+        loop {
+            self.skip_whitespace();
+            if self.peek()? != b'"' {
+                return None;
+            }
+            match self.skim_string()? {
+                Some(key) => {
+                    let keys = &self.keys[first..];
+                    if keys.len() < SKIM_COMPARED && keys.iter().any(|k| same_key(k, key)) {
+                        self.repeated = true;
+                    }
+                    self.keys.push(key);
+                }
+                // A key with an escape is not compared here: the document is read whole.
+                None => self.repeated = true,
+            }
+            self.skip_whitespace();
+            if self.peek()? != b':' {
+                return None;
+            }
+            self.at += 1;
+            self.skim_value(depth)?;
+            self.skip_whitespace();
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+        let keys = &mut self.keys[first..];
+        if keys.len() > SKIM_COMPARED {
+            keys.sort_unstable();
+            self.repeated |= keys.windows(2).any(|pair| pair[0] == pair[1]);
+        }
+        self.keys.truncate(first);
+        Some(())
+    }
+
+    /// Checks a string starting at its opening quote as [`Reader::string`] reads it;
+    /// its text when it holds no escape.
+    fn skim_string(&mut self) -> Option<Option<&'a str>> {
+        self.at += 1;
+        let start = self.at;
+        let mut plain = true;
+        loop {
+            let rest = self.bytes.get(self.at..)?;
+            self.at += find_stop(rest)?;
+            match self.bytes[self.at] {
+                b'"' => {
+                    let end = self.at;
+                    self.at += 1;
+                    return Some(if plain {
+                        self.text.get(start..end)
+                    } else {
+                        None
+                    });
+                }
+                b'\\' => {
+                    plain = false;
+                    self.at += 1;
+                    let escape = self.peek()?;
+                    self.at += 1;
+                    match escape {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
+                        b'u' => {
+                            self.unicode_escape()?;
+                        }
+                        _ => return None,
+                    }
+                }
+                // A control character inside a string: serde_json refuses it.
                 _ => return None,
             }
         }

@@ -232,10 +232,11 @@ async fn read_request(
     })
 }
 
-/// The request as JSON, and its `state` as sent (`Json::parse_with_member`). Like the real
+/// The request as JSON, and its `state` as sent (`Json::parse_skimming`: the document holds
+/// only an empty stand-in of the state where its bytes are given). Like the real
 /// API (FastAPI), a body that is not JSON is a 422 `json_invalid`.
 fn parse_request(bytes: &[u8]) -> Result<(wire::Json<'_>, Option<&[u8]>), wire::RequestError> {
-    wire::Json::parse_with_member(bytes, "state").map_err(|error| {
+    wire::Json::parse_skimming(bytes, "state").map_err(|error| {
         let reason = error.to_string();
         // serde_json appends " at line L column C"; the location goes into `loc`.
         let reason = reason.split(" at line ").next().unwrap_or("invalid JSON");
