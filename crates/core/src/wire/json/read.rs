@@ -18,6 +18,9 @@ use super::{Json, Number, Object, same_key};
 /// recursion limit is 128).
 const MAX_DEPTH: usize = 100;
 
+/// Members or items a non-empty object or array is first given room for.
+const FIRST_ROOM: usize = 4;
+
 /// Keys of a skimmed object compared one by one; a larger object's are sorted.
 const SKIM_COMPARED: usize = 16;
 
@@ -142,12 +145,12 @@ impl<'a> Reader<'a> {
 
     fn array(&mut self, depth: usize) -> Option<Json<'a>> {
         self.at += 1;
-        let mut items = Vec::new();
         self.skip_whitespace();
         if self.peek()? == b']' {
             self.at += 1;
-            return Some(Json::Array(items));
+            return Some(Json::Array(Vec::new()));
         }
+        let mut items = Vec::with_capacity(FIRST_ROOM);
         loop {
             items.push(Json::Null);
             let last = items.len() - 1;
@@ -166,12 +169,14 @@ impl<'a> Reader<'a> {
 
     fn object(&mut self, depth: usize) -> Option<Json<'a>> {
         self.at += 1;
-        let mut object = Object::with_capacity(0);
         self.skip_whitespace();
         if self.peek()? == b'}' {
             self.at += 1;
-            return Some(Json::Object(object));
+            return Some(Json::Object(Object::with_capacity(0)));
         }
+        // Room for the first members at once (what the first push would make, without
+        // the vector's growth path).
+        let mut object = Object::with_capacity(FIRST_ROOM);
         loop {
             self.skip_whitespace();
             if self.peek()? != b'"' {
