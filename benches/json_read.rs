@@ -4,7 +4,9 @@
 //!
 //! The documents are built here: a three-question request as the official Python client
 //! sends it (a 700-byte `state` note, `null` instructions, four criteria each), and a
-//! provider's answer to it (choice, confidence and four probabilities per question).
+//! provider's answer to it (choice, confidence and four probabilities per question); and a
+//! request with a 12 KB `state` of escaped text, read whole and skimmed
+//! (`Json::parse_skimming`, as the proxy reads a request).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -57,6 +59,22 @@ fn answer(questions: usize) -> Vec<u8> {
     serde_json::to_vec(&answer).expect("a JSON value prints")
 }
 
+/// A one-question request whose `state` holds a 12 KB ticket note with an escape
+/// every 65 bytes or so (quotes and line breaks) and accented text, as
+/// `benches/shapes.py` writes it: what `Json::parse_skimming` reads past.
+fn long_state_request() -> Vec<u8> {
+    let line = "the parcel left the depot on monday but the tracking page still says \
+                \"awaiting collection\"; customer called twice, asked for a refund or a \
+                new delivery date. Adresse vérifiée, livraison prévue à 14h.\n";
+    let note = line.repeat(12 * 1024 / line.len());
+    let request = json!({
+        "model": "jev-latest",
+        "state": {"ticket_id": "T-18236", "note": note},
+        "questions": {"q0": {"type": "choice", "criteria": {"DELAY": null, "ADDRESS": null}}},
+    });
+    serde_json::to_vec(&request).expect("a JSON value prints")
+}
+
 fn main() {
     let mut criterion = Criterion::default()
         .sample_size(50)
@@ -71,5 +89,14 @@ fn main() {
             b.iter(|| drop(black_box(Json::parse(black_box(&bytes)))))
         });
     }
+    let long = long_state_request();
+    let (_, state) = Json::parse_skimming(&long, "state").expect("the document reads");
+    assert!(state.is_some(), "the state is skimmed");
+    criterion.bench_function("json_skim_request_12k_state", |b| {
+        b.iter(|| drop(black_box(Json::parse_skimming(black_box(&long), "state"))))
+    });
+    criterion.bench_function("json_read_request_12k_state", |b| {
+        b.iter(|| drop(black_box(Json::parse(black_box(&long)))))
+    });
     criterion.final_summary();
 }
