@@ -415,8 +415,6 @@ async fn request_ids_cannot_be_ordered_or_counted() {
 #[tokio::test]
 async fn the_state_goes_upstream_as_sent_and_only_when_it_reads_one_way() {
     let app = spawn("full_native", "").await;
-    let questions = serde_json::to_string(&request()["questions"]).unwrap();
-    let auth = format!("Bearer {CLIENT_KEY}");
     let upstream_state = |app: &crate::helpers::TestApp| {
         let body = app.upstream.last().body;
         let text = String::from_utf8(body.to_vec()).unwrap();
@@ -432,11 +430,7 @@ async fn the_state_goes_upstream_as_sent_and_only_when_it_reads_one_way() {
         format!("{{{}}}", many.join(", ")),
     ];
     for state in &as_sent {
-        let body =
-            format!(r#"{{"model": "jev-latest", "state": {state}, "questions": {questions}}}"#);
-        let response = app
-            .post_raw(body.into_bytes(), &[("authorization", &auth)])
-            .await;
+        let response = post_state(&app, state).await;
         assert_eq!(response.status(), 200, "{state}");
         assert_eq!(upstream_state(&app), *state);
     }
@@ -447,11 +441,7 @@ async fn the_state_goes_upstream_as_sent_and_only_when_it_reads_one_way() {
         ),
         (r#"{"a\u0062": 1, "ab": 2}"#, json!({"ab": 2})),
     ] {
-        let body =
-            format!(r#"{{"model": "jev-latest", "state": {state}, "questions": {questions}}}"#);
-        let response = app
-            .post_raw(body.into_bytes(), &[("authorization", &auth)])
-            .await;
+        let response = post_state(&app, state).await;
         assert_eq!(response.status(), 200, "{state}");
         let sent: Value = serde_json::from_str(&upstream_state(&app)).unwrap();
         assert_eq!(sent, read, "{state}");
@@ -465,15 +455,20 @@ async fn the_state_goes_upstream_as_sent_and_only_when_it_reads_one_way() {
         "[1,]",
         "{\"a\" 1}",
     ] {
-        let body =
-            format!(r#"{{"model": "jev-latest", "state": {state}, "questions": {questions}}}"#);
-        let response = app
-            .post_raw(body.into_bytes(), &[("authorization", &auth)])
-            .await;
+        let response = post_state(&app, state).await;
         assert_eq!(response.status(), 422, "{state}");
         let refused: Value = response.json().await.unwrap();
         assert_eq!(refused["detail"][0]["type"], "json_invalid", "{state}");
     }
     assert_eq!(app.upstream.seen.lock().unwrap().len(), seen);
     app.stop().await;
+}
+
+/// Posts the test request's questions with `state` spliced in as it is written.
+async fn post_state(app: &crate::helpers::TestApp, state: &str) -> reqwest::Response {
+    let questions = serde_json::to_string(&request()["questions"]).unwrap();
+    let body = format!(r#"{{"model": "jev-latest", "state": {state}, "questions": {questions}}}"#);
+    let auth = format!("Bearer {CLIENT_KEY}");
+    app.post_raw(body.into_bytes(), &[("authorization", &auth)])
+        .await
 }

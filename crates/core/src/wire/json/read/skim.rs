@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use super::super::same_key;
+use super::super::object::same_key;
 use super::{Json, MAX_DEPTH, Object, Reader, find_stop};
 
 /// Keys of a skimmed object compared one by one; a larger object's are sorted.
