@@ -10,9 +10,9 @@ use super::{Json, MAX_DEPTH, Object, Reader, find_stop};
 const SKIM_COMPARED: usize = 16;
 
 impl<'a> Reader<'a> {
-    /// The skimmed member's value into `out` (see [`document_skimming`](super::document_skimming)): a string,
-    /// array or object is checked and an empty one of its type put in its place; any
-    /// other value is read.
+    /// The skimmed member's value into `out` (see
+    /// [`document_skimming`](super::document_skimming)): a string, array or object is
+    /// checked and an empty one of its type put in its place; any other value is read.
     pub(super) fn skim_into(&mut self, depth: usize, out: &mut Json<'a>) -> Option<()> {
         let stand_in = match self.peek()? {
             b'"' => {
