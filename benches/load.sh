@@ -186,16 +186,22 @@ pids_of() { # $1 = proxy kind
   esac
 }
 cpu_ticks() { local total=0 p; for p in "$@"; do total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$total"; }
+# utime and stime apart: "user system" ticks.
+cpu_split() { local u=0 s=0 p pu ps; for p in "$@"; do read -r pu ps < <(awk '{print $14, $15}' "/proc/$p/stat"); u=$((u + pu)); s=$((s + ps)); done; echo "$u $s"; }
 rss_mib() { local total=0 p; for p in "$@"; do total=$((total + $(awk '/^VmRSS/ {print $2}' "/proc/$p/status"))); done; awk -v k="$total" 'BEGIN { printf "%.1f", k / 1024 }'; }
 to_ms() { awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n += 0; else if (v ~ /s$/) n *= 1000; printf "%.2f", n }'; }
 
-# Runs wrk against one target; prints "label rps p50_ms p99_ms cpu_us_per_request rss_mib".
+# Runs wrk against one target; prints "label rps p50_ms p99_ms cpu_us_per_request rss_mib",
+# and writes the CPU per request split into user and system time ("user_us sys_us") to
+# $OUT/<label>.split.
 measure() { # $1 = label, $2 = url, $3 = lua, $4 = connections, $5 = proxy kind (nginx|nginx-off|releasegate|none)
-  local pids before after file="$OUT/$1.txt"
+  local pids before after split_before split_after file="$OUT/$1.txt"
   pids=$(pids_of "$5")
   before=$( [ -n "$pids" ] && cpu_ticks $pids || echo 0)
+  split_before=$( [ -n "$pids" ] && cpu_split $pids || echo "0 0")
   timeout $((DURATION + 30)) wrk -t1 -c"$4" -d"${DURATION}s" --latency -s "$3" "$2" > "$file"
   after=$( [ -n "$pids" ] && cpu_ticks $pids || echo 0)
+  split_after=$( [ -n "$pids" ] && cpu_split $pids || echo "0 0")
   local requests rps p50 p99 cpu rss="-"
   requests=$(awk '/requests in/ {print $1}' "$file")
   if grep -q -e 'Non-2xx' -e 'Socket errors' "$file"; then
@@ -206,6 +212,9 @@ measure() { # $1 = label, $2 = url, $3 = lua, $4 = connections, $5 = proxy kind 
   p99=$(to_ms "$(awk '$1=="99%" {print $2}' "$file")")
   if [ -n "$pids" ]; then
     cpu=$(awk -v t=$((after - before)) -v hz="$TICK" -v n="$requests" 'BEGIN { printf "%.1f", t / hz / n * 1e6 }')
+    awk -v a="$split_before" -v b="$split_after" -v hz="$TICK" -v n="$requests" 'BEGIN {
+      split(a, x, " "); split(b, y, " ")
+      printf "%.1f %.1f\n", (y[1] - x[1]) / hz / n * 1e6, (y[2] - x[2]) / hz / n * 1e6 }' > "$OUT/$1.split"
     rss=$(rss_mib $pids)
   else
     cpu="-"
@@ -380,14 +389,14 @@ section_shapes() {
       for mode in files off; do
         local port=$NGINX_PORT kind=nginx
         [ "$mode" = off ] && port=$NGINX_OFF_PORT && kind=nginx-off
-        rows+=("$(measure "nginx-$name-$mode" "http://127.0.0.1:$port/v1/systemone" "$OUT/shape-$name.lua" "$CONNECTIONS" "$kind")")
+        rows+=("$(measure "nginx-$name-$mode" "http://127.0.0.1:$port/v1/systemone" "$OUT/shape-$name.lua" "$CONNECTIONS" "$kind") $(cat "$OUT/nginx-$name-$mode.split")")
         start_proxy "$OUT/shape-$name-$mode.toml"
         if ! curl -fs -o /dev/null -X POST -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
             --data-binary @<(awk 'sub(/^wrk.body = \[==\[/, "") { sub(/\]==\]$/, ""); print }' "$OUT/shape-$name.lua") \
             "http://127.0.0.1:$PROXY_PORT/v1/systemone"; then
           echo "the proxy refused the $name shape" >&2; exit 1
         fi
-        rows+=("$(measure "releasegate-$name-$mode" "http://127.0.0.1:$PROXY_PORT/v1/systemone" "$OUT/shape-$name.lua" "$CONNECTIONS" releasegate)")
+        rows+=("$(measure "releasegate-$name-$mode" "http://127.0.0.1:$PROXY_PORT/v1/systemone" "$OUT/shape-$name.lua" "$CONNECTIONS" releasegate) $(cat "$OUT/releasegate-$name-$mode.split")")
       done
     done
   done
@@ -399,16 +408,18 @@ section_shapes() {
     echo "\`ROUNDS=$ROUNDS SECTIONS=shapes benches/load.sh $DURATION $CONNECTIONS\`: wrk 1 thread, $CONNECTIONS connections, ${DURATION} s per target,"
     echo "best of $ROUNDS alternating rounds of each target."
     echo
+    echo "CPU per request from \`/proc/PID/stat\`, with its user and system time (utime, stime) in parentheses."
+    echo
     echo "| shape | body | logging | nginx CPU per request | proxy CPU per request | CPU vs. nginx | requests/s vs. nginx | proxy p99 | target |"
     echo "|---|---|---|---|---|---|---|---|---|"
     for s in "${shapes[@]}"; do
       IFS=: read -r name target bytes <<< "$s"
       for mode in files off; do
         awk -v n="nginx-$name-$mode" -v p="releasegate-$name-$mode" -v shape="$name" -v b="$bytes" -v m="$mode" -v t="$target" '
-          $1 == n { nr = $2; nc = $5 } $1 == p { pr = $2; pc = $5; p99 = $4 }
+          $1 == n { nr = $2; nc = $5; nu = $7; ns = $8 } $1 == p { pr = $2; pc = $5; p99 = $4; pu = $7; ps = $8 }
           END { c = pc / nc; r = pr / nr
-                printf "| %s | %d B | %s | %.1f µs | %.1f µs | %.2f× | %.2f× | %s ms | CPU ≤ %.1f×, requests/s ≥ 0.6×: %s |\n",
-                  shape, b, m, nc, pc, c, r, p99, t, (c <= t && r >= 0.6) ? "met" : "**NOT met**" }' <<< "$table"
+                printf "| %s | %d B | %s | %.1f µs (%.1f + %.1f) | %.1f µs (%.1f + %.1f) | %.2f× | %.2f× | %s ms | CPU ≤ %.1f×, requests/s ≥ 0.6×: %s |\n",
+                  shape, b, m, nc, nu, ns, pc, pu, ps, c, r, p99, t, (c <= t && r >= 0.6) ? "met" : "**NOT met**" }' <<< "$table"
       done
     done
     echo
