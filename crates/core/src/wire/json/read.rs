@@ -154,16 +154,23 @@ impl<'a> Reader<'a> {
             items.push(Json::Null);
             let last = items.len() - 1;
             self.value_into(depth, &mut items[last])?;
-            self.skip_whitespace();
-            match self.peek()? {
-                b',' => self.at += 1,
-                b']' => {
-                    self.at += 1;
-                    return Some(Json::Array(items));
-                }
-                _ => return None,
+            if !self.more(b']')? {
+                return Some(Json::Array(items));
             }
         }
+    }
+
+    /// After an item of an array or a member of an object: consumes its `,` (`true`,
+    /// another follows) or the closing `close` (`false`); `None` for anything else.
+    #[inline]
+    fn more(&mut self, close: u8) -> Option<bool> {
+        self.skip_whitespace();
+        let next = self.peek()?;
+        if next != b',' && next != close {
+            return None;
+        }
+        self.at += 1;
+        Some(next == b',')
     }
 
     fn object(&mut self, depth: usize) -> Option<Json<'a>> {
@@ -201,14 +208,8 @@ impl<'a> Reader<'a> {
             }
             // A repeated key adds no member.
             self.repeated |= self.member.is_some() && object.len() == members;
-            self.skip_whitespace();
-            match self.peek()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    return Some(Json::Object(object));
-                }
-                _ => return None,
+            if !self.more(b'}')? {
+                return Some(Json::Object(object));
             }
         }
     }

@@ -58,14 +58,8 @@ impl<'a> Reader<'a> {
         }
         loop {
             self.skim_value(depth)?;
-            self.skip_whitespace();
-            match self.peek()? {
-                b',' => self.at += 1,
-                b']' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if !self.more(b']')? {
+                return Some(());
             }
         }
     }
@@ -103,14 +97,8 @@ impl<'a> Reader<'a> {
             }
             self.at += 1;
             self.skim_value(depth)?;
-            self.skip_whitespace();
-            match self.peek()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    break;
-                }
-                _ => return None,
+            if !self.more(b'}')? {
+                break;
             }
         }
         let keys = &mut self.keys[first..];
