@@ -185,8 +185,7 @@ pids_of() { # $1 = proxy kind
     *) echo "" ;;
   esac
 }
-cpu_ticks() { local total=0 p; for p in "$@"; do total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$total"; }
-# utime and stime apart: "user system" ticks.
+# CPU ticks of the processes, utime and stime apart: "user system".
 cpu_split() { local u=0 s=0 p pu ps; for p in "$@"; do read -r pu ps < <(awk '{print $14, $15}' "/proc/$p/stat"); u=$((u + pu)); s=$((s + ps)); done; echo "$u $s"; }
 rss_mib() { local total=0 p; for p in "$@"; do total=$((total + $(awk '/^VmRSS/ {print $2}' "/proc/$p/status"))); done; awk -v k="$total" 'BEGIN { printf "%.1f", k / 1024 }'; }
 to_ms() { awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n += 0; else if (v ~ /s$/) n *= 1000; printf "%.2f", n }'; }
@@ -195,14 +194,12 @@ to_ms() { awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v
 # and writes the CPU per request split into user and system time ("user_us sys_us") to
 # $OUT/<label>.split.
 measure() { # $1 = label, $2 = url, $3 = lua, $4 = connections, $5 = proxy kind (nginx|nginx-off|releasegate|none)
-  local pids before after split_before split_after file="$OUT/$1.txt"
+  local pids before after file="$OUT/$1.txt"
   pids=$(pids_of "$5")
-  before=$( [ -n "$pids" ] && cpu_ticks $pids || echo 0)
-  split_before=$( [ -n "$pids" ] && cpu_split $pids || echo "0 0")
+  before=$( [ -n "$pids" ] && cpu_split $pids || echo "0 0")
   timeout $((DURATION + 30)) wrk -t1 -c"$4" -d"${DURATION}s" --latency -s "$3" "$2" > "$file"
-  after=$( [ -n "$pids" ] && cpu_ticks $pids || echo 0)
-  split_after=$( [ -n "$pids" ] && cpu_split $pids || echo "0 0")
-  local requests rps p50 p99 cpu rss="-"
+  after=$( [ -n "$pids" ] && cpu_split $pids || echo "0 0")
+  local requests rps p50 p99 cpu user system rss="-"
   requests=$(awk '/requests in/ {print $1}' "$file")
   if grep -q -e 'Non-2xx' -e 'Socket errors' "$file"; then
     echo "$1: wrk counted failed requests: $(grep -e 'Non-2xx' -e 'Socket errors' "$file" | tr -s ' ')" >&2
@@ -211,10 +208,10 @@ measure() { # $1 = label, $2 = url, $3 = lua, $4 = connections, $5 = proxy kind 
   p50=$(to_ms "$(awk '$1=="50%" {print $2}' "$file")")
   p99=$(to_ms "$(awk '$1=="99%" {print $2}' "$file")")
   if [ -n "$pids" ]; then
-    cpu=$(awk -v t=$((after - before)) -v hz="$TICK" -v n="$requests" 'BEGIN { printf "%.1f", t / hz / n * 1e6 }')
-    awk -v a="$split_before" -v b="$split_after" -v hz="$TICK" -v n="$requests" 'BEGIN {
-      split(a, x, " "); split(b, y, " ")
-      printf "%.1f %.1f\n", (y[1] - x[1]) / hz / n * 1e6, (y[2] - x[2]) / hz / n * 1e6 }' > "$OUT/$1.split"
+    read -r cpu user system < <(awk -v a="$before" -v b="$after" -v hz="$TICK" -v n="$requests" 'BEGIN {
+      split(a, x, " "); split(b, y, " "); u = (y[1] - x[1]) / hz / n * 1e6; s = (y[2] - x[2]) / hz / n * 1e6
+      printf "%.1f %.1f %.1f\n", u + s, u, s }')
+    echo "$user $system" > "$OUT/$1.split"
     rss=$(rss_mib $pids)
   else
     cpu="-"
