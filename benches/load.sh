@@ -31,8 +31,9 @@
 #              at fixed request rates (wrk paced by a per-connection delay), p50, p99
 #              and p99.9 beside CPU per request
 #   instructions  (not by default) user-space instructions per request under
-#              callgrind, nginx and the three contracts: deterministic, for
-#              comparing code changes where timings are noise
+#              callgrind, nginx and the three contracts, then nginx and the proxy
+#              on each shape of `shapes`: deterministic, for comparing code
+#              changes where timings are noise
 #
 # Not part of CI. Every loop is bounded; all processes stop on exit.
 # Usage: benches/load.sh [seconds] [connections]   (env: ROUNDS, SECTIONS)
@@ -490,16 +491,16 @@ section_overhead() {
 # threads of one process; under valgrind SHA-256 takes its software path (valgrind
 # hides the CPU's SHA extensions), a few thousand instructions the native run does not
 # spend. nginx runs as one process (`master_process off`), both with access logs off.
-callgrind_count() { # $1 = label, $2 = url, $3 = command...; prints "label requests instructions/request"
-  local label=$1 url=$2 out="$OUT/callgrind-$1.out" pid n total
-  shift 2
+callgrind_count() { # $1 = label, $2 = url, $3 = lua, $4 = command...; prints "label requests instructions/request"
+  local label=$1 url=$2 lua=$3 out="$OUT/callgrind-$1.out" pid n total
+  shift 3
   rm -f "$out" "$out".*
   valgrind --tool=callgrind --callgrind-out-file="$out" "$@" 2>"$OUT/callgrind-$label.log" >/dev/null & pid=$!
   for _ in $(seq 600); do curl -fs -o /dev/null "127.0.0.1:$ADMIN_PORT/readyz" 2>/dev/null && break
-    (exec 3<>"/dev/tcp/${url#http://}") 2>/dev/null && [ "$label" = nginx ] && break; sleep 0.1; done
-  timeout 60 wrk -t1 -c8 -d3s -s "$OUT/q1.lua" "$url/v1/systemone" >/dev/null   # warm-up, not counted
+    (exec 3<>"/dev/tcp/${url#http://}") 2>/dev/null && [ "${label%%-*}" = nginx ] && break; sleep 0.1; done
+  timeout 60 wrk -t1 -c8 -d3s -s "$lua" "$url/v1/systemone" >/dev/null   # warm-up, not counted
   callgrind_control -z "$pid" >/dev/null 2>&1
-  timeout 60 wrk -t1 -c8 -d6s -s "$OUT/q1.lua" "$url/v1/systemone" > "$OUT/callgrind-$label.txt"
+  timeout 60 wrk -t1 -c8 -d6s -s "$lua" "$url/v1/systemone" > "$OUT/callgrind-$label.txt"
   callgrind_control -d "$pid" >/dev/null 2>&1
   sleep 1
   stop "$pid"
@@ -510,28 +511,49 @@ callgrind_count() { # $1 = label, $2 = url, $3 = command...; prints "label reque
 
 section_instructions() {
   need valgrind valgrind
-  local rows=() v nginx_conf="$OUT/nginx-callgrind.conf"
+  local rows=() shape_rows=() v name nginx_conf="$OUT/nginx-callgrind.conf"
+  local nginx_cmd=("$NGINX" -p "$OUT" -c "$nginx_conf" -g 'daemon off; master_process off;')
   mklua 1 > "$OUT/q1.lua"
   mknginx off "$NGINX_OFF_PORT" | sed 's/^worker_processes auto;/worker_processes 1;/' > "$nginx_conf"
   stop "$NGINX_PID" "$NGINX_OFF_PID" "$PROXY_PID"; NGINX_PID=""; NGINX_OFF_PID=""; PROXY_PID=""
   start_upstream 1 0
-  rows+=("$(callgrind_count nginx "http://127.0.0.1:$NGINX_OFF_PORT" "$NGINX" -p "$OUT" -c "$nginx_conf" -g 'daemon off; master_process off;')")
+  rows+=("$(callgrind_count nginx "http://127.0.0.1:$NGINX_OFF_PORT" "$OUT/q1.lua" "${nginx_cmd[@]}")")
   for v in choice full_native wcpq; do
     mkconfig 1 "$v" "$CODEBOOK" off > "$OUT/main-$v-off.toml"
-    rows+=("$(callgrind_count "releasegate-$v" "http://127.0.0.1:$PROXY_PORT" $RG serve --config "$OUT/main-$v-off.toml")")
+    rows+=("$(callgrind_count "releasegate-$v" "http://127.0.0.1:$PROXY_PORT" "$OUT/q1.lua" $RG serve --config "$OUT/main-$v-off.toml")")
   done
+  # The shapes of `SECTIONS=shapes`, each against its own nginx count: a larger body
+  # costs nginx more too.
+  while read -r name _; do
+    start_upstream "@$OUT/shape-$name.answer.json" 0
+    shape_rows+=("$(callgrind_count "nginx-$name" "http://127.0.0.1:$NGINX_OFF_PORT" "$OUT/shape-$name.lua" "${nginx_cmd[@]}")")
+    shape_rows+=("$(callgrind_count "releasegate-$name" "http://127.0.0.1:$PROXY_PORT" "$OUT/shape-$name.lua" $RG serve --config "$OUT/shape-$name-off.toml")")
+  done < <(python3 benches/shapes.py "$OUT" "$PROXY_PORT" "$ADMIN_PORT" "$UP_PORT" "$KEY" "$KEY_SHA" "$CODEBOOK")
   local base; base=$(awk '{print $3; exit}' <<< "${rows[0]}")
   {
     echo "### User-space instructions per request (callgrind, access logs off)"
     echo
-    echo "$(date -u '+%Y-%m-%d %H:%M') UTC, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'): wrk 1 thread, 8 connections, 6 s counted after a 3 s warm-up."
+    echo "$(date -u '+%Y-%m-%d %H:%M') UTC, $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'): \`SECTIONS=instructions benches/load.sh\`, wrk 1 thread, 8 connections, 6 s counted after a 3 s warm-up."
     echo
     echo "| target | requests counted | instructions per request | vs. nginx |"
     echo "|---|---|---|---|"
-    local row
+    local row label n per
     for row in "${rows[@]}"; do
       read -r label n per <<< "$row"
       echo "| $label | $n | $per | $(awk -v a="$per" -v b="$base" 'BEGIN { printf "%.2f", a / b }') |"
+    done
+    echo
+    echo "The shapes of \`SECTIONS=shapes\` (nginx counted on each):"
+    echo
+    echo "| shape | nginx | proxy | vs. nginx |"
+    echo "|---|---|---|---|"
+    local nginx_per
+    for row in "${shape_rows[@]}"; do
+      read -r label n per <<< "$row"
+      case "$label" in
+        nginx-*) nginx_per=$per ;;
+        *) echo "| ${label#releasegate-} | $nginx_per | $per | $(awk -v a="$per" -v b="$nginx_per" 'BEGIN { printf "%.2f", a / b }') |" ;;
+      esac
     done
     echo
   } | tee "$OUT/instructions.md"
