@@ -642,3 +642,37 @@ async fn a_plain_request_in_flight_at_the_drain_is_answered_with_connection_clos
     }
     stopping.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_plain_request_still_in_flight_when_the_grace_ends_is_dropped() {
+    // A short grace, and an upstream that does not answer within it.
+    let app = TestConfig {
+        server: "shutdown_grace_ms = 300\nworker_threads = 1".into(),
+        ..TestConfig::default()
+    }
+    .spawn()
+    .await;
+    let upstream = app.upstream.clone();
+    upstream.close();
+    // Two requests served on one connection first: the connection's watches on the
+    // stage have already waited through requests and reads when the drain comes.
+    let mut plain = TcpStream::connect(address(&app)).await.unwrap();
+    let mut pending = Vec::new();
+    for _ in 0..2 {
+        plain.write_all(&post("", b"[]")).await.unwrap();
+        let wire = read_wire(&mut plain, &mut pending).await.unwrap();
+        assert_eq!(wire.status(), 422);
+    }
+    plain.write_all(&post("", &good_body())).await.unwrap();
+    upstream.arrived().await;
+    app.stop().await;
+    // Dropped at the end of the grace: closed, with no response.
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(PATIENCE, plain.read_to_end(&mut rest)).await;
+    assert!(
+        matches!(read, Ok(Ok(0) | Err(_))),
+        "the connection outlived the grace: {read:?}"
+    );
+    assert!(rest.is_empty(), "a response after the grace: {rest:?}");
+    upstream.release_one();
+}

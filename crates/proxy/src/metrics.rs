@@ -278,9 +278,12 @@ pub struct RequestSeries {
 }
 
 /// One contract's request pairs, by route (in [`ROUTES`] order) and status class (in
-/// [`STATUS_CLASSES`] order).
+/// [`STATUS_CLASSES`] order), and its `releasegate_overhead_seconds` series.
 #[derive(Debug, Default)]
-struct ContractRequests([[OnceLock<RequestPair>; STATUS_CLASSES.len()]; ROUTES.len()]);
+struct ContractRequests {
+    pairs: [[OnceLock<RequestPair>; STATUS_CLASSES.len()]; ROUTES.len()],
+    overhead: OnceLock<Histogram>,
+}
 
 /// The series a released answer counts in, per contract and question, resolved once per
 /// configuration generation ([`Metrics::answer_series`]): recording an answer then takes
@@ -375,7 +378,7 @@ impl Metrics {
             .by_contract
             .get(contract)
             .zip(ROUTES.iter().position(|&known| known == route))
-            .map(|(pairs, at)| &pairs.0[at][status_class_index(status)]);
+            .map(|(kept, at)| &kept.pairs[at][status_class_index(status)]);
         let owned;
         let (count, duration) = match kept {
             Some(pair) => pair.get_or_init(by_label),
@@ -386,6 +389,18 @@ impl Metrics {
         };
         count.inc();
         duration.observe(seconds);
+    }
+
+    /// Observes one `/v1/systemone` request's own time (its time minus the provider's)
+    /// under `contract`: through `series` where it keeps the contract's series, by label
+    /// otherwise (the same series either way; like the request pairs, it appears with the
+    /// first request it counts).
+    pub fn record_overhead(&self, series: &RequestSeries, contract: &str, seconds: f64) {
+        let by_label = || self.routing.overhead.with_label_values(&[contract]);
+        match series.by_contract.get(contract) {
+            Some(kept) => kept.overhead.get_or_init(by_label).observe(seconds),
+            None => by_label().observe(seconds),
+        }
     }
 
     /// A WCPQ question's series (`labels`: contract, question), created at zero.
@@ -659,6 +674,35 @@ mod series_tests {
                 "releasegate_request_duration_seconds_count{contract=\"c\",route=\"systemone\",status_class=\"2xx\"} 2",
                 "releasegate_request_duration_seconds_count{contract=\"c\",route=\"elsewhere\",status_class=\"2xx\"} 1",
                 "releasegate_request_duration_seconds_count{contract=\"another\",route=\"systemone\",status_class=\"2xx\"} 1",
+            ],
+        );
+    }
+
+    #[test]
+    fn kept_overhead_series_count_what_labels_count() {
+        let config = config();
+        let kept = Metrics::new().unwrap();
+        let series = kept.request_series(&config);
+        let by_label = Metrics::new().unwrap();
+        let overhead_lines = |metrics: &Metrics| {
+            exposition_lines(metrics, |line| {
+                line.starts_with("releasegate_overhead_seconds")
+            })
+        };
+        // Nothing is created before a request counts in it.
+        assert!(overhead_lines(&kept).is_empty());
+        // A contract of the configuration (kept), and one it does not have (by label).
+        for (contract, seconds) in [("c", 0.000_02), ("c", 0.004), ("another", 0.000_3)] {
+            kept.record_overhead(&series, contract, seconds);
+            by_label.record_overhead(&RequestSeries::default(), contract, seconds);
+        }
+        let lines = overhead_lines(&kept);
+        assert_eq!(lines, overhead_lines(&by_label));
+        assert_has_lines(
+            &lines,
+            &[
+                "releasegate_overhead_seconds_count{contract=\"c\"} 2",
+                "releasegate_overhead_seconds_count{contract=\"another\"} 1",
             ],
         );
     }

@@ -53,18 +53,18 @@ pub(super) fn finish(
     let status = response.status().as_u16();
     export_server_span(state, route, &request_id, &trail, status, outcome);
     let latency = started.elapsed();
+    let live = state.inner.live.load();
     if route == "systemone"
         && let Some(contract) = &trail.contract
     {
-        state
-            .metrics()
-            .routing
-            .overhead
-            .with_label_values(&[contract.name()])
-            .observe(latency.saturating_sub(trail.upstream_wait).as_secs_f64());
+        state.metrics().record_overhead(
+            &live.request_series,
+            contract.name(),
+            latency.saturating_sub(trail.upstream_wait).as_secs_f64(),
+        );
     }
     state.metrics().record_request(
-        &state.inner.live.load().request_series,
+        &live.request_series,
         contract_label,
         route,
         status,

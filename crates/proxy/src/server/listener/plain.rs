@@ -102,12 +102,23 @@ pub(super) async fn serve(
     stage: &mut watch::Receiver<Stage>,
 ) -> Outcome {
     let mut buffer = BytesMut::with_capacity(READ_CHUNK);
-    // Watches for the end of the grace while a request is served.
-    let mut grace = stage.clone();
     // One watchdog for the connection's life (it looks at the phase each time it wakes),
-    // so a request costs no timer of its own.
+    // so a request costs no timer of its own. The two watches on the stage are the
+    // connection's too: each registers with the stage's sender once, not once per request
+    // or read.
     let expired = activity.expired(limits);
     let mut expired = std::pin::pin!(expired);
+    // The end of the grace (or of the sender), while a request is served.
+    let mut grace = stage.clone();
+    let closing = async move {
+        let _ = grace.wait_for(|now| *now == Stage::Closing).await;
+    };
+    let mut closing = std::pin::pin!(closing);
+    // The drain (or the end of the sender), while waiting for bytes.
+    let mut watched = stage.clone();
+    let leaving = async move { watched.wait_for(|now| *now != Stage::Serving).await.is_ok() };
+    let mut leaving = std::pin::pin!(leaving);
+    let mut left = false;
     loop {
         match parse(&buffer) {
             Parsed::Plain(plain) => {
@@ -118,9 +129,6 @@ pub(super) async fn serve(
                 };
                 let version = plain.version;
                 let guard = activity.begin_request();
-                let closing = async {
-                    let _ = grace.wait_for(|now| *now == Stage::Closing).await;
-                };
                 let served = async {
                     let response = routes.serve(request).await;
                     let draining = *stage.borrow() != Stage::Serving;
@@ -130,7 +138,7 @@ pub(super) async fn serve(
                 };
                 let close = tokio::select! {
                     close = served => close,
-                    () = closing => None,
+                    () = &mut closing => None,
                 };
                 drop(guard);
                 match close {
@@ -185,8 +193,12 @@ pub(super) async fn serve(
                     Err(_) => return Outcome::Dropped,
                 },
                 reason = &mut expired => return Outcome::Expired(reason),
-                changed = stage.changed() => {
-                    if changed.is_err() {
+                sender = &mut leaving, if !left => {
+                    // The stage has left `Serving`: the check above ends the connection
+                    // (a drain), as does the end of the sender. Finished, the watch is
+                    // not polled again.
+                    left = true;
+                    if !sender {
                         return Outcome::Dropped;
                     }
                 }
