@@ -716,11 +716,21 @@ fn shared_decisions_decide_exactly_as_each_policy_alone() {
     let mut rng = Rng::new(23);
     for round in 0..3000 {
         let n = 1 + rng.below(9);
-        let base = if round % 3 == 0 && n == 4 {
+        let mut base = if round % 3 == 0 && n == 4 {
             CostBase::authored_4()
         } else {
             random_base(&mut rng, n)
         };
+        // Now and then a matrix of another shape (an extra row, or a row one longer or
+        // shorter), which the decisions for a known class count leave to the general ones.
+        match round % 11 {
+            1 => base.matrix.push(vec![0.5; n]),
+            2 => base.matrix[0].push(3.0),
+            3 => {
+                base.matrix[n].pop();
+            }
+            _ => {}
+        }
         let policies: Vec<Policy> = Family::ALL
             .iter()
             .flat_map(|&family| Profile::ALL.iter().map(move |&profile| (family, profile)))
