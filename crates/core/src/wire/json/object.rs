@@ -11,6 +11,9 @@ use super::scan::word_at;
 /// looking up a large object (a provider may send one) stays linear.
 pub(super) const INDEXED_FROM: usize = 16;
 
+/// A member with an empty key and a `null` value, copied from where the constant lies.
+const EMPTY_MEMBER: (Cow<'static, str>, Json<'static>) = (Cow::Borrowed(""), Json::Null);
+
 /// An object's members in document order, each key once.
 #[derive(Debug, Clone, Default)]
 pub struct Object<'a> {
@@ -112,8 +115,16 @@ impl<'a> Object<'a> {
             && self.members.len() < INDEXED_FROM
             && !self.members.iter().any(|(k, _)| same_key(k, key))
         {
-            self.members.push((Cow::Borrowed(key), Json::Null));
-            self.members.len() - 1
+            // The member is pushed as a constant, then its key's two words stored into
+            // it: a member built on the stack and copied in with 16-byte loads stalled on
+            // the 8-byte stores that had just written it (store forwarding fails), about
+            // 2 % of the proxy's CPU on four questions in `perf`.
+            self.members.push(EMPTY_MEMBER);
+            let at = self.members.len() - 1;
+            if let Some((Cow::Borrowed(place), _)) = self.members.get_mut(at) {
+                *place = key;
+            }
+            at
         } else {
             self.slot_rest(Cow::Borrowed(key))
         };
