@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::connections::head;
-use super::helpers::{CLIENT_KEY, PATIENCE, TestApp, TestConfig, request};
+use super::helpers::{CLIENT_KEY, PATIENCE, TestApp, TestConfig, Upstream, request};
 
 /// One response as read off the wire: the head's lines (the request ids' and the date's
 /// values masked) and the body.
@@ -590,17 +590,24 @@ async fn requests_that_are_not_plain_keep_hypers_framing_and_rules() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn a_plain_request_in_flight_at_the_drain_is_answered_with_connection_close() {
-    // A long grace: the request waits at the upstream's gate until the test lets it go.
+/// A proxy on one event loop with a shutdown grace of `grace_ms`, and its upstream, whose
+/// gate is closed: requests wait there until the test releases them.
+async fn app_with_a_closed_gate(grace_ms: u64) -> (TestApp, Upstream) {
     let app = TestConfig {
-        server: "shutdown_grace_ms = 30000\nworker_threads = 1".into(),
+        server: format!("shutdown_grace_ms = {grace_ms}\nworker_threads = 1"),
         ..TestConfig::default()
     }
     .spawn()
     .await;
     let upstream = app.upstream.clone();
     upstream.close();
+    (app, upstream)
+}
+
+#[tokio::test]
+async fn a_plain_request_in_flight_at_the_drain_is_answered_with_connection_close() {
+    // A long grace: the request waits at the upstream's gate until the test lets it go.
+    let (app, upstream) = app_with_a_closed_gate(30_000).await;
     // One request in flight on each path, over HTTP/1.1 and over HTTP/1.0 kept.
     let mut plain = TcpStream::connect(address(&app)).await.unwrap();
     plain.write_all(&post("", &good_body())).await.unwrap();
@@ -646,14 +653,7 @@ async fn a_plain_request_in_flight_at_the_drain_is_answered_with_connection_clos
 #[tokio::test]
 async fn a_plain_request_still_in_flight_when_the_grace_ends_is_dropped() {
     // A short grace, and an upstream that does not answer within it.
-    let app = TestConfig {
-        server: "shutdown_grace_ms = 300\nworker_threads = 1".into(),
-        ..TestConfig::default()
-    }
-    .spawn()
-    .await;
-    let upstream = app.upstream.clone();
-    upstream.close();
+    let (app, upstream) = app_with_a_closed_gate(300).await;
     // Two requests served on one connection first: the connection's watches on the
     // stage have already waited through requests and reads when the drain comes.
     let mut plain = TcpStream::connect(address(&app)).await.unwrap();
