@@ -9,6 +9,7 @@
 
 mod config;
 mod cost;
+mod decisions;
 mod plan;
 mod posterior;
 mod signature;
@@ -24,7 +25,8 @@ pub use cost::{
     AUTHORED_MATRIX_4, CostBase, DEFAULT_C_CHECK, DEFAULT_C_REVIEW, DEFAULT_C_WRONG, Family,
     Policy, Profile,
 };
-pub use plan::{Decisions, Plan, PlanDisplay, TIE_TOLERANCE};
+pub use decisions::Decisions;
+pub use plan::{Plan, PlanDisplay, TIE_TOLERANCE};
 pub use posterior::{
     LOGISTIC_FORMAT, LogisticModel, POSTERIOR_SMOOTHING, Posterior, release_features, smooth,
 };

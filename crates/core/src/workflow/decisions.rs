@@ -1,0 +1,171 @@
+//! What a spec's policies share for one posterior ([`Decisions`]): deciding them all then
+//! costs one pass over precomputed values per policy, bit for bit as each policy decides
+//! alone ([`Policy::decide`]).
+
+use super::cost::{Family, Policy};
+use super::plan::{Plan, RunnerUp, idx, lowest, near, pick_min};
+
+/// What every policy of one posterior shares, computed once per posterior: deciding a
+/// spec's policies ([`Decisions::decide`]) then costs one pass over `n + 1` precomputed
+/// values per policy, where [`Policy::decide`] recomputes them for each.
+///
+/// It decides exactly as [`Policy::decide`] does, bit for bit: every candidate cost is the
+/// same floating-point expression evaluated in the same order (`c_wrong * (1 - q_t)` as
+/// `c_wrong * miss[t]`, `1 - q_k - q_t_no(k)` as `miss[k] - q[t_no(k)]`), and the pick is the
+/// same earliest-within-tolerance rule. The tests hold the two equal on random,
+/// tied and degenerate posteriors for every family and profile.
+#[derive(Debug, Default)]
+pub struct Decisions {
+    /// `1 - q_t` per class.
+    miss: Vec<f64>,
+    /// Clarification: `t_no(k)`, the best class other than `k`, per `k`.
+    no: Vec<u16>,
+    /// Clarification: `1 - q_k - q_t_no(k)` per `k`.
+    rest: Vec<f64>,
+    /// One policy's candidate costs (reused across policies).
+    costs: Vec<f64>,
+    /// Whether `no` and `rest` hold the current posterior's values.
+    clarified: bool,
+}
+
+impl Decisions {
+    /// An empty set of buffers; [`Decisions::prepare`] fills them for a posterior.
+    pub fn new() -> Decisions {
+        Decisions::default()
+    }
+
+    /// Precomputes what the policies share for posterior `q` (canonical order).
+    pub fn prepare(&mut self, q: &[f64]) {
+        self.miss.clear();
+        self.miss.extend(q.iter().map(|&v| 1.0 - v));
+        self.costs.reserve(q.len() + 1);
+        self.clarified = false;
+    }
+
+    /// The complete plan of `policy` for the posterior last given to
+    /// [`Decisions::prepare`] (`q`, the same slice): equal to `policy.decide(q)`.
+    pub fn decide(&mut self, policy: &Policy, q: &[f64]) -> Plan {
+        let n = q.len();
+        if n == 0 || self.miss.len() != n {
+            return policy.decide(q);
+        }
+        if let Family::Asymmetric = policy.family {
+            // Up to eight classes, a version of the matrix products for each class count:
+            // their loops have a known length, unrolled and without bounds checks (the
+            // loops of any length took about 340 instructions a plan for four classes).
+            let fixed = match n {
+                2 => asymmetric_fixed::<2>(policy, q),
+                3 => asymmetric_fixed::<3>(policy, q),
+                4 => asymmetric_fixed::<4>(policy, q),
+                5 => asymmetric_fixed::<5>(policy, q),
+                6 => asymmetric_fixed::<6>(policy, q),
+                7 => asymmetric_fixed::<7>(policy, q),
+                8 => asymmetric_fixed::<8>(policy, q),
+                _ => None,
+            };
+            if let Some(plan) = fixed {
+                return plan;
+            }
+        }
+        self.decide_any(policy, q)
+    }
+
+    /// Fills `no` and `rest` for the current posterior, once.
+    fn clarify(&mut self, q: &[f64]) {
+        if self.clarified {
+            return;
+        }
+        let runner = RunnerUp::new(q);
+        self.no.clear();
+        self.no.reserve(q.len());
+        self.rest.clear();
+        self.rest.reserve(q.len());
+        for (k, &m) in self.miss.iter().enumerate() {
+            let t_no = runner.best_except(q, k);
+            self.no.push(idx(t_no));
+            self.rest.push(m - q[t_no]);
+        }
+        self.clarified = true;
+    }
+
+    /// [`Decisions::decide`] for any class count.
+    fn decide_any(&mut self, policy: &Policy, q: &[f64]) -> Plan {
+        let c = &policy.costs;
+        let n = q.len();
+        match policy.family {
+            Family::Selective => {
+                // Candidates: route to t at c_wrong · (1 − q_t), then review at c_review.
+                let w = c.c_wrong;
+                let min = lowest(self.miss.iter().map(|&m| w * m)).min_or(c.c_review);
+                match self.miss.iter().position(|&m| near(w * m, min)) {
+                    Some(t) => Plan::Route { class: idx(t) },
+                    None if near(c.c_review, min) => Plan::Review,
+                    // No candidate within tolerance (NaN costs): the first one, as `decide`.
+                    None => Plan::Route { class: 0 },
+                }
+            }
+            Family::Clarification => {
+                self.clarify(q);
+                // Candidates: now (the best route t*) at c_wrong · (1 − q_t*), then check k
+                // at c_check + c_wrong · (1 − q_k − q_t_no(k)).
+                let w = c.c_wrong;
+                let routes = lowest(self.miss.iter().map(|&m| w * m)).0;
+                let best = self
+                    .miss
+                    .iter()
+                    .position(|&m| near(w * m, routes))
+                    .unwrap_or(0);
+                let now = w * self.miss[best];
+                let checks = self.rest.iter().map(|&r| c.c_check + w * r);
+                let min = lowest(std::iter::once(now).chain(checks.clone())).0;
+                let check = if near(now, min) {
+                    None
+                } else {
+                    checks.clone().position(|v| near(v, min))
+                };
+                match check {
+                    None => Plan::Now { class: idx(best) },
+                    Some(k) => Plan::Check {
+                        target: idx(k),
+                        yes: idx(k),
+                        no: self.no[k],
+                    },
+                }
+            }
+            Family::Asymmetric => {
+                self.costs.clear();
+                let rows = c.matrix.iter().take(n + 1);
+                let costs =
+                    rows.map(|row| row.iter().zip(q).fold(0.0, |sum, (m, qt)| sum + qt * m));
+                self.costs.extend(costs);
+                Plan::Act {
+                    action: idx(pick_min(self.costs.len(), |a| self.costs[a])),
+                }
+            }
+        }
+    }
+}
+
+/// An asymmetric-cost policy's plan for `N` classes, the expressions of
+/// [`Policy::decide`] in the same order (each action's expected cost summed in canonical
+/// class order from 0, then the earliest action within tolerance of the least); `None` when
+/// `q` is not `N` long or the matrix is not `N + 1` rows of `N` (the caller then decides
+/// with loops of any length).
+#[inline]
+fn asymmetric_fixed<const N: usize>(policy: &Policy, q: &[f64]) -> Option<Plan> {
+    let q: &[f64; N] = q.try_into().ok()?;
+    let rows = policy.costs.matrix.get(..=N)?;
+    let mut costs = [0.0f64; 9];
+    for (cost, row) in costs.iter_mut().zip(rows) {
+        let row: &[f64; N] = row.as_slice().try_into().ok()?;
+        let mut sum = 0.0;
+        for t in 0..N {
+            sum += q[t] * row[t];
+        }
+        *cost = sum;
+    }
+    let costs = costs.get(..=N)?;
+    let min = lowest(costs.iter().copied()).0;
+    let pick = costs.iter().position(|&v| near(v, min)).unwrap_or(0);
+    Some(Plan::Act { action: idx(pick) })
+}
