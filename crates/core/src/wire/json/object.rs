@@ -117,8 +117,8 @@ impl<'a> Object<'a> {
         {
             // The member is pushed as a constant, then its key's two words stored into
             // it: a member built on the stack and copied in with 16-byte loads stalled on
-            // the 8-byte stores that had just written it (store forwarding fails), about
-            // 2 % of the proxy's CPU on four questions in `perf`.
+            // the 8-byte stores that had just written it (store forwarding fails): nearly
+            // 3 % of the proxy's CPU on four questions in `perf`.
             self.members.push(EMPTY_MEMBER);
             let at = self.members.len() - 1;
             if let Some((Cow::Borrowed(place), _)) = self.members.get_mut(at) {
