@@ -520,6 +520,25 @@ fn a_skimmed_member_is_checked_and_stands_in_empty() {
         r#"{"state": {"a" 1}}"#.into(),
         r#"{"state": "unterminated}"#.into(),
         r#"{"state": tru}"#.into(),
+        // Strings with escapes: past the first escape the skim tests the whole string for
+        // control characters at its closing quote, not run by run.
+        "{\"state\": \"a\\nb\u{1}c\"}".into(),
+        "{\"state\": \"a\\nb\\\"c\u{1f}\"}".into(),
+        "{\"state\": {\"k\": \"\\\"\u{0}\\\"\"}}".into(),
+        r#"{"state": "a\nb\qc"}"#.into(),
+        r#"{"state": "a\nb\"#.into(),
+        r#"{"state": "a\nb\"c"#.into(),
+        r#"{"state": "ends with an escape\\"}"#.into(),
+        r#"{"state": "\u00e9 then \ud83d\ude00 then \ud800"}"#.into(),
+        format!(
+            r#"{{"state": "{}", "q": 1}}"#,
+            "free \\\"text\\\" \\n".repeat(200)
+        ),
+        format!(
+            "{{\"state\": \"{}{}\", \"q\": 1}}",
+            "free \\\"text\\\" \\n".repeat(200),
+            '\u{1}'
+        ),
     ];
     for text in &texts {
         skimmed_as_expected(text.as_bytes()).unwrap();

@@ -112,38 +112,52 @@ impl<'a> Reader<'a> {
 
     /// Checks a string starting at its opening quote as [`Reader::string`] reads it;
     /// its text when it holds no escape.
+    ///
+    /// A string without escapes (keys, most values) ends at the first stop `find_stop`
+    /// finds. Past a first escape (free text: quotes, line breaks), only quotes and
+    /// backslashes end a run (`memchr2`), and the whole string is tested for a control
+    /// character once, at its closing quote: an escape's bytes are never control
+    /// characters, so a control character anywhere in the string is one the reader
+    /// refuses, and the closing quote is the one the reader finds. Under callgrind the
+    /// skim of a 12 KB note with an escape every 65 bytes went from about 38,000
+    /// instructions (each run tested on its own) to about 7,000; natively the two are
+    /// within noise (the vector code was cheap, the escapes' branches are not).
     fn skim_string(&mut self) -> Option<Option<&'a str>> {
         self.at += 1;
         let start = self.at;
-        let mut plain = true;
+        let rest = self.bytes.get(start..)?;
+        self.at += find_stop(rest)?;
+        match self.bytes[self.at] {
+            b'"' => {
+                let end = self.at;
+                self.at += 1;
+                return Some(self.text.get(start..end));
+            }
+            b'\\' => {}
+            // A control character inside a string: serde_json refuses it.
+            _ => return None,
+        }
+        // At a backslash.
         loop {
-            let rest = self.bytes.get(self.at..)?;
-            self.at += find_stop(rest)?;
-            match self.bytes[self.at] {
-                b'"' => {
-                    let end = self.at;
-                    self.at += 1;
-                    return Some(if plain {
-                        self.text.get(start..end)
-                    } else {
-                        None
-                    });
+            self.at += 1;
+            let escape = self.peek()?;
+            self.at += 1;
+            match escape {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
+                b'u' => {
+                    self.unicode_escape()?;
                 }
-                b'\\' => {
-                    plain = false;
-                    self.at += 1;
-                    let escape = self.peek()?;
-                    self.at += 1;
-                    match escape {
-                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
-                        b'u' => {
-                            self.unicode_escape()?;
-                        }
-                        _ => return None,
-                    }
-                }
-                // A control character inside a string: serde_json refuses it.
                 _ => return None,
+            }
+            let rest = self.bytes.get(self.at..)?;
+            self.at += memchr::memchr2(b'"', b'\\', rest)?;
+            if self.bytes[self.at] == b'"' {
+                let end = self.at;
+                self.at += 1;
+                let control = self.bytes[start..end]
+                    .iter()
+                    .fold(false, |any, &byte| any | (byte < 0x20));
+                return (!control).then_some(None);
             }
         }
     }
