@@ -15,10 +15,10 @@
 //! `answers` and `usage`; answers only for asked questions, in request order, of the asked
 //! type; per type, view and shape only the fields the view releases (the complete shape:
 //! its type's required fields); labels only the question's released labels (coarse ones
-//! when coarsened); numbers finite and in range; a withheld selection shows nothing of the
-//! other classes; boxes valid; usage counts as the contract's `usage` says; and no string
-//! anywhere that is not a field name, a type, an asked question id, a released label, the
-//! score legend's text or the model.
+//! when coarsened); numbers finite, in range and never `-0.0`; a withheld selection shows
+//! nothing of the other classes; boxes valid; usage counts as the contract's `usage` says;
+//! and no string anywhere that is not a field name, a type, an asked question id, a
+//! released label, the score legend's text or the model.
 
 #![no_main]
 
@@ -415,7 +415,10 @@ fn valid_answer(
                 .collect();
             a.insert("probabilities".into(), Value::Object(map));
             if rule.kind == "choice" {
-                let label = rule.fine[usize::from(choice) % n].clone();
+                // A valid choice is one of the most probable classes (any, on a tie).
+                let top = p.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let most: Vec<usize> = (0..n).filter(|&i| p[i] == top).collect();
+                let label = rule.fine[most[usize::from(choice) % most.len()]].clone();
                 a.insert("choice".into(), Value::from(label));
             } else {
                 let score: f64 = p.iter().enumerate().map(|(i, x)| i as f64 * x).sum();
@@ -601,6 +604,8 @@ fn unit(value: Option<&Value>, what: &str) -> f64 {
         .and_then(Value::as_f64)
         .unwrap_or_else(|| panic!("{what} is not a number: {value:?}"));
     assert!(x.is_finite() && (0.0..=1.0).contains(&x), "{what} = {x}");
+    // Zero has one spelling: a `-0.0` would tell a provider's number from a computed one.
+    assert!(!x.is_sign_negative(), "{what} is -0.0");
     x
 }
 

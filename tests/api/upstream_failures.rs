@@ -90,6 +90,10 @@ async fn invalid_answers_are_502_counted_and_never_forwarded() {
             "unknown_choice",
         ),
         (
+            with(&["answers", "cause", "choice"], json!("A")),
+            "choice_not_most_probable",
+        ),
+        (
             with(
                 &["answers", "cause"],
                 json!({"type": "choice", "choice": "A"}),

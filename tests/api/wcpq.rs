@@ -115,6 +115,25 @@ async fn a_covered_answer_keeps_every_frozen_plan_and_hides_the_native_vector() 
 /// values differ); `choice_only` has them too in the complete shape (its values
 /// are the one-hot fill) but drops fields in the minimal shape; `deny` is
 /// visible in both (the answer is left out, or only `type` remains).
+/// A provider's `-0` goes out of a `native` fallback as `0.0`, the one spelling of zero
+/// every computed number has: its sign would mark the answer as a fallback.
+#[tokio::test]
+async fn a_native_fallback_spells_zero_as_a_covered_answer_does() {
+    let coarse = codebook_file("signed-zero", 1);
+    let mut native = native_answer();
+    native["answers"]["cause"]["probabilities"] =
+        json!({"D": -0.0, "C": 0.15, "B": 0.7, "A": 0.15});
+    native["answers"]["cause"]["confidence"] = json!(-0.0);
+    let (fallback, _, metrics) = cause_of("full_native", &wcpq(&coarse, "native"), native).await;
+    assert!(metrics.contains(
+        "releasegate_wcpq_fallbacks_total{contract=\"main\",question=\"cause\",reason=\"no_admissible_codeword\"} 1"
+    ), "{metrics}");
+    let zero = |v: &Value| v.as_f64().map(|x| (x, x.is_sign_negative()));
+    assert_eq!(zero(&fallback["probabilities"]["D"]), Some((0.0, false)));
+    assert_eq!(zero(&fallback["confidence"]), Some((0.0, false)));
+    assert_eq!(fallback["probabilities"]["B"], json!(0.7));
+}
+
 #[tokio::test]
 async fn fallbacks_differ_from_covered_answers_only_as_documented() {
     // A denominator-1 grid holds only the vertices: the native answer is not covered.

@@ -156,6 +156,10 @@ pub enum Invalid {
     /// The selected choice is not one of the classes.
     #[error("unknown_choice")]
     UnknownChoice,
+    /// The selected choice has a lower probability than another class: a choice is the
+    /// class of highest probability (any of them on a tie).
+    #[error("choice_not_most_probable")]
+    ChoiceNotMostProbable,
     /// An asked question has no answer.
     #[error("missing_answer")]
     MissingAnswer,
@@ -193,7 +197,7 @@ impl Kind {
 
 impl Invalid {
     /// Every reason, for pre-registering metrics.
-    pub const ALL: [Invalid; 12] = [
+    pub const ALL: [Invalid; 13] = [
         Invalid::NotJson,
         Invalid::MissingField,
         Invalid::TypeMismatch,
@@ -201,6 +205,7 @@ impl Invalid {
         Invalid::ProbabilitySum,
         Invalid::ClassMismatch,
         Invalid::UnknownChoice,
+        Invalid::ChoiceNotMostProbable,
         Invalid::MissingAnswer,
         Invalid::UnaskedAnswer,
         Invalid::BadModel,
@@ -1117,10 +1122,17 @@ pub fn parse_answer<N: Node>(
                         .member("choice")
                         .and_then(Node::text)
                         .ok_or(Invalid::MissingField)?;
-                    classes
+                    let choice = classes
                         .iter()
                         .position(|c| c == label)
-                        .ok_or(Invalid::UnknownChoice)?
+                        .ok_or(Invalid::UnknownChoice)?;
+                    // A choice below another class's probability contradicts its own
+                    // answer; released as a fallback it would also mark one (a covered
+                    // answer's choice is always among its most probable classes).
+                    if probabilities.iter().any(|&p| p > probabilities[choice]) {
+                        return Err(Invalid::ChoiceNotMostProbable);
+                    }
+                    choice
                 }
                 _ => {
                     if !answer
@@ -1219,7 +1231,10 @@ pub fn parse_box<N: Node>(answer: &N) -> Result<BoxAnswer, Invalid> {
 fn unit_number<N: Node>(value: &N) -> Result<f64, Invalid> {
     let number = value.number().ok_or(Invalid::MissingField)?;
     if number.is_finite() && (0.0..=1.0).contains(&number) {
-        Ok(number)
+        // `-0` is zero: it goes on as `0.0`, the one spelling of zero every number the
+        // proxy computes has (`shape::fixed`), so a native value released unchanged (a
+        // WCPQ fallback) is not told from a computed one by its sign.
+        Ok(if number == 0.0 { 0.0 } else { number })
     } else {
         Err(Invalid::BadProbability)
     }

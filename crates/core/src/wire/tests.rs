@@ -314,6 +314,14 @@ fn invalid_answers_are_classified() {
             Invalid::MissingField,
         ),
         (with("confidence", json!(2.0)), Invalid::BadProbability),
+        (with("choice", json!("B")), Invalid::ChoiceNotMostProbable),
+        (
+            with(
+                "probabilities",
+                json!({"A": 0.3, "B": 0.3000001, "C": 0.3999999}),
+            ),
+            Invalid::ChoiceNotMostProbable,
+        ),
     ];
     for (answer, expected) in cases {
         assert_eq!(
@@ -330,6 +338,52 @@ fn invalid_answers_are_classified() {
             &with("probabilities", json!({"A": 0.5, "B": 0.3, "C": 0.2009}))
         )
         .is_ok()
+    );
+}
+
+#[test]
+fn a_choice_is_any_most_probable_class() {
+    let c = contract(CHOICE);
+    let rule = &c.questions["q"];
+    let tied = |choice: &str| {
+        json!({"type": "choice", "choice": choice, "confidence": 0.2,
+            "probabilities": {"A": 0.4, "B": 0.4, "C": 0.2}})
+    };
+    assert_eq!(
+        parse_answer(Kind::Choice, rule, &tied("A")).unwrap().choice,
+        0
+    );
+    assert_eq!(
+        parse_answer(Kind::Choice, rule, &tied("B")).unwrap().choice,
+        1
+    );
+    assert_eq!(
+        parse_answer(Kind::Choice, rule, &tied("C")),
+        Err(Invalid::ChoiceNotMostProbable)
+    );
+}
+
+#[test]
+fn a_negative_zero_is_read_as_zero() {
+    let c = contract(CHOICE);
+    let rule = &c.questions["q"];
+    let answer: Value = serde_json::from_str(
+        r#"{"type": "choice", "choice": "A", "confidence": -0,
+            "probabilities": {"A": 1, "B": -0.0, "C": -0e5}}"#,
+    )
+    .unwrap();
+    let vector = parse_answer(Kind::Choice, rule, &answer).unwrap();
+    let bits: Vec<u64> = vector.probabilities.iter().map(|p| p.to_bits()).collect();
+    assert_eq!(bits, [1.0f64.to_bits(), 0, 0]);
+    assert_eq!(vector.confidence.map(f64::to_bits), Some(0));
+    let edges: Value = serde_json::from_str(
+        r#"{"type": "box", "box": {"top": -0.0, "bottom": 0.5, "left": -0, "right": 1}}"#,
+    )
+    .unwrap();
+    let parsed = parse_box(&edges).unwrap();
+    assert_eq!(
+        (parsed.edges.top.to_bits(), parsed.edges.left.to_bits()),
+        (0, 0)
     );
 }
 

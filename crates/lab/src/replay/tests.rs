@@ -40,7 +40,7 @@ fn run(input: &str) -> Result<(Summary, Vec<Value>), Error> {
 #[test]
 fn replay_releases_rejects_and_keeps_unknown_keys() {
     let good = json!({"type": "choice", "choice": "B", "confidence": 0.4, "probabilities": {"A": 0.3, "B": 0.7}});
-    let bad = json!({"type": "choice", "choice": "B", "confidence": 0.4, "probabilities": {"A": 0.9, "B": 0.7}});
+    let bad = json!({"type": "choice", "choice": "A", "confidence": 0.4, "probabilities": {"A": 0.9, "B": 0.7}});
     let input = [
         world("w0", "q", good.clone()),
         String::new(),

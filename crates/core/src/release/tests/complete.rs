@@ -442,6 +442,42 @@ fn normalized(raw: &[f64]) -> Vec<f64> {
     v.iter().map(|x| x / sum).collect()
 }
 
+/// `p` with its largest entry swapped into `choice`: a valid answer's choice is among its
+/// most probable classes.
+fn topped(mut p: Vec<f64>, choice: usize) -> Vec<f64> {
+    let top = wire::argmax(&p);
+    p.swap(choice, top);
+    p
+}
+
+/// `p` with the entries other than `choice` moved toward their mean just enough that none
+/// exceeds `p[choice]` (their sum, and `p[choice]`, unchanged). `p[choice]` must be at
+/// least that mean (a largest entry is).
+fn capped(p: &[f64], choice: usize) -> Vec<f64> {
+    let top = p[choice];
+    let others = (p.len() - 1) as f64;
+    let mean = (1.0 - top) / others;
+    let high = (0..p.len())
+        .filter(|&i| i != choice)
+        .map(|i| p[i])
+        .fold(mean, f64::max);
+    // Short of the bound by a hair, so that rounding cannot put an entry above it.
+    let t = if high > top {
+        (top - mean) / (high - mean) * (1.0 - 1e-9)
+    } else {
+        1.0
+    };
+    (0..p.len())
+        .map(|i| {
+            if i == choice {
+                top
+            } else {
+                mean + t * (p[i] - mean)
+            }
+        })
+        .collect()
+}
+
 /// `p` with the two entries other than `keep` swapped (a 3-class vector).
 fn swap_others(p: &[f64], keep: usize) -> Vec<f64> {
     let others: Vec<usize> = (0..p.len()).filter(|&i| i != keep).collect();
@@ -491,18 +527,20 @@ proptest! {
 
         // q: choice over A..D.
         let q_withheld = withheld(&minimal.questions["q"], choice);
-        let pa = normalized(&a);
+        // A provider's choice is among its most probable classes, in both answers.
+        let pa = topped(normalized(&a), choice);
         let pb = if full && !q_withheld {
             pa.clone()
         } else if full {
             // Only the selection's own probability is released.
             let rest = normalized(&b);
             let other: f64 = (0..4).filter(|&i| i != choice).map(|i| rest[i]).sum();
-            (0..4)
+            let scaled: Vec<f64> = (0..4)
                 .map(|i| if i == choice { pa[i] } else { rest[i] / other * (1.0 - pa[choice]) })
-                .collect()
+                .collect();
+            capped(&scaled, choice)
         } else {
-            normalized(&b)
+            topped(normalized(&b), choice)
         };
         let q_conf = view.has_confidence() && !q_withheld;
         let (qa, qb) = (confidences[0], if q_conf { confidences[0] } else { confidences[1] });
