@@ -296,6 +296,31 @@ async fn compressed_bodies_are_accepted() {
         let forwarded: Value = serde_json::from_slice(&app.upstream.last().body).unwrap();
         assert_eq!(forwarded, request());
     }
+    // A gzip body of two members is both, one after the other (as gzip readers read it);
+    // bytes after a member that are not another member are refused.
+    let member = |bytes: &[u8]| {
+        let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gzip.write_all(bytes).unwrap();
+        gzip.finish().unwrap()
+    };
+    let (head, tail) = body.split_at(body.len() / 2);
+    let two_members = [member(head), member(tail)].concat();
+    let junk_after = [member(&body), b"trailing bytes".to_vec()].concat();
+    for (bytes, status) in [(two_members, 200), (junk_after, 400)] {
+        let response = app
+            .post_raw(
+                bytes,
+                &[
+                    ("authorization", &auth),
+                    ("content-encoding", "gzip"),
+                    ("content-type", "application/json"),
+                ],
+            )
+            .await;
+        assert_eq!(response.status(), status);
+    }
+    let forwarded: Value = serde_json::from_slice(&app.upstream.last().body).unwrap();
+    assert_eq!(forwarded, request(), "the two members' body went upstream");
     app.stop().await;
 }
 

@@ -2,7 +2,9 @@
 //! refused before any byte is read, the body must arrive within a total
 //! deadline, size limits hold before and after decompression,
 //! `Content-Encoding: zstd | gzip | identity`, JSON or `multipart/form-data` (whose
-//! cap is `max_body_bytes` plus `max_asset_bytes` plus framing: `multipart`).
+//! cap is `max_body_bytes` plus `max_asset_bytes` plus framing: `multipart`). A gzip body
+//! is every member it holds, one after another (as gzip readers read a file), and
+//! anything after its last member that is not another member is refused.
 //!
 //! Every byte held is first taken from the budget of all requests' bytes (`budget`): the
 //! wire bytes as they arrive (the declared length at once), a JSON body's decoded bytes
@@ -198,7 +200,7 @@ fn declared_decoded(wire: &[u8], encoding: Encoding) -> usize {
 fn decoder(wire: Bytes, encoding: Encoding) -> Result<Box<dyn Read + Send>, Error> {
     Ok(match encoding {
         Encoding::Identity => Box::new(wire.reader()),
-        Encoding::Gzip => Box::new(flate2::read::GzDecoder::new(wire.reader())),
+        Encoding::Gzip => Box::new(flate2::read::MultiGzDecoder::new(wire.reader())),
         Encoding::Zstd => Box::new(
             zstd::stream::read::Decoder::new(wire.reader())
                 .map_err(|_| Error::BadBody("the zstd body could not be decoded".into()))?,
@@ -215,7 +217,9 @@ async fn decode_json(
 ) -> Result<(Bytes, usize), Error> {
     match encoding {
         Encoding::Identity => Ok((Bytes::copy_from_slice(wire), 0)),
-        Encoding::Gzip => decode(flate2::read::GzDecoder::new(wire), limit, "gzip", hold).await,
+        Encoding::Gzip => {
+            decode(flate2::read::MultiGzDecoder::new(wire), limit, "gzip", hold).await
+        }
         Encoding::Zstd => decode_zstd(wire, limit, hold).await,
     }
 }
