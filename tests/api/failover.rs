@@ -100,9 +100,14 @@ async fn a_failing_first_provider_hands_the_request_to_the_second_unseen() {
         let response = app.post(&request()).await;
         let headers = format!("{:?}", response.headers()).to_ascii_lowercase();
         let (status, body) = body_of(response).await;
+        // The secondary's release, but for the model: a contract of several providers
+        // releases the one the caller asked for (a provider's own would name it).
+        let mut want: Value = serde_json::from_slice(&want).unwrap();
+        want["model"] = request()["model"].clone();
+        assert_eq!(status, 200, "{name}");
         assert_eq!(
-            (status, String::from_utf8_lossy(&body)),
-            (200, String::from_utf8_lossy(&want)),
+            serde_json::from_slice::<Value>(&body).unwrap(),
+            want,
             "{name}"
         );
         // Nothing says which provider answered.
@@ -123,6 +128,30 @@ async fn a_failing_first_provider_hands_the_request_to_the_second_unseen() {
         app.stop().await;
     }
     assert_eq!(seen(&first), 1);
+}
+
+/// Which provider answered is not in the release: each answers with a model id of its
+/// own, and the recipient gets the model it asked for from both.
+#[tokio::test]
+async fn the_released_model_does_not_name_the_provider_that_answered() {
+    let (first, first_url) = spawn_upstream().await;
+    let (app, secondary) =
+        behind(&[("first", format!("base_url = \"{first_url}\""))], "", "").await;
+    let mut own = native_answer();
+    own["model"] = Value::from("first-model-7b");
+    first.answer(own);
+    let mut bodies = Vec::new();
+    for _ in 0..2 {
+        let (status, body) = body_of(app.post(&request()).await).await;
+        assert_eq!(status, 200);
+        bodies.push(serde_json::from_slice::<Value>(&body).unwrap());
+        // The second time the first provider is down: the secondary answers.
+        first.script(503, b"{}".to_vec(), &[], Duration::ZERO);
+    }
+    assert_eq!((seen(&first), seen(&secondary)), (2, 1));
+    assert_eq!(bodies[0]["model"], request()["model"]);
+    assert_eq!(bodies[0], bodies[1]);
+    app.stop().await;
 }
 
 #[tokio::test]

@@ -116,7 +116,7 @@ pub fn release<'a, N: Node>(
     options: &mut Options<'_>,
 ) -> Result<Release<'a>, Invalid> {
     native.object_len().ok_or(Invalid::MissingField)?;
-    let model = released_model(contract, native)?;
+    let model = released_model(contract, asked, native)?;
     let answers = native
         .member("answers")
         .filter(|answers| answers.object_len().is_some())
@@ -152,16 +152,24 @@ pub fn release<'a, N: Node>(
 }
 
 /// The model that goes out: only one the proxy can vouch for, the contract's pinned
-/// model, else the provider's id if it is a plain bounded id (`wire::is_model_id`).
-fn released_model<'a, N: Node>(contract: &'a Contract, native: &'a N) -> Result<&'a str, Invalid> {
+/// model, else the provider's id if it is a plain bounded id (`wire::is_model_id`). A
+/// contract of several providers without a pinned model releases the model the caller
+/// asked for (checked as a plain id with the request): each provider's own id would tell
+/// the recipient which one answered. The provider's `model` is required either way.
+fn released_model<'a, N: Node>(
+    contract: &'a Contract,
+    asked: &'a Asked,
+    native: &'a N,
+) -> Result<&'a str, Invalid> {
     let model = native
         .member("model")
         .and_then(Node::text)
         .ok_or(Invalid::MissingField)?;
     match &contract.model {
         Some(pinned) => Ok(pinned.as_str()),
-        None if wire::is_model_id(model) => Ok(model),
-        None => Err(Invalid::BadModel),
+        None if !wire::is_model_id(model) => Err(Invalid::BadModel),
+        None if contract.providers().len() > 1 => Ok(asked.model.as_str()),
+        None => Ok(model),
     }
 }
 

@@ -195,6 +195,14 @@ impl Config {
                      hides. Use usage = \"input\" (input_tokens only) or \"drop\""
                 ));
             }
+            if contract.providers.len() > 1 && contract.usage.keeps_input() {
+                warnings.push(format!(
+                    "contracts.{name}.usage = \"{}\" with several providers: each counts tokens \
+                     its own way, so the released counts can tell a recipient which provider \
+                     answered (the release never names it otherwise). Use usage = \"drop\"",
+                    contract.usage.as_str()
+                ));
+            }
             for (id, rule) in &contract.questions {
                 let key = format!("contracts.{name}.questions.{id}");
                 if rule.question.caller_text {

@@ -1112,6 +1112,25 @@ fn providers_failover_circuits_and_caches_are_validated() {
         summary.contains("scope provider") && summary.contains("warning"),
         "{summary}"
     );
+    // Token counts differ between providers: forwarding them under several is warned of.
+    let counted = |contract: &str| {
+        Config::from_toml(&two(contract, ""))
+            .unwrap()
+            .warnings()
+            .into_iter()
+            .filter(|w| w.contains("with several providers"))
+            .count()
+    };
+    assert_eq!(
+        counted("providers = [\"far\", \"sim\"]\nusage = \"input\""),
+        1
+    );
+    assert_eq!(
+        counted("providers = [\"far\", \"sim\"]\nusage = \"keep\""),
+        1
+    );
+    assert_eq!(counted("providers = [\"far\", \"sim\"]"), 0);
+    assert_eq!(counted("provider = \"sim\"\nusage = \"input\""), 0);
     // `provider = "x"` is a list of one with the default failover statuses and no cache.
     let one = Config::from_toml(&two("provider = \"sim\"", "")).unwrap();
     let c = &one.contracts()["c"];
