@@ -7,18 +7,24 @@
 //! A key is the canonical request that goes upstream: the provider, the System One body the
 //! proxy rebuilt (model, the contract's pinned questions, the caller's `state` as sent, the
 //! rebuilt `assets`), every image's bytes and the forwarded switches, hashed with SHA-256;
-//! under `scope = "recipient"` (the default) also the recipient, so a recipient can only hit
-//! entries its own requests filled and hit timing tells it nothing about anyone else's
-//! questions. Under `scope = "provider"` entries are shared by every recipient whose contract
+//! under `scope = "recipient"` (the default) also the recipient (its partition, below), so a
+//! recipient can only hit entries its own requests filled and hit timing tells it nothing
+//! about anyone else's questions. Under `scope = "provider"` entries are shared by every recipient whose contract
 //! says so: a fast answer then tells a recipient that someone asked the same question within
 //! the TTL (`docs/security.md`).
 //!
 //! Only answers the asking contract released go in; errors and refused answers never do. An
 //! entry is served for at most the asking contract's `ttl_s` after it was filled, whatever
-//! happens upstream. The cache is one per configuration generation, bounded by the sum of the
-//! contracts' `max_bytes` (moka evicts by size and age).
+//! happens upstream. The cache is one per configuration generation, in partitions that
+//! never share room: each recipient's own entries (`scope = "recipient"`), bounded by the
+//! sum of `max_bytes` over its recipient-scoped contracts, so that no other recipient's
+//! traffic can evict them (an eviction would show in the victim's hit timing), and the
+//! entries every provider-scoped contract shares, bounded by the sum of theirs. moka evicts
+//! within a partition by size and age; a partition keeps an entry at most its longest TTL.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -32,16 +38,73 @@ use releasegate_core::contract::{CacheScope, Contract};
 /// The answer cache of a configuration generation.
 #[derive(Clone, Debug)]
 pub(crate) struct AnswerCache {
-    entries: moka::sync::Cache<Key, Arc<Entry>>,
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// Each recipient's partition, made at its first fill from its bounds in `plans`.
+    recipients: RwLock<HashMap<String, Entries>>,
+    /// The room and TTL of each recipient's partition.
+    plans: HashMap<String, Bounds>,
+    /// The provider-scoped contracts' shared partition.
+    shared: Option<Entries>,
+    held: Arc<Held>,
     routing: crate::metrics::Routing,
 }
 
-/// What an entry is found by.
+/// One partition's entries.
+type Entries = moka::sync::Cache<Key, Arc<Entry>>;
+
+/// A partition's room in bytes and how long it keeps an entry.
+#[derive(Clone, Copy, Debug)]
+struct Bounds {
+    max_bytes: u64,
+    ttl: Duration,
+}
+
+impl Bounds {
+    /// Room for one more contract's entries.
+    fn add(self, max_bytes: u64, ttl: Duration) -> Bounds {
+        Bounds {
+            max_bytes: self.max_bytes.saturating_add(max_bytes),
+            ttl: self.ttl.max(ttl),
+        }
+    }
+}
+
+/// The bytes this generation holds for each contract, shown by `releasegate_cache_bytes`
+/// while it is the newest generation.
+#[derive(Debug)]
+struct Held {
+    generation: u64,
+    by_contract: HashMap<String, AtomicI64>,
+    routing: crate::metrics::Routing,
+}
+
+impl Held {
+    /// Adds `bytes` (negative: removed) to `contract`'s total and shows it, unless a newer
+    /// generation's cache has taken the gauge (a reload drops this one's entries whole, and
+    /// the gauge must not keep counting them).
+    fn add(&self, contract: &str, bytes: i64) {
+        let Some(total) = self.by_contract.get(contract) else {
+            return;
+        };
+        let now = total.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if self.routing.cache_generation.load(Ordering::Relaxed) == self.generation {
+            self.routing
+                .cache_bytes
+                .with_label_values(&[contract])
+                .set(now);
+        }
+    }
+}
+
+/// What an entry is found by within its partition (the recipient, under `scope =
+/// "recipient"`, is the partition's).
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct Key {
     provider: String,
-    /// The recipient whose request filled it (`scope = "recipient"`), or none (`provider`).
-    recipient: Option<String>,
     request: [u8; 32],
 }
 
@@ -115,57 +178,106 @@ impl Allowed {
 }
 
 impl AnswerCache {
-    /// The cache of `config`, or `None` when no contract configures one.
+    /// The cache of `config`, or `None` when no contract configures one. It takes
+    /// `releasegate_cache_bytes` over from the previous generation's (set to zero for every
+    /// contract with a cache).
     pub(crate) fn new(config: &Config, metrics: &Metrics) -> Option<AnswerCache> {
-        let specs: Vec<_> = config
+        let cached: Vec<(&String, &Contract)> = config
             .contracts()
-            .values()
-            .filter_map(|contract| contract.cache())
+            .iter()
+            .filter(|(_, contract)| contract.cache().is_some())
+            .map(|(name, contract)| (name, &**contract))
             .collect();
-        let capacity: u64 = specs.iter().map(|spec| spec.max_bytes()).sum();
-        let longest = specs.iter().map(|spec| spec.ttl()).max()?;
-        let routing = metrics.routing.clone();
-        let listener = routing.clone();
-        let entries = moka::sync::Cache::builder()
-            .max_capacity(capacity)
-            .weigher(|_key: &Key, entry: &Arc<Entry>| entry.weight)
-            .time_to_live(longest)
-            .eviction_listener(move |_key, entry: Arc<Entry>, cause| {
-                listener
-                    .cache_bytes
-                    .with_label_values(&[&entry.contract])
-                    .sub(i64::from(entry.weight));
-                if matches!(cause, RemovalCause::Expired | RemovalCause::Size) {
-                    listener
-                        .cache_evictions
-                        .with_label_values(&[&entry.contract])
-                        .inc();
+        if cached.is_empty() {
+            return None;
+        }
+        let empty = Bounds {
+            max_bytes: 0,
+            ttl: Duration::ZERO,
+        };
+        let mut shared: Option<Bounds> = None;
+        for (_, contract) in &cached {
+            let spec = contract.cache()?;
+            if spec.scope() == CacheScope::Provider {
+                shared = Some(shared.unwrap_or(empty).add(spec.max_bytes(), spec.ttl()));
+            }
+        }
+        let mut plans: HashMap<String, Bounds> = HashMap::new();
+        for recipient in config.recipients() {
+            for (name, contract) in &cached {
+                let Some(spec) = contract.cache() else {
+                    continue;
+                };
+                if spec.scope() == CacheScope::Recipient && recipient.contracts.contains(name) {
+                    let bounds = plans.entry(recipient.name.clone()).or_insert(empty);
+                    *bounds = bounds.add(spec.max_bytes(), spec.ttl());
                 }
-            })
-            .build();
-        Some(AnswerCache { entries, routing })
+            }
+        }
+        let routing = metrics.routing.clone();
+        let generation = routing.cache_generation.fetch_add(1, Ordering::Relaxed) + 1;
+        routing.cache_bytes.reset();
+        for (name, _) in &cached {
+            routing
+                .cache_bytes
+                .with_label_values(&[name.as_str()])
+                .set(0);
+        }
+        let held = Arc::new(Held {
+            generation,
+            by_contract: cached
+                .iter()
+                .map(|(name, _)| ((*name).clone(), AtomicI64::new(0)))
+                .collect(),
+            routing: routing.clone(),
+        });
+        let shared = shared.map(|bounds| partition(bounds, &held));
+        Some(AnswerCache {
+            inner: Arc::new(Inner {
+                recipients: RwLock::new(HashMap::new()),
+                plans,
+                shared,
+                held,
+                routing,
+            }),
+        })
     }
 
-    fn key(
+    /// The partition that holds `contract`'s entries for `recipient`, made at its first use
+    /// when `make`; `None` for a contract without a cache or a request without a recipient
+    /// under `scope = "recipient"` (nothing is cached for it).
+    fn partition(
+        &self,
         contract: &Contract,
-        provider: &str,
         recipient: Option<&str>,
-        request: RequestDigest,
-    ) -> Option<Key> {
-        let spec = contract.cache()?;
-        Some(Key {
-            provider: provider.to_string(),
-            recipient: match spec.scope() {
-                CacheScope::Recipient => Some(recipient?.to_string()),
-                CacheScope::Provider => None,
-            },
-            request: request.0,
-        })
+        make: bool,
+    ) -> Option<Entries> {
+        match contract.cache()?.scope() {
+            CacheScope::Provider => self.inner.shared.clone(),
+            CacheScope::Recipient => {
+                let recipient = recipient?;
+                if let Some(entries) = self.inner.recipients.read().ok()?.get(recipient) {
+                    return Some(entries.clone());
+                }
+                if !make {
+                    return None;
+                }
+                let bounds = *self.inner.plans.get(recipient)?;
+                let mut partitions = self.inner.recipients.write().ok()?;
+                Some(
+                    partitions
+                        .entry(recipient.to_string())
+                        .or_insert_with(|| partition(bounds, &self.inner.held))
+                        .clone(),
+                )
+            }
+        }
     }
 
     /// Counts a lookup's `result` (`hit`, `miss`, `bypass`) for `contract`.
     pub(crate) fn count(&self, contract: &Contract, result: &'static str) {
-        self.routing
+        self.inner
+            .routing
             .cache_lookups
             .with_label_values(&[contract.name(), result])
             .inc();
@@ -180,9 +292,13 @@ impl AnswerCache {
         request: RequestDigest,
     ) -> Option<Arc<Entry>> {
         let ttl = contract.cache()?.ttl();
+        let entries = self.partition(contract, recipient, false)?;
         contract.providers().iter().find_map(|provider| {
-            let key = AnswerCache::key(contract, provider, recipient, request)?;
-            self.entries
+            let key = Key {
+                provider: provider.clone(),
+                request: request.0,
+            };
+            entries
                 .get(&key)
                 .filter(|entry| fresh(entry.filled, ttl, Instant::now()))
         })
@@ -197,7 +313,7 @@ impl AnswerCache {
         provider: &str,
         native: Bytes,
     ) {
-        let Some(key) = AnswerCache::key(contract, provider, recipient, request) else {
+        let Some(entries) = self.partition(contract, recipient, true) else {
             return;
         };
         let weight = (native.len() + provider.len() + recipient.map_or(0, str::len) + 128)
@@ -211,16 +327,39 @@ impl AnswerCache {
             weight,
         };
         // Counted before the insert, so that an eviction (even of this entry) never takes
-        // the gauge below what is held.
-        self.routing
-            .cache_bytes
-            .with_label_values(&[contract.name()])
-            .add(i64::from(weight));
-        self.entries.insert(key, Arc::new(entry));
+        // the count below what is held.
+        self.inner.held.add(contract.name(), i64::from(weight));
+        let key = Key {
+            provider: provider.to_string(),
+            request: request.0,
+        };
+        entries.insert(key, Arc::new(entry));
     }
+}
+
+/// A partition of `bounds`, whose removals are counted in `held`.
+fn partition(bounds: Bounds, held: &Arc<Held>) -> Entries {
+    let held = held.clone();
+    moka::sync::Cache::builder()
+        .max_capacity(bounds.max_bytes)
+        .weigher(|_key: &Key, entry: &Arc<Entry>| entry.weight)
+        .time_to_live(bounds.ttl)
+        .eviction_listener(move |_key, entry: Arc<Entry>, cause| {
+            held.add(&entry.contract, -i64::from(entry.weight));
+            if matches!(cause, RemovalCause::Expired | RemovalCause::Size) {
+                held.routing
+                    .cache_evictions
+                    .with_label_values(&[&entry.contract])
+                    .inc();
+            }
+        })
+        .build()
 }
 
 /// Whether an entry filled at `filled` may still be served at `now` under `ttl`.
 fn fresh(filled: Instant, ttl: Duration, now: Instant) -> bool {
     now.saturating_duration_since(filled) < ttl
 }
+
+#[cfg(test)]
+mod tests;

@@ -86,6 +86,9 @@ pub(crate) struct Routing {
     pub(crate) cache_lookups: IntCounterVec,
     pub(crate) cache_evictions: IntCounterVec,
     pub(crate) cache_bytes: IntGaugeVec,
+    /// The configuration generation whose answer cache `cache_bytes` shows (each cache
+    /// takes the next number when it is made; an older one no longer sets the gauge).
+    pub(crate) cache_generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Routing {
@@ -100,6 +103,7 @@ impl Routing {
             cache_lookups: counters(r, &CACHE_LOOKUPS)?,
             cache_evictions: counters(r, &CACHE_EVICTIONS)?,
             cache_bytes: gauges(r, &CACHE_BYTES)?,
+            cache_generation: Default::default(),
         })
     }
 }
