@@ -19,18 +19,20 @@ fn main() {
         seed: 7,
     })
     .expect("simulate");
-    // One contract covers one class set: replay the delivery domain's worlds.
-    let lines: Vec<String> = worlds
-        .iter()
-        .filter(|w| w.domain == "delivery")
-        .map(|w| w.to_line().expect("line"))
-        .collect();
+    // One contract covers one class set: replay the delivery domain's worlds, repeated
+    // under new ids (world ids are unique, the reader refuses a repeated one).
+    let delivery: Vec<_> = worlds.iter().filter(|w| w.domain == "delivery").collect();
     let mut input = String::new();
+    let mut round = 0;
     while input.lines().count() < 100_000 {
-        for line in &lines {
-            input.push_str(line);
+        for world in &delivery {
+            let mut world = (*world).clone();
+            world.world_id = format!("{}-r{round}", world.world_id);
+            world.pair_id = format!("{}-r{round}", world.pair_id);
+            input.push_str(&world.to_line().expect("line"));
             input.push('\n');
         }
+        round += 1;
     }
     let n_lines = input.lines().count();
     println!(

@@ -3,6 +3,7 @@
 mod collect;
 mod error;
 mod offline;
+mod stdout;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -207,7 +208,7 @@ fn hash_key() -> Result<(), Error> {
     if key.is_empty() {
         return Err(Error::usage("the key on stdin is empty"));
     }
-    println!("{}", releasegate_proxy::auth::hash_key(key));
+    crate::outln!("{}", releasegate_proxy::auth::hash_key(key))?;
     Ok(())
 }
 
@@ -236,7 +237,7 @@ fn check_config(path: Option<&Path>, no_codebooks: bool) -> Result<(), Error> {
     let (_, budget) = releasegate_proxy::memory::budget(config.server());
     AppState::prepare(config)
         .map_err(|error| Error::usage(format!("{:#}", anyhow::Error::new(error))))?;
-    print!("{summary}{budget}");
+    crate::out!("{summary}{budget}")?;
     Ok(())
 }
 
@@ -257,9 +258,9 @@ fn decisions(files: &[PathBuf], json: bool) -> Result<(), Error> {
     }
     summary.finish();
     if json {
-        println!("{}", serde_json::to_string_pretty(&summary).or_failure()?);
+        crate::outln!("{}", serde_json::to_string_pretty(&summary).or_failure()?)?;
     } else {
-        print!("{}", summary.to_text());
+        crate::out!("{}", summary.to_text())?;
     }
     if summary.requests == 0 {
         return Err(Error::usage(format!(

@@ -129,7 +129,7 @@ pub(super) fn collect_command(args: &CollectArgs) -> Result<ExitCode, Error> {
         &asked,
         &errors,
         in_out,
-    );
+    )?;
     outcome(&errors_path, &requests, &errors, in_out)
 }
 
@@ -156,7 +156,7 @@ fn print_summary(
     asked: &Asked,
     errors: &Errors,
     in_out: usize,
-) {
+) -> Result<(), Error> {
     let summary = json!({
         "out": args.out.display().to_string(),
         "errors": errors_path.display().to_string(),
@@ -170,10 +170,10 @@ fn print_summary(
         "failures": errors.kinds,
         "worlds_in_out": in_out,
     });
-    println!(
+    crate::outln!(
         "{}",
         serde_json::to_string_pretty(&summary).unwrap_or_default()
-    );
+    )
 }
 
 /// Exit 0 when every request is in `--out`, [`EXIT_PARTIAL`] when some failed, a failure

@@ -15,6 +15,13 @@ pub(crate) const EXIT_USAGE: u8 = 64;
 /// Exit status of `audit` when its pairs fail the input checks (EX_DATAERR).
 pub(crate) const EXIT_UNPAIRED: u8 = 65;
 
+/// Exit status when stdout was closed before a command finished writing it
+/// (`releasegate audit ... | head -1`): 128 + SIGPIPE, what a shell reports for a process a
+/// closed pipe ends. The command stops quietly, and not with 0: the run did not finish (an
+/// `audit --gate` cut short never reads as a pass, `set -o pipefail` sees it). SIGPIPE
+/// itself stays ignored, so that `serve` never dies of a closed socket (`stdout`).
+pub(crate) const EXIT_CLOSED_STDOUT: u8 = 141;
+
 /// Why a command stopped.
 #[derive(Debug)]
 pub(crate) enum Error {
@@ -24,6 +31,9 @@ pub(crate) enum Error {
     Unpaired(String),
     /// The run itself failed: exit 1.
     Failure(String),
+    /// Stdout was closed (a pipe's reader went away): exit [`EXIT_CLOSED_STDOUT`] with no
+    /// message.
+    ClosedStdout,
 }
 
 impl Error {
@@ -45,6 +55,7 @@ impl Error {
     /// Prints the message on stderr and returns the exit code.
     pub(crate) fn exit(self) -> ExitCode {
         let (message, code) = match self {
+            Error::ClosedStdout => return ExitCode::from(EXIT_CLOSED_STDOUT),
             Error::Usage(message) => (message, ExitCode::from(EXIT_USAGE)),
             Error::Unpaired(message) => (message, ExitCode::from(EXIT_UNPAIRED)),
             Error::Failure(message) => (message, ExitCode::FAILURE),

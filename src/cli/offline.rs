@@ -121,6 +121,11 @@ pub(super) fn replay_command(
     input: &Path,
     output: &Path,
 ) -> Result<(), Error> {
+    refuse_overwriting(
+        output,
+        "--out",
+        &[(input, "--worlds"), (config, "--config")],
+    )?;
     let contract = contract(config, contract_name).or_usage()?;
     let reader = open_worlds(input).or_usage()?;
     let mut writer = create_worlds(output).or_usage()?;
@@ -128,7 +133,7 @@ pub(super) fn replay_command(
     let result = replay::replay(&contract, reader, &mut writer, &mut |n| bar.set_position(n));
     bar.finish_and_clear();
     let summary = result.or_failure()?;
-    println!("{}", serde_json::to_string_pretty(&summary).or_failure()?);
+    crate::outln!("{}", serde_json::to_string_pretty(&summary).or_failure()?)?;
     if summary.worlds_read == 0 {
         return Err(Error::usage(format!(
             "{} holds no world: expected saved worlds, one JSON object per line (docs/worlds.md)",
@@ -179,6 +184,46 @@ pub(super) fn simulate_command(
     Ok(())
 }
 
+/// Refuses an output that is one of the command's inputs (`inputs`: each path and its flag),
+/// whatever the spelling: the same path, another path to it, a symbolic or a hard link.
+/// Opening it for writing would truncate the input before it is read (`replay`), or write
+/// over it what was computed from it; either way the input is lost.
+pub(super) fn refuse_overwriting(
+    output: &Path,
+    output_flag: &str,
+    inputs: &[(&Path, &str)],
+) -> Result<(), Error> {
+    for (input, input_flag) in inputs {
+        if same_file(input, output) {
+            return Err(Error::usage(format!(
+                "{output_flag} {} is the file {input_flag} {} reads: writing it would destroy \
+                 the input; choose another output file",
+                output.display(),
+                input.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `a` and `b` are one existing file: the same device and inode on Unix, the same
+/// canonical path everywhere. An output that does not exist yet is no input.
+fn same_file(a: &Path, b: &Path) -> bool {
+    let (Ok(a_metadata), Ok(b_metadata)) = (std::fs::metadata(a), std::fs::metadata(b)) else {
+        return false;
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if (a_metadata.dev(), a_metadata.ino()) == (b_metadata.dev(), b_metadata.ino()) {
+            return true;
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (a_metadata, b_metadata);
+    matches!((a.canonicalize(), b.canonicalize()), (Ok(a), Ok(b)) if a == b)
+}
+
 /// Opens a worlds file for streaming reads.
 fn open_worlds(path: &Path) -> std::io::Result<worlds::Reader<std::io::BufReader<std::fs::File>>> {
     let file = std::fs::File::open(path).map_err(|error| {
@@ -201,4 +246,49 @@ fn create_worlds(
         )
     })?;
     Ok(worlds::Writer::new(std::io::BufWriter::new(file)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_output_that_is_an_input_by_any_spelling_is_refused() {
+        let dir =
+            std::env::temp_dir().join(format!("releasegate-same-file-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        let input = dir.join("worlds.jsonl");
+        std::fs::write(&input, "{}\n").unwrap();
+        let other = dir.join("released.jsonl");
+        std::fs::write(&other, "").unwrap();
+        let inputs = [(input.as_path(), "--worlds")];
+        let spellings = [
+            input.clone(),
+            dir.join("sub").join("..").join("worlds.jsonl"),
+            dir.join(".").join("worlds.jsonl"),
+        ];
+        for spelling in &spellings {
+            let refused = refuse_overwriting(spelling, "--out", &inputs);
+            assert!(
+                matches!(&refused, Err(Error::Usage(m)) if m.contains("is the file --worlds")),
+                "{}: {refused:?}",
+                spelling.display()
+            );
+        }
+        #[cfg(unix)]
+        {
+            let symlink = dir.join("link.jsonl");
+            std::os::unix::fs::symlink(&input, &symlink).unwrap();
+            let hard = dir.join("hard.jsonl");
+            std::fs::hard_link(&input, &hard).unwrap();
+            for spelling in [&symlink, &hard] {
+                assert!(refuse_overwriting(spelling, "--out", &inputs).is_err());
+            }
+        }
+        assert!(refuse_overwriting(&other, "--out", &inputs).is_ok());
+        assert!(refuse_overwriting(&dir.join("new.jsonl"), "--out", &inputs).is_ok());
+        // The input is untouched.
+        assert_eq!(std::fs::read_to_string(&input).unwrap(), "{}\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

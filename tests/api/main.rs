@@ -19,6 +19,7 @@ mod images;
 mod jev_client;
 mod limits;
 mod memory;
+mod offline_input;
 mod own_provider;
 mod pinning;
 mod plain_path;

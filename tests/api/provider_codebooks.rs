@@ -49,7 +49,9 @@ fn json(output: &Output) -> Value {
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
-/// The worlds of `bytes` (JSON Lines), each naming `provider` when given.
+/// The worlds of `bytes` (JSON Lines), each naming `provider` when given; their world and
+/// pair ids then start with `PROVIDER-`, so that another simulation's worlds can join them in
+/// one file (world ids are unique).
 fn answered_by(bytes: &[u8], provider: Option<&str>) -> Vec<String> {
     String::from_utf8_lossy(bytes)
         .lines()
@@ -57,6 +59,10 @@ fn answered_by(bytes: &[u8], provider: Option<&str>) -> Vec<String> {
             let mut world: Value = serde_json::from_str(line).unwrap();
             if let Some(provider) = provider {
                 world["provider"] = provider.into();
+                for key in ["world_id", "pair_id"] {
+                    let id = format!("{provider}-{}", world[key].as_str().unwrap());
+                    world[key] = id.into();
+                }
             }
             world.to_string()
         })

@@ -10,6 +10,10 @@
 //! (`Contract::for_provider`). A world naming a provider the contract does not list
 //! is skipped and counted (`skipped`): the proxy never asks that provider, so it has
 //! no recipient view to write.
+//!
+//! Replay reads worlds files as every offline tool does: a repeated world id or a pair
+//! whose worlds are in different splits is an error naming both lines
+//! (`worlds::Seen`), never replayed.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
@@ -373,6 +377,7 @@ pub fn replay<R: BufRead, W: Write>(
     }
     let mut rngs: Vec<Rng> = seeds.into_iter().map(Rng::new).collect();
     let mut input = input;
+    let mut seen = worlds::Seen::default();
     let mut batch = read_batch(&mut input)?;
     while !batch.is_empty() {
         let chunk = batch.len().div_ceil(workers);
@@ -383,6 +388,10 @@ pub fn replay<R: BufRead, W: Write>(
             .collect();
         for part in parts {
             let part = part?;
+            // In input order, before anything of the part is written.
+            for (line, world_id, pair_id, split) in &part.ids {
+                seen.check_ids(*line, world_id, pair_id, *split)?;
+            }
             for line in &part.lines {
                 output.write_line(line)?;
             }
@@ -408,15 +417,18 @@ fn read_batch<R: BufRead>(input: &mut Reader<R>) -> Result<Vec<(usize, String)>,
     Ok(batch)
 }
 
-/// One worker's share of a batch: output lines and its partial summary.
+/// One worker's share of a batch: output lines, its partial summary and each world's line,
+/// id, pair id and split (checked in input order when the parts are merged).
 struct Part {
     lines: Vec<String>,
     summary: Summary,
+    ids: Vec<(usize, String, String, worlds::Split)>,
 }
 
 fn process(contract: &Contract, lines: &[(usize, String)], rng: &mut Rng) -> Result<Part, Error> {
     let mut summary = Summary::default();
     let mut out = Vec::with_capacity(lines.len());
+    let mut ids = Vec::with_capacity(lines.len());
     let mut options = release::Options {
         rng,
         evaluate: true,
@@ -425,6 +437,12 @@ fn process(contract: &Contract, lines: &[(usize, String)], rng: &mut Rng) -> Res
         let line = *line;
         let mut world = worlds::World::from_line(text, line)?;
         summary.worlds_read += 1;
+        ids.push((
+            line,
+            world.world_id.clone(),
+            world.pair_id.clone(),
+            world.split,
+        ));
         let provider = dataset::answered_by(contract, &world).to_string();
         let Ok(contract) = dataset::released_by(contract, &world) else {
             let reason = dataset::Skip::ProviderNotInContract;
@@ -473,6 +491,7 @@ fn process(contract: &Contract, lines: &[(usize, String)], rng: &mut Rng) -> Res
     Ok(Part {
         lines: out,
         summary,
+        ids,
     })
 }
 

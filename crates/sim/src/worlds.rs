@@ -11,7 +11,9 @@
 //! - blank (whitespace-only) lines carry no world and are skipped, but still
 //!   count for line numbers, so a trailing empty line is harmless;
 //! - when `labels` is present, `hypotheses` must be two distinct sorted
-//!   mechanisms and `S` must be one of them.
+//!   mechanisms and `S` must be one of them;
+//! - world ids are unique and both worlds of a pair share a split ([`Seen`]): a
+//!   world breaking either is an error naming both line numbers.
 //!
 //! Unknown keys survive a read-write cycle: top-level ones through
 //! [`World::extra`], label-level ones through [`Labels::extra`], and everything
@@ -21,8 +23,10 @@
 //! `labels`, `provider`), followed by the unknown keys in their original order. A
 //! `"labels": null` is read as absent and is omitted on rewrite.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, BufRead, Write};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -67,6 +71,7 @@ pub struct Labels {
     #[serde(rename = "S")]
     pub s: String,
     /// The two registered mechanisms of the pair, sorted.
+    #[serde(deserialize_with = "two_hypotheses")]
     pub hypotheses: [String; 2],
     /// Unknown label keys, kept in their original order.
     #[serde(flatten)]
@@ -129,6 +134,35 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// A world id already read: world ids are unique.
+    #[error(
+        "line {line}: world id `{world_id}` repeats the world of {first} (world ids are unique)"
+    )]
+    DuplicateWorldId {
+        /// 1-based line number of the second world.
+        line: usize,
+        /// The id.
+        world_id: String,
+        /// Where the first world with that id was read (`line 3`, `line 3 of a.jsonl`).
+        first: String,
+    },
+    /// The two worlds of a pair are in different splits: both must be in the same one.
+    #[error(
+        "line {line}: pair `{pair_id}` has a world in split {split} here and one in split \
+         {first_split} on {first} (both worlds of a pair share a split)"
+    )]
+    PairAcrossSplits {
+        /// 1-based line number of the world in another split.
+        line: usize,
+        /// The pair id.
+        pair_id: String,
+        /// That world's split.
+        split: Split,
+        /// The split of the pair's first world.
+        first_split: Split,
+        /// Where the pair's first world was read (`line 3`, `line 3 of a.jsonl`).
+        first: String,
+    },
     /// A world could not be serialized.
     #[error("cannot serialize world {world_id}")]
     Serialize {
@@ -145,6 +179,8 @@ pub enum Error {
 
 /// Streaming reader yielding one `Result<World, Error>` per non-blank line.
 ///
+/// Every world read is also checked against the worlds read before it ([`Seen`]): a
+/// repeated world id, or a pair whose worlds are in different splits, is an error.
 /// After a read failure of the underlying reader the iterator ends; parse
 /// errors of single lines do not end it, so a caller may collect all of them.
 #[derive(Debug)]
@@ -153,6 +189,29 @@ pub struct Reader<R> {
     line: usize,
     buf: Vec<u8>,
     done: bool,
+    seen: Seen,
+}
+
+/// What must hold across the worlds of a file, or of several files read as one: world ids
+/// are unique (`docs/worlds.md`), and both worlds of a pair share a split, so that no pair
+/// has one world trained on and the other tested. [`Reader`] checks every world it reads; a
+/// caller that parses lines itself ([`Reader::next_line`], [`World::from_line`]) checks each
+/// world with [`Seen::check`], in input order.
+#[derive(Debug, Default)]
+pub struct Seen {
+    /// Every world id read, and where.
+    ids: HashMap<String, Place>,
+    /// Every pair id read, the split of its first world and where that world was read.
+    pairs: HashMap<String, (Split, Place)>,
+    /// The file being read, as the caller names it (`None`: a single unnamed input).
+    file: Option<Arc<str>>,
+}
+
+/// Where a world was read.
+#[derive(Debug, Clone)]
+struct Place {
+    file: Option<Arc<str>>,
+    line: usize,
 }
 
 /// Writes worlds as compact JSON lines.
@@ -209,6 +268,81 @@ impl Labels {
     }
 }
 
+/// Reads `labels.hypotheses`: exactly two names. Any other count is an error saying so (read
+/// as a fixed array, a third name would be reported as trailing characters).
+fn two_hypotheses<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<[String; 2], D::Error> {
+    let names = Vec::<String>::deserialize(deserializer)?;
+    <[String; 2]>::try_from(names).map_err(|names| {
+        serde::de::Error::custom(format_args!(
+            "labels.hypotheses must hold the pair's two mechanisms, got {} names",
+            names.len()
+        ))
+    })
+}
+
+// === impl Seen ===
+
+impl Seen {
+    /// The worlds checked from now on are read from the file `name` (several files read as
+    /// one): errors then say in which file an earlier world was read.
+    pub fn set_file(&mut self, name: impl Into<Arc<str>>) {
+        self.file = Some(name.into());
+    }
+
+    /// Checks `world`, read on `line`, against every world checked before it: its id must be
+    /// new, and its pair's split must be that of the pair's first world.
+    pub fn check(&mut self, world: &World, line: usize) -> Result<(), Error> {
+        self.check_ids(line, &world.world_id, &world.pair_id, world.split)
+    }
+
+    /// As [`Seen::check`], for a world known by its ids and split.
+    pub fn check_ids(
+        &mut self,
+        line: usize,
+        world_id: &str,
+        pair_id: &str,
+        split: Split,
+    ) -> Result<(), Error> {
+        let here = Place {
+            file: self.file.clone(),
+            line,
+        };
+        if let Some(first) = self.ids.get(world_id) {
+            return Err(Error::DuplicateWorldId {
+                line,
+                world_id: world_id.to_string(),
+                first: self.describe(first),
+            });
+        }
+        if let Some((first_split, first)) = self.pairs.get(pair_id) {
+            if *first_split != split {
+                return Err(Error::PairAcrossSplits {
+                    line,
+                    pair_id: pair_id.to_string(),
+                    split,
+                    first_split: *first_split,
+                    first: self.describe(first),
+                });
+            }
+        } else {
+            self.pairs
+                .insert(pair_id.to_string(), (split, here.clone()));
+        }
+        self.ids.insert(world_id.to_string(), here);
+        Ok(())
+    }
+
+    /// `line N`, and `of FILE` when it is not the file being read.
+    fn describe(&self, place: &Place) -> String {
+        match &place.file {
+            Some(file) if place.file != self.file => format!("line {} of {file}", place.line),
+            _ => format!("line {}", place.line),
+        }
+    }
+}
+
 // === impl Split ===
 
 impl Split {
@@ -236,12 +370,24 @@ impl fmt::Display for Split {
 impl<R: BufRead> Reader<R> {
     /// Wraps a buffered reader.
     pub fn new(inner: R) -> Self {
+        Reader::with_seen(inner, Seen::default())
+    }
+
+    /// Wraps a buffered reader whose worlds follow those `seen` holds (several files read
+    /// as one: [`Reader::into_seen`] of the previous file's reader).
+    pub fn with_seen(inner: R, seen: Seen) -> Self {
         Reader {
             inner,
             line: 0,
             buf: Vec::new(),
             done: false,
+            seen,
         }
+    }
+
+    /// The worlds this reader has checked, for the reader of the next file.
+    pub fn into_seen(self) -> Seen {
+        self.seen
     }
 
     /// The 1-based number of the last line read (0 before the first).
@@ -258,7 +404,10 @@ impl<R: BufRead> Iterator for Reader<R> {
             Ok(found) => found,
             Err(error) => return Some(Err(error)),
         };
-        Some(World::from_line(&text, line))
+        Some(
+            World::from_line(&text, line)
+                .and_then(|world| self.seen.check(&world, line).map(|()| world)),
+        )
     }
 }
 

@@ -129,6 +129,15 @@ struct Measured {
 
 /// `releasegate audit`.
 pub(in crate::cli) fn audit_command(args: &AuditArgs) -> Result<ExitCode, Error> {
+    let inputs = [
+        (args.worlds.as_path(), "--worlds"),
+        (args.config.as_path(), "--config"),
+    ];
+    for (output, flag) in [(&args.json, "--json"), (&args.svg, "--svg")] {
+        if let Some(output) = output {
+            super::refuse_overwriting(output, flag, &inputs)?;
+        }
+    }
     let config = releasegate_proxy::load::load_offline(Some(&args.config)).or_usage()?;
     let scope = scope(args, &config)?;
     if args.certificate_dir.is_some() && args.shape.is_some() {
@@ -148,26 +157,31 @@ pub(in crate::cli) fn audit_command(args: &AuditArgs) -> Result<ExitCode, Error>
     }
     let reader = open_worlds(&args.worlds).or_usage()?;
     let bar = Progress::new("audit", "worlds");
-    let worlds = read_worlds(reader, &bar)?;
+    let (worlds, lines) = read_worlds(reader, &bar)?;
     let mut measured = measure(args, &scope.contracts, &worlds, candidates, &bar)?;
     bar.finish_and_clear();
-    let (checks, unchecked) = input_checks(&measured, args.allow_unpaired)?;
+    let read = Read {
+        worlds: &worlds,
+        lines: &lines,
+        contracts: &scope.contracts,
+    };
+    let (checks, unchecked) = input_checks(&measured, &read, args.allow_unpaired)?;
     let sizes = SampleSizes::new(&measured, &scope);
-    print_report(&measured, &scope.contracts, &sizes, unchecked);
+    print_report(&measured, &scope.contracts, &sizes, unchecked)?;
     audit::frontier::fill(&mut measured.frontier, &measured.report);
-    print_frontier(&measured.frontier, measured.floor.as_ref());
+    print_frontier(&measured.frontier, measured.floor.as_ref())?;
     let gate_results = if args.gate {
         Some(gate(&scope, &worlds, &measured)?)
     } else {
         None
     };
-    print_gate(gate_results.iter().flatten());
+    print_gate(gate_results.iter().flatten())?;
     if let (Some(dir), Some(results)) = (&args.certificate_dir, &gate_results) {
         certify(dir, &config, results, args, &measured.settings, unchecked)?;
     }
     for (release, outcomes) in &measured.intake.mechanisms {
         if outcomes.keys().any(|k| k != "applied") {
-            println!("{release}: {outcomes:?}");
+            crate::outln!("{release}: {outcomes:?}")?;
         }
     }
     if let Some(path) = &args.json {
@@ -263,17 +277,36 @@ fn scope<'c>(args: &'c AuditArgs, config: &'c Config) -> Result<Scope<'c>, Error
     })
 }
 
-/// Every world of `reader`, counted on `bar`.
+/// The worlds read, each one's line, and the contracts they are audited under.
+struct Read<'a> {
+    worlds: &'a [World],
+    lines: &'a [usize],
+    contracts: &'a [Arc<Contract>],
+}
+
+/// Every world of `reader` and its line, counted on `bar`. A pair whose worlds are in different splits
+/// fails the pair checks (exit 65) even with `--allow-unpaired`: one of its worlds would be
+/// trained on and the other tested, so no figure could be reported, even unchecked.
 fn read_worlds(
     reader: worlds::Reader<impl std::io::BufRead>,
     bar: &Progress,
-) -> Result<Vec<World>, Error> {
+) -> Result<(Vec<World>, Vec<usize>), Error> {
     let mut worlds = Vec::new();
-    for world in reader {
-        worlds.push(world.or_failure()?);
+    let mut lines = Vec::new();
+    let mut reader = reader;
+    while let Some(world) = reader.next() {
+        let world = world.map_err(|error| match error {
+            worlds::Error::PairAcrossSplits { .. } => Error::Unpaired(format!(
+                "input check: {error}: put both worlds of a pair in the same split \
+                 (docs/pairs.md)"
+            )),
+            other => Error::failure(&other),
+        })?;
+        worlds.push(world);
+        lines.push(reader.line());
         bar.set_position(worlds.len() as u64);
     }
-    Ok(worlds)
+    Ok((worlds, lines))
 }
 
 /// Learns the frontier's codebooks (with `--budgets`), releases every candidate and fits the
@@ -366,6 +399,7 @@ fn no_labelled_world(worlds: &[World]) -> String {
 /// `allow_unpaired`.
 fn input_checks(
     measured: &Measured,
+    read: &Read,
     allow_unpaired: bool,
 ) -> Result<(Vec<DomainCheck>, bool), Error> {
     let mut checks = measured
@@ -382,6 +416,12 @@ fn input_checks(
             check.domain,
             check.problems.join("; ")
         );
+        if let Some(pair_id) = &check.first_not_two_worlds {
+            eprintln!(
+                "input check: pair `{pair_id}`: {}",
+                pair_worlds(read, pair_id)
+            );
+        }
     }
     if unchecked && !allow_unpaired {
         return Err(Error::Unpaired(
@@ -395,43 +435,62 @@ fn input_checks(
     Ok((checks, unchecked))
 }
 
+/// Where the worlds of `pair_id` are and, for each the audit left out, why: a pair the audit
+/// reads one world of is most often a pair whose mate's labels the contract cannot read.
+fn pair_worlds(read: &Read, pair_id: &str) -> String {
+    read.worlds
+        .iter()
+        .zip(read.lines)
+        .filter(|(world, _)| world.pair_id == pair_id)
+        .map(|(world, line)| {
+            let fate = match audit::intake::left_out(read.contracts, world) {
+                Some(reason) => format!("left out ({reason})"),
+                None => "audited".to_string(),
+            };
+            format!("line {line} (world `{}`) {fate}", world.world_id)
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// The report, the sample sizes, the worlds used and the contracts that are not certifiable.
 fn print_report(
     measured: &Measured,
     contracts: &[Arc<Contract>],
     sizes: &SampleSizes,
     unchecked: bool,
-) {
+) -> Result<(), Error> {
     if unchecked {
-        println!(
+        crate::outln!(
             "UNCHECKED INPUT: the pairs fail the checks above; every gain below is reported as asked (--allow-unpaired) and certifies nothing"
-        );
+        )?;
     }
-    println!("{}", measured.report.to_text());
+    crate::outln!("{}", measured.report.to_text())?;
     if let Some(floor) = &measured.floor {
-        println!("{}", floor.to_text());
+        crate::outln!("{}", floor.to_text())?;
     }
     for line in sizes.lines() {
-        println!("{line}");
+        crate::outln!("{line}")?;
     }
-    println!(
+    crate::outln!(
         "worlds used: {}; left out: {:?} ({} of {} labelled test worlds)",
         measured.intake.worlds_used,
         measured.intake.skipped,
         measured.intake.left_out_test_worlds(),
         measured.intake.labelled_test_worlds
-    );
+    )?;
     for contract in contracts {
         let reasons = contract.not_certifiable_reasons();
         if !reasons.is_empty() {
-            println!(
+            crate::outln!(
                 "not certifiable: contract {}: {}; these figures do not cover those questions' releases \
                  as a caller can make them",
                 contract.name(),
                 reasons.join(", ")
-            );
+            )?;
         }
     }
+    Ok(())
 }
 
 /// The audit's sample size ([`audit::gate::sample_size`]) and, for each release, the width of
@@ -512,7 +571,7 @@ impl SampleSizes {
 
 /// Two lines per frontier setting: its codebooks and figures, and the answers it moved; then
 /// the workflow floor no setting can go below.
-fn print_frontier(frontier: &[Point], floor: Option<&audit::floor::Summary>) {
+fn print_frontier(frontier: &[Point], floor: Option<&audit::floor::Summary>) -> Result<(), Error> {
     let interval = |estimate: Option<audit::bootstrap::Estimate>| {
         estimate.map_or_else(
             || "-".to_string(),
@@ -520,7 +579,7 @@ fn print_frontier(frontier: &[Point], floor: Option<&audit::floor::Summary>) {
         )
     };
     for point in frontier {
-        println!(
+        crate::outln!(
             "frontier {}: codewords {}; covered {}/{} test answers, recovery {}, gain {}, worst per-output increase {:.3} x kappa{}",
             point.release,
             point
@@ -548,8 +607,8 @@ fn print_frontier(frontier: &[Point], floor: Option<&audit::floor::Summary>) {
                     e.mean, e.lower, e.upper
                 ))
                 .collect::<String>()
-        );
-        println!(
+        )?;
+        crate::outln!(
             "frontier {}: answers moved per family (of {}): {}",
             point.release,
             point.test_answers,
@@ -559,16 +618,17 @@ fn print_frontier(frontier: &[Point], floor: Option<&audit::floor::Summary>) {
                 .map(|(family, n)| format!("{family} {n}"))
                 .collect::<Vec<_>>()
                 .join(", ")
-        );
+        )?;
     }
     if let (false, Some(floor)) = (frontier.is_empty(), floor) {
-        println!(
+        crate::outln!(
             "frontier {}: recovery {}, gain {}: no setting that keeps the workflows' plans goes below it",
             floor.release,
             interval(Some(floor.floor.accuracy)),
             interval(Some(floor.floor.gain))
-        );
+        )?;
     }
+    Ok(())
 }
 
 /// How the text output names a learned codebook's assignment.
@@ -602,10 +662,10 @@ fn gate(scope: &Scope, worlds: &[World], measured: &Measured) -> Result<Vec<Gate
         .map_err(Error::Failure)?;
         match result {
             Some(result) => results.push(result),
-            None => println!(
+            None => crate::outln!(
                 "gate recipient {}: no budget (neither the recipient nor its contracts declare max_recovery_gain)",
                 recipient.name
-            ),
+            )?,
         }
     }
     Ok(results)
@@ -621,7 +681,7 @@ fn certify(
     unchecked: bool,
 ) -> Result<(), Error> {
     if unchecked {
-        println!("certificates: none written (the pairs failed the input checks)");
+        crate::outln!("certificates: none written (the pairs failed the input checks)")?;
         return Ok(());
     }
     let audited = super::certify::Audited {
@@ -631,16 +691,16 @@ fn certify(
     };
     let written = super::certify::write(dir, config, results, &audited)?;
     if written.is_empty() {
-        println!("certificates: none written (no gated contract or recipient passed)");
+        crate::outln!("certificates: none written (no gated contract or recipient passed)")?;
     }
     for path in written {
-        println!("certificate: {}", path.display());
+        crate::outln!("certificate: {}", path.display())?;
     }
     Ok(())
 }
 
 /// One line per gate result.
-fn print_gate<'r>(results: impl Iterator<Item = &'r GateResult>) {
+fn print_gate<'r>(results: impl Iterator<Item = &'r GateResult>) -> Result<(), Error> {
     for result in results {
         let gain = result.recovery_gain.map_or_else(String::new, |g| {
             format!(
@@ -682,7 +742,7 @@ fn print_gate<'r>(results: impl Iterator<Item = &'r GateResult>) {
             }
             _ => String::new(),
         };
-        println!(
+        crate::outln!(
             "gate {}: {}{gain}{floor}{dropped}{uncertified}{inconclusive}{}",
             result.contract,
             match result.verdict {
@@ -691,8 +751,9 @@ fn print_gate<'r>(results: impl Iterator<Item = &'r GateResult>) {
                 Verdict::Inconclusive => "INCONCLUSIVE",
             },
             left_out(result)
-        );
+        )?;
     }
+    Ok(())
 }
 
 /// What a gate result's measurement left out, by reason, and what that does to the verdict.

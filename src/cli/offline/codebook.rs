@@ -93,6 +93,13 @@ struct Outcome {
 /// every label set positionally. With `learn`, the strict codebook is the
 /// candidate pool of a greedy compact codebook learned on the same train split.
 pub(in crate::cli) fn build_codebook_command(args: &Args) -> Result<(), Error> {
+    let mut inputs: Vec<(&Path, &str)> = args
+        .worlds
+        .iter()
+        .map(|w| (w.as_path(), "--worlds"))
+        .collect();
+    inputs.push((args.config, "--config"));
+    super::refuse_overwriting(args.out, "--out", &inputs)?;
     let config = releasegate_proxy::load::load_without_codebooks(args.config).or_usage()?;
     let contracts = pooled_contracts(&config, args.contracts, args.question)?;
     let provider = provider(args, &contracts)?;
@@ -127,8 +134,7 @@ pub(in crate::cli) fn build_codebook_command(args: &Args) -> Result<(), Error> {
                 args.out.display()
             ))
         })?;
-    print_summary(args, &training, &outcome);
-    Ok(())
+    print_summary(args, &training, &outcome)
 }
 
 /// The contracts named, each with `question` declaring workflows, all of them able to share
@@ -256,8 +262,14 @@ fn read_training(
     let mut training = TrainingSet::default();
     let mut kept = Vec::new();
     let mut n_read = 0u64;
+    // World ids are unique and pairs keep to one split across all the files, read as one.
+    let mut seen = worlds::Seen::default();
     for (input, bytes) in files {
-        for world in worlds::Reader::new(bytes.as_slice()) {
+        if files.len() > 1 {
+            seen.set_file(input.display().to_string());
+        }
+        let mut reader = worlds::Reader::with_seen(bytes.as_slice(), seen);
+        for world in reader.by_ref() {
             let world = world.or_failure_in(input)?;
             n_read += 1;
             bar.set_position(n_read);
@@ -276,6 +288,7 @@ fn read_training(
                 kept.push(world);
             }
         }
+        seen = reader.into_seen();
     }
     Ok((training, kept))
 }
@@ -430,7 +443,7 @@ fn guard_message(record: &codebook::Guard) -> String {
 }
 
 /// The JSON summary on stdout.
-fn print_summary(args: &Args, training: &TrainingSet, outcome: &Outcome) {
+fn print_summary(args: &Args, training: &TrainingSet, outcome: &Outcome) -> Result<(), Error> {
     let codebook = &outcome.built.codebook;
     let class_sets: Vec<&[String]> = codebook.class_sets().collect();
     let summary = serde_json::json!({
@@ -456,8 +469,8 @@ fn print_summary(args: &Args, training: &TrainingSet, outcome: &Outcome) {
         })),
         "guard": outcome.guard,
     });
-    println!(
+    crate::outln!(
         "{}",
         serde_json::to_string_pretty(&summary).unwrap_or_default()
-    );
+    )
 }

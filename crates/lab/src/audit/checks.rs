@@ -5,7 +5,7 @@
 //! hypotheses differ. Then an attacker who sees nothing is right half the time, and every
 //! point above 50% is what the release gives away. When the pairs are not like that (a group of
 //! one or three, both worlds with the same secret, coarse classes that differ, different
-//! hypotheses), the 50% reference no longer holds and gains are inflated or deflated silently.
+//! hypotheses, the two worlds in different splits), the 50% reference no longer holds and gains are inflated or deflated silently.
 //! These checks say what is wrong, per domain (`docs/pairs.md`).
 
 use std::collections::BTreeMap;
@@ -26,12 +26,17 @@ pub struct DomainCheck {
     pub groups: usize,
     /// Groups that are not exactly two worlds.
     pub not_two_worlds: usize,
+    /// The first of them (in pair id order), for the caller to say where its worlds are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_not_two_worlds: Option<String>,
     /// Pairs whose two worlds hold the same secret.
     pub same_secret: usize,
     /// Pairs whose coarse (authorized) classes differ.
     pub coarse_differs: usize,
     /// Pairs whose two worlds register different hypotheses.
     pub hypotheses_differ: usize,
+    /// Pairs whose two worlds are in different splits (one trained on, the other tested).
+    pub split_differs: usize,
     /// The no-output baseline's test recovery and its interval, when it was audited.
     pub no_output: Option<(f64, f64, f64)>,
     /// What is wrong, in words (empty when every check passes).
@@ -66,16 +71,29 @@ pub fn pairs(examples: &[Example]) -> Vec<DomainCheck> {
                 groups: groups.len(),
                 ..DomainCheck::default()
             };
-            for members in groups.values() {
+            // The first failing pair id of each check (in pair id order), with what is wrong.
+            let mut first: [Option<String>; 5] = Default::default();
+            let mut note = |kind: usize, example: String| {
+                first[kind].get_or_insert(example);
+            };
+            for (pair_id, members) in &groups {
                 let [a, b] = members.as_slice() else {
                     check.not_two_worlds += 1;
+                    check
+                        .first_not_two_worlds
+                        .get_or_insert_with(|| pair_id.to_string());
+                    let n = members.len();
+                    let worlds = if n == 1 { "world" } else { "worlds" };
+                    note(0, format!("`{pair_id}` groups {n} {worlds}"));
                     continue;
                 };
                 if a.s_index.is_some() && a.s_index == b.s_index {
                     check.same_secret += 1;
+                    note(1, format!("`{pair_id}`"));
                 }
                 if a.t_index != b.t_index {
                     check.coarse_differs += 1;
+                    note(2, format!("`{pair_id}`: {} and {}", a.t, b.t));
                 }
                 let mut ha = a.hypotheses.clone();
                 let mut hb = b.hypotheses.clone();
@@ -83,9 +101,14 @@ pub fn pairs(examples: &[Example]) -> Vec<DomainCheck> {
                 hb.sort();
                 if ha != hb {
                     check.hypotheses_differ += 1;
+                    note(3, format!("`{pair_id}`"));
+                }
+                if a.split != b.split {
+                    check.split_differs += 1;
+                    note(4, format!("`{pair_id}`: {} and {}", a.split, b.split));
                 }
             }
-            for (count, what) in [
+            let counts = [
                 (
                     check.not_two_worlds,
                     "pair ids that do not group exactly two worlds",
@@ -99,11 +122,17 @@ pub fn pairs(examples: &[Example]) -> Vec<DomainCheck> {
                     check.hypotheses_differ,
                     "pairs whose two worlds register different hypotheses",
                 ),
-            ] {
-                if count > 0 {
-                    check
-                        .problems
-                        .push(format!("{count} of {} {what}", check.groups));
+                (
+                    check.split_differs,
+                    "pairs whose two worlds are in different splits",
+                ),
+            ];
+            for ((count, what), example) in counts.into_iter().zip(first) {
+                if let (true, Some(example)) = (count > 0, example) {
+                    check.problems.push(format!(
+                        "{count} of {} {what} (the first, {example})",
+                        check.groups
+                    ));
                 }
             }
             check
@@ -178,6 +207,11 @@ mod tests {
         bad.push(example("b", "q3", 1, 1, ["x", "y"]));
         bad.push(example("b", "q4", 0, 0, ["x", "y"])); // hypotheses differ
         bad.push(example("b", "q4", 0, 1, ["x", "z"]));
+        bad.push(example("b", "q5", 0, 0, ["x", "y"])); // splits differ
+        bad.push(Example {
+            split: Split::Train,
+            ..example("b", "q5", 0, 1, ["x", "y"])
+        });
         let checks = pairs(&bad);
         assert!(checks[0].passed());
         let b = &checks[1];
@@ -187,11 +221,20 @@ mod tests {
                 b.not_two_worlds,
                 b.same_secret,
                 b.coarse_differs,
-                b.hypotheses_differ
+                b.hypotheses_differ,
+                b.split_differs
             ),
-            (4, 1, 1, 1, 1)
+            (5, 1, 1, 1, 1, 1)
         );
-        assert_eq!(b.problems.len(), 4, "{:?}", b.problems);
-        assert!(b.problems[0].starts_with("1 of 4 pair ids"));
+        assert_eq!(
+            b.problems,
+            [
+                "1 of 5 pair ids that do not group exactly two worlds (the first, `q1` groups 1 world)",
+                "1 of 5 pairs whose two worlds hold the same secret (the first, `q2`)",
+                "1 of 5 pairs whose coarse classes differ (the first, `q3`: T0 and T1)",
+                "1 of 5 pairs whose two worlds register different hypotheses (the first, `q4`)",
+                "1 of 5 pairs whose two worlds are in different splits (the first, `q5`: test and train)",
+            ]
+        );
     }
 }

@@ -211,6 +211,13 @@ impl Intake {
     }
 }
 
+/// Why the audit of `contracts` leaves `world` out (`no_labels`,
+/// `authorized_class_not_in_contract`, ...: the keys of [`Intake::skipped`]), or `None` when it
+/// reads it.
+pub fn left_out(contracts: &[Arc<Contract>], world: &World) -> Option<&'static str> {
+    usable::usable_world(contracts, world).err()
+}
+
 /// A world that fits one of the contracts.
 pub(super) struct Usable<'w> {
     /// The world.

@@ -84,6 +84,43 @@ fn a_malformed_line_is_an_error_with_its_line_number() {
     assert!(error.to_string().contains("line 2"), "{error}");
 }
 
+/// `world(id, "q", answer)` in pair `pair_id` and `split`.
+fn world_in(id: &str, pair_id: &str, split: &str) -> String {
+    let answer = json!({"type": "choice", "choice": "B", "probabilities": {"A": 0.3, "B": 0.7}});
+    let mut value: Value = serde_json::from_str(&world(id, "q", answer)).unwrap();
+    value["pair_id"] = json!(pair_id);
+    value["split"] = json!(split);
+    value.to_string()
+}
+
+#[test]
+fn a_repeated_world_id_or_a_pair_across_splits_is_an_error_naming_both_lines() {
+    // Far apart, so that the two worlds are parsed by different workers or batches.
+    let mut lines: Vec<String> = (0..BATCH + 10)
+        .map(|i| world_in(&format!("w{i}"), &format!("p{i}"), "train"))
+        .collect();
+    let mut repeated = lines.clone();
+    repeated.push(world_in("w3", "other", "train"));
+    let error = run(&repeated.join("\n")).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "line {}: world id `w3` repeats the world of line 4 (world ids are unique)",
+            BATCH + 11
+        )
+    );
+    lines.push(world_in("mate", "p5", "test"));
+    let error = run(&lines.join("\n")).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "line {}: pair `p5` has a world in split test here and one in split train on \
+             line 6 (both worlds of a pair share a split)",
+            BATCH + 11
+        )
+    );
+}
+
 #[test]
 fn batches_keep_input_order_and_line_numbers() {
     let good = json!({"type": "choice", "choice": "B", "probabilities": {"A": 0.3, "B": 0.7}});
@@ -445,7 +482,10 @@ fn each_world_is_released_with_the_codebook_of_the_provider_that_answered_it() {
         }
         mixed.push(world.to_line().unwrap());
     }
+    // A world of its own (ids are unique), answered by a provider the contract does not list.
     let mut gone = worlds[0].clone();
+    gone.world_id = "gone-w0".into();
+    gone.pair_id = "gone".into();
     gone.provider = Some("gone".into());
     mixed.insert(3, gone.to_line().unwrap());
 

@@ -30,7 +30,8 @@ fn unknown_keys_move_after_known_keys_but_keep_their_order() {
 fn writer_and_reader_round_trip_many_worlds() {
     let world = World::from_line(LINE, 1).expect("valid line");
     let mut second = world.clone();
-    second.world_id = "delivery-p0007-w0".into();
+    second.world_id = "delivery-p0008-w0".into();
+    second.pair_id = "delivery-p0008".into();
     second.split = Split::Validation;
     let mut bytes = Vec::new();
     let n_written = write_all(&mut bytes, [&world, &second]).expect("writes");
@@ -52,8 +53,10 @@ fn errors_carry_one_based_line_numbers_and_are_not_skipped() {
         r#"["sorting_backlog","missed_transfer"]"#,
     );
     let s_not_in_hypotheses = LINE.replace(r#""S":"missed_transfer""#, r#""S":"water_ingress""#);
+    // The last world is the pair's other one (world ids are unique).
+    let mate = LINE.replace("delivery-p0007-w1", "delivery-p0007-w0");
     let input = format!(
-        "{good}\n\n{{not json\n{missing_split}\n{bad_split}\n{bad_labels}\r\n{s_not_in_hypotheses}\n[1,2]\n{good}"
+        "{good}\n\n{{not json\n{missing_split}\n{bad_split}\n{bad_labels}\r\n{s_not_in_hypotheses}\n[1,2]\n{mate}"
     );
     let results: Vec<Result<World, Error>> = Reader::new(input.as_bytes()).collect();
     assert_eq!(results.len(), 8, "the blank line 2 is the only one skipped");
@@ -88,7 +91,7 @@ fn errors_carry_one_based_line_numbers_and_are_not_skipped() {
 fn invalid_utf8_is_reported_with_its_line() {
     let mut input = LINE.as_bytes().to_vec();
     input.extend_from_slice(b"\n\xff\xfe\n");
-    input.extend_from_slice(LINE.as_bytes());
+    input.extend_from_slice(LINE.replace("p0007-w1", "p0007-w0").as_bytes());
     let results: Vec<_> = Reader::new(input.as_slice()).collect();
     assert_eq!(results.len(), 3);
     assert!(matches!(results[1], Err(Error::Utf8 { line: 2 })));
@@ -131,4 +134,113 @@ fn the_provider_is_optional_and_written_after_the_labels() {
         World::from_line(&wrong, 1),
         Err(Error::Invalid { line: 1, .. })
     ));
+}
+
+#[test]
+fn any_hypothesis_count_but_two_is_an_invalid_world_with_its_line() {
+    for (hypotheses, count) in [
+        (r#"[]"#, 0),
+        (r#"["missed_transfer"]"#, 1),
+        (
+            r#"["missed_transfer","sorting_backlog","water_ingress"]"#,
+            3,
+        ),
+    ] {
+        let line = LINE.replace(r#"["missed_transfer","sorting_backlog"]"#, hypotheses);
+        let error = World::from_line(&line, 4).expect_err("not two hypotheses");
+        let Error::Invalid { line: 4, source } = &error else {
+            panic!("{count} hypotheses: {error:?}");
+        };
+        assert!(
+            source.to_string().starts_with(&format!(
+                "labels.hypotheses must hold the pair's two mechanisms, got {count} names"
+            )),
+            "{source}"
+        );
+    }
+}
+
+/// `LINE` as world `world_id` of pair `pair_id` in `split`.
+fn world_line(world_id: &str, pair_id: &str, split: &str) -> String {
+    LINE.replace("delivery-p0007-w1", world_id)
+        .replace("delivery-p0007", pair_id)
+        .replace(r#""split":"train""#, &format!(r#""split":"{split}""#))
+}
+
+#[test]
+fn a_repeated_world_id_is_an_error_naming_both_lines() {
+    let input = [
+        world_line("a-w0", "a", "train"),
+        world_line("a-w1", "a", "train"),
+        String::new(),
+        world_line("a-w0", "b", "test"),
+    ]
+    .join("\n");
+    let results: Vec<_> = Reader::new(input.as_bytes()).collect();
+    assert_eq!(results.len(), 3);
+    assert!(results[..2].iter().all(Result::is_ok));
+    let error = results[2].as_ref().expect_err("a-w0 again");
+    assert!(
+        matches!(error, Error::DuplicateWorldId { line: 4, world_id, .. } if world_id == "a-w0"),
+        "{error:?}"
+    );
+    assert_eq!(
+        error.to_string(),
+        "line 4: world id `a-w0` repeats the world of line 1 (world ids are unique)"
+    );
+}
+
+#[test]
+fn a_pair_across_splits_is_an_error_naming_the_pair_and_both_lines() {
+    let input = [
+        world_line("a-w0", "a", "train"),
+        world_line("b-w0", "b", "validation"),
+        world_line("a-w1", "a", "test"),
+        world_line("b-w1", "b", "validation"),
+    ]
+    .join("\n");
+    let results: Vec<_> = Reader::new(input.as_bytes()).collect();
+    let describe: Vec<String> = results
+        .iter()
+        .map(|r| r.as_ref().map_or_else(ToString::to_string, |_| "ok".into()))
+        .collect();
+    assert_eq!(
+        describe,
+        [
+            "ok",
+            "ok",
+            "line 3: pair `a` has a world in split test here and one in split train on line 1 \
+             (both worlds of a pair share a split)",
+            "ok"
+        ]
+    );
+}
+
+#[test]
+fn files_read_as_one_share_their_checks_and_name_the_earlier_file() {
+    let mut seen = Seen::default();
+    seen.set_file("a.jsonl");
+    let first = world_line("a-w0", "a", "train");
+    let mut reader = Reader::with_seen(first.as_bytes(), seen);
+    assert!(reader.by_ref().all(|r| r.is_ok()));
+    let mut seen = reader.into_seen();
+    seen.set_file("b.jsonl");
+    let second = [
+        world_line("a-w1", "a", "test"),
+        world_line("a-w0", "c", "train"),
+    ]
+    .join("\n");
+    let results: Vec<_> = Reader::with_seen(second.as_bytes(), seen).collect();
+    let messages: Vec<String> = results
+        .iter()
+        .map(|r| r.as_ref().map_or_else(ToString::to_string, |_| "ok".into()))
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "line 1: pair `a` has a world in split test here and one in split train on line 1 \
+             of a.jsonl (both worlds of a pair share a split)",
+            "line 2: world id `a-w0` repeats the world of line 1 of a.jsonl (world ids are unique)"
+        ]
+    );
 }
