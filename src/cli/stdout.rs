@@ -17,7 +17,7 @@ pub(crate) fn write(text: fmt::Arguments<'_>) -> Result<(), Error> {
     write_to(&mut std::io::stdout().lock(), text)
 }
 
-/// [`write`] to any writer.
+/// [`write`](fn@write) to any writer.
 fn write_to(out: &mut impl Write, text: fmt::Arguments<'_>) -> Result<(), Error> {
     out.write_fmt(text)
         .and_then(|()| out.flush())
@@ -27,7 +27,7 @@ fn write_to(out: &mut impl Write, text: fmt::Arguments<'_>) -> Result<(), Error>
         })
 }
 
-/// `println!` that returns `Result<(), cli::error::Error>` ([`write`]).
+/// `println!` that returns `Result<(), cli::error::Error>` ([`write`](fn@write)).
 #[macro_export]
 macro_rules! outln {
     ($($arg:tt)*) => {
@@ -35,7 +35,7 @@ macro_rules! outln {
     };
 }
 
-/// `print!` that returns `Result<(), cli::error::Error>` ([`write`]).
+/// `print!` that returns `Result<(), cli::error::Error>` ([`write`](fn@write)).
 #[macro_export]
 macro_rules! out {
     ($($arg:tt)*) => {
