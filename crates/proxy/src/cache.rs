@@ -16,15 +16,16 @@
 //! Only answers the asking contract released go in; errors and refused answers never do. An
 //! entry is served for at most the asking contract's `ttl_s` after it was filled, whatever
 //! happens upstream. The cache is one per configuration generation, in partitions that
-//! never share room: each recipient's own entries (`scope = "recipient"`), bounded by the
-//! sum of `max_bytes` over its recipient-scoped contracts, so that no other recipient's
-//! traffic can evict them (an eviction would show in the victim's hit timing), and the
-//! entries every provider-scoped contract shares, bounded by the sum of theirs. moka evicts
-//! within a partition by size and age; a partition keeps an entry at most its longest TTL.
+//! never share room: each recipient's own entries (`scope = "recipient"`), whose room is
+//! its share of each of its recipient-scoped contracts' `max_bytes` (split evenly among the
+//! recipients bound to the contract), so that no other recipient's traffic can evict them
+//! (an eviction would show in the victim's hit timing), and the entries every
+//! provider-scoped contract shares, bounded by the sum of theirs. A contract's entries so
+//! take at most its `max_bytes` in all, as before partitions. moka evicts within a
+//! partition by size and age; a partition keeps an entry at most its longest TTL.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -78,26 +79,51 @@ impl Bounds {
 #[derive(Debug)]
 struct Held {
     generation: u64,
-    by_contract: HashMap<String, AtomicI64>,
+    by_contract: HashMap<String, Mutex<i64>>,
     routing: crate::metrics::Routing,
 }
 
 impl Held {
     /// Adds `bytes` (negative: removed) to `contract`'s total and shows it, unless a newer
-    /// generation's cache has taken the gauge (a reload drops this one's entries whole, and
-    /// the gauge must not keep counting them).
+    /// generation has taken the gauge (a reload drops this one's entries whole, and the
+    /// gauge must not keep counting them). The generation is held meanwhile: a total is
+    /// never set after a newer generation's reset, nor two updates' totals out of order.
     fn add(&self, contract: &str, bytes: i64) {
         let Some(total) = self.by_contract.get(contract) else {
             return;
         };
-        let now = total.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        if self.routing.cache_generation.load(Ordering::Relaxed) == self.generation {
+        let newest = self
+            .routing
+            .cache_generation
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut total = total.lock().unwrap_or_else(PoisonError::into_inner);
+        *total += bytes;
+        if *newest == self.generation {
             self.routing
                 .cache_bytes
                 .with_label_values(&[contract])
-                .set(now);
+                .set(*total);
         }
     }
+}
+
+/// Makes the next generation the one `releasegate_cache_bytes` shows, its `contracts` at
+/// zero and no other contract's series left; returns its number.
+fn take_gauge<'c>(
+    routing: &crate::metrics::Routing,
+    contracts: impl Iterator<Item = &'c str>,
+) -> u64 {
+    let mut newest = routing
+        .cache_generation
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    *newest += 1;
+    routing.cache_bytes.reset();
+    for contract in contracts {
+        routing.cache_bytes.with_label_values(&[contract]).set(0);
+    }
+    *newest
 }
 
 /// What an entry is found by within its partition (the recipient, under `scope =
@@ -178,9 +204,9 @@ impl Allowed {
 }
 
 impl AnswerCache {
-    /// The cache of `config`, or `None` when no contract configures one. It takes
-    /// `releasegate_cache_bytes` over from the previous generation's (set to zero for every
-    /// contract with a cache).
+    /// The cache of `config`, or `None` when no contract configures one. Either way it
+    /// takes `releasegate_cache_bytes` over from the previous generation's (every contract
+    /// with a cache at zero, no other series).
     pub(crate) fn new(config: &Config, metrics: &Metrics) -> Option<AnswerCache> {
         let cached: Vec<(&String, &Contract)> = config
             .contracts()
@@ -188,6 +214,8 @@ impl AnswerCache {
             .filter(|(_, contract)| contract.cache().is_some())
             .map(|(name, contract)| (name, &**contract))
             .collect();
+        let routing = metrics.routing.clone();
+        let generation = take_gauge(&routing, cached.iter().map(|(name, _)| name.as_str()));
         if cached.is_empty() {
             return None;
         }
@@ -202,32 +230,33 @@ impl AnswerCache {
                 shared = Some(shared.unwrap_or(empty).add(spec.max_bytes(), spec.ttl()));
             }
         }
+        // Each recipient's room: an even share of each recipient-scoped contract it is
+        // bound to, so that a contract's entries take at most its `max_bytes` in all.
         let mut plans: HashMap<String, Bounds> = HashMap::new();
-        for recipient in config.recipients() {
-            for (name, contract) in &cached {
-                let Some(spec) = contract.cache() else {
-                    continue;
-                };
-                if spec.scope() == CacheScope::Recipient && recipient.contracts.contains(name) {
-                    let bounds = plans.entry(recipient.name.clone()).or_insert(empty);
-                    *bounds = bounds.add(spec.max_bytes(), spec.ttl());
-                }
+        for (name, contract) in &cached {
+            let Some(spec) = contract
+                .cache()
+                .filter(|s| s.scope() == CacheScope::Recipient)
+            else {
+                continue;
+            };
+            let bound: Vec<&str> = config
+                .recipients()
+                .iter()
+                .filter(|recipient| recipient.contracts.contains(name))
+                .map(|recipient| recipient.name.as_str())
+                .collect();
+            let share = spec.max_bytes() / (bound.len().max(1) as u64);
+            for recipient in bound {
+                let bounds = plans.entry(recipient.to_string()).or_insert(empty);
+                *bounds = bounds.add(share, spec.ttl());
             }
-        }
-        let routing = metrics.routing.clone();
-        let generation = routing.cache_generation.fetch_add(1, Ordering::Relaxed) + 1;
-        routing.cache_bytes.reset();
-        for (name, _) in &cached {
-            routing
-                .cache_bytes
-                .with_label_values(&[name.as_str()])
-                .set(0);
         }
         let held = Arc::new(Held {
             generation,
             by_contract: cached
                 .iter()
-                .map(|(name, _)| ((*name).clone(), AtomicI64::new(0)))
+                .map(|(name, _)| ((*name).clone(), Mutex::new(0)))
                 .collect(),
             routing: routing.clone(),
         });

@@ -1,7 +1,8 @@
 use super::*;
 
 /// Recipients `a` and `b` on contract `mine` (recipient scope) and `ours` (provider scope,
-/// shared with contract `theirs` of recipient `c`); every cache holds `max_bytes`.
+/// shared with contract `theirs` of recipient `c`); every cache holds `max_bytes` (none
+/// with 0).
 fn config(max_bytes: u64) -> Config {
     let question = "[contracts.{}.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice\"\n";
     let mut text = String::from("[providers.p]\nkind = \"simulated\"\n");
@@ -10,9 +11,11 @@ fn config(max_bytes: u64) -> Config {
         ("ours", "provider"),
         ("theirs", "provider"),
     ] {
+        let cache =
+            format!("cache = {{ ttl_s = 60, max_bytes = {max_bytes}, scope = \"{scope}\" }}\n");
         text.push_str(&format!(
-            "[contracts.{name}]\nprovider = \"p\"\n\
-             cache = {{ ttl_s = 60, max_bytes = {max_bytes}, scope = \"{scope}\" }}\n{}",
+            "[contracts.{name}]\nprovider = \"p\"\n{}{}",
+            if max_bytes > 0 { cache.as_str() } else { "" },
             question.replace("{}", name)
         ));
     }
@@ -47,12 +50,13 @@ fn bytes_gauge(metrics: &Metrics, contract: &str) -> i64 {
 
 #[test]
 fn no_other_recipients_traffic_evicts_a_recipients_entries() {
+    // `mine`'s 2048 bytes are 1024 for each of its two recipients: one entry each.
     let config = config(2048);
     let metrics = Metrics::new().unwrap();
     let cache = AnswerCache::new(&config, &metrics).unwrap();
     let mine = &config.contracts()["mine"];
     cache.fill(mine, Some("a"), digest(0), "p", answer());
-    // Far more than the room `b` has (two or three entries), all of them b's own.
+    // Far more than the room `b` has, all of them b's own.
     for n in 1..200 {
         cache.fill(mine, Some("b"), digest(n), "p", answer());
     }
@@ -62,7 +66,7 @@ fn no_other_recipients_traffic_evicts_a_recipients_entries() {
     assert!(cache.get(mine, Some("a"), digest(0)).is_some());
     // b's partition stayed within its room; a's entry is a's alone.
     let partitions = cache.inner.recipients.read().unwrap();
-    assert!(partitions["b"].weighted_size() <= 2048);
+    assert!(partitions["b"].weighted_size() <= 1024);
     assert_eq!(partitions["a"].entry_count(), 1);
     drop(partitions);
     assert!(cache.get(mine, Some("b"), digest(0)).is_none());
@@ -77,8 +81,9 @@ fn provider_scoped_contracts_share_one_partition_and_recipients_their_contracts(
     let (ours, theirs) = (&config.contracts()["ours"], &config.contracts()["theirs"]);
     cache.fill(ours, Some("a"), digest(1), "p", answer());
     assert!(cache.get(theirs, Some("c"), digest(1)).is_some());
-    // a's room is its one recipient-scoped contract's; b's partition is made at its first fill.
-    assert_eq!(cache.inner.plans["a"].max_bytes, 4096);
+    // a's room is its share of its one recipient-scoped contract (bound to a and b); b's
+    // partition is made at its first fill.
+    assert_eq!(cache.inner.plans["a"].max_bytes, 2048);
     assert!(!cache.inner.recipients.read().unwrap().contains_key("b"));
     assert!(!cache.inner.plans.contains_key("c"));
 }
@@ -107,4 +112,15 @@ fn the_bytes_gauge_shows_the_newest_generation_only() {
         entries.run_pending_tasks();
     }
     assert_eq!(bytes_gauge(&metrics, "mine"), 0);
+    new.fill(mine, Some("b"), digest(4), "p", answer());
+    assert_eq!(bytes_gauge(&metrics, "mine"), held);
+    // A reload to a configuration without a cache leaves no series behind.
+    assert!(AnswerCache::new(&self::config(0), &metrics).is_none());
+    new.fill(mine, Some("b"), digest(5), "p", answer());
+    let families = metrics.registry().gather();
+    let series = families
+        .iter()
+        .find(|family| family.name() == "releasegate_cache_bytes")
+        .map_or(0, |family| family.get_metric().len());
+    assert_eq!(series, 0);
 }

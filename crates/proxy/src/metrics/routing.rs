@@ -86,9 +86,11 @@ pub(crate) struct Routing {
     pub(crate) cache_lookups: IntCounterVec,
     pub(crate) cache_evictions: IntCounterVec,
     pub(crate) cache_bytes: IntGaugeVec,
-    /// The configuration generation whose answer cache `cache_bytes` shows (each cache
-    /// takes the next number when it is made; an older one no longer sets the gauge).
-    pub(crate) cache_generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The configuration generation whose answer cache `cache_bytes` shows (each
+    /// generation takes the next number when it is made; an older one no longer sets the
+    /// gauge). Held while the gauge is set, so that no older generation's update lands
+    /// after a newer one has reset it.
+    pub(crate) cache_generation: std::sync::Arc<std::sync::Mutex<u64>>,
 }
 
 impl Routing {
