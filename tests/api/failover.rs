@@ -100,14 +100,17 @@ async fn a_failing_first_provider_hands_the_request_to_the_second_unseen() {
         let response = app.post(&request()).await;
         let headers = format!("{:?}", response.headers()).to_ascii_lowercase();
         let (status, body) = body_of(response).await;
-        // The secondary's release, but for the model: a contract of several providers
-        // releases the one the caller asked for (a provider's own would name it).
-        let mut want: Value = serde_json::from_slice(&want).unwrap();
-        want["model"] = request()["model"].clone();
-        assert_eq!(status, 200, "{name}");
+        // The secondary's release byte for byte, but for the model: a contract of several
+        // providers releases the one the caller asked for (a provider's own would name it).
+        let model = |value: &Value| format!("\"model\":{value}");
+        let want = String::from_utf8_lossy(&want).replacen(
+            &model(&native_answer()["model"]),
+            &model(&request()["model"]),
+            1,
+        );
         assert_eq!(
-            serde_json::from_slice::<Value>(&body).unwrap(),
-            want,
+            (status, String::from_utf8_lossy(&body)),
+            (200, want.into()),
             "{name}"
         );
         // Nothing says which provider answered.
@@ -144,13 +147,17 @@ async fn the_released_model_does_not_name_the_provider_that_answered() {
     for _ in 0..2 {
         let (status, body) = body_of(app.post(&request()).await).await;
         assert_eq!(status, 200);
-        bodies.push(serde_json::from_slice::<Value>(&body).unwrap());
+        bodies.push(body);
         // The second time the first provider is down: the secondary answers.
         first.script(503, b"{}".to_vec(), &[], Duration::ZERO);
     }
     assert_eq!((seen(&first), seen(&secondary)), (2, 1));
-    assert_eq!(bodies[0]["model"], request()["model"]);
-    assert_eq!(bodies[0], bodies[1]);
+    let first: Value = serde_json::from_slice(&bodies[0]).unwrap();
+    assert_eq!(first["model"], request()["model"]);
+    assert_eq!(
+        bodies[0], bodies[1],
+        "the same bytes whichever provider answered"
+    );
     app.stop().await;
 }
 

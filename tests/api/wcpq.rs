@@ -110,11 +110,6 @@ async fn a_covered_answer_keeps_every_frozen_plan_and_hides_the_native_vector() 
     assert!(metrics.contains("releasegate_wcpq_mapping_seconds_bucket"));
 }
 
-/// What a recipient can tell of a fallback: the `native` fallback has the
-/// covered answers' headers, fields and field order in both shapes (only the
-/// values differ); `choice_only` has them too in the complete shape (its values
-/// are the one-hot fill) but drops fields in the minimal shape; `deny` is
-/// visible in both (the answer is left out, or only `type` remains).
 /// A provider's `-0` goes out of a `native` fallback as `0.0`, the one spelling of zero
 /// every computed number has: its sign would mark the answer as a fallback.
 #[tokio::test]
@@ -134,6 +129,11 @@ async fn a_native_fallback_spells_zero_as_a_covered_answer_does() {
     assert_eq!(fallback["probabilities"]["B"], json!(0.7));
 }
 
+/// What a recipient can tell of a fallback: the `native` fallback has the
+/// covered answers' headers, fields and field order in both shapes (only the
+/// values differ); `choice_only` has them too in the complete shape (its values
+/// are the one-hot fill) but drops fields in the minimal shape; `deny` is
+/// visible in both (the answer is left out, or only `type` remains).
 #[tokio::test]
 async fn fallbacks_differ_from_covered_answers_only_as_documented() {
     // A denominator-1 grid holds only the vertices: the native answer is not covered.

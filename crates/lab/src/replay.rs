@@ -389,8 +389,15 @@ pub fn replay<R: BufRead, W: Write>(
         for part in parts {
             let part = part?;
             // In input order, before anything of the part is written.
-            for (line, world_id, pair_id, split) in &part.ids {
-                seen.check_ids(*line, world_id, pair_id, *split)?;
+            for (line, ids) in &part.ids {
+                let ids = worlds::WorldIds {
+                    provider: ids.provider.as_deref(),
+                    domain: &ids.domain,
+                    world_id: &ids.world_id,
+                    pair_id: &ids.pair_id,
+                    split: ids.split,
+                };
+                seen.check_ids(*line, &ids)?;
             }
             for line in &part.lines {
                 output.write_line(line)?;
@@ -422,7 +429,16 @@ fn read_batch<R: BufRead>(input: &mut Reader<R>) -> Result<Vec<(usize, String)>,
 struct Part {
     lines: Vec<String>,
     summary: Summary,
-    ids: Vec<(usize, String, String, worlds::Split)>,
+    ids: Vec<(usize, OwnedIds)>,
+}
+
+/// A world's ids as [`worlds::Seen`] checks them, kept until its part is written.
+struct OwnedIds {
+    provider: Option<String>,
+    domain: String,
+    world_id: String,
+    pair_id: String,
+    split: worlds::Split,
 }
 
 fn process(contract: &Contract, lines: &[(usize, String)], rng: &mut Rng) -> Result<Part, Error> {
@@ -439,9 +455,13 @@ fn process(contract: &Contract, lines: &[(usize, String)], rng: &mut Rng) -> Res
         summary.worlds_read += 1;
         ids.push((
             line,
-            world.world_id.clone(),
-            world.pair_id.clone(),
-            world.split,
+            OwnedIds {
+                provider: world.provider.clone(),
+                domain: world.domain.clone(),
+                world_id: world.world_id.clone(),
+                pair_id: world.pair_id.clone(),
+                split: world.split,
+            },
         ));
         let provider = dataset::answered_by(contract, &world).to_string();
         let Ok(contract) = dataset::released_by(contract, &world) else {

@@ -199,12 +199,25 @@ pub struct Reader<R> {
 /// world with [`Seen::check`], in input order.
 #[derive(Debug, Default)]
 pub struct Seen {
-    /// Every world id read, and where.
-    ids: HashMap<String, Place>,
-    /// Every pair id read, the split of its first world and where that world was read.
-    pairs: HashMap<String, (Split, Place)>,
+    /// Every world id read, by the provider that answered it (worlds collected from two
+    /// providers for the same requests share their ids), and where.
+    ids: HashMap<(Option<String>, String), Place>,
+    /// Every pair read (its provider, domain and pair id: the audit groups pairs within a
+    /// domain), the split of its first world and where that world was read.
+    pairs: HashMap<(Option<String>, String, String), (Split, Place)>,
     /// The file being read, as the caller names it (`None`: a single unnamed input).
     file: Option<Arc<str>>,
+}
+
+/// What [`Seen`] checks of a world.
+#[derive(Debug, Clone, Copy)]
+pub struct WorldIds<'a> {
+    /// The provider that answered it (`None`: the contract's first).
+    pub provider: Option<&'a str>,
+    pub domain: &'a str,
+    pub world_id: &'a str,
+    pub pair_id: &'a str,
+    pub split: Split,
 }
 
 /// Where a world was read.
@@ -292,45 +305,53 @@ impl Seen {
     }
 
     /// Checks `world`, read on `line`, against every world checked before it: its id must be
-    /// new, and its pair's split must be that of the pair's first world.
+    /// new among its provider's worlds, and its pair's split must be that of the pair's
+    /// first world (a pair within its provider and domain).
     pub fn check(&mut self, world: &World, line: usize) -> Result<(), Error> {
-        self.check_ids(line, &world.world_id, &world.pair_id, world.split)
+        let ids = WorldIds {
+            provider: world.provider.as_deref(),
+            domain: &world.domain,
+            world_id: &world.world_id,
+            pair_id: &world.pair_id,
+            split: world.split,
+        };
+        self.check_ids(line, &ids)
     }
 
     /// As [`Seen::check`], for a world known by its ids and split.
-    pub fn check_ids(
-        &mut self,
-        line: usize,
-        world_id: &str,
-        pair_id: &str,
-        split: Split,
-    ) -> Result<(), Error> {
+    pub fn check_ids(&mut self, line: usize, world: &WorldIds<'_>) -> Result<(), Error> {
         let here = Place {
             file: self.file.clone(),
             line,
         };
-        if let Some(first) = self.ids.get(world_id) {
+        let provider = world.provider.map(str::to_string);
+        let id = (provider.clone(), world.world_id.to_string());
+        if let Some(first) = self.ids.get(&id) {
             return Err(Error::DuplicateWorldId {
                 line,
-                world_id: world_id.to_string(),
+                world_id: world.world_id.to_string(),
                 first: self.describe(first),
             });
         }
-        if let Some((first_split, first)) = self.pairs.get(pair_id) {
-            if *first_split != split {
+        let pair = (
+            provider,
+            world.domain.to_string(),
+            world.pair_id.to_string(),
+        );
+        if let Some((first_split, first)) = self.pairs.get(&pair) {
+            if *first_split != world.split {
                 return Err(Error::PairAcrossSplits {
                     line,
-                    pair_id: pair_id.to_string(),
-                    split,
+                    pair_id: world.pair_id.to_string(),
+                    split: world.split,
                     first_split: *first_split,
                     first: self.describe(first),
                 });
             }
         } else {
-            self.pairs
-                .insert(pair_id.to_string(), (split, here.clone()));
+            self.pairs.insert(pair, (world.split, here.clone()));
         }
-        self.ids.insert(world_id.to_string(), here);
+        self.ids.insert(id, here);
         Ok(())
     }
 

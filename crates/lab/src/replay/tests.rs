@@ -504,7 +504,8 @@ fn each_world_is_released_with_the_codebook_of_the_provider_that_answered_it() {
         .partition(|line| line.contains("\"provider\":\"sim2\""));
     // The same releases, but for the model: a contract of several providers releases the
     // model the request asked for, a contract of one its provider's.
-    let asked_model = |lines: Vec<&String>| -> Vec<Value> {
+    // (Written out again, so that the order of members counts as well.)
+    let asked_model = |lines: Vec<&String>| -> Vec<String> {
         lines
             .into_iter()
             .map(|line| {
@@ -512,7 +513,7 @@ fn each_world_is_released_with_the_codebook_of_the_provider_that_answered_it() {
                 if world["response"].get("model").is_some() {
                     world["response"]["model"] = world["request"]["model"].clone();
                 }
-                world
+                serde_json::to_string(&world).unwrap()
             })
             .collect()
     };

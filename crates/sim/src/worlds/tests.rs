@@ -190,6 +190,39 @@ fn a_repeated_world_id_is_an_error_naming_both_lines() {
     );
 }
 
+/// Worlds collected from two providers for the same requests share their ids, and two
+/// domains may number their pairs alike: neither is a repeat.
+#[test]
+fn ids_are_unique_per_provider_and_pairs_per_provider_and_domain() {
+    let by = |line: String, provider: &str| {
+        line.replacen("{", &format!("{{\"provider\":\"{provider}\","), 1)
+    };
+    let other_domain = |line: String| line.replace(r#""domain":"delivery""#, r#""domain":"it""#);
+    let input = [
+        world_line("a-w0", "a", "train"),
+        by(world_line("a-w0", "a", "test"), "second"),
+        by(world_line("a-w1", "a", "test"), "second"),
+        other_domain(world_line("it-a-w0", "a", "test")),
+        world_line("a-w1", "a", "train"),
+    ]
+    .join("\n");
+    let results: Vec<_> = Reader::new(input.as_bytes()).collect();
+    for result in &results {
+        assert!(result.is_ok(), "{result:?}");
+    }
+    // The same provider's repeat is still one.
+    let input = [
+        by(world_line("a-w0", "a", "train"), "second"),
+        by(world_line("a-w0", "a", "train"), "second"),
+    ]
+    .join("\n");
+    let results: Vec<_> = Reader::new(input.as_bytes()).collect();
+    assert!(matches!(
+        results[1],
+        Err(Error::DuplicateWorldId { line: 2, .. })
+    ));
+}
+
 #[test]
 fn a_pair_across_splits_is_an_error_naming_the_pair_and_both_lines() {
     let input = [
