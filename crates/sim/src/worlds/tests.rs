@@ -167,6 +167,13 @@ fn world_line(world_id: &str, pair_id: &str, split: &str) -> String {
         .replace(r#""split":"train""#, &format!(r#""split":"{split}""#))
 }
 
+/// Each line's outcome: `ok`, or its error's message.
+fn outcomes<R: std::io::BufRead>(reader: Reader<R>) -> Vec<String> {
+    reader
+        .map(|r| r.as_ref().map_or_else(ToString::to_string, |_| "ok".into()))
+        .collect()
+}
+
 #[test]
 fn a_repeated_world_id_is_an_error_naming_both_lines() {
     let input = [
@@ -232,13 +239,8 @@ fn a_pair_across_splits_is_an_error_naming_the_pair_and_both_lines() {
         world_line("b-w1", "b", "validation"),
     ]
     .join("\n");
-    let results: Vec<_> = Reader::new(input.as_bytes()).collect();
-    let describe: Vec<String> = results
-        .iter()
-        .map(|r| r.as_ref().map_or_else(ToString::to_string, |_| "ok".into()))
-        .collect();
     assert_eq!(
-        describe,
+        outcomes(Reader::new(input.as_bytes())),
         [
             "ok",
             "ok",
@@ -263,13 +265,8 @@ fn files_read_as_one_share_their_checks_and_name_the_earlier_file() {
         world_line("a-w0", "c", "train"),
     ]
     .join("\n");
-    let results: Vec<_> = Reader::with_seen(second.as_bytes(), seen).collect();
-    let messages: Vec<String> = results
-        .iter()
-        .map(|r| r.as_ref().map_or_else(ToString::to_string, |_| "ok".into()))
-        .collect();
     assert_eq!(
-        messages,
+        outcomes(Reader::with_seen(second.as_bytes(), seen)),
         [
             "line 1: pair `a` has a world in split test here and one in split train on line 1 \
              of a.jsonl (both worlds of a pair share a split)",
