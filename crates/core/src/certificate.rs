@@ -102,6 +102,11 @@ pub enum Status {
     /// Not checked: the configuration was loaded without its codebooks, so a WCPQ release
     /// cannot be described (offline tools that build or collect for the codebooks).
     Unchecked,
+    /// Its certificate is in the directory, but the configuration no longer gates it (a
+    /// contract without a policy, a recipient that needs no certificate of its own): taking
+    /// the policy away would otherwise serve it ungated without a word. Restoring the
+    /// policy, or removing the certificate, says which was meant.
+    Ungated,
 }
 
 impl Status {
@@ -118,11 +123,16 @@ impl Status {
             Status::Missing => "missing".to_string(),
             Status::Invalid(why) => format!("invalid ({why})"),
             Status::Unchecked => "not checked (codebooks not loaded)".to_string(),
+            Status::Ungated => "ungated (its certificate is in the directory, but the \
+                                configuration no longer gates it: restore its policy, or \
+                                remove the certificate to serve it ungated)"
+                .to_string(),
         }
     }
 }
 
-/// The certification of one contract or recipient that has a policy.
+/// The certification of one contract or recipient that has a policy, or that has a
+/// certificate but no longer a policy ([`Status::Ungated`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     /// Contract or recipient.
@@ -153,7 +163,8 @@ impl Certification {
         self.dir.as_deref()
     }
 
-    /// Every contract and recipient that needs a certificate, contracts first, by name.
+    /// Every contract and recipient that needs a certificate, and every one that has a
+    /// certificate it no longer needs ([`Status::Ungated`]), contracts first, by name.
     pub fn entries(&self) -> &[Entry] {
         &self.entries
     }
@@ -328,17 +339,46 @@ pub fn subjects(
     out
 }
 
+/// Every contract and recipient that is not a subject ([`subjects`]): a contract without a
+/// policy, a recipient that needs no certificate of its own. A certificate of one of them
+/// is [`Status::Ungated`].
+pub fn ungated(
+    contracts: &BTreeMap<String, std::sync::Arc<Contract>>,
+    recipients: &[Recipient],
+) -> Vec<(Kind, String)> {
+    let mut out: Vec<(Kind, String)> = contracts
+        .values()
+        .filter(|c| c.policy.is_none())
+        .map(|c| (Kind::Contract, c.name.clone()))
+        .collect();
+    let mut names: Vec<&Recipient> = recipients.iter().collect();
+    names.sort_by(|a, b| a.name.cmp(&b.name));
+    for recipient in names {
+        let held: Vec<&Contract> = recipient
+            .contracts
+            .iter()
+            .filter_map(|name| contracts.get(name).map(|c| &**c))
+            .collect();
+        if !recipient_needs_certificate(recipient, &held) {
+            out.push((Kind::Recipient, recipient.name.clone()));
+        }
+    }
+    out
+}
+
 /// Checks every subject against its certificate in `dir`, read with `read` (a missing file is
-/// `NotFound`). Without the codebooks (`codebooks` false) a WCPQ release cannot be described,
-/// so nothing is checked.
+/// `NotFound`), and looks for a certificate of each of `ungated`: one found is
+/// [`Status::Ungated`]. Without the codebooks (`codebooks` false) a WCPQ release cannot be
+/// described, so no subject is checked.
 pub fn check(
     mode: Mode,
     dir: Option<PathBuf>,
     subjects: &[Subject],
+    ungated: &[(Kind, String)],
     codebooks: bool,
     read: &dyn Fn(&Path) -> std::io::Result<Vec<u8>>,
 ) -> Certification {
-    let entries = subjects
+    let mut entries: Vec<Entry> = subjects
         .iter()
         .map(|subject| Entry {
             kind: subject.kind,
@@ -350,6 +390,22 @@ pub fn check(
             },
         })
         .collect();
+    if let Some(dir) = &dir {
+        for (kind, name) in ungated {
+            let Some(file) = kind.file_name(name) else {
+                continue;
+            };
+            match read(&dir.join(file)) {
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                _ => entries.push(Entry {
+                    kind: *kind,
+                    name: name.clone(),
+                    status: Status::Ungated,
+                }),
+            }
+        }
+        entries.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+    }
     Certification { mode, dir, entries }
 }
 

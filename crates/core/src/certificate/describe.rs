@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::config::Recipient;
-use crate::contract::{Contract, LeakagePolicy, QuestionRule};
+use crate::contract::{CacheScope, Contract, LeakagePolicy, QuestionRule};
 use crate::mechanism::Mechanism;
 use crate::wcpq::Admissibility;
 use crate::workflow;
@@ -27,11 +27,14 @@ pub fn release_sha256(release: &Value) -> String {
 }
 
 /// Everything that shapes what a contract's recipient receives: its shape, usage and pinned
-/// model, and per question the type, classes, text, view, coarsening, withheld labels and
-/// mechanism (a WCPQ codebook by its content hash, with its workflows, admissibility,
-/// fallback and confidence). A WCPQ question of a contract of several providers also names
-/// each provider's codebook by its hash (`codebooks_sha256`, by provider): each provider's
-/// answers are released with its own. A contract of one provider is described without it.
+/// model, the providers whose answers it releases (in failover order), the provider switches
+/// it lets callers forward, whether its cache is shared across recipients (a timing channel
+/// the gate does not measure), and per question the type, classes, text, view, coarsening,
+/// withheld labels and mechanism (a WCPQ codebook by its content hash, with its workflows,
+/// admissibility, fallback and confidence). A WCPQ question of a contract of several
+/// providers also names each provider's codebook by its hash (`codebooks_sha256`, by
+/// provider): each provider's answers are released with its own. A contract of one provider
+/// is described without it.
 pub fn contract_release(contract: &Contract) -> Value {
     describe_contract(contract, WorkflowsHash::Canonical)
 }
@@ -51,10 +54,18 @@ pub(crate) fn describe_contract(contract: &Contract, hash: WorkflowsHash) -> Val
             (id.clone(), release)
         })
         .collect();
+    let forwarded: Vec<&str> = contract.forward_headers.iter().map(|h| h.name()).collect();
+    let shared_cache = contract
+        .cache
+        .as_ref()
+        .is_some_and(|cache| cache.scope() == CacheScope::Provider);
     json!({
         "shape": contract.shape.as_str(),
         "usage": contract.usage.as_str(),
         "model": contract.model,
+        "providers": contract.providers,
+        "forward_headers": forwarded,
+        "shared_cache": shared_cache,
         "questions": questions,
     })
 }

@@ -14,6 +14,9 @@ certification = "advisory"
 [providers.p]
 kind = "simulated"
 
+[providers.q]
+kind = "simulated"
+
 [[recipients]]
 name = "both"
 key_sha256 = "d2aacb68b85bbdced6e4c3f176f8c2c9f0e8faa9e41842a3c426d1111a37022b"
@@ -207,6 +210,22 @@ fn a_certificate_of_the_same_release_certifies_and_any_change_is_named() {
             "max_recovery_gain = 0.2",
             "policy.max_recovery_gain",
         ),
+        // Whose answers it releases, what callers may switch on, who shares its cache.
+        (
+            "provider = \"p\"\nusage = \"drop\"",
+            "provider = \"q\"\nusage = \"drop\"",
+            "providers",
+        ),
+        (
+            "usage = \"drop\"",
+            "usage = \"drop\"\nforward_headers = [\"TypeSafe-Danger-Zone-Long-Context\"]",
+            "forward_headers",
+        ),
+        (
+            "usage = \"drop\"",
+            "usage = \"drop\"\ncache = { ttl_s = 60, max_bytes = 65536, scope = \"provider\" }",
+            "shared_cache",
+        ),
     ] {
         let changed = load(&TEXT.replace(from, to), &files);
         let Status::Stale(changes) = &statuses(&changed)[0].2 else {
@@ -276,6 +295,7 @@ fn a_certificate_that_is_not_a_passing_one_of_this_subject_is_invalid() {
             Mode::Required,
             Some(PathBuf::from("d")),
             std::slice::from_ref(&subject),
+            &[],
             true,
             read,
         )
@@ -307,6 +327,7 @@ fn only_required_mode_refuses_and_it_names_each_uncertified_subject() {
         Mode::Required,
         Some(PathBuf::from("dir")),
         &subjects,
+        &[],
         true,
         &read,
     );
@@ -322,6 +343,7 @@ fn only_required_mode_refuses_and_it_names_each_uncertified_subject() {
         Mode::Advisory,
         Some(PathBuf::from("dir")),
         &subjects,
+        &[],
         true,
         &read,
     );
@@ -333,6 +355,7 @@ fn only_required_mode_refuses_and_it_names_each_uncertified_subject() {
         Mode::Required,
         Some(PathBuf::from("dir")),
         &subjects,
+        &[],
         false,
         &read,
     );
@@ -439,4 +462,63 @@ fn a_certificate_naming_the_workflows_by_their_legacy_hash_stays_valid() {
             .iter()
             .all(|s| s.legacy_release_sha256.is_none())
     );
+}
+
+#[test]
+fn a_certificate_of_what_the_configuration_no_longer_gates_is_ungated() {
+    let clean = load(TEXT, &BTreeMap::new());
+    let mut files = certify(&clean);
+    // The policy taken off `plain`: its certificate is still there. `both` still holds
+    // `coarse`, which hides something, so it still needs its own.
+    let text = TEXT.replace(
+        "policy = { hide = [\"secret\"], max_recovery_gain = 0.05 }\n",
+        "",
+    );
+    let dropped = load(&text, &files);
+    let plain = statuses(&dropped)
+        .into_iter()
+        .find(|(k, n, _)| *k == Kind::Contract && n == "plain")
+        .unwrap();
+    assert_eq!(plain.2, Status::Ungated);
+    assert!(
+        dropped
+            .origin
+            .files
+            .contains(&Path::new(".").join("certs").join("contract-plain.json"))
+    );
+    let required = load(
+        &text.replace(
+            "certification = \"advisory\"",
+            "certification = \"required\"",
+        ),
+        &files,
+    );
+    let refusal = required.certification.refusal().unwrap();
+    assert!(
+        refusal
+            .iter()
+            .any(|line| line.starts_with("contract plain: ungated")),
+        "{refusal:?}"
+    );
+    // Removing the certificate confirms it: `plain` is no longer an entry.
+    files.remove("contract-plain.json");
+    let confirmed = load(&text, &files);
+    assert!(
+        statuses(&confirmed).iter().all(|(_, n, _)| n != "plain"),
+        "{:?}",
+        statuses(&confirmed)
+    );
+    // A recipient that needs no certificate of its own, holding one.
+    files.insert(
+        "recipient-free.json".to_string(),
+        files["recipient-both.json"].clone(),
+    );
+    let free = load(TEXT, &files);
+    assert!(
+        statuses(&free).contains(&(Kind::Recipient, "free".to_string(), Status::Ungated)),
+        "{:?}",
+        statuses(&free)
+    );
+    // A contract without a policy and no certificate is no entry at all.
+    assert!(statuses(&clean).iter().all(|(_, n, _)| n != "open"));
 }

@@ -1,6 +1,7 @@
 //! `releasegate_contract_certified{contract}` and `releasegate_recipient_certified{recipient}`:
 //! 1 when the contract or recipient has a certificate for exactly what is served, else 0
-//! (`docs/gate.md`). Exported for every contract and recipient that needs a certificate when
+//! (`docs/gate.md`). Exported for every contract and recipient that needs a certificate, and
+//! at 0 for each that no longer does while its certificate is still there (`ungated`), when
 //! `server.certification` is `advisory` or `required`; labels come from the configuration.
 
 use prometheus::{IntGaugeVec, Opts, Registry};

@@ -63,11 +63,13 @@ impl RawConfig {
         check_one_writer_per_file(decision_log.as_ref(), &captures, &mut problems);
 
         let subjects = crate::certificate::subjects(&contracts, &recipients);
-        files.extend(certificate_files(&server, &subjects));
+        let ungated = crate::certificate::ungated(&contracts, &recipients);
+        files.extend(certificate_files(&server, &subjects, &ungated));
         let certification = crate::certificate::check(
             server.certification(),
             server.certificates().map(Path::to_path_buf),
             &subjects,
+            &ungated,
             inputs.codebooks,
             inputs.files,
         );
@@ -152,14 +154,21 @@ fn check_one_writer_per_file(
 }
 
 /// The certificates are files the configuration names: a reload (and the file watch) reads
-/// them again.
-fn certificate_files(server: &Server, subjects: &[crate::certificate::Subject]) -> Vec<PathBuf> {
+/// them again, those of the contracts and recipients it no longer gates too (a certificate
+/// removed to confirm that is seen).
+fn certificate_files(
+    server: &Server,
+    subjects: &[crate::certificate::Subject],
+    ungated: &[(crate::certificate::Kind, String)],
+) -> Vec<PathBuf> {
     let Some(dir) = server.certificates() else {
         return Vec::new();
     };
     subjects
         .iter()
-        .filter_map(|s| s.kind.file_name(&s.name))
+        .map(|s| (s.kind, s.name.as_str()))
+        .chain(ungated.iter().map(|(kind, name)| (*kind, name.as_str())))
+        .filter_map(|(kind, name)| kind.file_name(name))
         .map(|name| dir.join(name))
         .collect()
 }
