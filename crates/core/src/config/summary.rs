@@ -171,8 +171,8 @@ impl Config {
 
     /// Settings that weaken a contract on purpose, each naming its key (printed by
     /// `check-config` and logged at start-up): a live capture (it stores native answers), a
-    /// question whose text the caller writes, and a baseline that releases the provider's own
-    /// confidence.
+    /// question whose text the caller writes, a baseline that releases the provider's own
+    /// confidence, and a contract that hides something without a pinned model (from a remote provider).
     pub fn warnings(&self) -> Vec<String> {
         let mut warnings = self.certification_warnings();
         for (name, capture) in &self.captures {
@@ -193,6 +193,22 @@ impl Config {
                      and it follows what the model wrote (a longer label, a longer answer) although {why}; \
                      two releases that differ only in output_tokens can tell apart what the release \
                      hides. Use usage = \"input\" (input_tokens only) or \"drop\""
+                ));
+            }
+            // The in-process simulator answers with its own fixed ids; a remote provider's is
+            // whatever it sends.
+            let remote = contract.providers.iter().any(|provider| {
+                matches!(self.providers.get(provider), Some(Provider::SystemOne(_)))
+            });
+            if remote
+                && contract.model.is_none()
+                && contract.policy.as_ref().is_some_and(|p| !p.hide.is_empty())
+            {
+                warnings.push(format!(
+                    "contracts.{name}.model is not pinned although the contract hides something: \
+                     the caller's model goes to the provider as sent and the provider's model id \
+                     (up to 128 characters it chooses) goes out in every release, which the gate \
+                     does not read. Pin model"
                 ));
             }
             if contract.providers.len() > 1 && contract.usage.keeps_input() {

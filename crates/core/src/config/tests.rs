@@ -1074,6 +1074,36 @@ fn usage_keep_is_warned_about_where_the_contract_hides_something() {
 }
 
 #[test]
+fn a_hiding_contract_without_a_pinned_model_is_warned_about() {
+    // On a remote provider (the simulator's ids are its own, fixed ones).
+    let remote = "[providers.far]\nkind = \"systemone\"\nbase_url = \"http://127.0.0.1:1\"\n\n";
+    let with = |provider: &str, extra: &str| {
+        let text = MINIMAL.replace(
+            "provider = \"sim\"\n",
+            &format!("provider = \"{provider}\"\n{extra}"),
+        );
+        Config::from_toml(&format!("{remote}{text}")).unwrap()
+    };
+    let model_warnings = |config: &Config| -> Vec<String> {
+        config
+            .warnings()
+            .into_iter()
+            .filter(|w| w.starts_with("contracts.c.model is not pinned"))
+            .collect()
+    };
+    let hiding = "policy = { hide = [\"secret\"], max_recovery_gain = 0.1 }\n";
+    let found = model_warnings(&with("far", hiding));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].ends_with("Pin model"), "{found:?}");
+    // Pinned, nothing hidden, or the simulator: no warning.
+    let pinned = format!("{hiding}model = \"m-1\"\n");
+    assert!(model_warnings(&with("far", &pinned)).is_empty());
+    assert!(model_warnings(&with("far", "")).is_empty());
+    assert!(model_warnings(&with("far", "policy = { keep = [\"choice\"] }\n")).is_empty());
+    assert!(model_warnings(&with("sim", hiding)).is_empty());
+}
+
+#[test]
 fn providers_failover_circuits_and_caches_are_validated() {
     let two = |contract: &str, provider: &str| {
         format!(
