@@ -182,10 +182,27 @@ async fn only_what_the_gate_certified_is_served_under_required_certification() {
         decide(&served).await["answers"]["coarse_cause"]["confidence"],
         1.0
     );
+    // So is the policy taken away while its certificate is still there (it would otherwise
+    // serve the contract ungated, without a word).
+    let certified = config("required", "choice");
+    let ungated = certified.replace(
+        "policy = { keep = [\"choice\"], hide = [\"secret\"], max_recovery_gain = 1.0 }",
+        "",
+    );
+    assert_ne!(ungated, certified);
+    std::fs::write(&path, &ungated).unwrap();
+    served.signal("HUP");
+    assert_logged(&served, "contract dispatch: ungated").await;
+    assert!(served.running());
+    assert_eq!(
+        decide(&served).await["answers"]["coarse_cause"]["confidence"],
+        1.0
+    );
     served.signal("TERM");
     served.exited().await;
 
     // ... and at start-up, naming the contract and the recipient that holds it.
+    std::fs::write(&path, &changed).unwrap();
     let mut refused = serve_command(&path);
     let output = refused.output().unwrap();
     assert!(!output.status.success());

@@ -213,11 +213,13 @@ impl Certification {
             .uncertified()
             .filter(|e| e.status != Status::Unchecked)
             .map(|e| {
+                let what = format!("{} {}: {}", e.kind.as_str(), e.name, e.status.describe());
+                if e.status == Status::Ungated {
+                    // Its status says what to do: nothing is left to certify.
+                    return what;
+                }
                 format!(
-                    "{} {}: {} (certification = \"required\": certify it with `releasegate audit ... --gate --certificate-dir {}`)",
-                    e.kind.as_str(),
-                    e.name,
-                    e.status.describe(),
+                    "{what} (certification = \"required\": certify it with `releasegate audit ... --gate --certificate-dir {}`)",
                     self.dir.as_deref().map_or_else(|| "DIR".to_string(), |d| d.display().to_string()),
                 )
             })
