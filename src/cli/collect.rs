@@ -16,6 +16,8 @@
 //! - exit 0 when every request of the file is in `--out`, 75 (EX_TEMPFAIL) when some failed
 //!   (rerun to retry them), 1 when `--out` holds no world at all, 64 on unusable arguments.
 
+mod resume;
+
 use std::collections::{BTreeMap, HashSet};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -89,7 +91,7 @@ pub(super) fn collect_command(args: &CollectArgs) -> Result<ExitCode, Error> {
         name.push(".errors.jsonl");
         PathBuf::from(name)
     });
-    let existing = already_collected(&args.out, &provider).or_usage()?;
+    let existing = resume::already_collected(&args.out, &provider).or_usage()?;
     let text = std::fs::read_to_string(&args.requests).map_err(|error| {
         Error::usage(format!("cannot read {}: {error}", args.requests.display()))
     })?;
@@ -360,93 +362,6 @@ async fn run(
         spawn(&mut tasks, &mut lines, &mut numbers);
     }
     Ok(())
-}
-
-/// The ids of the worlds already in `path` (none when it does not exist). A last line cut
-/// short by an interrupted run is removed; any other unreadable line is an error.
-fn already_collected(
-    path: &Path,
-    (provider, is_first): &(String, bool),
-) -> Result<HashSet<String>, String> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(HashSet::new()),
-        Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
-    };
-    let mut ids = HashSet::new();
-    let mut start = 0usize;
-    let mut number = 0usize;
-    while start < bytes.len() {
-        number += 1;
-        let end = bytes[start..]
-            .iter()
-            .position(|b| *b == b'\n')
-            .map(|at| start + at);
-        let text = &bytes[start..end.unwrap_or(bytes.len())];
-        let parsed = std::str::from_utf8(text)
-            .map_err(|_| "not valid utf-8".to_string())
-            .and_then(|text| {
-                if text.trim().is_empty() {
-                    Ok(None)
-                } else {
-                    World::from_line(text, number)
-                        .map(Some)
-                        .map_err(|error| error.to_string())
-                }
-            });
-        match (parsed, end) {
-            (Ok(world), end) => {
-                if let Some(world) = world {
-                    // A world without `provider` is the first provider's.
-                    let answered_by = world.provider.as_deref();
-                    if answered_by.map_or(!is_first, |p| p != provider) {
-                        return Err(format!(
-                            "{} line {number}: world `{}` was answered by {}, not `{provider}`: collect each provider into its own file",
-                            path.display(),
-                            world.world_id,
-                            answered_by.map_or_else(
-                                || "the contract's first provider".to_string(),
-                                |p| format!("`{p}`")
-                            )
-                        ));
-                    }
-                    ids.insert(world.world_id);
-                }
-                if end.is_none() {
-                    // A whole last line without its newline: end it before appending.
-                    let ended = std::fs::OpenOptions::new()
-                        .append(true)
-                        .open(path)
-                        .and_then(|mut file| file.write_all(b"\n"));
-                    if let Err(error) = ended {
-                        return Err(format!("cannot repair {}: {error}", path.display()));
-                    }
-                }
-            }
-            (Err(_), None) => {
-                eprintln!(
-                    "warning: {} line {number} is cut short (an interrupted run); removing it",
-                    path.display()
-                );
-                let file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(path)
-                    .and_then(|file| file.set_len(start as u64));
-                if let Err(error) = file {
-                    return Err(format!("cannot repair {}: {error}", path.display()));
-                }
-                break;
-            }
-            (Err(reason), Some(_)) => {
-                return Err(format!(
-                    "{} is not a worlds file collect can resume: {reason}; collect appends to the worlds it wrote",
-                    path.display()
-                ));
-            }
-        }
-        start = end.map_or(bytes.len(), |end| end + 1);
-    }
-    Ok(ids)
 }
 
 /// Opens the output for appending; a new file is created with mode 0600.
