@@ -7,9 +7,10 @@
 //! Rules:
 //! - a world goes to `--out` as soon as its answer arrives (completion order), one line,
 //!   flushed; the file is appended to, created with mode 0600 (it holds native answers);
-//! - resumable: ids already in `--out` are not asked again; a torn last line (an
-//!   interrupted write) is cut off with a warning, any other unreadable line stops the run,
-//!   and so does a world another provider answered (one file per provider);
+//! - resumable (`resume`): ids already in `--out` are not asked again; a torn last line (an
+//!   interrupted write) is cut off with a warning, any other line the worlds readers refuse
+//!   (a repeated world id, a pair across splits too) stops the run, and so does a world
+//!   another provider answered (one file per provider);
 //! - every line that yields no world is recorded in the errors file (`--errors`, default
 //!   `OUT.errors.jsonl`, rewritten by every run: it lists the failures of the latest run,
 //!   which a rerun asks again), with its line number, id, error kind and message;
@@ -91,7 +92,7 @@ pub(super) fn collect_command(args: &CollectArgs) -> Result<ExitCode, Error> {
         name.push(".errors.jsonl");
         PathBuf::from(name)
     });
-    let existing = resume::already_collected(&args.out, &provider).or_usage()?;
+    let existing = resume::Existing::read(&args.out, &provider).or_usage()?;
     let text = std::fs::read_to_string(&args.requests).map_err(|error| {
         Error::usage(format!("cannot read {}: {error}", args.requests.display()))
     })?;
@@ -217,7 +218,7 @@ struct Requests {
 impl Requests {
     /// Reads the requests file's `text`; an unusable line or a repeated id goes to `errors`,
     /// an id in `existing` is skipped.
-    fn read(text: &str, existing: &HashSet<String>, errors: &mut Errors) -> Requests {
+    fn read(text: &str, existing: &resume::Existing, errors: &mut Errors) -> Requests {
         let mut seen = HashSet::new();
         let mut requests = Requests {
             lines: 0,

@@ -205,6 +205,90 @@ async fn collect_writes_worlds_records_every_failure_and_resumes() {
     }
 }
 
+/// A world line as collect writes it for the contract's first provider (without `provider`,
+/// as older files have it), with `extra` keys.
+fn world(id: &str, pair: &str, split: &str, extra: &str) -> String {
+    format!(
+        "{{\"world_id\": \"{id}\", \"pair_id\": \"{pair}\", \"split\": \"{split}\", \"domain\": \"main\", \"request\": {}, \"response\": {}{extra}}}\n",
+        request(),
+        native_answer()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn collect_refuses_to_resume_a_worlds_file_the_readers_refuse() {
+    let dir = scratch("collect-refused");
+    let (upstream, base_url) = spawn_upstream().await;
+    std::fs::write(dir.join("c.toml"), config(&base_url)).unwrap();
+    std::fs::write(dir.join("requests.jsonl"), line("new", &request(), "")).unwrap();
+    let three = r#", "labels": {"question": "cause", "T": "B", "S": "s1", "hypotheses": ["s1", "s2", "s3"]}"#;
+    let cases = [
+        (
+            [
+                world("a", "a", "train", ""),
+                world("b", "b", "train", ""),
+                world("a", "a", "train", ""),
+            ]
+            .concat(),
+            vec!["line 3: world id `a` repeats the world of line 1"],
+        ),
+        (
+            [world("a", "p", "train", ""), world("b", "p", "test", "")].concat(),
+            vec![
+                "line 2: pair `p` has a world in split test here and one in split train on line 1",
+            ],
+        ),
+        // A whole last line without its newline is a world to check, not a line cut short.
+        (
+            world("a", "a", "train", three).trim_end().to_string(),
+            vec!["line 1: not a valid world", "got 3 names"],
+        ),
+        (
+            format!("{}{{\"world_id\": \"b\"}}\n", world("a", "a", "train", "")),
+            vec!["line 2: not a valid world", "missing field"],
+        ),
+    ];
+    for (worlds, causes) in cases {
+        assert!(
+            releasegate_sim::worlds::read_all(worlds.as_bytes()).is_err(),
+            "the readers refuse it"
+        );
+        std::fs::write(dir.join("worlds.jsonl"), &worlds).unwrap();
+        let output = collect(&dir, &[]).await;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(64), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "{} is not a worlds file collect can resume: ",
+                dir.join("worlds.jsonl").display()
+            )),
+            "{stderr}"
+        );
+        for cause in causes {
+            assert!(stderr.contains(cause), "{cause}: {stderr}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(dir.join("worlds.jsonl")).unwrap(),
+            worlds,
+            "a refused file is left as it is"
+        );
+    }
+    assert!(upstream.seen.lock().unwrap().is_empty(), "nothing is asked");
+
+    // The same worlds, one id each and the pair in one split, are resumed.
+    std::fs::write(
+        dir.join("worlds.jsonl"),
+        [world("a", "p", "test", ""), world("b", "p", "test", "")].concat(),
+    )
+    .unwrap();
+    let output = collect(&dir, &[]).await;
+    assert!(output.status.success(), "{output:?}");
+    let worlds = std::fs::read(dir.join("worlds.jsonl")).unwrap();
+    let worlds = releasegate_sim::worlds::read_all(worlds.as_slice()).unwrap();
+    let ids: Vec<&str> = worlds.iter().map(|w| w.world_id.as_str()).collect();
+    assert_eq!(ids, ["a", "b", "new"]);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn collect_fails_clearly_when_nothing_is_collected() {
     let dir = scratch("collect-none");
