@@ -33,6 +33,7 @@ use releasegate_sim::requests::Line;
 use releasegate_sim::worlds::World;
 
 use super::error::{Error, ResultExt};
+use resume::Verdict;
 
 /// Exit status when some requests failed and a rerun may collect them (EX_TEMPFAIL).
 pub(super) const EXIT_PARTIAL: u8 = 75;
@@ -92,12 +93,12 @@ pub(super) fn collect_command(args: &CollectArgs) -> Result<ExitCode, Error> {
         name.push(".errors.jsonl");
         PathBuf::from(name)
     });
-    let existing = resume::Existing::read(&args.out, &provider).or_usage()?;
+    let mut existing = resume::Existing::read(args, &provider).or_usage()?;
     let text = std::fs::read_to_string(&args.requests).map_err(|error| {
         Error::usage(format!("cannot read {}: {error}", args.requests.display()))
     })?;
     let mut errors = Errors::create(&errors_path).or_usage()?;
-    let mut requests = Requests::read(&text, &existing, &mut errors);
+    let mut requests = Requests::read(&text, &mut existing, &mut errors);
     if requests.lines == 0 {
         return Err(Error::usage(format!(
             "{} holds no request line: expected one JSON object per line, \
@@ -216,9 +217,9 @@ struct Requests {
 }
 
 impl Requests {
-    /// Reads the requests file's `text`; an unusable line or a repeated id goes to `errors`,
-    /// an id in `existing` is skipped.
-    fn read(text: &str, existing: &resume::Existing, errors: &mut Errors) -> Requests {
+    /// Reads the requests file's `text`; an unusable line, a repeated id or a world that
+    /// `existing` refuses goes to `errors`, a world already in `--out` is skipped.
+    fn read(text: &str, existing: &mut resume::Existing, errors: &mut Errors) -> Requests {
         let mut seen = HashSet::new();
         let mut requests = Requests {
             lines: 0,
@@ -253,11 +254,13 @@ impl Requests {
                 );
                 continue;
             }
-            if existing.contains(&line.id) {
-                requests.skipped += 1;
-                continue;
+            match existing.check(index + 1, &line) {
+                Verdict::Ask => requests.todo.push((index + 1, line)),
+                Verdict::Skip => requests.skipped += 1,
+                Verdict::Refuse { kind, message } => {
+                    errors.record(index + 1, Some(&line.id), kind, &message, 0);
+                }
             }
-            requests.todo.push((index + 1, line));
         }
         requests
     }
