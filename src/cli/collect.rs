@@ -7,14 +7,17 @@
 //! Rules:
 //! - a world goes to `--out` as soon as its answer arrives (completion order), one line,
 //!   flushed; the file is appended to, created with mode 0600 (it holds native answers);
-//! - resumable: ids already in `--out` are not asked again; a torn last line (an
-//!   interrupted write) is cut off with a warning, any other unreadable line stops the run,
-//!   and so does a world another provider answered (one file per provider);
+//! - resumable (`resume`): ids already in `--out` are not asked again; a torn last line (an
+//!   interrupted write) is cut off with a warning, any other line the worlds readers refuse
+//!   (a repeated world id, a pair across splits too) stops the run, and so does a world
+//!   another provider answered (one file per provider);
 //! - every line that yields no world is recorded in the errors file (`--errors`, default
 //!   `OUT.errors.jsonl`, rewritten by every run: it lists the failures of the latest run,
 //!   which a rerun asks again), with its line number, id, error kind and message;
 //! - exit 0 when every request of the file is in `--out`, 75 (EX_TEMPFAIL) when some failed
 //!   (rerun to retry them), 1 when `--out` holds no world at all, 64 on unusable arguments.
+
+mod resume;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{IsTerminal, Write};
@@ -30,6 +33,7 @@ use releasegate_sim::requests::Line;
 use releasegate_sim::worlds::World;
 
 use super::error::{Error, ResultExt};
+use resume::Verdict;
 
 /// Exit status when some requests failed and a rerun may collect them (EX_TEMPFAIL).
 pub(super) const EXIT_PARTIAL: u8 = 75;
@@ -89,12 +93,12 @@ pub(super) fn collect_command(args: &CollectArgs) -> Result<ExitCode, Error> {
         name.push(".errors.jsonl");
         PathBuf::from(name)
     });
-    let existing = already_collected(&args.out, &provider).or_usage()?;
+    let mut existing = resume::Existing::read(args, &provider).or_usage()?;
     let text = std::fs::read_to_string(&args.requests).map_err(|error| {
         Error::usage(format!("cannot read {}: {error}", args.requests.display()))
     })?;
     let mut errors = Errors::create(&errors_path).or_usage()?;
-    let mut requests = Requests::read(&text, &existing, &mut errors);
+    let mut requests = Requests::read(&text, &mut existing, &mut errors);
     if requests.lines == 0 {
         return Err(Error::usage(format!(
             "{} holds no request line: expected one JSON object per line, \
@@ -213,9 +217,9 @@ struct Requests {
 }
 
 impl Requests {
-    /// Reads the requests file's `text`; an unusable line or a repeated id goes to `errors`,
-    /// an id in `existing` is skipped.
-    fn read(text: &str, existing: &HashSet<String>, errors: &mut Errors) -> Requests {
+    /// Reads the requests file's `text`; an unusable line, a repeated id or a world that
+    /// `existing` refuses goes to `errors`, a world already in `--out` is skipped.
+    fn read(text: &str, existing: &mut resume::Existing, errors: &mut Errors) -> Requests {
         let mut seen = HashSet::new();
         let mut requests = Requests {
             lines: 0,
@@ -250,11 +254,13 @@ impl Requests {
                 );
                 continue;
             }
-            if existing.contains(&line.id) {
-                requests.skipped += 1;
-                continue;
+            match existing.check(index + 1, &line) {
+                Verdict::Ask => requests.todo.push((index + 1, line)),
+                Verdict::Skip => requests.skipped += 1,
+                Verdict::Refuse { kind, message } => {
+                    errors.record(index + 1, Some(&line.id), kind, &message, 0);
+                }
             }
-            requests.todo.push((index + 1, line));
         }
         requests
     }
@@ -360,93 +366,6 @@ async fn run(
         spawn(&mut tasks, &mut lines, &mut numbers);
     }
     Ok(())
-}
-
-/// The ids of the worlds already in `path` (none when it does not exist). A last line cut
-/// short by an interrupted run is removed; any other unreadable line is an error.
-fn already_collected(
-    path: &Path,
-    (provider, is_first): &(String, bool),
-) -> Result<HashSet<String>, String> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(HashSet::new()),
-        Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
-    };
-    let mut ids = HashSet::new();
-    let mut start = 0usize;
-    let mut number = 0usize;
-    while start < bytes.len() {
-        number += 1;
-        let end = bytes[start..]
-            .iter()
-            .position(|b| *b == b'\n')
-            .map(|at| start + at);
-        let text = &bytes[start..end.unwrap_or(bytes.len())];
-        let parsed = std::str::from_utf8(text)
-            .map_err(|_| "not valid utf-8".to_string())
-            .and_then(|text| {
-                if text.trim().is_empty() {
-                    Ok(None)
-                } else {
-                    World::from_line(text, number)
-                        .map(Some)
-                        .map_err(|error| error.to_string())
-                }
-            });
-        match (parsed, end) {
-            (Ok(world), end) => {
-                if let Some(world) = world {
-                    // A world without `provider` is the first provider's.
-                    let answered_by = world.provider.as_deref();
-                    if answered_by.map_or(!is_first, |p| p != provider) {
-                        return Err(format!(
-                            "{} line {number}: world `{}` was answered by {}, not `{provider}`: collect each provider into its own file",
-                            path.display(),
-                            world.world_id,
-                            answered_by.map_or_else(
-                                || "the contract's first provider".to_string(),
-                                |p| format!("`{p}`")
-                            )
-                        ));
-                    }
-                    ids.insert(world.world_id);
-                }
-                if end.is_none() {
-                    // A whole last line without its newline: end it before appending.
-                    let ended = std::fs::OpenOptions::new()
-                        .append(true)
-                        .open(path)
-                        .and_then(|mut file| file.write_all(b"\n"));
-                    if let Err(error) = ended {
-                        return Err(format!("cannot repair {}: {error}", path.display()));
-                    }
-                }
-            }
-            (Err(_), None) => {
-                eprintln!(
-                    "warning: {} line {number} is cut short (an interrupted run); removing it",
-                    path.display()
-                );
-                let file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(path)
-                    .and_then(|file| file.set_len(start as u64));
-                if let Err(error) = file {
-                    return Err(format!("cannot repair {}: {error}", path.display()));
-                }
-                break;
-            }
-            (Err(reason), Some(_)) => {
-                return Err(format!(
-                    "{} is not a worlds file collect can resume: {reason}; collect appends to the worlds it wrote",
-                    path.display()
-                ));
-            }
-        }
-        start = end.map_or(bytes.len(), |end| end + 1);
-    }
-    Ok(ids)
 }
 
 /// Opens the output for appending; a new file is created with mode 0600.

@@ -107,7 +107,7 @@ impl<T, E> ResultExt<T, E> for Result<T, E> {
 }
 
 /// An error and its causes, on one line.
-fn chain(error: &dyn std::error::Error) -> String {
+pub(super) fn chain(error: &dyn std::error::Error) -> String {
     let mut message = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

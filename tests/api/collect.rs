@@ -205,6 +205,232 @@ async fn collect_writes_worlds_records_every_failure_and_resumes() {
     }
 }
 
+/// A world line as collect writes it for the contract's first provider (without `provider`,
+/// as older files have it), with `extra` keys.
+fn world(id: &str, pair: &str, split: &str, extra: &str) -> String {
+    format!(
+        "{{\"world_id\": \"{id}\", \"pair_id\": \"{pair}\", \"split\": \"{split}\", \"domain\": \"main\", \"request\": {}, \"response\": {}{extra}}}\n",
+        request(),
+        native_answer()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn collect_refuses_to_resume_a_worlds_file_the_readers_refuse() {
+    let dir = scratch("collect-refused");
+    let (upstream, base_url) = spawn_upstream().await;
+    std::fs::write(dir.join("c.toml"), config(&base_url)).unwrap();
+    std::fs::write(dir.join("requests.jsonl"), line("new", &request(), "")).unwrap();
+    let three = r#", "labels": {"question": "cause", "T": "B", "S": "s1", "hypotheses": ["s1", "s2", "s3"]}"#;
+    let cases = [
+        (
+            [
+                world("a", "a", "train", ""),
+                world("b", "b", "train", ""),
+                world("a", "a", "train", ""),
+            ]
+            .concat(),
+            vec!["line 3: world id `a` repeats the world of line 1"],
+        ),
+        (
+            [world("a", "p", "train", ""), world("b", "p", "test", "")].concat(),
+            vec![
+                "line 2: pair `p` has a world in split test here and one in split train on line 1",
+            ],
+        ),
+        // A whole last line without its newline is a world to check, not a line cut short.
+        (
+            world("a", "a", "train", three).trim_end().to_string(),
+            vec!["line 1: not a valid world", "got 3 names"],
+        ),
+        (
+            format!("{}{{\"world_id\": \"b\"}}\n", world("a", "a", "train", "")),
+            vec!["line 2: not a valid world", "missing field"],
+        ),
+    ];
+    for (worlds, causes) in cases {
+        assert!(
+            releasegate_sim::worlds::read_all(worlds.as_bytes()).is_err(),
+            "the readers refuse it"
+        );
+        std::fs::write(dir.join("worlds.jsonl"), &worlds).unwrap();
+        let output = collect(&dir, &[]).await;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(64), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "{} is not a worlds file collect can resume: ",
+                dir.join("worlds.jsonl").display()
+            )),
+            "{stderr}"
+        );
+        for cause in causes {
+            assert!(stderr.contains(cause), "{cause}: {stderr}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(dir.join("worlds.jsonl")).unwrap(),
+            worlds,
+            "a refused file is left as it is"
+        );
+    }
+    assert!(upstream.seen.lock().unwrap().is_empty(), "nothing is asked");
+
+    // The same worlds, one id each and the pair in one split, are resumed.
+    std::fs::write(
+        dir.join("worlds.jsonl"),
+        [world("a", "p", "test", ""), world("b", "p", "test", "")].concat(),
+    )
+    .unwrap();
+    let output = collect(&dir, &[]).await;
+    assert!(output.status.success(), "{output:?}");
+    let worlds = std::fs::read(dir.join("worlds.jsonl")).unwrap();
+    let worlds = releasegate_sim::worlds::read_all(worlds.as_slice()).unwrap();
+    let ids: Vec<&str> = worlds.iter().map(|w| w.world_id.as_str()).collect();
+    assert_eq!(ids, ["a", "b", "new"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn collect_appends_no_world_that_would_repeat_an_id_or_split_a_pair() {
+    let dir = scratch("collect-pairs");
+    let (upstream, base_url) = spawn_upstream().await;
+    std::fs::write(dir.join("c.toml"), config(&base_url)).unwrap();
+    let pair = |pair: &str, split: &str| format!(r#", "pair_id": "{pair}", "split": "{split}""#);
+    std::fs::write(
+        dir.join("requests.jsonl"),
+        [
+            line("a", &request(), &pair("p", "train")),
+            line("x", &request(), &pair("q", "test")),
+        ]
+        .concat(),
+    )
+    .unwrap();
+    let output = collect(&dir, &["--concurrency", "1"]).await;
+    assert!(output.status.success(), "{output:?}");
+
+    let out = dir.join("worlds.jsonl");
+    let requests = [
+        // `a` is in --out, in split train.
+        line("a", &request(), &pair("p", "test")),
+        // The pair of `a` in another split.
+        line("b", &request(), &pair("p", "test")),
+        // The other world of a pair whose first is in --out, in its split: asked.
+        line("y", &request(), &pair("q", "test")),
+        line("c", &request(), &pair("r", "train")),
+        // A pair split within the requests file.
+        line("d", &request(), &pair("r", "validation")),
+        line("x", &request(), &pair("q", "test")),
+    ]
+    .concat();
+    std::fs::write(dir.join("requests.jsonl"), &requests).unwrap();
+    let output = collect(&dir, &["--concurrency", "1"]).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(75), "{stderr}");
+    assert_eq!(
+        upstream.seen.lock().unwrap().len(),
+        4,
+        "only `y` and `c` are asked"
+    );
+    let summary: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        (&summary["collected"], &summary["already_collected"]),
+        (&json!(2), &json!(1))
+    );
+    assert_eq!(
+        summary["failures"],
+        json!({"conflicts_with_out": 1, "pair_across_splits": 2})
+    );
+    let errors = lines(&dir.join("worlds.jsonl.errors.jsonl"));
+    let found: Vec<(u64, &str, &str)> = errors
+        .iter()
+        .map(|e| {
+            (
+                e["line"].as_u64().unwrap(),
+                e["id"].as_str().unwrap(),
+                e["kind"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (1, "a", "conflicts_with_out"),
+            (2, "b", "pair_across_splits"),
+            (5, "d", "pair_across_splits")
+        ],
+        "{errors:?}"
+    );
+    let message = |at: usize| errors[at]["message"].as_str().unwrap().to_string();
+    assert!(
+        message(0).contains(&format!(
+            "world `a` is in {} (line 1) in pair `p`, split train, domain `main`; this line puts it in pair `p`, split test",
+            out.display()
+        )),
+        "{}",
+        message(0)
+    );
+    assert!(
+        message(1).contains(&format!(
+            "pair `p` has a world in split test here and one in split train on line 1 of {}",
+            out.display()
+        )),
+        "{}",
+        message(1)
+    );
+    assert!(
+        message(2).contains(
+            "pair `r` has a world in split validation here and one in split train on line 4 ("
+        ),
+        "{}",
+        message(2)
+    );
+    // What was appended, the worlds readers read.
+    let worlds =
+        releasegate_sim::worlds::read_all(std::fs::read(&out).unwrap().as_slice()).unwrap();
+    let ids: Vec<(&str, &str, &str)> = worlds
+        .iter()
+        .map(|w| (w.world_id.as_str(), w.pair_id.as_str(), w.split.as_str()))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            ("a", "p", "train"),
+            ("x", "q", "test"),
+            ("y", "q", "test"),
+            ("c", "r", "train")
+        ]
+    );
+
+    // Once the requests file agrees with --out, the rest is collected.
+    let requests = requests
+        .replace(
+            &line("a", &request(), &pair("p", "test")),
+            &line("a", &request(), &pair("p", "train")),
+        )
+        .replace(
+            &line("b", &request(), &pair("p", "test")),
+            &line("b", &request(), &pair("p", "train")),
+        )
+        .replace(
+            &line("d", &request(), &pair("r", "validation")),
+            &line("d", &request(), &pair("r", "train")),
+        );
+    std::fs::write(dir.join("requests.jsonl"), &requests).unwrap();
+    let output = collect(&dir, &[]).await;
+    assert!(output.status.success(), "{output:?}");
+    let summary: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        (
+            &summary["collected"],
+            &summary["already_collected"],
+            &summary["worlds_in_out"]
+        ),
+        (&json!(2), &json!(4), &json!(6))
+    );
+    let worlds =
+        releasegate_sim::worlds::read_all(std::fs::read(&out).unwrap().as_slice()).unwrap();
+    assert_eq!(worlds.len(), 6);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn collect_fails_clearly_when_nothing_is_collected() {
     let dir = scratch("collect-none");
