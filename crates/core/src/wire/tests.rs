@@ -1,5 +1,6 @@
 use serde_json::{Value, json};
 
+use super::request::{same_string, same_text};
 use super::*;
 use crate::config::Config;
 
