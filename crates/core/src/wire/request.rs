@@ -1,6 +1,7 @@
 //! Why a request is refused ([`RequestError`]), and the check of each question against
 //! its contract: its type, its classes and its text.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -30,10 +31,12 @@ pub enum RequestError {
     #[error("{0}")]
     Contract(String),
     /// A question the contract does not release (it does not list it): 403
-    /// `question_not_released`, naming the question. Typed clients get an error they can
-    /// read instead of an answer missing from `answers`.
+    /// `question_not_released`, naming the question (its first 64 characters and `…`
+    /// when its id is longer). Typed clients get an error they can read instead of an
+    /// answer missing from `answers`.
     #[error(
-        "question `{question}` is not released by release contract `{contract}` (it is not covered)"
+        "question `{shown}` is not released by release contract `{contract}` (it is not covered)",
+        shown = shown_id(.question)
     )]
     NotReleased {
         /// The caller's question id.
@@ -53,6 +56,19 @@ pub enum RequestError {
         /// `instructions`, `criteria.LABEL` or `criteria[LEVEL]`.
         field: String,
     },
+}
+
+/// The most characters of a caller's question id a refusal shows.
+const SHOWN_ID_CHARS: usize = 64;
+
+/// A caller's question id as a refusal shows it: whole up to [`SHOWN_ID_CHARS`]
+/// characters, else its first ones and `…`, so that an id of any length makes a short
+/// message.
+fn shown_id(id: &str) -> Cow<'_, str> {
+    match id.char_indices().nth(SHOWN_ID_CHARS) {
+        Some((cut, _)) => Cow::Owned(format!("{}…", &id[..cut])),
+        None => Cow::Borrowed(id),
+    }
 }
 
 // === impl RequestError ===
