@@ -171,6 +171,56 @@ fn usage_input_checks_the_input_count_only() {
 }
 
 #[test]
+fn a_token_count_that_is_not_a_whole_number_is_a_field_of_the_wrong_type() {
+    // `missing_field`, as every field present with the wrong type (`Invalid::MissingField`):
+    // a count is a non-negative integer, not a fraction, a string, a sign or a flag.
+    let c = contract("choice", "", "keep");
+    let asked = check_request(&request(), &c).unwrap();
+    for key in ["input_tokens", "output_tokens"] {
+        for count in [
+            json!(1.5),
+            json!("7"),
+            json!(-1),
+            json!(1.0),
+            json!(true),
+            json!({}),
+        ] {
+            let mut native = native();
+            native["usage"][key] = count.clone();
+            assert_eq!(
+                run(&c, &asked, &native).unwrap_err(),
+                Invalid::MissingField,
+                "{key}: {count}"
+            );
+            // The proxy reads the provider's bytes: the same reason.
+            let bytes = serde_json::to_vec(&native).unwrap();
+            let read = crate::wire::Json::parse(&bytes).unwrap();
+            let mut rng = crate::rng::Rng::new(1);
+            let mut options = Options {
+                rng: &mut rng,
+                evaluate: true,
+            };
+            assert_eq!(
+                release(&c, &asked, &read, &mut options).unwrap_err(),
+                Invalid::MissingField,
+                "{key}: {count}"
+            );
+        }
+    }
+    // Absent or null, a count is left out; a whole number goes out as sent.
+    for count in [Value::Null, json!(0), json!(7)] {
+        let mut native = native();
+        native["usage"]["input_tokens"] = count.clone();
+        let body: Value =
+            serde_json::from_slice(&run(&c, &asked, &native).unwrap().to_bytes()).unwrap();
+        assert_eq!(
+            body["usage"].get("input_tokens"),
+            Some(&count).filter(|c| !c.is_null())
+        );
+    }
+}
+
+#[test]
 fn coarsening_sums_fine_probabilities() {
     let body = released(
         "full_native",

@@ -6,6 +6,10 @@ use crate::contract::{Contract, Usage};
 use crate::wire::json::{Json, Number, Object};
 use crate::wire::{Invalid, Node};
 
+/// The released `usage`: the counts the contract's policy keeps, from the provider's
+/// `usage` (a count absent or null is left out; one present must be a non-negative
+/// integer, else the answer is refused as `missing_field`, the reason of every field of
+/// the wrong type), and zero for the counts it drops.
 pub(super) fn release_usage<N: Node>(
     contract: &Contract,
     usage: Option<&N>,

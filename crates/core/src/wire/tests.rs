@@ -1,5 +1,6 @@
 use serde_json::{Value, json};
 
+use super::request::{same_string, same_text};
 use super::*;
 use crate::config::Config;
 
@@ -238,6 +239,43 @@ fn questions_outside_the_contract_are_not_released_by_name() {
             .as_str()
             .unwrap()
             .contains("question `other` is not released")
+    );
+}
+
+#[test]
+fn a_long_question_id_is_cut_in_the_refusal() {
+    let c = contract(CHOICE);
+    // 10,000 characters of two bytes each: the cut falls on a character boundary.
+    let long = "é".repeat(10_000);
+    let body = json!({"model": "m", "state": "s", "questions": {
+        "q": {"type": "choice", "criteria": {"A": null, "B": null, "C": null}},
+        long.as_str(): {"type": "noul"}}});
+    let error = check_request(&body, &c).unwrap_err();
+    assert_eq!(error.error_type(), "question_not_released");
+    let message = error.to_string();
+    assert!(message.len() < 300, "{} bytes", message.len());
+    let shown = format!("question `{}…` is not released", "é".repeat(64));
+    assert!(message.starts_with(&shown), "{message}");
+    assert_eq!(error.body()["detail"]["message"], json!(message));
+    // An id of 64 characters or fewer is shown whole.
+    for id in ["other", &"x".repeat(64)] {
+        let error = RequestError::NotReleased {
+            question: id.to_string(),
+            contract: "c".into(),
+        };
+        assert_eq!(
+            error.to_string(),
+            format!("question `{id}` is not released by release contract `c` (it is not covered)")
+        );
+    }
+    let error = RequestError::NotReleased {
+        question: "x".repeat(65),
+        contract: "c".into(),
+    };
+    assert!(
+        error
+            .to_string()
+            .starts_with(&format!("question `{}…`", "x".repeat(64)))
     );
 }
 
