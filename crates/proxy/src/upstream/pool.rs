@@ -157,10 +157,10 @@ impl Pool {
             .await
     }
 
-    /// [`Pool::send`], setting `sent` once a write of the request begins: while it is
-    /// unset (connecting, or every write refused before a byte went out) the provider
-    /// cannot have the request, which a caller that gives up may rely on to ask another
-    /// provider. Set, some of it may have gone out.
+    /// Sends `request` as the tests' `Pool::send` does, setting `sent` once a write of the
+    /// request begins: while it is unset (connecting, or every write refused before a byte
+    /// went out) the provider cannot have the request, which a caller that gives up may rely
+    /// on to ask another provider. Set, some of it may have gone out.
     pub(crate) async fn send_tracked<R: Outgoing + ?Sized>(
         self: &Arc<Self>,
         request: &R,

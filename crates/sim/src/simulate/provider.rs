@@ -8,7 +8,7 @@
 //! real service).
 //!
 //! When the state carries a diagnostic report with mechanism cues (see
-//! [`evidence`](super::evidence)), the inferred mechanism shapes the answer:
+//! [`super::evidence`]), the inferred mechanism shapes the answer:
 //! coarse class labels get most of the mass, the mechanism's signature leans
 //! the rest toward one other class and its sharpness moves the confidence.
 //! Otherwise a hidden latent drawn from the request hash does.

@@ -150,7 +150,7 @@ pub(super) fn select_coverage(
     chosen
 }
 
-/// The privacy-targeting decision list ([`Assignment::Priority`]), in pick order.
+/// The privacy-targeting decision list ([`super::Assignment::Priority`]), in pick order.
 pub(super) fn select_priority(
     covers: &[Vec<u32>],
     pairs: &[(u32, u32)],

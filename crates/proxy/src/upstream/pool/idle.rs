@@ -1,5 +1,5 @@
 //! A pool's idle connections: a stack, the most recently used last, at most
-//! [`MAX_IDLE`](super::MAX_IDLE), each closed (dropped) once idle longer than the pool's
+//! [`super::MAX_IDLE`], each closed (dropped) once idle longer than the pool's
 //! idle timeout, by the next request or by the sweep.
 
 use std::sync::Weak;
