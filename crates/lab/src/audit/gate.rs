@@ -323,9 +323,32 @@ pub fn gate(
     Ok(results)
 }
 
+/// The recipient's gate reads each world under its first contract with the others joining
+/// it, so every contract must list exactly the first one's questions: a world of a question
+/// only a later contract lists would be left out of the recipient's budget, and one the
+/// first lists and a later one does not cannot be joined. Refused, naming the difference,
+/// rather than gated on part of what the recipient can ask.
+fn same_questions(label: &str, main: &Contract, joint: &[Arc<Contract>]) -> Result<(), String> {
+    let ids = |c: &Contract| c.questions().keys().cloned().collect::<Vec<String>>();
+    let first = ids(main);
+    for other in joint {
+        let theirs = ids(other);
+        if theirs != first {
+            return Err(format!(
+                "gate {label}: contract `{}` lists the questions {theirs:?} and `{}` {first:?}; \
+                 a recipient is gated on contracts over the same questions (split it into one \
+                 recipient per set of questions)",
+                other.name(),
+                main.name()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The recipient's gate: everything its contracts release for the same world, read
-/// together (`intake::build_joint`: each world under the first of `contracts` it fits, joined
-/// by what the others release for it), against the recipient's own budget, or else the
+/// together (`intake::build_joint`: each world under the first of `contracts`, joined by what
+/// the others release for it; they must list the same questions), against the recipient's own budget, or else the
 /// smallest budget of its contracts' policies (the recipient receives each of their releases,
 /// so together they may leak no more than the strictest allows). `None` when no budget
 /// applies. It fails when any contract is not certifiable, whatever each contract's gate says.
@@ -346,6 +369,7 @@ pub fn recipient(
         return Ok(None);
     };
     let label = format!("recipient {name}");
+    same_questions(&label, main, joint)?;
     let candidate = CandidateRelease::uniform(format!("{label} (joint)"), None, None);
     let (input, intake) = intake::build_joint(
         std::slice::from_ref(main),
@@ -529,6 +553,35 @@ mod tests {
         assert_eq!(joint.contract, "recipient both");
         assert!(joint.recovery_gain.unwrap().mean > alone[0].recovery_gain.unwrap().mean);
         assert!(joint.recovery_gain.unwrap().mean > alone[1].recovery_gain.unwrap().mean);
+    }
+
+    /// A recipient whose contracts list different questions is refused, whichever comes
+    /// first: its gate would read only the first contract's worlds.
+    #[test]
+    fn a_recipient_over_different_questions_is_refused_not_gated_in_part() {
+        let text = "[providers.p]\nkind = \"simulated\"\n\
+             [contracts.risk]\nprovider = \"p\"\npolicy = { hide = [\"secret\"], max_recovery_gain = 0.1 }\n\
+             [contracts.risk.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice\"\n\
+             [contracts.both]\nprovider = \"p\"\n\
+             [contracts.both.questions.q]\nclasses = [\"A\", \"B\"]\nview = \"choice\"\n\
+             [contracts.both.questions.r]\nclasses = [\"X\", \"Y\", \"Z\"]\nview = \"full_native\"\n";
+        let config = config(text);
+        let (risk, both) = (
+            config.contract("risk").unwrap().clone(),
+            config.contract("both").unwrap().clone(),
+        );
+        let worlds = two_channel_worlds(10);
+        let settings = Config {
+            n_bootstrap: 10,
+            threads: 1,
+            ..Config::default()
+        };
+        for contracts in [vec![risk.clone(), both.clone()], vec![both, risk]] {
+            let error = recipient("r", None, &contracts, &worlds, Reading::Released, &settings)
+                .unwrap_err();
+            assert!(error.starts_with("gate recipient r: contract `"), "{error}");
+            assert!(error.contains("same questions"), "{error}");
+        }
     }
 
     const BUDGET: f64 = 0.285;
