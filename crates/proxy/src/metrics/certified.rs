@@ -30,7 +30,7 @@ impl Certified {
         Ok(Certified {
             contract: gauge(
                 "releasegate_contract_certified",
-                "1 when the contract's release matches a passing leakage certificate, else 0 (contracts with a policy)",
+                "1 when the contract's release matches a passing leakage certificate, else 0 (contracts with a policy, or with a certificate but no policy)",
                 "contract",
             )?,
             recipient: gauge(
