@@ -253,6 +253,14 @@ async fn plain_and_hyper_paths_answer_byte_for_byte_alike() {
             ),
         ),
         (
+            "a different key in X-Api-Key",
+            post("x-api-key: another-key\r\n", &good_body()),
+        ),
+        (
+            "the same key in X-Api-Key",
+            post(&format!("x-api-key: {CLIENT_KEY}\r\n"), &good_body()),
+        ),
+        (
             "two contract headers",
             post(
                 "x-release-contract: main\r\nx-release-contract: main\r\n",
@@ -352,9 +360,11 @@ async fn plain_and_hyper_paths_answer_byte_for_byte_alike() {
             }
         }
     }
-    // Repeated key, contract and encoding headers are refused alike on both paths.
+    // Repeated key, contract and encoding headers, and two headers carrying different
+    // keys, are refused alike on both paths.
     for name in [
         "two authorizations",
+        "a different key in X-Api-Key",
         "two contract headers",
         "two encodings",
     ] {
@@ -367,7 +377,14 @@ async fn plain_and_hyper_paths_answer_byte_for_byte_alike() {
             "{name}"
         );
     }
-    // The answered case is a release, over HTTP/1.1 and over HTTP/1.0 kept.
+    // The answered case is a release, over HTTP/1.1 and over HTTP/1.0 kept; so is the
+    // caller's key sent in both headers.
+    let (_, bytes) = cases
+        .iter()
+        .find(|(case, _)| *case == "the same key in X-Api-Key")
+        .unwrap();
+    let (_, wire) = answer_on_new_connection(&app, bytes).await;
+    assert_eq!(wire.status(), 200);
     let (_, wire) = answer_on_new_connection(&app, &post("", &good_body())).await;
     assert_eq!(wire.status(), 200);
     assert_eq!(wire.json()["answers"]["cause"]["choice"], "B");

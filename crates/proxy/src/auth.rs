@@ -40,6 +40,10 @@ pub enum Error {
     /// none is chosen.
     #[error("the {0} header appears more than once; send it once")]
     Repeated(&'static str),
+    /// `Authorization` and `X-Api-Key` carry different keys (400): like a repeated header,
+    /// neither is chosen over the other.
+    #[error("the Authorization and X-Api-Key headers carry different keys; send one key")]
+    KeyConflict,
 }
 
 /// The recipients' key digests.
@@ -83,7 +87,7 @@ impl Keys {
                 return Err(Error::Repeated(shown));
             }
         }
-        let key = presented_key(headers).ok_or(Error::Unauthenticated)?;
+        let key = presented_key(headers)?.ok_or(Error::Unauthenticated)?;
         let digest = Sha256::digest(key.as_bytes());
         // Compare against every recipient so timing does not depend on which one matches.
         let mut found: Option<&Recipient> = None;
@@ -124,16 +128,29 @@ pub(crate) fn repeated(headers: &HeaderMap, name: &HeaderName) -> bool {
     values.next().is_some() && values.next().is_some()
 }
 
-/// The key from `Authorization: Bearer KEY` or `X-Api-Key: KEY`.
-fn presented_key(headers: &HeaderMap) -> Option<&str> {
-    if let Some(value) = headers.get(AUTHORIZATION) {
-        let text = value.to_str().ok()?.trim();
-        let (scheme, key) = text.split_once(' ')?;
+/// The key from `Authorization: Bearer KEY` or `X-Api-Key: KEY` (`None`: no usable key).
+/// Both headers may be sent only with the same key: the caller's two keys are compared
+/// with each other, before either is checked, so the refusal says nothing about which
+/// keys exist.
+fn presented_key(headers: &HeaderMap) -> Result<Option<&str>, Error> {
+    let api_key = headers
+        .get(&API_KEY_HEADER_NAME)
+        .and_then(|value| value.to_str().ok())
+        .map(str::trim)
+        .filter(|key| !key.is_empty());
+    let Some(value) = headers.get(AUTHORIZATION) else {
+        return Ok(api_key);
+    };
+    let bearer = value.to_str().ok().and_then(|text| {
+        let (scheme, key) = text.trim().split_once(' ')?;
         let key = key.trim();
-        return (scheme.eq_ignore_ascii_case("bearer") && !key.is_empty()).then_some(key);
+        (scheme.eq_ignore_ascii_case("bearer") && !key.is_empty()).then_some(key)
+    });
+    match (bearer, api_key) {
+        (Some(bearer), Some(api_key)) if bearer != api_key => Err(Error::KeyConflict),
+        // An `Authorization` that is not a bearer key is no key, whatever else is sent.
+        (bearer, _) => Ok(bearer),
     }
-    let key = headers.get(&API_KEY_HEADER_NAME)?.to_str().ok()?.trim();
-    (!key.is_empty()).then_some(key)
 }
 
 /// Hex SHA-256 of a key (for `releasegate hash-key`).
@@ -281,6 +298,33 @@ mod tests {
         assert_eq!(
             caller(&[("authorization", "Bearer x"), ("authorization", "Bearer y")]),
             Err(Error::Repeated("Authorization"))
+        );
+    }
+
+    #[test]
+    fn two_key_headers_must_carry_the_same_key() {
+        let keys = keys();
+        let caller = |h: &[(&'static str, &str)]| keys.authenticate(&headers(h), None);
+        // Refused before either key is checked: known and unknown keys alike.
+        for (bearer, api_key) in [("Bearer k1", "k2"), ("Bearer x", "y"), ("Bearer k1", "x")] {
+            assert_eq!(
+                caller(&[("authorization", bearer), ("x-api-key", api_key)]),
+                Err(Error::KeyConflict),
+                "{bearer} / {api_key}"
+            );
+        }
+        assert_eq!(
+            caller(&[("authorization", "Bearer k1"), ("x-api-key", " k1 ")])
+                .unwrap()
+                .contract,
+            "a"
+        );
+        // An empty X-Api-Key is no key; an `Authorization` that is not a bearer key is
+        // no key either, and does not fall back to X-Api-Key.
+        assert!(caller(&[("authorization", "Bearer k1"), ("x-api-key", "")]).is_ok());
+        assert_eq!(
+            caller(&[("authorization", "Basic k1"), ("x-api-key", "k1")]),
+            Err(Error::Unauthenticated)
         );
     }
 

@@ -117,7 +117,10 @@ impl Error {
             Error::Auth(auth::Error::Unauthenticated) => StatusCode::UNAUTHORIZED,
             Error::Auth(auth::Error::Forbidden) => StatusCode::FORBIDDEN,
             Error::Auth(
-                auth::Error::Ambiguous(_) | auth::Error::Conflict | auth::Error::Repeated(_),
+                auth::Error::Ambiguous(_)
+                | auth::Error::Conflict
+                | auth::Error::Repeated(_)
+                | auth::Error::KeyConflict,
             ) => StatusCode::BAD_REQUEST,
             Error::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Error::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
@@ -165,7 +168,8 @@ impl Error {
             Error::Auth(auth::Error::Forbidden) => "permission_denied",
             Error::Auth(auth::Error::Ambiguous(_)) => "contract_required",
             Error::Auth(auth::Error::Conflict) => "contract_conflict",
-            Error::Auth(auth::Error::Repeated(_)) | Error::Repeated(_) => "invalid_request",
+            Error::Auth(auth::Error::Repeated(_) | auth::Error::KeyConflict)
+            | Error::Repeated(_) => "invalid_request",
             Error::Request(error) => error.error_type(),
             Error::NotFound => "not_found",
             Error::MethodNotAllowed => "method_not_allowed",
