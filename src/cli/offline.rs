@@ -127,7 +127,7 @@ pub(super) fn replay_command(
         &[(input, "--worlds"), (config, "--config")],
     )?;
     let contract = contract(config, contract_name).or_usage()?;
-    let reader = open_worlds(input).or_usage()?;
+    let reader = open_worlds(input, std::slice::from_ref(&contract)).or_usage()?;
     let mut writer = create_worlds(output).or_usage()?;
     let bar = Progress::new("replay", "worlds");
     let result = replay::replay(&contract, reader, &mut writer, &mut |n| bar.set_position(n));
@@ -224,15 +224,35 @@ fn same_file(a: &Path, b: &Path) -> bool {
     matches!((a.canonicalize(), b.canonicalize()), (Ok(a), Ok(b)) if a == b)
 }
 
-/// Opens a worlds file for streaming reads.
-fn open_worlds(path: &Path) -> std::io::Result<worlds::Reader<std::io::BufReader<std::fs::File>>> {
+/// The first provider every one of `contracts` answers through, if they share one: a world
+/// without `provider` is then that provider's for each of them (`Seen::set_first_provider`).
+fn shared_first_provider(contracts: &[Arc<Contract>]) -> Option<&str> {
+    let first = contracts.first()?.provider();
+    contracts
+        .iter()
+        .all(|contract| contract.provider() == first)
+        .then_some(first)
+}
+
+/// Opens a worlds file for streaming reads of the worlds of `contracts`.
+fn open_worlds(
+    path: &Path,
+    contracts: &[Arc<Contract>],
+) -> std::io::Result<worlds::Reader<std::io::BufReader<std::fs::File>>> {
     let file = std::fs::File::open(path).map_err(|error| {
         std::io::Error::new(
             error.kind(),
             format!("cannot open {}: {error}", path.display()),
         )
     })?;
-    Ok(worlds::Reader::new(std::io::BufReader::new(file)))
+    let mut seen = worlds::Seen::default();
+    if let Some(first) = shared_first_provider(contracts) {
+        seen.set_first_provider(first);
+    }
+    Ok(worlds::Reader::with_seen(
+        std::io::BufReader::new(file),
+        seen,
+    ))
 }
 
 /// Creates (or truncates) a worlds file for streaming writes.

@@ -275,6 +275,38 @@ async fn collect_refuses_to_resume_a_worlds_file_the_readers_refuse() {
     }
     assert!(upstream.seen.lock().unwrap().is_empty(), "nothing is asked");
 
+    // A world without `provider` is the contract's first provider's: one naming that
+    // provider repeats its id, or splits its pair (a reader that does not know the
+    // contract tells them apart).
+    let named = r#", "provider": "up""#;
+    let cases = [
+        (
+            [
+                world("a", "a", "train", ""),
+                world("a", "b", "train", named),
+            ]
+            .concat(),
+            "line 2: world id `a` repeats the world of line 1",
+        ),
+        (
+            [world("a", "p", "train", ""), world("b", "p", "test", named)].concat(),
+            "line 2: pair `p` has a world in split test here and one in split train on line 1",
+        ),
+    ];
+    for (worlds, cause) in cases {
+        assert!(releasegate_sim::worlds::read_all(worlds.as_bytes()).is_ok());
+        std::fs::write(dir.join("worlds.jsonl"), &worlds).unwrap();
+        let output = collect(&dir, &[]).await;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(64), "{stderr}");
+        assert!(stderr.contains(cause), "{cause}: {stderr}");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("worlds.jsonl")).unwrap(),
+            worlds
+        );
+    }
+    assert!(upstream.seen.lock().unwrap().is_empty(), "nothing is asked");
+
     // The same worlds, one id each and the pair in one split, are resumed.
     std::fs::write(
         dir.join("worlds.jsonl"),

@@ -378,6 +378,7 @@ pub fn replay<R: BufRead, W: Write>(
     let mut rngs: Vec<Rng> = seeds.into_iter().map(Rng::new).collect();
     let mut input = input;
     let mut seen = worlds::Seen::default();
+    seen.set_first_provider(contract.provider());
     let mut batch = read_batch(&mut input)?;
     while !batch.is_empty() {
         let chunk = batch.len().div_ceil(workers);

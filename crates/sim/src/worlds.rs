@@ -207,6 +207,9 @@ pub struct Seen {
     pairs: HashMap<(Option<String>, String, String), (Split, Place)>,
     /// The file being read, as the caller names it (`None`: a single unnamed input).
     file: Option<Arc<str>>,
+    /// The contract's first provider, where the reader knows it: a world naming it and
+    /// a world naming no provider are then the same provider's.
+    first_provider: Option<String>,
 }
 
 /// What [`Seen`] checks of a world.
@@ -304,6 +307,14 @@ impl Seen {
         self.file = Some(name.into());
     }
 
+    /// The worlds' contract answers first through `provider`: a world without `provider`
+    /// is that provider's (`docs/worlds.md`), so its id and pair are checked against the
+    /// worlds naming it. Without it, a world naming no provider and one naming the first
+    /// are told apart.
+    pub fn set_first_provider(&mut self, provider: impl Into<String>) {
+        self.first_provider = Some(provider.into());
+    }
+
     /// Checks `world`, read on `line`, against every world checked before it: its id must be
     /// new among its provider's worlds, and its pair's split must be that of the pair's
     /// first world (a pair within its provider and domain).
@@ -324,7 +335,11 @@ impl Seen {
             file: self.file.clone(),
             line,
         };
-        let provider = world.provider.map(str::to_string);
+        // The first provider named is kept as no provider: both are the same provider's.
+        let provider = world
+            .provider
+            .filter(|named| self.first_provider.as_deref() != Some(*named))
+            .map(str::to_string);
         let id = (provider.clone(), world.world_id.to_string());
         if let Some(first) = self.ids.get(&id) {
             return Err(Error::DuplicateWorldId {

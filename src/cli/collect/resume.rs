@@ -30,8 +30,7 @@ use crate::cli::error::chain;
 pub(super) struct Existing {
     /// The worlds by id, with what a request line naming one must agree with.
     worlds: HashMap<String, Kept>,
-    /// How many they are (two worlds may share an id: one without `provider`, one naming
-    /// the contract's first provider).
+    /// How many they are.
     count: usize,
     /// The readers' checks across worlds: every world of `--out`, then every request line
     /// to ask.
@@ -80,6 +79,11 @@ impl Existing {
         let path = args.out.as_path();
         let mut seen = Seen::default();
         seen.set_file(path.display().to_string());
+        // A world of `--out` without `provider` is the first provider's (`answered_by`
+        // refuses it when another is asked).
+        if provider.1 {
+            seen.set_first_provider(provider.0.clone());
+        }
         let mut existing = Existing {
             worlds: HashMap::new(),
             count: 0,

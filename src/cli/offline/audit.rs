@@ -155,7 +155,7 @@ pub(in crate::cli) fn audit_command(args: &AuditArgs) -> Result<ExitCode, Error>
     if args.budgets.iter().any(|b| !(b.is_finite() && *b >= 0.0)) {
         return Err(Error::usage("--budgets must be finite numbers >= 0"));
     }
-    let reader = open_worlds(&args.worlds).or_usage()?;
+    let reader = open_worlds(&args.worlds, &scope.contracts).or_usage()?;
     let bar = Progress::new("audit", "worlds");
     let (worlds, lines) = read_worlds(reader, &bar)?;
     let mut measured = measure(args, &scope.contracts, &worlds, candidates, &bar)?;

@@ -17,7 +17,7 @@ use releasegate_sim::dataset::{self, TrainingSet};
 use releasegate_sim::worlds::{self, Split, World};
 
 use super::super::error::{Error, ResultExt};
-use super::Progress;
+use super::{Progress, shared_first_provider};
 
 /// Codebooks above this many grid vectors get a warning (mapping scans them).
 const GRID_WARNING: u128 = 200_000;
@@ -264,6 +264,9 @@ fn read_training(
     let mut n_read = 0u64;
     // World ids are unique and pairs keep to one split across all the files, read as one.
     let mut seen = worlds::Seen::default();
+    if let Some(first) = shared_first_provider(contracts) {
+        seen.set_first_provider(first);
+    }
     for (input, bytes) in files {
         if files.len() > 1 {
             seen.set_file(input.display().to_string());

@@ -122,6 +122,18 @@ fn a_repeated_world_id_or_a_pair_across_splits_is_an_error_naming_both_lines() {
 }
 
 #[test]
+fn a_world_naming_the_first_provider_repeats_one_naming_none() {
+    let mut named: Value = serde_json::from_str(&world_in("w0", "other", "train")).unwrap();
+    named["provider"] = json!("p");
+    let input = [world_in("w0", "p0", "train"), named.to_string()].join("\n");
+    let error = run(&input).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "line 2: world id `w0` repeats the world of line 1 (world ids are unique)"
+    );
+}
+
+#[test]
 fn batches_keep_input_order_and_line_numbers() {
     let good = json!({"type": "choice", "choice": "B", "probabilities": {"A": 0.3, "B": 0.7}});
     let bad = json!({"type": "choice", "choice": "B", "probabilities": {"A": 0.9, "B": 0.7}});

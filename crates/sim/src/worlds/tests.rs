@@ -251,6 +251,39 @@ fn a_pair_across_splits_is_an_error_naming_the_pair_and_both_lines() {
     );
 }
 
+/// A world without `provider` is the contract's first provider's: where the reader knows
+/// that provider, a world naming it repeats the id, or splits the pair, of one naming none.
+#[test]
+fn a_world_naming_the_first_provider_is_one_naming_none_where_the_first_is_known() {
+    let by = |line: String, provider: &str| {
+        line.replacen("{", &format!("{{\"provider\":\"{provider}\","), 1)
+    };
+    let input = [
+        world_line("a-w0", "a", "train"),
+        by(world_line("a-w0", "b", "train"), "first"),
+        by(world_line("a-w1", "a", "test"), "first"),
+        by(world_line("a-w1", "a", "test"), "second"),
+    ]
+    .join("\n");
+    let mut seen = Seen::default();
+    seen.set_first_provider("first");
+    assert_eq!(
+        outcomes(Reader::with_seen(input.as_bytes(), seen)),
+        [
+            "ok",
+            "line 2: world id `a-w0` repeats the world of line 1 (world ids are unique)",
+            "line 3: pair `a` has a world in split test here and one in split train on line 1 \
+             (both worlds of a pair share a split)",
+            "ok"
+        ]
+    );
+    // Not knowing the first provider, the reader tells them apart.
+    assert_eq!(
+        outcomes(Reader::new(input.as_bytes())),
+        ["ok", "ok", "ok", "ok"]
+    );
+}
+
 #[test]
 fn files_read_as_one_share_their_checks_and_name_the_earlier_file() {
     let mut seen = Seen::default();
