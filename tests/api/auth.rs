@@ -11,7 +11,9 @@ async fn each_auth_case_gets_its_status() {
     let bearer_one = format!("Bearer {CLIENT_KEY}");
     let bearer_two = format!("Bearer {MULTI_KEY}");
     let cases: Vec<(Headers, u16, &str)> = vec![
-        (vec![], 401, "authentication_error"),
+        // No key at all, or none as a bearer key, is 403 (as the System One API answers);
+        // a key it does not know is 401.
+        (vec![], 403, "authentication_error"),
         (
             vec![("authorization", "Bearer wrong")],
             401,
@@ -19,7 +21,7 @@ async fn each_auth_case_gets_its_status() {
         ),
         (
             vec![("authorization", "Basic abc")],
-            401,
+            403,
             "authentication_error",
         ),
         (vec![("x-api-key", "wrong")], 401, "authentication_error"),
@@ -82,6 +84,14 @@ async fn models_are_listed_for_authenticated_callers_only() {
     let app = spawn("choice", "").await;
     let url = format!("{}/v1/models", app.address);
     let refused = app.client.get(&url).send().await.unwrap();
+    assert_eq!(refused.status(), 403);
+    let refused = app
+        .client
+        .get(&url)
+        .bearer_auth("wrong")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(refused.status(), 401);
     let response = app
         .client

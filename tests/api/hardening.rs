@@ -158,7 +158,7 @@ async fn the_proxys_own_latency_is_a_histogram_by_contract_route_and_status_clas
         .send()
         .await
         .unwrap();
-    assert_eq!(refused.status(), 401);
+    assert_eq!(refused.status(), 403);
     let metrics = app.metrics().await;
     for series in [
         "releasegate_request_duration_seconds_count{contract=\"main\",route=\"systemone\",status_class=\"2xx\"} 1",

@@ -94,7 +94,7 @@ async fn the_listing_follows_the_contract_choice_and_refuses_as_every_route_does
     }
     // Refusals: no key, a contract not bound to the key, no contract chosen, a conflict.
     let cases = [
-        ("/v1/questions", None, None, 401, "authentication_error"),
+        ("/v1/questions", None, None, 403, "authentication_error"),
         (
             "/contracts/desk/v1/questions",
             Some(CLIENT_KEY),

@@ -58,7 +58,7 @@ async fn every_response_carries_the_proxys_own_request_id() {
         (Method::GET, models.clone(), vec![("authorization", &bearer)], vec![], 200),
         (Method::POST, under("main", "systemone"), vec![("authorization", &bearer)], good.clone(), 200),
         (Method::GET, under("main", "models"), vec![("authorization", &bearer)], vec![], 200),
-        (Method::POST, system_one.clone(), vec![], good.clone(), 401),
+        (Method::POST, system_one.clone(), vec![], good.clone(), 403),
         (Method::GET, models.clone(), vec![("authorization", "Bearer wrong")], vec![], 401),
         (Method::POST, under("other", "systemone"), vec![("authorization", &bearer)], good.clone(), 403),
         (Method::POST, system_one.clone(), vec![("authorization", &bearer)], uncovered, 403),

@@ -212,7 +212,7 @@ describe("errors", () => {
       () => client({ key: "wrong-key" }).systemOne({ state: STATE, questions: questions() }),
       AuthenticationError,
     );
-    assert.match(error.message, /missing or unknown API key/);
+    assert.match(error.message, /invalid API key/);
     error = await errorOf(
       () => client({ headers: { "X-Release-Contract": "nope" } }).systemOne({ state: STATE, questions: questions() }),
       PermissionDeniedError,

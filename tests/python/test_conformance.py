@@ -151,7 +151,7 @@ def error_of(call, expected):
 def test_each_status_raises_its_exception_with_a_useful_message(proxy, upstream):
     with client(proxy, key="wrong-key") as sdk:
         error = error_of(lambda: sdk.system_one(STATE, questions()), TypeSafeAuthenticationError)
-    assert "missing or unknown API key" in str(error)
+    assert "invalid API key" in str(error)
     with client(proxy, key=MULTI_KEY, headers={"X-Release-Contract": "nope"}) as sdk:
         error = error_of(lambda: sdk.system_one(STATE, questions()), TypeSafePermissionDeniedError)
     assert error.body["detail"]["error_type"] == "permission_denied"

@@ -21,8 +21,12 @@ static API_KEY_HEADER_NAME: HeaderName = HeaderName::from_static(API_KEY_HEADER)
 /// Why a caller is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
-    /// No key, or a key that matches no recipient (401).
-    #[error("missing or unknown API key")]
+    /// No key: neither `Authorization: Bearer KEY` nor `X-Api-Key` (403, as the System One
+    /// API answers a request without its bearer credentials; a key it does not know is 401).
+    #[error("no API key: send it as Authorization: Bearer KEY")]
+    NoKey,
+    /// A key that matches no recipient (401).
+    #[error("invalid API key")]
     Unauthenticated,
     /// The key is not bound to the requested contract (403).
     #[error("this key is not bound to the requested release contract")]
@@ -87,7 +91,7 @@ impl Keys {
                 return Err(Error::Repeated(shown));
             }
         }
-        let key = presented_key(headers)?.ok_or(Error::Unauthenticated)?;
+        let key = presented_key(headers)?.ok_or(Error::NoKey)?;
         let digest = Sha256::digest(key.as_bytes());
         // Compare against every recipient so timing does not depend on which one matches.
         let mut found: Option<&Recipient> = None;
@@ -148,7 +152,8 @@ fn presented_key(headers: &HeaderMap) -> Result<Option<&str>, Error> {
     });
     match (bearer, api_key) {
         (Some(bearer), Some(api_key)) if bearer != api_key => Err(Error::KeyConflict),
-        // An `Authorization` that is not a bearer key is no key, whatever else is sent.
+        // An `Authorization` that is not a bearer key is no key, whatever else is sent (the
+        // System One API refuses one with 403, as it does a missing one).
         (bearer, _) => Ok(bearer),
     }
 }
@@ -215,13 +220,21 @@ mod tests {
                 .contract,
             "b"
         );
-        assert_eq!(caller(&[]), Err(Error::Unauthenticated));
+        // No key (nor a bearer one) is 403, as the System One API answers; an unknown one 401.
+        for no_key in [
+            &[][..],
+            &[("authorization", "Basic k1")],
+            &[("authorization", "Bearer ")],
+            &[("x-api-key", " ")],
+        ] {
+            assert_eq!(caller(no_key), Err(Error::NoKey), "{no_key:?}");
+        }
         assert_eq!(
             caller(&[("authorization", "Bearer nope")]),
             Err(Error::Unauthenticated)
         );
         assert_eq!(
-            caller(&[("authorization", "Basic k1")]),
+            caller(&[("x-api-key", "nope")]),
             Err(Error::Unauthenticated)
         );
         assert_eq!(
@@ -258,6 +271,10 @@ mod tests {
         // The key is checked first: a stranger learns nothing about contracts.
         assert_eq!(
             caller(&[("x-release-contract", "a")], Some("b")),
+            Err(Error::NoKey)
+        );
+        assert_eq!(
+            caller(&[("authorization", "Bearer nope")], Some("b")),
             Err(Error::Unauthenticated)
         );
     }
@@ -324,7 +341,7 @@ mod tests {
         assert!(caller(&[("authorization", "Bearer k1"), ("x-api-key", "")]).is_ok());
         assert_eq!(
             caller(&[("authorization", "Basic k1"), ("x-api-key", "k1")]),
-            Err(Error::Unauthenticated)
+            Err(Error::NoKey)
         );
     }
 

@@ -115,7 +115,7 @@ impl Error {
     pub fn status(&self) -> StatusCode {
         match self {
             Error::Auth(auth::Error::Unauthenticated) => StatusCode::UNAUTHORIZED,
-            Error::Auth(auth::Error::Forbidden) => StatusCode::FORBIDDEN,
+            Error::Auth(auth::Error::Forbidden | auth::Error::NoKey) => StatusCode::FORBIDDEN,
             Error::Auth(
                 auth::Error::Ambiguous(_)
                 | auth::Error::Conflict
@@ -164,7 +164,9 @@ impl Error {
     /// The `error_type` slug.
     pub fn error_type(&self) -> &'static str {
         match self {
-            Error::Auth(auth::Error::Unauthenticated) => "authentication_error",
+            Error::Auth(auth::Error::Unauthenticated | auth::Error::NoKey) => {
+                "authentication_error"
+            }
             Error::Auth(auth::Error::Forbidden) => "permission_denied",
             Error::Auth(auth::Error::Ambiguous(_)) => "contract_required",
             Error::Auth(auth::Error::Conflict) => "contract_conflict",
