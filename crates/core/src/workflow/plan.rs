@@ -300,53 +300,37 @@ pub(super) fn idx(i: usize) -> u16 {
 
 /// Answers "the class with the largest q among t != k (ties: earliest)" in O(1) per k.
 ///
-/// Rule: with `M_k = max_{t != k} q_t`, t_no(k) is the earliest `t != k` with `q_t >= M_k - 1e-9`.
+/// Rule: t_no(k) is the earliest `t != k` whose `q_t` equals `max_{t != k} q_t` exactly. The
+/// 1e-9 tie tolerance of `docs/wcpq-rules.md` is the expected costs' (section 3), not q's: a
+/// q larger by any amount is the larger one. So for every k but the first index of the
+/// maximum that index answers, and for it the first index of the maximum of the others.
 pub(super) struct RunnerUp {
     /// First index of the exact maximum.
     top: usize,
-    /// The earliest two indices within tolerance of the overall maximum.
-    near_top: [usize; 2],
-    /// The earliest two indices within tolerance of the maximum over `t != top`.
-    near_second: [usize; 2],
+    /// First index of the exact maximum over `t != top`.
+    second: usize,
 }
 
 impl RunnerUp {
     pub(super) fn new(q: &[f64]) -> RunnerUp {
         let top = first_max(q, usize::MAX);
-        let second = first_max(q, top);
-        let m1 = q.get(top).copied().unwrap_or(f64::NAN);
-        let m2 = q.get(second).copied().unwrap_or(f64::NAN);
-        let near = |m: f64, skip: usize| {
-            let mut out = [usize::MAX; 2];
-            let mut filled = 0;
-            for (t, &v) in q.iter().enumerate() {
-                if t != skip && filled < 2 && v >= m - TIE_TOLERANCE {
-                    out[filled] = t;
-                    filled += 1;
-                }
-            }
-            out
-        };
         RunnerUp {
             top,
-            near_top: near(m1, usize::MAX),
-            near_second: near(m2, top),
+            second: first_max(q, top),
         }
     }
 
     pub(super) fn best_except(&self, q: &[f64], k: usize) -> usize {
-        let list = if k == self.top {
-            &self.near_second
-        } else {
-            &self.near_top
-        };
-        let found = list.iter().copied().find(|&t| t != k && t < q.len());
+        let found = if k == self.top { self.second } else { self.top };
+        if found < q.len() && found != k {
+            return found;
+        }
         // Fallback for NaN posteriors: the earliest class other than k.
-        found.unwrap_or(if k == 0 {
+        if k == 0 {
             1.min(q.len().saturating_sub(1))
         } else {
             0
-        })
+        }
     }
 }
 

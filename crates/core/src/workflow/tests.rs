@@ -116,6 +116,14 @@ fn clarification_records_both_branches() {
 #[test]
 fn runner_up_matches_the_naive_definition() {
     let mut rng = Rng::new(11);
+    // The naive definition: the earliest t != k whose q is the largest of the others, exactly.
+    let naive = |q: &[f64], k: usize| {
+        let max = (0..q.len())
+            .filter(|&t| t != k)
+            .map(|t| q[t])
+            .fold(f64::NEG_INFINITY, f64::max);
+        (0..q.len()).find(|&t| t != k && q[t] == max).unwrap()
+    };
     for _ in 0..2000 {
         let n = 2 + rng.below(7);
         // Few distinct values so that exact and near ties are frequent.
@@ -123,30 +131,37 @@ fn runner_up_matches_the_naive_definition() {
             .map(|_| rng.below(4) as f64 * 0.25 + if rng.below(5) == 0 { 1e-10 } else { 0.0 })
             .collect();
         let p = policy(Family::Clarification, Profile::Authored);
-        let plan = p.decide(&q);
-        if let Plan::Check { target, no, .. } = plan {
-            let k = usize::from(target);
-            let max = (0..n)
-                .filter(|&t| t != k)
-                .map(|t| q[t])
-                .fold(f64::NEG_INFINITY, f64::max);
-            let naive = (0..n)
-                .find(|&t| t != k && q[t] >= max - TIE_TOLERANCE)
-                .unwrap();
-            assert_eq!(usize::from(no), naive, "{q:?}");
+        if let Plan::Check { target, no, .. } = p.decide(&q) {
+            assert_eq!(usize::from(no), naive(&q, usize::from(target)), "{q:?}");
         }
         for k in 0..n {
             let runner = plan::tests_support::best_except(&q, k);
-            let max = (0..n)
-                .filter(|&t| t != k)
-                .map(|t| q[t])
-                .fold(f64::NEG_INFINITY, f64::max);
-            let naive = (0..n)
-                .find(|&t| t != k && q[t] >= max - TIE_TOLERANCE)
-                .unwrap();
-            assert_eq!(runner, naive, "{q:?} k={k}");
+            assert_eq!(runner, naive(&q, k), "{q:?} k={k}");
         }
     }
+}
+
+/// A q larger by less than the costs' tie tolerance is still the larger one: the tolerance
+/// is the expected costs' (`docs/wcpq-rules.md`, section 3), and t_no(k) is "the class with
+/// the largest q" (a near tie of q would give the check another continuation than an
+/// implementation of the rules' text).
+#[test]
+fn the_runner_up_is_the_largest_q_not_one_within_the_cost_tolerance() {
+    let q = [0.6, 0.199_999_999_999, 0.200_000_000_001];
+    assert_eq!(plan::tests_support::best_except(&q, 0), 2);
+    assert_eq!(plan::tests_support::best_except(&q, 2), 0);
+    // An exact tie goes to the earliest.
+    let q = [0.6, 0.2, 0.2];
+    assert_eq!(plan::tests_support::best_except(&q, 0), 1);
+    let p = policy(Family::Clarification, Profile::CheckQuarter);
+    assert_eq!(
+        p.decide(&[0.6, 0.199_999_999_999, 0.200_000_000_001]),
+        Plan::Check {
+            target: 0,
+            yes: 0,
+            no: 2
+        }
+    );
 }
 
 #[test]
