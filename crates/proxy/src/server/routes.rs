@@ -315,7 +315,7 @@ mod tests {
         assert_eq!(
             statuses,
             [
-                200, 200, 200, 403, 401, 401, 400, 400, 431, 404, 405, 405, 200, 400, 200
+                200, 200, 200, 403, 403, 401, 400, 400, 431, 404, 405, 405, 200, 400, 200
             ]
         );
         // The first nine take the direct path, the rest the router.
