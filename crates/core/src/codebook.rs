@@ -35,8 +35,6 @@ const PRIORITY_ORDER: &str = "priority";
 pub const CONFIDENCE_LEVELS: [f64; 3] = [0.0, 0.5, 1.0];
 /// Default limit on the number of grid vectors C(d+n-1, n-1).
 pub const DEFAULT_GRID_LIMIT: u128 = 2_000_000;
-/// A codeword's probabilities must sum to 1 within this tolerance.
-pub const DISTRIBUTION_TOLERANCE: f64 = 1e-9;
 
 /// Errors of building, loading and checking a codebook.
 #[derive(Debug, thiserror::Error)]
@@ -116,7 +114,9 @@ pub struct TrainingAnswer {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Codeword {
-    /// Probabilities in canonical class order (sum 1 within 1e-9).
+    /// Probabilities in canonical class order. They sum to 1 within a native answer's
+    /// tolerance ([`crate::wire::sum_tolerance`]): training answers enter the codebook as they
+    /// were sent, never renormalized (the rules' "every training native").
     pub p: Vec<f64>,
     /// Confidence released with it.
     pub c: f64,
@@ -174,8 +174,6 @@ pub struct BuildStats {
     pub pairs: usize,
     /// Pair groups ignored because they do not have exactly two answers.
     pub ignored_groups: usize,
-    /// Training vectors renormalized because they did not sum to 1 within 1e-9.
-    pub renormalized: usize,
     /// Exact duplicates removed.
     pub duplicates_removed: usize,
     /// Final codeword count.
@@ -231,8 +229,9 @@ struct CodebookFile {
 /// `training` holds the training answers of that question (canonical order); `source_sha256`
 /// identifies the training data (recorded, not checked).
 ///
-/// Rules beyond the spec: a training vector that does not sum to 1 within 1e-9 is divided by its
-/// sum; an answer without confidence enters once per confidence level {0, 0.5, 1}, and so does a
+/// Rules beyond the spec: a training vector enters as it is (never renormalized) and must sum to
+/// 1 within a native answer's tolerance ([`crate::wire::sum_tolerance`]); an answer without confidence
+/// enters once per confidence level {0, 0.5, 1}, and so does a
 /// pair midpoint when either answer lacks confidence. Pair groups of size other than two are
 /// ignored (counted in [`BuildStats::ignored_groups`]); within a pair, input order is kept.
 pub fn build(
@@ -295,8 +294,7 @@ pub fn build_with_limit(
 
     let mut natives: Vec<(Vec<f64>, Option<f64>)> = Vec::with_capacity(training.len());
     for (index, answer) in training.iter().enumerate() {
-        let (p, renormalized) = clean_training(n, index, answer)?;
-        stats.renormalized += usize::from(renormalized);
+        let p = clean_training(n, index, answer)?;
         natives.push((p, answer.confidence.map(|c| c + 0.0)));
     }
     let before = items.len();
@@ -379,7 +377,7 @@ fn check_codewords(
             ));
         }
         let sum: f64 = cw.p.iter().sum();
-        if (sum - 1.0).abs() > DISTRIBUTION_TOLERANCE {
+        if (sum - 1.0).abs() > crate::wire::sum_tolerance(n) {
             return Err(invalid(&field, format!("probabilities sum to {sum}")));
         }
         if !cw.c.is_finite() {
@@ -413,12 +411,8 @@ fn push_with_confidence(items: &mut Vec<Codeword>, p: Vec<f64>, c: Option<f64>) 
     }
 }
 
-/// Validates a training answer; returns its vector (renormalized if needed, -0.0 turned into 0.0).
-fn clean_training(
-    n: usize,
-    index: usize,
-    answer: &TrainingAnswer,
-) -> Result<(Vec<f64>, bool), Error> {
+/// Validates a training answer; returns its vector as it is (-0.0 turned into 0.0).
+fn clean_training(n: usize, index: usize, answer: &TrainingAnswer) -> Result<Vec<f64>, Error> {
     let err = |message: String| Error::Training { index, message };
     if answer.probabilities.len() != n {
         return Err(err(format!(
@@ -439,16 +433,13 @@ fn clean_training(
         return Err(err("confidence is not finite".to_string()));
     }
     let sum: f64 = answer.probabilities.iter().sum();
-    if sum <= 0.0 {
-        return Err(err("probabilities sum to zero".to_string()));
+    if (sum - 1.0).abs() > crate::wire::sum_tolerance(n) {
+        return Err(err(format!(
+            "probabilities sum to {sum}, not to 1 within {:.3}",
+            crate::wire::sum_tolerance(n)
+        )));
     }
-    let renormalize = (sum - 1.0).abs() > DISTRIBUTION_TOLERANCE;
-    let p = answer
-        .probabilities
-        .iter()
-        .map(|v| if renormalize { v / sum } else { v + 0.0 })
-        .collect();
-    Ok((p, renormalize))
+    Ok(answer.probabilities.iter().map(|v| v + 0.0).collect())
 }
 
 fn validate_classes(classes: &[String]) -> Result<(), Error> {

@@ -8,8 +8,8 @@ use serde_json::{Map, Value};
 
 use crate::contract::{Contract, QuestionRule};
 pub use answer::{
-    BoxAnswer, BoxEdges, Invalid, MAX_MODEL_ID_LEN, SUM_TOLERANCE, argmax, is_calendar_date,
-    is_model_id, parse_answer, parse_box,
+    BoxAnswer, BoxEdges, Invalid, MAX_MODEL_ID_LEN, argmax, is_calendar_date, is_model_id,
+    parse_answer, parse_box, sum_tolerance,
 };
 pub use json::{Json, Node};
 pub use request::RequestError;

@@ -104,19 +104,33 @@ fn training_natives_midpoints_and_duplicates() {
         answer("c", &[0.4, 0.4, 0.1, 0.1], None),
         answer("c", &[0.1, 0.1, 0.4, 0.4], None),
         answer("c", &[0.2, 0.2, 0.3, 0.3], Some(0.1)), // group of three: no midpoint
-        answer("d", &[2.0, 1.0, 1.0, 0.0], Some(0.3)), // renormalized
+        // Off 1 by rounding: kept as sent, never renormalized.
+        answer("d", &[0.5, 0.25, 0.26, 0.0], Some(0.3)),
     ];
     let built = build(&labels(4), 20, &spec4(), &training, "src".into()).unwrap();
     let s = &built.stats;
     assert_eq!(s.training_codewords, 1 + 1 + 1 + 3 + 3 + 1 + 1);
     assert_eq!((s.pairs, s.ignored_groups, s.midpoint_codewords), (1, 3, 1));
-    assert_eq!(s.renormalized, 1);
     let cws = built.codebook.codewords();
     let has = |p: &[f64], c: f64| cws.iter().any(|cw| cw.p == p && cw.c == c);
     assert!(has(&[0.7, 0.1, 0.1, 0.1], 0.6));
     assert!(has(&[0.6, 0.2, 0.1, 0.1], 0.4));
     assert!(has(&[0.4, 0.4, 0.1, 0.1], 1.0));
-    assert!(has(&[0.5, 0.25, 0.25, 0.0], 0.3));
+    assert!(has(&[0.5, 0.25, 0.26, 0.0], 0.3));
+    // A vector that is no distribution is refused, not divided by its sum.
+    let refused = build(
+        &labels(4),
+        20,
+        &spec4(),
+        &[answer("d", &[2.0, 1.0, 1.0, 0.0], Some(0.3))],
+        "src".into(),
+    );
+    assert!(
+        refused
+            .unwrap_err()
+            .to_string()
+            .contains("probabilities sum to 4, not to 1 within 0.020")
+    );
     assert_eq!(
         s.codewords + s.duplicates_removed,
         s.grid_codewords + s.training_codewords + s.midpoint_codewords

@@ -317,6 +317,41 @@ fn answers_are_aligned_by_class_id_not_position() {
     assert_eq!(vector.confidence, Some(0.5));
 }
 
+/// Providers that round every probability to two decimals send sums off 1 by up to half a
+/// hundredth per class: those are answers; a vector further off is not.
+#[test]
+fn probabilities_rounded_to_two_decimals_are_accepted_and_a_wrong_sum_is_not() {
+    let c = contract(CHOICE);
+    let rule = &c.questions["q"];
+    let answer = |a: f64, b: f64, cc: f64| {
+        json!({"type": "choice", "choice": "A", "confidence": 0.5,
+            "probabilities": {"A": a, "B": b, "C": cc}})
+    };
+    for (a, b, cc) in [
+        (0.34, 0.33, 0.33),
+        (0.33, 0.33, 0.33),
+        (0.34, 0.34, 0.335),
+        (0.5, 0.25, 0.24),
+    ] {
+        let vector = parse_answer(Kind::Choice, rule, &answer(a, b, cc));
+        assert_eq!(
+            vector.unwrap().probabilities,
+            vec![a, b, cc],
+            "{a} {b} {cc}"
+        );
+    }
+    for (a, b, cc) in [(0.34, 0.33, 0.31), (0.4, 0.32, 0.3), (0.5, 0.3, 0.3)] {
+        assert_eq!(
+            parse_answer(Kind::Choice, rule, &answer(a, b, cc)).unwrap_err(),
+            Invalid::ProbabilitySum,
+            "{a} {b} {cc}"
+        );
+    }
+    assert_eq!(crate::wire::sum_tolerance(2), 0.01 + 1e-9);
+    assert_eq!(crate::wire::sum_tolerance(5), 0.025 + 1e-9);
+    assert_eq!(crate::wire::sum_tolerance(255), 0.05 + 1e-9);
+}
+
 #[test]
 fn invalid_answers_are_classified() {
     let c = contract(CHOICE);
