@@ -163,6 +163,26 @@ fn a_recipient_may_cap_its_requests_in_flight() {
     );
 }
 
+/// Two keys under one name would share one cache room, rate limit, in-flight cap and
+/// connections, and one identity in the gate and the logs.
+#[test]
+fn two_recipients_may_not_share_a_name() {
+    let second = |name: &str| {
+        format!(
+            "{MINIMAL}\n[[recipients]]\nname = \"{name}\"\nkey_sha256 = \"{}\"\ncontracts = [\"c\"]\n",
+            "ab".repeat(32)
+        )
+    };
+    assert!(Config::from_toml(&second("s")).is_ok());
+    assert_eq!(
+        problems(&second("r")),
+        [
+            "recipients[1].name: `r` is also the name of recipients[0]; give every recipient a \
+          name of its own"
+        ]
+    );
+}
+
 #[test]
 fn minimal_config_gets_server_defaults() {
     let config = Config::from_toml(MINIMAL).unwrap();

@@ -48,10 +48,21 @@ pub(super) fn validate_recipients(
 ) -> Vec<Recipient> {
     let mut recipients = Vec::new();
     let mut digests = BTreeSet::new();
+    let mut names = BTreeMap::new();
     for (index, raw) in raws.into_iter().enumerate() {
         let key = format!("recipients[{index}]");
         if raw.name.trim().is_empty() {
             problems.push(format!("{key}.name: must not be blank"));
+        }
+        // The name is the recipient's identity for its cache room, rate limit, in-flight
+        // cap, connections, gate and logs: two keys under one name would share them all.
+        let first = *names.entry(raw.name.clone()).or_insert(index);
+        if first != index {
+            problems.push(format!(
+                "{key}.name: `{}` is also the name of recipients[{first}]; give every \
+                 recipient a name of its own",
+                raw.name
+            ));
         }
         let Some(digest) = crate::config::parse_sha256_hex(&raw.key_sha256) else {
             problems.push(format!(
