@@ -289,6 +289,37 @@ async fn the_cache_answers_a_recipient_from_its_own_requests_released_afresh() {
     app.stop().await;
 }
 
+/// A hit is the answer a miss would get: the entry of the provider the request would go to
+/// first now, never another provider's (its values, codebooks and usage differ).
+#[tokio::test]
+async fn the_cache_serves_only_the_entry_of_the_provider_a_miss_would_ask() {
+    let (first, first_url) = spawn_upstream().await;
+    first.script(500, b"{}".to_vec(), &[], Duration::ZERO);
+    let lines = format!(
+        "base_url = \"{first_url}\"\ncircuit = {{ failures = 2, window_ms = 60000, cooldown_ms = 800 }}"
+    );
+    let cache = "cache = { ttl_s = 60, max_bytes = 1048576 }";
+    let (app, secondary) = behind(&[("first", lines)], cache, "").await;
+    let asked = || (seen(&first), seen(&secondary));
+    // The first provider fails, the second answers (and its answer is kept).
+    assert_eq!(post_as(&app, CLIENT_KEY, "main", &[]).await.0, 200);
+    assert_eq!(asked(), (1, 1));
+    // The first provider's circuit still admits: its entry is looked for, not the second's.
+    assert_eq!(post_as(&app, CLIENT_KEY, "main", &[]).await.0, 200);
+    assert_eq!(asked(), (2, 2));
+    // Now open: a miss would go to the second, so its entry answers.
+    assert_eq!(post_as(&app, CLIENT_KEY, "main", &[]).await.0, 200);
+    assert_eq!(asked(), (2, 2));
+    // Past the cooldown the first provider would take the request again: asked, then kept.
+    first.answer(native_answer());
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(post_as(&app, CLIENT_KEY, "main", &[]).await.0, 200);
+    assert_eq!(asked(), (3, 2));
+    assert_eq!(post_as(&app, CLIENT_KEY, "main", &[]).await.0, 200);
+    assert_eq!(asked(), (3, 2));
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn a_circuit_opened_on_one_replica_stops_the_other_through_the_store() {
     let Some(redis) = crate::ratelimit_store::Redis::start() else {

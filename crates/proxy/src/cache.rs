@@ -312,25 +312,26 @@ impl AnswerCache {
             .inc();
     }
 
-    /// An entry for `contract`'s request, from any of its providers (in order), no older
-    /// than its TTL.
+    /// The entry `provider` filled for `contract`'s request, no older than its TTL. The
+    /// caller names the provider a miss would ask (`Upstreams::first_admitting`): an entry
+    /// another provider filled (during an outage, or for another contract's failover
+    /// order) is not the answer a miss would get.
     pub(crate) fn get(
         &self,
         contract: &Contract,
         recipient: Option<&str>,
         request: RequestDigest,
+        provider: &str,
     ) -> Option<Arc<Entry>> {
         let ttl = contract.cache()?.ttl();
         let entries = self.partition(contract, recipient, false)?;
-        contract.providers().iter().find_map(|provider| {
-            let key = Key {
-                provider: provider.clone(),
-                request: request.0,
-            };
-            entries
-                .get(&key)
-                .filter(|entry| fresh(entry.filled, ttl, Instant::now()))
-        })
+        let key = Key {
+            provider: provider.to_string(),
+            request: request.0,
+        };
+        entries
+            .get(&key)
+            .filter(|entry| fresh(entry.filled, ttl, Instant::now()))
     }
 
     /// Keeps `native`, the answer `provider` gave and `contract` released.

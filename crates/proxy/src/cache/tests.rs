@@ -63,14 +63,16 @@ fn no_other_recipients_traffic_evicts_a_recipients_entries() {
     for entries in cache.inner.recipients.read().unwrap().values() {
         entries.run_pending_tasks();
     }
-    assert!(cache.get(mine, Some("a"), digest(0)).is_some());
+    assert!(cache.get(mine, Some("a"), digest(0), "p").is_some());
     // b's partition stayed within its room; a's entry is a's alone.
     let partitions = cache.inner.recipients.read().unwrap();
     assert!(partitions["b"].weighted_size() <= 1024);
     assert_eq!(partitions["a"].entry_count(), 1);
     drop(partitions);
-    assert!(cache.get(mine, Some("b"), digest(0)).is_none());
-    assert!(cache.get(mine, None, digest(0)).is_none());
+    assert!(cache.get(mine, Some("b"), digest(0), "p").is_none());
+    assert!(cache.get(mine, None, digest(0), "p").is_none());
+    // Only the named provider's entry: another provider's is not the answer a miss would get.
+    assert!(cache.get(mine, Some("a"), digest(0), "q").is_none());
 }
 
 #[test]
@@ -80,7 +82,7 @@ fn provider_scoped_contracts_share_one_partition_and_recipients_their_contracts(
     let cache = AnswerCache::new(&config, &metrics).unwrap();
     let (ours, theirs) = (&config.contracts()["ours"], &config.contracts()["theirs"]);
     cache.fill(ours, Some("a"), digest(1), "p", answer());
-    assert!(cache.get(theirs, Some("c"), digest(1)).is_some());
+    assert!(cache.get(theirs, Some("c"), digest(1), "p").is_some());
     // a's room is its share of its one recipient-scoped contract (bound to a and b); b's
     // partition is made at its first fill.
     assert_eq!(cache.inner.plans["a"].max_bytes, 2048);

@@ -72,6 +72,19 @@ impl Breaker {
         })
     }
 
+    /// Whether [`Breaker::admit`] would refuse a request at `now`, without changing the
+    /// state (an open circuit past its cooldown would admit a trial).
+    pub(crate) fn refuses(&self, now: Instant) -> bool {
+        let Ok(state) = self.state.lock() else {
+            return true;
+        };
+        match &*state {
+            State::Closed(_) => shared::unix_millis() < self.shared_until.load(Ordering::Relaxed),
+            State::Open(until) => now < *until,
+            State::HalfOpen => true,
+        }
+    }
+
     /// Whether a request may go to the provider at `now`.
     pub(crate) fn admit(self: &Arc<Self>, now: Instant) -> Admit {
         let Ok(mut state) = self.state.lock() else {
@@ -225,13 +238,19 @@ mod tests {
         go(&b, t0).report(true, t0 + 10 * s);
         assert!(matches!(b.admit(t0 + 10 * s), Admit::Go(_)));
         assert_eq!(b.gauge.get(), 0);
+        assert!(!b.refuses(t0 + 10 * s));
         // A third within the window of the second: open.
         go(&b, t0).report(true, t0 + 10 * s);
         assert_eq!(b.gauge.get(), 1);
+        assert!(b.refuses(t0 + 14 * s));
         assert!(matches!(b.admit(t0 + 14 * s), Admit::Refused));
-        // After the cooldown: one trial, nobody else meanwhile.
+        // After the cooldown it would admit a trial; asking changes nothing.
+        assert!(!b.refuses(t0 + 15 * s));
+        assert_eq!(b.gauge.get(), 1);
+        // One trial, nobody else meanwhile.
         let trial = go(&b, t0 + 15 * s);
         assert_eq!(b.gauge.get(), 2);
+        assert!(b.refuses(t0 + 15 * s));
         assert!(matches!(b.admit(t0 + 15 * s), Admit::Refused));
         // The trial fails: open for another cooldown.
         trial.report(true, t0 + 16 * s);

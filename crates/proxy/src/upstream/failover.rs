@@ -23,6 +23,24 @@ pub(crate) struct Routed {
 }
 
 impl Upstreams {
+    /// The provider a request of `contract` would go to first now: the first whose circuit
+    /// admits it (a provider without a circuit always does), or the contract's first when
+    /// none does. The answer cache serves only this provider's entries, so that a hit is
+    /// the answer a miss would get (another provider's values, codebooks and usage differ).
+    pub(crate) fn first_admitting<'c>(&self, contract: &'c Contract) -> &'c str {
+        let now = Instant::now();
+        let providers = contract.providers();
+        providers
+            .iter()
+            .find(|provider| {
+                self.breakers
+                    .get(provider.as_str())
+                    .is_none_or(|breaker| !breaker.refuses(now))
+            })
+            .or(providers.first())
+            .map_or("", String::as_str)
+    }
+
     /// Sends a System One request to `contract`'s providers in order (see the module).
     pub(crate) async fn route(
         &self,

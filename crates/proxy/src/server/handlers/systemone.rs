@@ -61,7 +61,10 @@ impl Cached {
         });
         let hit = digest
             .filter(|_| allowed == cache::Allowed::Both)
-            .and_then(|digest| answers.get(contract, trail.recipient.as_deref(), digest));
+            .and_then(|digest| {
+                let provider = live.upstreams.first_admitting(contract);
+                answers.get(contract, trail.recipient.as_deref(), digest, provider)
+            });
         let result = match (&hit, allowed) {
             (Some(_), _) => "hit",
             (None, cache::Allowed::Both) => "miss",
