@@ -289,6 +289,33 @@ async fn the_cache_answers_a_recipient_from_its_own_requests_released_afresh() {
     app.stop().await;
 }
 
+/// A provider after a failover that refuses the proxy's key is the one the operators' logs
+/// name, not the contract's first.
+#[tokio::test]
+async fn an_error_after_a_failover_is_logged_with_the_provider_that_gave_it() {
+    let dir = crate::helpers::scratch("failover-log");
+    let path = dir.join("decisions.jsonl");
+    let (first, first_url) = spawn_upstream().await;
+    first.script(503, b"{}".to_vec(), &[], Duration::ZERO);
+    // The decision log's table rides after the first provider's lines.
+    let lines = format!(
+        "base_url = \"{first_url}\"\n[decision_log]\npath = \"{}\"",
+        path.display()
+    );
+    let (app, secondary) = behind(&[("first", lines)], "", "").await;
+    secondary.script(401, b"{}".to_vec(), &[], Duration::ZERO);
+    let (status, body) = body_of(app.post(&request()).await).await;
+    assert_eq!(status, 502, "{}", String::from_utf8_lossy(&body));
+    assert_eq!((seen(&first), seen(&secondary)), (1, 1));
+    app.stop().await;
+    let text = std::fs::read_to_string(&path).unwrap();
+    let line: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (line["status"].as_u64(), line["provider"].as_str()),
+        (Some(502), Some("up"))
+    );
+}
+
 /// A hit is the answer a miss would get: the entry of the provider the request would go to
 /// first now, never another provider's (its values, codebooks and usage differ).
 #[tokio::test]

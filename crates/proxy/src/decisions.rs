@@ -49,7 +49,8 @@ pub struct Record {
     pub latency: Duration,
     /// One record per released answer.
     pub answers: Vec<AnswerRecord>,
-    /// The provider that answered (after any failover; none: the contract's first).
+    /// The provider that answered or gave the error (after any failover; none: the
+    /// contract's first).
     pub provider: Option<String>,
     /// The answer cache's part: `hit`, `miss` or `bypass` (none: no cache).
     pub cache: Option<&'static str>,

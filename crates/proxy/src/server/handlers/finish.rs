@@ -144,7 +144,10 @@ fn failure_response(
     let contract_label = trail.contract.as_ref().map_or("none", |c| c.name());
     if let Error::UpstreamAuth { status } = &error {
         // The provider refused the proxy's own key: an operator must act, callers cannot.
-        let provider = trail.contract.as_ref().map_or("none", |c| c.provider());
+        let provider = trail
+            .provider
+            .as_deref()
+            .unwrap_or_else(|| trail.contract.as_ref().map_or("none", |c| c.provider()));
         tracing::error!(
             provider,
             status,

@@ -187,15 +187,16 @@ pub(super) async fn answer(
     // The request's bytes are gone: its share goes back before the release.
     drop((forward, parts));
     drop(hold);
+    // The provider that gave the reply, an error included (the operators' log names it).
+    if provider != contract.provider() {
+        trail.provider = Some(provider.clone());
+    }
     let reply = reply?;
     let mut captured = pending_capture(captured, &reply);
     if let Some(pending) = captured.as_mut().filter(|_| contract.providers().len() > 1) {
         pending.provider = Some(provider.clone());
     }
     let native = success_body(reply)?;
-    if provider != contract.provider() {
-        trail.provider = Some(provider.clone());
-    }
     // Released as the answering provider's answers are (its own WCPQ codebooks); a provider
     // the contract does not list cannot have answered: nothing goes out.
     let releaser = contract

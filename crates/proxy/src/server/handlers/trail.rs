@@ -25,7 +25,8 @@ pub(super) struct Trail {
     pub(super) contract: Option<Arc<Contract>>,
     /// What happened to each released answer.
     pub(super) answers: Vec<release::AnswerRecord>,
-    /// The provider that answered, when not the contract's first (after a failover).
+    /// The provider that answered (or gave the error), when not the contract's first (after
+    /// a failover).
     pub(super) provider: Option<String>,
     /// The answer cache's part (`hit`, `miss`, `bypass`), when the contract has a cache.
     pub(super) cache: Option<&'static str>,
