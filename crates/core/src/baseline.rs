@@ -56,6 +56,11 @@ pub fn step_nanos(step: f64) -> Option<u64> {
     (nanos >= 1 && nanos as f64 / NANOS as f64 == step).then_some(nanos)
 }
 
+/// Whether `step` (one `step_nanos` accepts) divides 1: then the released units sum to 1.
+pub fn step_divides_one(step: f64) -> bool {
+    step_nanos(step).is_some_and(|nanos| NANOS % nanos == 0)
+}
+
 /// Quantizes to multiples of `step` by largest remainder; `tie_order` lists the
 /// positions of `p` in transmitted order and decides ties.
 ///
@@ -153,7 +158,13 @@ pub fn temperature(p: &[f64], tau: f64) -> Result<Vec<f64>, Error> {
         });
     }
     check(p)?;
-    let powered: Vec<f64> = p.iter().map(|v| v.powf(1.0 / tau)).collect();
+    // Relative to the largest value (`(p_i / p_max)^(1/τ)`, the same ratios): a small τ
+    // would otherwise underflow every power to 0 and turn the release uniform.
+    let max = p.iter().copied().fold(0.0, f64::max);
+    if max <= 0.0 {
+        return normalize_or_uniform(p.to_vec());
+    }
+    let powered: Vec<f64> = p.iter().map(|v| (v / max).powf(1.0 / tau)).collect();
     normalize_or_uniform(powered)
 }
 
@@ -404,6 +415,16 @@ mod tests {
         assert_eq!(top_k(&[0.5, 0.5], 5), vec![Some(0.5), Some(0.5)]);
         assert_eq!(top_k(&[0.5, 0.5], 0), vec![None, None]);
         assert_eq!(top_k(&[f64::NAN, 0.1], 1), vec![None, Some(0.1)]);
+    }
+
+    #[test]
+    fn a_small_temperature_sharpens_rather_than_underflows() {
+        // 0.45^1000 is 0 in f64: computed relative to the largest value, the tie stays.
+        let out = temperature(&[0.45, 0.45, 0.1], 0.001).unwrap();
+        assert_eq!(out, vec![0.5, 0.5, 0.0]);
+        let out = temperature(&[0.2, 0.5, 0.3], 1e-6).unwrap();
+        assert_eq!(out, vec![0.0, 1.0, 0.0]);
+        assert_eq!(temperature(&[0.0, 0.0], 0.5).unwrap(), vec![0.5, 0.5]);
     }
 
     #[test]

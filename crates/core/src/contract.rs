@@ -401,7 +401,20 @@ pub(crate) fn check_release(
                 "quantize step must be a decimal in [1e-9, 1] with at most 9 decimal places, got {step}"
             ))
         }
+        // A class vector's units must sum to 1: with 0.3, `floor(1/0.3) = 3` units would
+        // release 0.9 in all, which no client reads as a distribution (and the proxy itself
+        // refuses from a provider). A box question's edges have no such sum.
+        Mechanism::Quantize { step, .. } if !crate::baseline::step_divides_one(*step) => {
+            Err(format!(
+                "quantize step must divide 1 (0.5, 0.25, 0.2, 0.1, 0.05, ...), got {step}: the released probabilities would not sum to 1"
+            ))
+        }
         Mechanism::TopK { k: 0, .. } => Err("top_k needs k of at least 1".to_string()),
+        // A noul answer has one number, P(true): the top class alone, when it is `false`,
+        // leaves it out and the release would state the choice fill (0) instead.
+        Mechanism::TopK { k: 1, .. } if rule.question.kind == crate::wire::Kind::Noul => Err(
+            "top_k on a noul question needs k = 2 (its one number, P(true), goes out either way: k = 1 would state 0 or 1 in its place)".to_string(),
+        ),
         Mechanism::Temperature { tau, .. } if !(tau.is_finite() && *tau > 0.0) => Err(format!(
             "temperature tau must be a positive number, got {tau}"
         )),

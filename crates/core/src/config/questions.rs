@@ -31,6 +31,14 @@ pub(crate) fn build_question(
         problems.push(no_output_view(key));
     }
     let question = pin_question(key, &raw, &classes, problems);
+    let (min_levels, max_levels) = limits::SCORE_LEVELS;
+    if question.kind == Kind::Score && !(min_levels..=max_levels).contains(&classes.len()) {
+        problems.push(format!(
+            "{key}.classes: a score question has {min_levels} to {max_levels} levels (the System \
+             One API's documented limit), got {}",
+            classes.len()
+        ));
+    }
     let coarsen = if raw.coarsen.is_empty() {
         None
     } else {

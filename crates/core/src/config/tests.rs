@@ -259,6 +259,61 @@ fn errors_name_the_key_and_reason() {
     }
 }
 
+/// A class question's quantize step divides 1 (else the release sums below 1, which no
+/// client reads as a distribution), and a noul question's top_k keeps both outcomes.
+#[test]
+fn baselines_that_would_release_no_distribution_are_refused() {
+    let with = |mechanism: &str| {
+        MINIMAL.replace(
+            "view = \"full_native\"",
+            &format!("view = \"full_native\"\nmechanism = {mechanism}"),
+        )
+    };
+    assert!(Config::from_toml(&with("{ kind = \"quantize\", step = 0.25 }")).is_ok());
+    assert_eq!(
+        problems(&with("{ kind = \"quantize\", step = 0.3 }")),
+        [
+            "contracts.c.questions.q: quantize step must divide 1 (0.5, 0.25, 0.2, 0.1, 0.05, ...), \
+          got 0.3: the released probabilities would not sum to 1"
+        ]
+    );
+    let noul = |k: u32| {
+        format!(
+            "{MINIMAL}[contracts.c.questions.n]\nclasses = [\"false\", \"true\"]\nview = \"full_native\"\n\
+             mechanism = {{ kind = \"top_k\", k = {k} }}\n"
+        )
+    };
+    assert!(Config::from_toml(&noul(2)).is_ok());
+    assert_eq!(problems(&noul(1)).len(), 1);
+    assert!(
+        problems(&noul(1))[0]
+            .starts_with("contracts.c.questions.n: top_k on a noul question needs k = 2")
+    );
+}
+
+/// The System One API documents 2 to 10 score levels: a contract asking more would be
+/// refused on every request, so it is refused at once; the same labels may still be a
+/// declared choice question's.
+#[test]
+fn a_score_question_has_at_most_ten_levels() {
+    let levels = |n: usize, extra: &str| {
+        let labels: Vec<String> = (0..n).map(|i| format!("\"{i}\"")).collect();
+        format!(
+            "{MINIMAL}[contracts.c.questions.s]\nclasses = [{}]\nview = \"choice\"\n{extra}",
+            labels.join(", ")
+        )
+    };
+    assert!(Config::from_toml(&levels(10, "")).is_ok());
+    assert_eq!(
+        problems(&levels(11, "")),
+        [
+            "contracts.c.questions.s.classes: a score question has 2 to 10 levels (the System One \
+          API's documented limit), got 11"
+        ]
+    );
+    assert!(Config::from_toml(&levels(26, "type = \"choice\"\n")).is_ok());
+}
+
 #[test]
 fn a_question_pins_its_type_and_text() {
     let text = format!(

@@ -164,16 +164,41 @@ fn usage_input_checks_the_input_count_only() {
         body["usage"],
         json!({"input_tokens": 392, "output_tokens": 0})
     );
-    let mut none = native();
-    none["usage"] = json!({});
-    let body: Value = serde_json::from_slice(&run(&c, &asked, &none).unwrap().to_bytes()).unwrap();
-    assert_eq!(body["usage"], json!({"output_tokens": 0}));
+    // Both counts always go out (the schema requires them): an absent or null one is 0.
+    for (usage, c) in [
+        (json!({}), &c),
+        (json!(null), &c),
+        (json!({"input_tokens": null, "output_tokens": null}), &c),
+        (json!({}), &contract("choice", "", "keep")),
+        (json!({"output_tokens": 5}), &contract("choice", "", "keep")),
+    ] {
+        let mut none = native();
+        none["usage"] = usage.clone();
+        let asked = check_request(&request(), c).unwrap();
+        let body: Value =
+            serde_json::from_slice(&run(c, &asked, &none).unwrap().to_bytes()).unwrap();
+        let output = usage["output_tokens"].as_u64().unwrap_or(0);
+        assert_eq!(
+            body["usage"],
+            json!({"input_tokens": 0, "output_tokens": output}),
+            "{usage}"
+        );
+    }
+    // A whole number written as a float is that integer.
+    let mut float = native();
+    float["usage"]["input_tokens"] = json!(392.0);
+    let body: Value = serde_json::from_slice(&run(&c, &asked, &float).unwrap().to_bytes()).unwrap();
+    assert_eq!(
+        body["usage"],
+        json!({"input_tokens": 392, "output_tokens": 0})
+    );
 }
 
 #[test]
 fn a_token_count_that_is_not_a_whole_number_is_a_field_of_the_wrong_type() {
     // `missing_field`, as every field present with the wrong type (`Invalid::MissingField`):
-    // a count is a non-negative integer, not a fraction, a string, a sign or a flag.
+    // a count is a non-negative integer (or a float holding one, `1.0`), not a fraction, a
+    // string, a sign or a flag.
     let c = contract("choice", "", "keep");
     let asked = check_request(&request(), &c).unwrap();
     for key in ["input_tokens", "output_tokens"] {
@@ -181,7 +206,8 @@ fn a_token_count_that_is_not_a_whole_number_is_a_field_of_the_wrong_type() {
             json!(1.5),
             json!("7"),
             json!(-1),
-            json!(1.0),
+            json!(-0.5),
+            json!(1e300),
             json!(true),
             json!({}),
         ] {
@@ -207,16 +233,18 @@ fn a_token_count_that_is_not_a_whole_number_is_a_field_of_the_wrong_type() {
             );
         }
     }
-    // Absent or null, a count is left out; a whole number goes out as sent.
-    for count in [Value::Null, json!(0), json!(7)] {
+    // Null, a count goes out as 0; a whole number goes out as sent, as an integer.
+    for (count, out) in [
+        (Value::Null, 0),
+        (json!(0), 0),
+        (json!(7), 7),
+        (json!(7.0), 7),
+    ] {
         let mut native = native();
         native["usage"]["input_tokens"] = count.clone();
         let body: Value =
             serde_json::from_slice(&run(&c, &asked, &native).unwrap().to_bytes()).unwrap();
-        assert_eq!(
-            body["usage"].get("input_tokens"),
-            Some(&count).filter(|c| !c.is_null())
-        );
+        assert_eq!(body["usage"]["input_tokens"], json!(out), "{count}");
     }
 }
 

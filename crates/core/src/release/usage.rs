@@ -6,39 +6,38 @@ use crate::contract::{Contract, Usage};
 use crate::wire::json::{Json, Number, Object};
 use crate::wire::{Invalid, Node};
 
-/// The released `usage`: the counts the contract's policy keeps, from the provider's
-/// `usage` (a count absent or null is left out; one present must be a non-negative
-/// integer, else the answer is refused as `missing_field`, the reason of every field of
-/// the wrong type), and zero for the counts it drops.
+/// The released `usage`: both counts, always, as integers (the System One schema and the
+/// SDKs' strict models require both). A count the contract's policy keeps is the
+/// provider's (absent or null: 0; a whole number written as a float, `392.0`, is that
+/// integer; anything else refuses the answer as `missing_field`, the reason of every field
+/// of the wrong type); a count it drops is 0.
 pub(super) fn release_usage<N: Node>(
     contract: &Contract,
     usage: Option<&N>,
 ) -> Result<Object<'static>, Invalid> {
     let mut out = Object::with_capacity(2);
-    let zero = || Json::Number(Number::Unsigned(0));
-    // `drop`: schema-complete and carrying nothing: the published schema and the SDKs'
-    // strict models require both counts, and zero says nothing about the input.
-    let keys: &[&'static str] = match contract.usage {
-        Usage::Keep => &["input_tokens", "output_tokens"],
-        Usage::Input => &["input_tokens"],
-        Usage::Drop => &[],
-    };
-    if keys.is_empty() {
-        out.insert(Cow::Borrowed("input_tokens"), zero());
-    }
-    for key in keys {
-        match usage.and_then(|usage| usage.member(key)) {
-            None => {}
-            Some(count) if count.is_null() => {}
-            Some(count) => {
-                let count = count.unsigned().ok_or(Invalid::MissingField)?;
-                out.insert(Cow::Borrowed(*key), Json::Number(Number::Unsigned(count)));
-            }
-        }
-    }
-    if !contract.usage.keeps() {
+    for (key, kept) in [
+        ("input_tokens", contract.usage != Usage::Drop),
         // `input` and `drop`: the output count follows what the model wrote.
-        out.insert(Cow::Borrowed("output_tokens"), zero());
+        ("output_tokens", contract.usage.keeps()),
+    ] {
+        let count = match usage.and_then(|usage| usage.member(key)) {
+            Some(count) if kept && !count.is_null() => token_count(count)?,
+            _ => 0,
+        };
+        out.insert(Cow::Borrowed(key), Json::Number(Number::Unsigned(count)));
     }
     Ok(out)
+}
+
+/// A token count: a non-negative integer, or a float holding one exactly.
+fn token_count<N: Node>(count: &N) -> Result<u64, Invalid> {
+    if let Some(count) = count.unsigned() {
+        return Ok(count);
+    }
+    match count.number() {
+        // Below 2^53 every whole float is exactly the integer it shows.
+        Some(x) if x >= 0.0 && x.fract() == 0.0 && x < 9_007_199_254_740_992.0 => Ok(x as u64),
+        _ => Err(Invalid::MissingField),
+    }
 }

@@ -41,6 +41,9 @@ pub const STORE_RETRY_INTERVAL_MS: (u64, u64) = (10, 600_000);
 pub const WORKER_THREADS: (u64, u64) = (0, 1024);
 /// `contracts.*.questions.*.classes`: 2 to 255 options (the API's own limit).
 pub const CLASSES: (usize, usize) = (2, crate::workflow::MAX_CLASSES);
+/// The levels of a score question: 2 to 10 (the System One API's documented limit; a
+/// provider that keeps to it refuses every request asking more).
+pub const SCORE_LEVELS: (usize, usize) = (2, 10);
 /// `contracts.*.questions.*.workflows.costs`: the largest cost magnitude (profiles
 /// double costs and plans sum them: every sum stays finite).
 pub const MAX_COST: f64 = 1e12;
