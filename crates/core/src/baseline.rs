@@ -58,7 +58,7 @@ pub fn step_nanos(step: f64) -> Option<u64> {
 
 /// Whether `step` (one `step_nanos` accepts) divides 1: then the released units sum to 1.
 pub fn step_divides_one(step: f64) -> bool {
-    step_nanos(step).is_some_and(|nanos| NANOS % nanos == 0)
+    step_nanos(step).is_some_and(|nanos| NANOS.is_multiple_of(nanos))
 }
 
 /// Quantizes to multiples of `step` by largest remainder; `tie_order` lists the
