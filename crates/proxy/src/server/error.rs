@@ -148,6 +148,9 @@ impl Error {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST)
             }
             Error::UpstreamStatus { status, .. } => match *status {
+                // The provider has no such route (or method): the proxy's own `base_url` is
+                // wrong, which the caller cannot fix; its SDK would blame the caller's URL.
+                404 | 405 => StatusCode::BAD_GATEWAY,
                 400..=499 | 529 => StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY),
                 _ => StatusCode::BAD_GATEWAY,
             },
