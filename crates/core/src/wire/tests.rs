@@ -349,7 +349,7 @@ fn probabilities_rounded_to_two_decimals_are_accepted_and_a_wrong_sum_is_not() {
     }
     assert_eq!(crate::wire::sum_tolerance(2), 0.01 + 1e-9);
     assert_eq!(crate::wire::sum_tolerance(5), 0.025 + 1e-9);
-    assert_eq!(crate::wire::sum_tolerance(255), 0.05 + 1e-9);
+    assert_eq!(crate::wire::sum_tolerance(255), 0.1 + 1e-9);
 }
 
 #[test]
