@@ -15,8 +15,10 @@ use crate::mechanism::Mechanism;
 use crate::wire::Kind;
 use crate::workflow::Spec;
 
+mod policy;
 mod routing;
 
+pub use policy::{Field, Hidden, KeepField, LeakagePolicy, PublicField, PublicKind};
 pub use routing::{CacheScope, CacheSpec, CacheStore, DEFAULT_FAILOVER_ON, Failover};
 
 /// A validated release contract.
@@ -103,115 +105,6 @@ impl ForwardHeader {
     pub fn is_on(value: &[u8]) -> bool {
         value.trim_ascii().eq_ignore_ascii_case(b"true")
     }
-}
-
-/// `policy = { keep = [...], hide = [...], max_recovery_gain = 0.05 }` of a contract: what the
-/// recipient must receive, what it must not learn, and how much above no output it may learn
-/// (`docs/gate.md`). Never read by the proxy at request time.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LeakagePolicy {
-    /// Fields the recipient must receive.
-    pub keep: Vec<KeepField>,
-    /// What the recipient must not learn.
-    pub hide: Vec<Hidden>,
-    /// Largest allowed recovery gain over no output (upper interval bound) for what `hide`
-    /// names; 0 when `hide` is given without it.
-    pub max_recovery_gain: f64,
-}
-
-/// One `keep` entry: `FIELD` (every question) or `QUESTION.FIELD`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeepField {
-    /// The question, or None for every question of the contract.
-    pub question: Option<String>,
-    /// The field.
-    pub field: Field,
-}
-
-/// A prediction field a `keep` entry names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Field {
-    /// The selected class (`choice`; `score`/`noul` answers carry it as their value).
-    Choice,
-    /// The probability vector.
-    Probabilities,
-    /// The provider's confidence.
-    Confidence,
-}
-
-/// What a `hide` entry names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hidden {
-    /// The audit's protected secret: which of a pair's two registered hypotheses holds.
-    Secret,
-}
-
-// === impl Field ===
-
-impl Field {
-    /// Parses a field name.
-    pub fn parse(name: &str) -> Option<Field> {
-        match name {
-            "choice" => Some(Field::Choice),
-            "probabilities" => Some(Field::Probabilities),
-            "confidence" => Some(Field::Confidence),
-            _ => None,
-        }
-    }
-
-    /// The field's name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Field::Choice => "choice",
-            Field::Probabilities => "probabilities",
-            Field::Confidence => "confidence",
-        }
-    }
-}
-
-// === impl LeakagePolicy ===
-
-impl LeakagePolicy {
-    /// `keep` entries the contract's release drops, as `QUESTION.FIELD` (the view does not
-    /// release the field, or the mechanism never sends it, e.g. WCPQ `confidence = "drop"`).
-    pub fn dropped(&self, contract: &Contract) -> Vec<String> {
-        let mut dropped = Vec::new();
-        for keep in &self.keep {
-            for (id, rule) in &contract.questions {
-                if keep.question.as_ref().is_some_and(|q| q != id) {
-                    continue;
-                }
-                if !rule.releases(keep.field) {
-                    dropped.push(format!("{id}.{}", keep.field.as_str()));
-                }
-            }
-        }
-        dropped
-    }
-}
-
-/// A request field declared public, for the leakage audit.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PublicField {
-    /// RFC 6901 pointer into the request `state`.
-    pub pointer: String,
-    /// How the field becomes features.
-    pub kind: PublicKind,
-    /// Most categorical values or vocabulary tokens fitted on the train split
-    /// (default 32 values, 64 tokens).
-    #[serde(default)]
-    pub max_features: Option<usize>,
-}
-
-/// How a public field becomes features.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PublicKind {
-    /// One indicator per value seen on the train split.
-    Categorical,
-    /// Counts of lower-cased `[a-z0-9]+` tokens of a vocabulary fitted on the train split.
-    Tokens,
 }
 
 /// How one question's answers are released.
@@ -852,131 +745,7 @@ impl Usage {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn views_parse_and_expose_fields_as_documented() {
-        let fields: Vec<(bool, bool, bool)> = View::ALL
-            .iter()
-            .map(|v| (v.has_choice(), v.has_probabilities(), v.has_confidence()))
-            .collect();
-        assert_eq!(
-            fields,
-            vec![
-                (false, false, false),
-                (true, false, false),
-                (true, false, true),
-                (true, true, false),
-                (true, true, true),
-            ]
-        );
-        for view in View::ALL {
-            assert_eq!(View::parse(view.as_str()), Some(view));
-        }
-        assert_eq!(View::parse("everything"), None);
-    }
-
-    /// A contract of two WCPQ questions over other labels (codebooks built into `dir`) and a
-    /// box question.
-    fn wcpq_contract(dir: &std::path::Path) -> std::sync::Arc<Contract> {
-        let mut text =
-            "[providers.p]\nkind = \"simulated\"\n[contracts.c]\nprovider = \"p\"\n".to_string();
-        for (id, labels) in [
-            ("q4", &["A", "B", "C", "D"][..]),
-            ("r4", &["W", "X", "Y", "Z"][..]),
-        ] {
-            let classes: Vec<String> = labels.iter().map(|l| l.to_string()).collect();
-            let spec = Spec::standard(classes.clone()).unwrap();
-            let built = crate::codebook::build(&classes, 10, &spec, &[], "test".into()).unwrap();
-            std::fs::write(
-                dir.join(format!("{id}.json")),
-                built.codebook.to_json_bytes(),
-            )
-            .unwrap();
-            text.push_str(&format!(
-                "[contracts.c.questions.{id}]\nclasses = {classes:?}\nview = \"full_native\"\n\
-                 mechanism = {{ kind = \"wcpq\", codebook = \"{id}.json\", fallback = \"native\" }}\n\
-                 workflows = {{ preset = \"tuple-bench\" }}\n"
-            ));
-        }
-        text.push_str("[contracts.c.questions.b]\ntype = \"box\"\nview = \"full_native\"\n");
-        let inputs = crate::config::Inputs {
-            env: None,
-            files: &|path| std::fs::read(path),
-            codebooks: true,
-        };
-        let config = crate::config::Config::from_toml_with(&text, "test", dir, inputs).unwrap();
-        config.contract("c").unwrap().clone()
-    }
-
-    #[test]
-    fn a_derived_release_passes_the_rules_of_a_configured_one() {
-        use crate::mechanism::ConfidenceSource;
-        let dir = tempfile::tempdir().unwrap();
-        let contract = wcpq_contract(dir.path());
-        // The audit's no_output reference and a box-compatible baseline derive.
-        let reference = contract.with_release(View::NoOutput, None).unwrap();
-        assert!(
-            reference
-                .questions()
-                .values()
-                .all(|r| r.view() == View::NoOutput)
-        );
-        let quantize = Mechanism::Quantize {
-            step: 0.1,
-            confidence: ConfidenceSource::Derived,
-        };
-        assert!(
-            contract
-                .with_release(View::FullNative, Some(&quantize))
-                .is_ok()
-        );
-        // A candidate no configuration could hold is refused, naming the question.
-        let top_k = Mechanism::TopK {
-            k: 2,
-            confidence: ConfidenceSource::Derived,
-        };
-        let error = contract
-            .with_release(View::FullNative, Some(&top_k))
-            .unwrap_err();
-        assert_eq!(
-            (error.contract.as_str(), error.question.as_str()),
-            ("c", "b")
-        );
-        let error = contract
-            .with_release(View::ChoiceConfidence, None)
-            .unwrap_err();
-        assert_eq!(error.question, "b", "{error}");
-        let fine = Mechanism::Quantize {
-            step: 0.1234567891,
-            confidence: ConfidenceSource::Native,
-        };
-        let error = contract
-            .derive(|id, _| Rerelease {
-                view: None,
-                mechanism: (id == "q4").then(|| fine.clone()),
-            })
-            .unwrap_err();
-        assert!(error.reason.contains("step"), "{error}");
-        // One question's WCPQ mapper on another question: refused.
-        let other = contract.questions()["r4"].mechanism().clone();
-        let error = contract
-            .derive(|id, _| Rerelease {
-                view: None,
-                mechanism: (id == "q4").then(|| other.clone()),
-            })
-            .unwrap_err();
-        assert_eq!(error.question, "q4");
-        assert!(error.reason.contains("workflows"), "{error}");
-        // Each question keeps its own otherwise: deriving nothing changes nothing.
-        let same = contract.derive(|_, _| Rerelease::default()).unwrap();
-        assert_eq!(
-            crate::certificate::contract_release(&same),
-            crate::certificate::contract_release(&contract)
-        );
-    }
-}
+mod tests;
 
 #[cfg(test)]
 mod provider_tests;
