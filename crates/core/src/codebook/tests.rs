@@ -1,4 +1,6 @@
 use super::*;
+use std::cmp::Ordering;
+
 use crate::workflow::{CostBase, Family, Posterior, Profile};
 use learn::Response;
 
