@@ -129,6 +129,9 @@ pub struct QuestionRule {
     /// from `classes` and `question`, which nothing changes once a contract is built
     /// (`Contract::with_release` changes views and mechanisms only).
     pub(crate) pinned_upstream: PinnedUpstream,
+    /// The mechanism's WCPQ codewords as released answers, each written once on its
+    /// first release (`release::Codewords`); empty in a clone.
+    pub(crate) codewords: crate::release::Codewords,
 }
 
 /// A question's upstream form and score legend, built once (see `QuestionRule`).

@@ -89,7 +89,7 @@ pub struct Context<'a> {
     pub rng: &'a mut Rng,
     /// Serializes a candidate exactly as it will be sent (view, withholding,
     /// shape) and reads it back as the recipient does.
-    pub roundtrip: &'a dyn Fn(&workflow::Release) -> Option<workflow::Release>,
+    pub roundtrip: &'a dyn crate::wcpq::RoundTrip,
     /// The native answer as the recipient would read it had it gone out
     /// unchanged: WCPQ's D, with the availability that will be released
     /// (computed on demand; `None` if it cannot be read back).

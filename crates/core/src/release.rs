@@ -15,6 +15,7 @@
 
 mod answer;
 pub mod bounding;
+mod codewords;
 mod form;
 pub mod shape;
 mod usage;
@@ -26,6 +27,7 @@ use serde_json::Value;
 #[cfg(any(test, feature = "test-support"))]
 pub use self::answer::roundtrip;
 pub use self::answer::{coarsen, read_released, release_answer};
+pub use self::codewords::Codewords;
 pub use self::form::{Form, Observed};
 use self::usage::release_usage;
 use crate::contract::{Contract, View};

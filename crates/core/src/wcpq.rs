@@ -63,6 +63,33 @@ pub enum Reason {
     },
 }
 
+/// A codeword the mapper hands to the round trip: the release it would send, and which
+/// codeword it is (its stage and its index in that stage's codebook), by which a caller
+/// may keep the codeword's encoding instead of writing it again.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate<'r> {
+    /// D's choice and availability, with the codeword's values.
+    pub release: &'r Release,
+    /// The stage whose codebook holds the codeword.
+    pub stage: Stage,
+    /// The codeword's index in that codebook.
+    pub index: usize,
+}
+
+/// The serialization round trip the mapper checks every codeword with: serializes a
+/// candidate exactly as it will be sent and reads it back as the recipient does (`None`
+/// if that fails). Any `Fn(&Release) -> Option<Release>` is one.
+pub trait RoundTrip {
+    /// The candidate as the recipient reads it back.
+    fn roundtrip(&self, candidate: Candidate<'_>) -> Option<Release>;
+}
+
+impl<F: Fn(&Release) -> Option<Release>> RoundTrip for F {
+    fn roundtrip(&self, candidate: Candidate<'_>) -> Option<Release> {
+        self(candidate.release)
+    }
+}
+
 /// Which stage of a codebook covered an answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -223,6 +250,14 @@ impl Mapper {
     /// The admissibility rule.
     pub fn admissibility(&self) -> Admissibility {
         self.admissibility
+    }
+
+    /// The stage this mapper's own codebook covers answers at.
+    pub fn stage(&self) -> Stage {
+        match self.admissibility {
+            Admissibility::Strict => Stage::Strict,
+            Admissibility::Budget(_) => Stage::Compact,
+        }
     }
 
     /// σ(D) of a native answer as it would be released (fields the contract drops must already

@@ -70,6 +70,7 @@ pub(crate) fn build_question(
         mechanism: mechanisms.next().unwrap_or_default(),
         workflows,
         pinned_upstream: Default::default(),
+        codewords: Default::default(),
     });
     let rule = checked(key, rule?, problems)?;
     let others: Vec<Mechanism> = mechanisms.collect();
@@ -361,6 +362,7 @@ fn build_box_question(
         mechanism,
         workflows: None,
         pinned_upstream: Default::default(),
+        codewords: Default::default(),
     });
     checked(key, rule?, problems)
 }

@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::{AnswerRecord, Evaluation, Form, Options, shape};
 use crate::contract::{Coarsening, QuestionRule, Shape};
 use crate::mechanism::{self, ClassVector, Context, Released};
+use crate::wcpq::{Candidate, RoundTrip};
 use crate::wire::json::Json;
 use crate::wire::{self, Asked, AskedQuestion, Invalid, Node};
 use crate::workflow;
@@ -89,7 +90,7 @@ fn native_reading(form: &Form<'_>, vector: &ClassVector) -> Option<workflow::Rel
 /// Applies the rule's mechanism to `vector`, recording in `last_encoded` the last
 /// candidate the WCPQ mapper round-tripped.
 fn apply_mechanism<'a>(
-    rule: &QuestionRule,
+    rule: &'a QuestionRule,
     form: &Form<'a>,
     vector: &ClassVector,
     asked: &Asked,
@@ -99,11 +100,10 @@ fn apply_mechanism<'a>(
     let question = form.question;
     let state = || asked.state();
     let identity = || identity_bytes(&question.id, asked.upstream());
-    let roundtrip = |candidate: &workflow::Release| {
-        let (released, value) = encode_candidate(form, candidate);
-        let back = value.as_ref().and_then(|value| read_encoded(form, value));
-        last_encoded.replace(Some((candidate.choice, released, value)));
-        back
+    let roundtrip = Roundtrip {
+        rule,
+        form,
+        last_encoded,
     };
     let native = || native_reading(form, vector);
     let tie_order = tie_order(vector.probabilities.len());
@@ -118,6 +118,40 @@ fn apply_mechanism<'a>(
         labels: rule.released_labels(),
     };
     rule.mechanism.apply(vector, &mut context)
+}
+
+/// The WCPQ mapper's round trip of one answer: each candidate encoded and read back (a
+/// codeword's kept encoding, `Codewords`, where it has one), the last one recorded in
+/// `last_encoded` with its encoding.
+struct Roundtrip<'r, 'a> {
+    rule: &'a QuestionRule,
+    form: &'r Form<'a>,
+    last_encoded: &'r LastEncoded<'a>,
+}
+
+impl RoundTrip for Roundtrip<'_, '_> {
+    fn roundtrip(&self, candidate: Candidate<'_>) -> Option<workflow::Release> {
+        let rule = self.rule;
+        let encode = || encode_candidate(self.form, candidate.release);
+        let kept = rule
+            .codewords
+            .get(&rule.mechanism, self.form, candidate, encode);
+        if let Some(entry) = kept {
+            self.last_encoded.replace(Some((
+                candidate.release.choice,
+                entry.released.clone(),
+                Some(Json::Written(&entry.written)),
+            )));
+            return entry.back.clone();
+        }
+        let (released, value) = encode_candidate(self.form, candidate.release);
+        let back = value
+            .as_ref()
+            .and_then(|value| read_encoded(self.form, value));
+        self.last_encoded
+            .replace(Some((candidate.release.choice, released, value)));
+        back
+    }
 }
 
 /// Ties follow the contract's class order (a choice question's options go upstream in

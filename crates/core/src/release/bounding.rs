@@ -162,6 +162,7 @@ mod tests {
             mechanism,
             workflows: None,
             pinned_upstream: Default::default(),
+            codewords: Default::default(),
         }
     }
 

@@ -5,7 +5,9 @@ use serde_json::Value;
 
 #[cfg(test)]
 use super::argmax_set;
-use super::{Admissibility, MAX_ROUNDTRIP_MISMATCHES, Mapper, Outcome, Reason, Stage};
+use super::{
+    Admissibility, Candidate, MAX_ROUNDTRIP_MISMATCHES, Mapper, Outcome, Reason, RoundTrip,
+};
 use crate::workflow::{Plan, Release, Signature, SignatureScratch};
 
 impl Mapper {
@@ -14,12 +16,7 @@ impl Mapper {
     /// it and parses it back through the consumer path (None if that fails). A learned
     /// codebook's mapper that finds no admissible compact codeword maps D against its strict
     /// stage before giving up: bounded mappings never fall back to native first.
-    pub fn map(
-        &self,
-        native: &Release,
-        state: &Value,
-        roundtrip: &dyn Fn(&Release) -> Option<Release>,
-    ) -> Outcome {
+    pub fn map(&self, native: &Release, state: &Value, roundtrip: &dyn RoundTrip) -> Outcome {
         match (self.map_own(native, state, roundtrip), &self.strict_stage) {
             (Outcome::Fallback(Reason::InvalidNative(error)), _) => {
                 Outcome::Fallback(Reason::InvalidNative(error))
@@ -30,12 +27,7 @@ impl Mapper {
     }
 
     /// Maps one answer with this mapper's own codebook and rule (no second stage).
-    fn map_own(
-        &self,
-        native: &Release,
-        state: &Value,
-        roundtrip: &dyn Fn(&Release) -> Option<Release>,
-    ) -> Outcome {
+    fn map_own(&self, native: &Release, state: &Value, roundtrip: &dyn RoundTrip) -> Outcome {
         if let Err(e) = self.spec.check_release(native) {
             return Outcome::Fallback(Reason::InvalidNative(e));
         }
@@ -84,7 +76,7 @@ impl Mapper {
         native: &Release,
         target: &Signature,
         public: &[f64],
-        roundtrip: &dyn Fn(&Release) -> Option<Release>,
+        roundtrip: &dyn RoundTrip,
     ) -> Outcome {
         let codewords = self.codebook.codewords();
         let mut z = native.clone();
@@ -116,7 +108,7 @@ impl Mapper {
         candidates: &[u32],
         native: &Release,
         public: &[f64],
-        roundtrip: &dyn Fn(&Release) -> Option<Release>,
+        roundtrip: &dyn RoundTrip,
     ) -> Outcome {
         let native_plans = self.spec.plans_with_public(native, public);
         let within = |plans: &[Plan]| self.spec.within_budget(&native_plans, plans, alpha);
@@ -164,7 +156,7 @@ impl Mapper {
         native_plans: &[Plan],
         alpha: f64,
         public: &[f64],
-        roundtrip: &dyn Fn(&Release) -> Option<Release>,
+        roundtrip: &dyn RoundTrip,
     ) -> Outcome {
         self.first_read_back(admissible, native, roundtrip, |_, _, back| {
             back.choice == native.choice
@@ -183,7 +175,7 @@ impl Mapper {
         &self,
         native: &Release,
         state: &Value,
-        roundtrip: &dyn Fn(&Release) -> Option<Release>,
+        roundtrip: &dyn RoundTrip,
     ) -> Outcome {
         if let Err(e) = self.spec.check_release(native) {
             return Outcome::Fallback(Reason::InvalidNative(e));
@@ -247,7 +239,7 @@ impl Mapper {
         native: &Release,
         target: &Signature,
         public: &[f64],
-        roundtrip: &dyn Fn(&Release) -> Option<Release>,
+        roundtrip: &dyn RoundTrip,
         same: Option<&[u64]>,
     ) -> Outcome {
         self.first_read_back(admissible, native, roundtrip, |index, release, back| {
@@ -267,7 +259,7 @@ impl Mapper {
         &self,
         admissible: impl Iterator<Item = usize>,
         native: &Release,
-        roundtrip: &dyn Fn(&Release) -> Option<Release>,
+        roundtrip: &dyn RoundTrip,
         accepts: impl Fn(usize, &Release, &Release) -> bool,
     ) -> Outcome {
         let mut mismatches = 0u32;
@@ -275,15 +267,17 @@ impl Mapper {
             let Some(release) = self.candidate(native, index) else {
                 continue;
             };
-            match roundtrip(&release) {
+            let candidate = Candidate {
+                release: &release,
+                stage: self.stage(),
+                index,
+            };
+            match roundtrip.roundtrip(candidate) {
                 Some(back) if accepts(index, &release, &back) => {
                     return Outcome::Covered {
                         release,
                         codeword_index: index,
-                        stage: match self.admissibility {
-                            Admissibility::Strict => Stage::Strict,
-                            Admissibility::Budget(_) => Stage::Compact,
-                        },
+                        stage: self.stage(),
                     };
                 }
                 _ => {

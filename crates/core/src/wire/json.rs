@@ -24,6 +24,7 @@ use object::INDEXED_FROM;
 pub use object::Object;
 #[cfg(test)]
 use object::same_key;
+pub use written::Written;
 
 /// What the release path reads of a JSON document: implemented by `serde_json::Value`
 /// and by [`Json`], with the same meaning for both.
@@ -92,7 +93,7 @@ impl Number {
 }
 
 /// A JSON document whose strings borrow from its source where they can.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum Json<'a> {
     Null,
     Bool(bool),
@@ -100,6 +101,8 @@ pub enum Json<'a> {
     String(Cow<'a, str>),
     Array(Vec<Json<'a>>),
     Object(Object<'a>),
+    /// A value kept written (`Written`): read as its value, written as its bytes.
+    Written(&'a Written),
 }
 
 impl<'a> Json<'a> {
@@ -154,9 +157,18 @@ impl<'a> Json<'a> {
         serde_json::from_slice(bytes)
     }
 
+    /// The value read: a [`Json::Written`]'s value, anything else itself.
+    #[inline]
+    pub fn resolved(&self) -> &Json<'a> {
+        match self {
+            Json::Written(written) => written.value(),
+            json => json,
+        }
+    }
+
     /// The object, if this is one.
     pub fn as_object(&self) -> Option<&Object<'a>> {
-        match self {
+        match self.resolved() {
             Json::Object(object) => Some(object),
             _ => None,
         }
@@ -164,7 +176,7 @@ impl<'a> Json<'a> {
 
     /// The elements, if this is an array.
     pub fn as_array(&self) -> Option<&[Json<'a>]> {
-        match self {
+        match self.resolved() {
             Json::Array(items) => Some(items),
             _ => None,
         }
@@ -258,6 +270,23 @@ impl<'a> Json<'a> {
                     .map(|(k, v)| (k.to_string(), v.to_value()))
                     .collect(),
             ),
+            Json::Written(written) => written.value().to_value(),
+        }
+    }
+}
+
+/// Equal values are equal however they are held: a [`Json::Written`] is compared by the
+/// value its bytes read back as.
+impl PartialEq for Json<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        match (self.resolved(), other.resolved()) {
+            (Json::Null, Json::Null) => true,
+            (Json::Bool(a), Json::Bool(b)) => a == b,
+            (Json::Number(a), Json::Number(b)) => a == b,
+            (Json::String(a), Json::String(b)) => a == b,
+            (Json::Array(a), Json::Array(b)) => a == b,
+            (Json::Object(a), Json::Object(b)) => a == b,
+            _ => false,
         }
     }
 }
@@ -270,25 +299,25 @@ impl Node for Json<'_> {
         self.as_object().map(Object::len)
     }
     fn text(&self) -> Option<&str> {
-        match self {
+        match self.resolved() {
             Json::String(s) => Some(s),
             _ => None,
         }
     }
     fn number(&self) -> Option<f64> {
-        match self {
+        match self.resolved() {
             Json::Number(n) => Some(n.as_f64()),
             _ => None,
         }
     }
     fn unsigned(&self) -> Option<u64> {
-        match self {
+        match self.resolved() {
             Json::Number(Number::Unsigned(n)) => Some(*n),
             _ => None,
         }
     }
     fn is_null(&self) -> bool {
-        matches!(self, Json::Null)
+        matches!(self.resolved(), Json::Null)
     }
 }
 
@@ -390,6 +419,7 @@ mod object;
 pub(crate) mod read;
 pub(in crate::wire) mod scan;
 pub mod write;
+mod written;
 
 #[cfg(test)]
 mod tests;

@@ -59,6 +59,7 @@ impl Document for Json<'_> {
             Json::String(text) => write_str(text, out),
             Json::Array(items) => write_array(items, out),
             Json::Object(object) => write_object(object.iter(), out),
+            Json::Written(written) => out.extend_from_slice(written.bytes()),
         }
     }
 }
