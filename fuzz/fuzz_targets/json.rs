@@ -8,13 +8,15 @@
 //! object is found by `Node::member` (small and indexed objects alike). The writer
 //! (`wire::json::write`) writes exactly serde_json's bytes, and they read back to the
 //! same value. A top-level member's bytes as sent (`Json::parse_with_member`, how `state`
-//! goes upstream) read back to that member's value.
+//! goes upstream) read back to that member's value. A request read against known
+//! `questions` values (`Json::parse_request`) stands in `{}` for its `questions` only
+//! where that value's bytes are exactly a known one, and is otherwise the skimmed reading.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use releasegate_core::fuzzing::read_own;
-use releasegate_core::wire::json::write;
+use releasegate_core::wire::json::{QuestionsAt, write};
 use releasegate_core::wire::{Json, Node};
 use serde_json::Value;
 
@@ -92,6 +94,47 @@ fuzz_target!(|bytes: &[u8]| {
                 skimmed == stood_in || skimmed == reference,
                 "member {key:?} skimmed: {skimmed:?}"
             );
+        }
+    }
+
+    // A request against known `questions` values: with none, the skimmed reading, and
+    // where the value was read, its bytes; with known candidates cut from the input at the
+    // value's place (shorter, exact, longer), a stand-in exactly for the value's own bytes.
+    let (request, state, questions) = Json::parse_request(bytes, &[]).expect("parses again");
+    let (skimmed, skimmed_state) = Json::parse_skimming(bytes, "state").expect("parses again");
+    assert_eq!(request.to_value(), skimmed.to_value(), "parse_request without known");
+    assert_eq!(state, skimmed_state);
+    if let Some(QuestionsAt::Read(span)) = questions {
+        let own = &bytes[span.clone()];
+        let value = serde_json::from_slice::<Value>(own).expect("the value's bytes parse");
+        assert_eq!(Some(&value), reference.get("questions"), "questions as read");
+        let mut stood_in = request.to_value();
+        if let Some(value) = stood_in.get_mut("questions") {
+            *value = Value::Object(Default::default());
+        }
+        for end in [span.start + 1, span.end - 1, span.end, span.end + 1, bytes.len()] {
+            let Some(candidate) = bytes.get(span.start..end.max(span.start)) else {
+                continue;
+            };
+            let known = [candidate];
+            let (document, known_state, at) =
+                Json::parse_request(bytes, &known).expect("parses again");
+            assert_eq!(known_state, state, "state with a known candidate");
+            if at == Some(QuestionsAt::Known(0)) {
+                // The value's own bytes (a candidate may carry the whitespace after them).
+                assert_eq!(candidate.trim_ascii_end(), own, "a stand-in for other bytes");
+                assert_eq!(document.to_value(), stood_in, "the stood-in document");
+            } else {
+                // Read as without a candidate, or whole where a candidate that is not a
+                // whole value (only the fuzzer makes one) stood at the place and the
+                // reading after it failed.
+                let document = document.to_value();
+                assert!(
+                    document == request.to_value() || document == reference,
+                    "a document read: {document:?}"
+                );
+                assert!(candidate != own || !own.starts_with(b"{"), "own bytes not known");
+            }
         }
     }
 

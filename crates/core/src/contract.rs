@@ -56,6 +56,9 @@ pub struct Contract {
     /// in order): each WCPQ question with that provider's codebook, all else the same.
     /// Empty when every provider's answers are released alike (and in a variant).
     pub(crate) variants: Vec<std::sync::Arc<Contract>>,
+    /// The `questions` values each recipient sent that this contract passed
+    /// (`wire::check_bytes`); empty in a clone.
+    pub(crate) known_questions: crate::wire::KnownRooms,
 }
 
 /// A System One request header a contract may let through (`forward_headers`), from a

@@ -12,12 +12,14 @@ pub use answer::{
     parse_answer, parse_box, sum_tolerance,
 };
 pub use json::{Json, Node};
+pub use known::{KnownQuestions, KnownRooms};
 pub use request::RequestError;
 pub use schema::{SchemaIssue, json_invalid};
 
 mod answer;
 pub mod assets;
 pub mod json;
+mod known;
 pub mod provider;
 pub mod questions;
 mod request;
@@ -102,7 +104,7 @@ impl Kind {
 /// absent (`Pinned`). The upstream body is rebuilt from scratch: the model (pinned or the
 /// caller's), `state` and `assets` as sent, and each question as its contract states it.
 pub fn check_request(body: &Value, contract: &Contract) -> Result<Asked, RequestError> {
-    let checked = check_body(&Json::from_value(body), contract)?;
+    let checked = check_body(&Json::from_value(body), contract, None)?;
     let state = body.get("state");
     let asked = checked.into_asked(state.map(json::write::to_vec), body.get("assets").cloned());
     if let Some(state) = state {
@@ -129,12 +131,61 @@ pub fn check_sent(
     state: Option<&[u8]>,
     contract: &Contract,
 ) -> Result<Asked, RequestError> {
-    let checked = check_body(body, contract)?;
+    let checked = check_body(body, contract, None)?;
+    Ok(with_content(checked, body, state))
+}
+
+/// A request read from its bytes and checked as [`check_sent`] reads and checks it,
+/// against the `questions` values its room (`room`: its recipient) sent before and the
+/// contract passed ([`KnownRooms`]): a request whose `questions` value is byte for byte
+/// one of them is not read or checked again, and one that passes is kept for the room.
+/// A request without a room is read and checked whole, and nothing of it is kept.
+/// Like the real API (FastAPI), a body that is not JSON is a `json_invalid` schema issue.
+pub fn check_bytes(
+    bytes: &[u8],
+    contract: &Contract,
+    room: Option<&str>,
+) -> Result<Asked, RequestError> {
+    let kept = room.map_or_else(Vec::new, |room| contract.known_questions.sets(room));
+    let known: Vec<&[u8]> = kept.iter().map(|set| set.bytes()).collect();
+    let (body, state, questions) = Json::parse_request(bytes, &known).map_err(|error| {
+        let reason = error.to_string();
+        // serde_json appends " at line L column C"; the location goes into `loc`.
+        let reason = reason.split(" at line ").next().unwrap_or("invalid JSON");
+        RequestError::Schema(vec![json_invalid(
+            bytes,
+            error.line(),
+            error.column(),
+            reason,
+        )])
+    })?;
+    let (found, read) = match questions {
+        Some(json::QuestionsAt::Known(index)) => (kept.get(index).map(|set| &**set), None),
+        Some(json::QuestionsAt::Read(span)) => (None, bytes.get(span)),
+        None => (None, None),
+    };
+    let checked = check_body(&body, contract, found)?;
+    if let (Some(read), Some(room)) = (read, room) {
+        contract.known_questions.keep(
+            room,
+            KnownQuestions {
+                bytes: read.into(),
+                questions: checked.questions.clone(),
+                upstream_questions: checked.upstream_questions.clone(),
+            },
+        );
+    }
+    Ok(with_content(checked, &body, state))
+}
+
+/// The checked request with the caller's `state` (its bytes as sent where given, else
+/// as written) and `assets`.
+fn with_content(checked: Checked, body: &Json<'_>, state: Option<&[u8]>) -> Asked {
     let state = match state {
         Some(sent) => body.member("state").map(|_| sent.to_vec()),
         None => body.member("state").map(json::write::to_vec),
     };
-    Ok(checked.into_asked(state, body.member("assets").map(Json::to_value)))
+    checked.into_asked(state, body.member("assets").map(Json::to_value))
 }
 
 /// A request that passed every check, before the caller's content joins it.
@@ -163,8 +214,14 @@ impl Checked {
     }
 }
 
-fn check_body(body: &Json<'_>, contract: &Contract) -> Result<Checked, RequestError> {
-    let issues = schema::json_schema_issues(body);
+/// The checks of a request body; with `known`, its `questions` is a stand-in for that
+/// value, checked before: its questions are taken as they were.
+fn check_body(
+    body: &Json<'_>,
+    contract: &Contract,
+    known: Option<&KnownQuestions>,
+) -> Result<Checked, RequestError> {
+    let issues = schema::json_schema_issues(body, known.is_some());
     if !issues.is_empty() {
         return Err(RequestError::Schema(issues));
     }
@@ -179,6 +236,15 @@ fn check_body(body: &Json<'_>, contract: &Contract) -> Result<Checked, RequestEr
         return Err(refuse(format!(
             "`model` must be a plain model id: 1 to {MAX_MODEL_ID_LEN} ASCII letters, digits and `. _ : / -`, a letter or digit first"
         )));
+    }
+    let upstream_model = contract.model.clone().unwrap_or_else(|| model.clone());
+    if let Some(known) = known {
+        return Ok(Checked {
+            upstream_model,
+            model,
+            questions: known.questions.clone(),
+            upstream_questions: known.upstream_questions.clone(),
+        });
     }
     let questions = body
         .member("questions")
@@ -199,7 +265,7 @@ fn check_body(body: &Json<'_>, contract: &Contract) -> Result<Checked, RequestEr
         upstream_questions.push((id.to_string(), upstream));
     }
     Ok(Checked {
-        upstream_model: contract.model.clone().unwrap_or_else(|| model.clone()),
+        upstream_model,
         model,
         questions: asked,
         upstream_questions,

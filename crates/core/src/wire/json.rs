@@ -24,6 +24,7 @@ use object::INDEXED_FROM;
 pub use object::Object;
 #[cfg(test)]
 use object::same_key;
+pub use read::QuestionsAt;
 pub use written::Written;
 
 /// What the release path reads of a JSON document: implemented by `serde_json::Value`
@@ -92,6 +93,10 @@ impl Number {
     }
 }
 
+/// A request as [`Json::parse_request`] reads it: the document, its `state` as sent, and
+/// where its `questions` value was found.
+pub type ReadRequest<'a> = (Json<'a>, Option<&'a [u8]>, Option<QuestionsAt>);
+
 /// A JSON document whose strings borrow from its source where they can.
 #[derive(Debug, Clone)]
 pub enum Json<'a> {
@@ -148,6 +153,26 @@ impl<'a> Json<'a> {
         match read::document_skimming(bytes, member) {
             Some((json, span)) => Ok((json, span.and_then(|span| bytes.get(span)))),
             None => Json::parse_with_member(bytes, member),
+        }
+    }
+
+    /// A request: [`Json::parse_skimming`] of its `state`, and where its top-level
+    /// `questions` value is byte for byte one of `known` (whole JSON objects), that
+    /// value stood in for by `{}` and its index given instead of read
+    /// ([`QuestionsAt::Known`]); otherwise the value's bytes ([`QuestionsAt::Read`]).
+    /// Where the one-pass reader gives up or an object repeats a key, the document is
+    /// [`Json::parse_with_member`]'s and nothing is said of `questions`.
+    pub fn parse_request(
+        bytes: &'a [u8],
+        known: &'a [&'a [u8]],
+    ) -> serde_json::Result<ReadRequest<'a>> {
+        match read::document_request(bytes, known) {
+            Some((json, span, questions)) => {
+                Ok((json, span.and_then(|span| bytes.get(span)), questions))
+            }
+            None => {
+                Json::parse_with_member(bytes, "state").map(|(json, state)| (json, state, None))
+            }
         }
     }
 

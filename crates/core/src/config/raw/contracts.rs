@@ -59,6 +59,7 @@ pub(super) fn validate_contract(
         }
     }
     Contract {
+        known_questions: Default::default(),
         name,
         providers,
         failover,

@@ -56,6 +56,35 @@ pub(crate) fn document_skimming<'a>(
     (!repeated).then_some((value, span))
 }
 
+/// Where a request's top-level `questions` value was found by
+/// [`document_request`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuestionsAt {
+    /// Its bytes are exactly `known[i]`'s: the document holds `{}` in its place.
+    Known(usize),
+    /// Read into the document, from these bytes.
+    Read(Range<usize>),
+}
+
+/// [`document_skimming`] of a request's `state`, and its `questions`: where a value of
+/// `known` (each a whole JSON object the caller read before) stands at the place of the
+/// top-level `questions` value, byte for byte, that value is those bytes (reading is
+/// deterministic, and an object ends where its bytes end), so it is neither read nor
+/// built: the document holds `{}` in its place and the index of the value is given.
+/// Otherwise `questions` is read into the document as any member, and its bytes are
+/// given. `None` where [`document_skimming`] gives none (a repeated key included).
+pub(crate) fn document_request<'a>(
+    bytes: &'a [u8],
+    known: &'a [&'a [u8]],
+) -> Option<(Json<'a>, Option<Range<usize>>, Option<QuestionsAt>)> {
+    let text = simdutf8::basic::from_utf8(bytes).ok()?;
+    let mut reader = Reader::new(text, Some("state"), true);
+    reader.known = Some(known);
+    let value = reader.value(0)?;
+    reader.skip_whitespace();
+    (reader.at == bytes.len() && !reader.repeated).then_some((value, reader.span, reader.questions))
+}
+
 /// One reading: the document, where `member`'s value lies, and whether an object
 /// repeated a key (or, skimming, might have).
 fn read<'a>(
@@ -69,16 +98,7 @@ fn read<'a>(
     // The same check as `std::str::from_utf8` (valid UTF-8 or nothing), with vector
     // instructions: a long `state` of accented text is several times faster to check.
     let text = simdutf8::basic::from_utf8(bytes).ok()?;
-    let mut reader = Reader {
-        text,
-        bytes: text.as_bytes(),
-        at: 0,
-        member,
-        span: None,
-        repeated: false,
-        skim,
-        keys: Vec::new(),
-    };
+    let mut reader = Reader::new(text, member, skim);
     let value = reader.value(0)?;
     reader.skip_whitespace();
     (reader.at == bytes.len()).then_some((value, reader.span, reader.repeated))
@@ -98,9 +118,50 @@ struct Reader<'a> {
     skim: bool,
     /// The keys of the skimmed objects being read, innermost last.
     keys: Vec<&'a str>,
+    /// A request's known `questions` values (`document_request`): `None` when the
+    /// `questions` member is read as any other.
+    known: Option<&'a [&'a [u8]]>,
+    /// Where the top-level `questions` value was found (with `known` only).
+    questions: Option<QuestionsAt>,
 }
 
 impl<'a> Reader<'a> {
+    fn new(text: &'a str, member: Option<&'static str>, skim: bool) -> Reader<'a> {
+        Reader {
+            text,
+            bytes: text.as_bytes(),
+            at: 0,
+            member,
+            span: None,
+            repeated: false,
+            skim,
+            keys: Vec::new(),
+            known: None,
+            questions: None,
+        }
+    }
+
+    /// A request's top-level `questions` value into `out` (`document_request`): stood in
+    /// for by `{}` when its bytes are a known value's, else read.
+    fn questions_into(&mut self, depth: usize, known: &[&[u8]], out: &mut Json<'a>) -> Option<()> {
+        let start = self.at;
+        let rest = self.bytes.get(start..)?;
+        let found = known
+            .iter()
+            .position(|value| value.first() == Some(&b'{') && rest.starts_with(value));
+        match found {
+            Some(index) => {
+                self.at += known[index].len();
+                Json::put(out, Json::Object(Object::default()));
+                self.questions = Some(QuestionsAt::Known(index));
+            }
+            None => {
+                self.value_into(depth, out)?;
+                self.questions = Some(QuestionsAt::Read(start..self.at));
+            }
+        }
+        Some(())
+    }
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.at).copied()
     }
@@ -198,8 +259,11 @@ impl<'a> Reader<'a> {
             self.skip_whitespace();
             let start = self.at;
             let members = object.len();
+            let known = self.known.filter(|_| depth == 1 && key == "questions");
             if wanted && self.skim {
                 self.skim_into(depth, object.slot(key))?;
+            } else if let Some(known) = known {
+                self.questions_into(depth, known, object.slot(key))?;
             } else {
                 self.value_into(depth, object.slot(key))?;
             }

@@ -120,9 +120,8 @@ pub(super) async fn answer(
     let server = &state.inner.server;
     let hold = state.inner.budget.hold();
     let (bytes, bytes_held, parts) = read_request(headers, body, server, &hold, trail).await?;
-    let (request, sent_state) = parse_request(&bytes)?;
-    let mut asked = wire::check_sent(&request, sent_state, contract)?;
-    drop(request);
+    // Checked against the question sets this recipient sent before (`wire::KnownRooms`).
+    let mut asked = wire::check_bytes(&bytes, contract, trail.recipient.as_deref())?;
     // The caller's JSON is no longer read: only its parts (images) stay.
     drop(bytes);
     hold.release(bytes_held);
@@ -233,23 +232,6 @@ async fn read_request(
     Ok(match received {
         body::Received::Json(bytes, held) => (bytes, held, Default::default()),
         body::Received::Multipart(parts) => (parts.request, parts.request_held, parts.others),
-    })
-}
-
-/// The request as JSON, and its `state` as sent (`Json::parse_skimming`: the document holds
-/// only an empty stand-in of the state where its bytes are given). Like the real
-/// API (FastAPI), a body that is not JSON is a 422 `json_invalid`.
-fn parse_request(bytes: &[u8]) -> Result<(wire::Json<'_>, Option<&[u8]>), wire::RequestError> {
-    wire::Json::parse_skimming(bytes, "state").map_err(|error| {
-        let reason = error.to_string();
-        // serde_json appends " at line L column C"; the location goes into `loc`.
-        let reason = reason.split(" at line ").next().unwrap_or("invalid JSON");
-        wire::RequestError::Schema(vec![wire::json_invalid(
-            bytes,
-            error.line(),
-            error.column(),
-            reason,
-        )])
     })
 }
 
