@@ -11,13 +11,15 @@ pub use answer::{
     BoxAnswer, BoxEdges, Invalid, MAX_MODEL_ID_LEN, argmax, is_calendar_date, is_model_id,
     parse_answer, parse_box, sum_tolerance,
 };
+pub use canonical::{canonical_json, same_json};
 pub use json::{Json, Node};
-pub use known::{KnownQuestions, KnownRooms};
+pub use known::{KnownQuestions, KnownRooms, check_bytes};
 pub use request::RequestError;
 pub use schema::{SchemaIssue, json_invalid};
 
 mod answer;
 pub mod assets;
+mod canonical;
 pub mod json;
 mod known;
 pub mod provider;
@@ -133,49 +135,6 @@ pub fn check_sent(
 ) -> Result<Asked, RequestError> {
     let checked = check_body(body, contract, None)?;
     Ok(with_content(checked, body, state))
-}
-
-/// A request read from its bytes and checked as [`check_sent`] reads and checks it,
-/// against the `questions` values its room (`room`: its recipient) sent before and the
-/// contract passed ([`KnownRooms`]): a request whose `questions` value is byte for byte
-/// one of them is not read or checked again, and one that passes is kept for the room.
-/// A request without a room is read and checked whole, and nothing of it is kept.
-/// Like the real API (FastAPI), a body that is not JSON is a `json_invalid` schema issue.
-pub fn check_bytes(
-    bytes: &[u8],
-    contract: &Contract,
-    room: Option<&str>,
-) -> Result<Asked, RequestError> {
-    let kept = room.map_or_else(Vec::new, |room| contract.known_questions.sets(room));
-    let known: Vec<&[u8]> = kept.iter().map(|set| set.bytes()).collect();
-    let (body, state, questions) = Json::parse_request(bytes, &known).map_err(|error| {
-        let reason = error.to_string();
-        // serde_json appends " at line L column C"; the location goes into `loc`.
-        let reason = reason.split(" at line ").next().unwrap_or("invalid JSON");
-        RequestError::Schema(vec![json_invalid(
-            bytes,
-            error.line(),
-            error.column(),
-            reason,
-        )])
-    })?;
-    let (found, read) = match questions {
-        Some(json::QuestionsAt::Known(index)) => (kept.get(index).map(|set| &**set), None),
-        Some(json::QuestionsAt::Read(span)) => (None, bytes.get(span)),
-        None => (None, None),
-    };
-    let checked = check_body(&body, contract, found)?;
-    if let (Some(read), Some(room)) = (read, room) {
-        contract.known_questions.keep(
-            room,
-            KnownQuestions {
-                bytes: read.into(),
-                questions: checked.questions.clone(),
-                upstream_questions: checked.upstream_questions.clone(),
-            },
-        );
-    }
-    Ok(with_content(checked, &body, state))
 }
 
 /// The checked request with the caller's `state` (its bytes as sent where given, else
@@ -472,67 +431,6 @@ fn upstream_question(kind: Kind, classes: &[String], text: Text) -> Value {
         }
     }
     Value::Object(out)
-}
-
-/// Whether two JSON values are the same value: compared in canonical form (object key
-/// order, whitespace and number spelling do not matter).
-pub fn same_json(a: &Value, b: &Value) -> bool {
-    let (mut x, mut y) = (Vec::new(), Vec::new());
-    canonical_json(a, &mut x);
-    canonical_json(b, &mut y);
-    x == y
-}
-
-/// Canonical JSON: object keys sorted by their UTF-8 bytes, no whitespace, strings
-/// escaped by serde_json, integral numbers within ±2^53 written as integers (`1.0`
-/// and `1e0` are `1`, `-0.0` is `0`), other numbers in Rust's shortest round-trip form.
-pub fn canonical_json(value: &Value, out: &mut Vec<u8>) {
-    match value {
-        Value::Null => out.extend_from_slice(b"null"),
-        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-        Value::Number(n) => {
-            let text = if let Some(u) = n.as_u64() {
-                u.to_string()
-            } else if let Some(i) = n.as_i64() {
-                i.to_string()
-            } else {
-                let f = n.as_f64().unwrap_or(0.0);
-                if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 {
-                    (f as i64).to_string()
-                } else {
-                    f.to_string()
-                }
-            };
-            out.extend_from_slice(text.as_bytes());
-        }
-        Value::String(s) => {
-            out.extend(serde_json::to_vec(s).unwrap_or_default());
-        }
-        Value::Array(items) => {
-            out.push(b'[');
-            for (index, item) in items.iter().enumerate() {
-                if index > 0 {
-                    out.push(b',');
-                }
-                canonical_json(item, out);
-            }
-            out.push(b']');
-        }
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push(b'{');
-            for (index, (key, item)) in entries.into_iter().enumerate() {
-                if index > 0 {
-                    out.push(b',');
-                }
-                out.extend(serde_json::to_vec(key).unwrap_or_default());
-                out.push(b':');
-                canonical_json(item, out);
-            }
-            out.push(b'}');
-        }
-    }
 }
 
 /// Whether `classes` are the levels `"0".."N-1"` in some order (a score question's classes).

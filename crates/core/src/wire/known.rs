@@ -14,7 +14,54 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::{AskedQuestion, UpstreamQuestion};
+use super::{
+    Asked, AskedQuestion, Json, RequestError, UpstreamQuestion, check_body, json, json_invalid,
+    with_content,
+};
+use crate::contract::Contract;
+
+/// A request read from its bytes and checked as [`check_sent`](super::check_sent) reads and checks it,
+/// against the `questions` values its room (`room`: its recipient) sent before and the
+/// contract passed ([`KnownRooms`]): a request whose `questions` value is byte for byte
+/// one of them is not read or checked again, and one that passes is kept for the room.
+/// A request without a room is read and checked whole, and nothing of it is kept.
+/// Like the real API (FastAPI), a body that is not JSON is a `json_invalid` schema issue.
+pub fn check_bytes(
+    bytes: &[u8],
+    contract: &Contract,
+    room: Option<&str>,
+) -> Result<Asked, RequestError> {
+    let kept = room.map_or_else(Vec::new, |room| contract.known_questions.sets(room));
+    let known: Vec<&[u8]> = kept.iter().map(|set| set.bytes()).collect();
+    let (body, state, questions) = Json::parse_request(bytes, &known).map_err(|error| {
+        let reason = error.to_string();
+        // serde_json appends " at line L column C"; the location goes into `loc`.
+        let reason = reason.split(" at line ").next().unwrap_or("invalid JSON");
+        RequestError::Schema(vec![json_invalid(
+            bytes,
+            error.line(),
+            error.column(),
+            reason,
+        )])
+    })?;
+    let (found, read) = match questions {
+        Some(json::QuestionsAt::Known(index)) => (kept.get(index).map(|set| &**set), None),
+        Some(json::QuestionsAt::Read(span)) => (None, bytes.get(span)),
+        None => (None, None),
+    };
+    let checked = check_body(&body, contract, found)?;
+    if let (Some(read), Some(room)) = (read, room) {
+        contract.known_questions.keep(
+            room,
+            KnownQuestions {
+                bytes: read.into(),
+                questions: checked.questions.clone(),
+                upstream_questions: checked.upstream_questions.clone(),
+            },
+        );
+    }
+    Ok(with_content(checked, &body, state))
+}
 
 /// Question sets a room keeps (the oldest is replaced first).
 pub(super) const ROOM_SETS: usize = 4;

@@ -57,7 +57,7 @@ pub(crate) fn document_skimming<'a>(
 }
 
 /// Where a request's top-level `questions` value was found by
-/// [`document_request`].
+/// [`Json::parse_request`](super::Json::parse_request).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum QuestionsAt {
     /// Its bytes are exactly `known[i]`'s: the document holds `{}` in its place.
