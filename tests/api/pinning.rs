@@ -472,3 +472,63 @@ async fn post_state(app: &crate::helpers::TestApp, state: &str) -> reqwest::Resp
     app.post_raw(body.into_bytes(), &[("authorization", &auth)])
         .await
 }
+
+/// A recipient's `questions` value the contract passed is not checked again when it
+/// comes back byte for byte (`wire::KnownRooms`): the same question goes upstream, the
+/// request's other members are still checked, and any other bytes are checked whole.
+#[tokio::test]
+async fn questions_sent_again_go_upstream_as_the_first_and_other_bytes_are_checked() {
+    let app = spawn("full_native", "").await;
+    let auth = format!("Bearer {CLIENT_KEY}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+    ];
+    let questions = r#"{"cause":{"type":"choice","criteria":{"A":null,"B":"b","C":null,"D":null}},"urgent":{"type":"noul"}}"#;
+    let body = |model: &str, questions: &str| {
+        format!(r#"{{"model":{model},"state":{{"ticket":"t"}},"questions":{questions}}}"#)
+            .into_bytes()
+    };
+    let mut sent = Vec::new();
+    for _ in 0..3 {
+        let response = app
+            .post_raw(body(r#""jev-latest""#, questions), &headers)
+            .await;
+        assert_eq!(response.status(), 200);
+        sent.push(app.upstream.last().body);
+    }
+    assert!(sent.windows(2).all(|pair| pair[0] == pair[1]));
+    let upstream: Value = serde_json::from_slice(&sent[0]).unwrap();
+    assert_eq!(upstream["questions"]["cause"]["instructions"], "Why?");
+
+    // The same questions with a model the contract refuses: still refused.
+    let response = app.post_raw(body(r#""""#, questions), &headers).await;
+    assert_eq!(response.status(), 400);
+    // The kept bytes with one more question, another label's text, or a repeated
+    // `questions` member: each read and checked whole.
+    let longer = format!(
+        r#"{},"level":{{"type":"score","criteria":["low","mid","high"]}}}}"#,
+        &questions[..questions.len() - 1]
+    );
+    let response = app
+        .post_raw(body(r#""jev-latest""#, &longer), &headers)
+        .await;
+    assert_eq!(response.status(), 200, "{longer}");
+    let upstream: Value = serde_json::from_slice(&app.upstream.last().body).unwrap();
+    assert_eq!(
+        upstream["questions"].as_object().unwrap().len(),
+        3,
+        "{longer}"
+    );
+    let relabelled = questions.replace(r#""B":"b""#, r#""B":"SECRET""#);
+    let response = app
+        .post_raw(body(r#""jev-latest""#, &relabelled), &headers)
+        .await;
+    assert_eq!(response.status(), 400);
+    let repeated = format!(
+        r#"{{"model":"jev-latest","state":{{"ticket":"t"}},"questions":{questions},"questions":{}}}"#,
+        relabelled
+    );
+    let response = app.post_raw(repeated.into_bytes(), &headers).await;
+    assert_eq!(response.status(), 400);
+}
