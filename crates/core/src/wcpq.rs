@@ -16,6 +16,8 @@ use foldhash::fast::FixedState;
 
 mod map;
 
+pub(crate) use map::same_bits;
+
 use crate::codebook::{self, Codebook};
 use crate::workflow::{InvalidRelease, Plan, Release, Spec};
 

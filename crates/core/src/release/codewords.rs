@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use super::form::Form;
 use crate::contract::Shape;
 use crate::mechanism::{Mechanism, Released};
-use crate::wcpq::{Candidate, Stage};
+use crate::wcpq::{Candidate, Stage, same_bits};
 use crate::wire::json::Written;
 use crate::wire::{Json, Kind};
 use crate::workflow::Release;
@@ -124,18 +124,4 @@ fn codeword_count(mechanism: &Mechanism, stage: Stage) -> Option<usize> {
             .filter(|strict| strict.stage() == stage)?
     };
     Some(mapper.codebook().codewords().len())
-}
-
-/// Whether two candidates are the same bit for bit.
-fn same_bits(a: &Release, b: &Release) -> bool {
-    let bits = |p: Option<f64>| p.map(f64::to_bits);
-    a.choice == b.choice
-        && bits(a.confidence) == bits(b.confidence)
-        && match (&a.probabilities, &b.probabilities) {
-            (None, None) => true,
-            (Some(x), Some(y)) => {
-                x.len() == y.len() && x.iter().zip(y).all(|(u, v)| u.to_bits() == v.to_bits())
-            }
-            _ => false,
-        }
 }

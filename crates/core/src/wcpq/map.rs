@@ -297,7 +297,7 @@ impl Mapper {
 }
 
 /// Whether two releases are the same bit for bit (`-0.0` and `0.0` differ).
-fn same_bits(a: &Release, b: &Release) -> bool {
+pub(crate) fn same_bits(a: &Release, b: &Release) -> bool {
     let bits = |p: Option<f64>| p.map(f64::to_bits);
     a.choice == b.choice
         && bits(a.confidence) == bits(b.confidence)
