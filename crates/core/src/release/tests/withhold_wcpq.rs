@@ -23,6 +23,12 @@ struct Case {
 }
 
 fn case(fine_count: usize, seed: u64) -> Case {
+    case_with(fine_count, seed, false)
+}
+
+/// [`case`]; with `learned`, the codebook is one learned for a budget from a few answers
+/// (the grid its strict stage), and the contract bounded by that budget.
+fn case_with(fine_count: usize, seed: u64, learned: bool) -> Case {
     let mut rng = Rng::new(seed);
     let fine: Vec<String> = (0..fine_count).map(|i| format!("F{i}")).collect();
     let coarse_count = 2 + rng.below(fine_count.min(4) - 1);
@@ -108,9 +114,40 @@ fn case(fine_count: usize, seed: u64) -> Case {
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("codebook.json");
-    std::fs::write(&path, built.codebook.to_json_bytes()).unwrap();
+    let (bytes, admissibility) = if learned {
+        let labels = rule.released_labels().len();
+        let responses: Vec<codebook::Response> = (0..24)
+            .map(|i| {
+                let raw: Vec<f64> = (0..labels).map(|_| rng.uniform() + 1e-3).collect();
+                let sum: f64 = raw.iter().sum();
+                let p: Vec<f64> = raw.iter().map(|x| x / sum).collect();
+                codebook::Response {
+                    pair_id: format!("p{i}"),
+                    native: crate::workflow::Release {
+                        choice: wire::argmax(&p),
+                        probabilities: Some(p),
+                        confidence: Some(rng.uniform()),
+                    },
+                    public: Vec::new(),
+                }
+            })
+            .collect();
+        let alpha = [0.05, 0.1, 0.3][rng.below(3)];
+        let settings = codebook::Settings::new(alpha, 8);
+        // A budget no codeword meets for these answers learns nothing: the grid then.
+        match codebook::learn(&built.codebook, &spec, &responses, &[], &settings) {
+            Ok((codebook, _)) => (
+                codebook.to_json_bytes(),
+                format!(", admissibility = {{ budget = {alpha} }}"),
+            ),
+            Err(_) => (built.codebook.to_json_bytes(), String::new()),
+        }
+    } else {
+        (built.codebook.to_json_bytes(), String::new())
+    };
+    std::fs::write(&path, bytes).unwrap();
     let mechanism = format!(
-        "mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"{fallback}\", confidence = \"{confidence}\" }}",
+        "mechanism = {{ kind = \"wcpq\", codebook = \"{}\", fallback = \"{fallback}\", confidence = \"{confidence}\"{admissibility} }}",
         path.display()
     );
     let contract = Config::from_toml(&text(&mechanism)).unwrap().contracts["c"].clone();
@@ -245,4 +282,38 @@ proptest! {
     ) {
         check(fine_count, seed)?;
     }
+}
+
+/// A learned codebook's covered answers (its compact stage, then its strict stage) go out
+/// as the same bytes whether their codewords' answers are kept or written afresh.
+#[test]
+fn a_learned_codebooks_kept_answers_go_out_as_written_afresh() {
+    let mut stages = std::collections::BTreeSet::new();
+    for seed in 0..16 {
+        let case = case_with(3 + (seed as usize % 4), seed, true);
+        let asked = check_request(&case.request, &case.contract).unwrap();
+        let mut unkept = Contract::clone(&case.contract);
+        for rule in unkept.questions.values_mut() {
+            rule.codewords = Codewords::unkept();
+        }
+        let mut answers = Rng::new(seed ^ 0x1ea4);
+        let natives: Vec<Value> = (0..16).map(|_| native(&case.fine, &mut answers)).collect();
+        for native in natives.iter().chain(&natives) {
+            let (mut one, mut two) = (Rng::new(0), Rng::new(0));
+            let options = |rng| Options {
+                rng,
+                evaluate: true,
+            };
+            let kept = release(&case.contract, &asked, native, &mut options(&mut one)).unwrap();
+            let fresh = release(&unkept, &asked, native, &mut options(&mut two)).unwrap();
+            assert_eq!(kept.to_bytes(), fresh.to_bytes(), "seed {seed}");
+            assert_eq!(kept.answers[0].mechanism, fresh.answers[0].mechanism);
+            assert_eq!(kept.answers[0].evaluation, fresh.answers[0].evaluation);
+            if let mechanism::Outcome::Covered { stage, .. } = kept.answers[0].mechanism {
+                stages.insert(stage);
+            }
+        }
+    }
+    // Both stages covered answers.
+    assert_eq!(stages.len(), 2, "{stages:?}");
 }
