@@ -6,20 +6,19 @@
 //! form; `config` builds it from the raw file and `release` applies it.
 
 use std::collections::BTreeMap;
-use std::fmt;
-
-use serde::Deserialize;
-use serde_json::Value;
 
 use crate::mechanism::Mechanism;
-use crate::wire::Kind;
-use crate::workflow::Spec;
 
+mod fields;
 mod policy;
 mod routing;
+mod rule;
 
+pub use fields::{Shape, Usage, View};
 pub use policy::{Field, Hidden, KeepField, LeakagePolicy, PublicField, PublicKind};
 pub use routing::{CacheScope, CacheSpec, CacheStore, DEFAULT_FAILOVER_ON, Failover};
+use rule::not_certifiable_because;
+pub use rule::{Coarsening, Pinned, QuestionRule};
 
 /// A validated release contract.
 #[derive(Debug, Clone)]
@@ -107,138 +106,6 @@ impl ForwardHeader {
     /// surrounding blanks); any other value is not forwarded.
     pub fn is_on(value: &[u8]) -> bool {
         value.trim_ascii().eq_ignore_ascii_case(b"true")
-    }
-}
-
-/// How one question's answers are released.
-#[derive(Debug, Clone)]
-pub struct QuestionRule {
-    /// The canonical class order: probabilities are aligned to it by class id.
-    pub(crate) classes: Vec<String>,
-    /// The question as the contract asks it upstream.
-    pub(crate) question: Pinned,
-    /// Which prediction fields go out.
-    pub(crate) view: View,
-    /// Optional fine-to-coarse relabelling, applied before anything else.
-    pub(crate) coarsen: Option<Coarsening>,
-    /// Released labels whose selection withholds every other probability and the confidence.
-    pub(crate) withhold: Vec<bool>,
-    /// The mechanism that rewrites the probability and confidence fields.
-    pub(crate) mechanism: Mechanism,
-    /// The recipient's frozen downstream workflows over the released labels, when declared.
-    pub(crate) workflows: Option<Spec>,
-    /// The question as it goes upstream with the contract's own text, and its score
-    /// legend: the same for every request, built on first use (`wire::check_request`)
-    /// from `classes` and `question`, which nothing changes once a contract is built
-    /// (`Contract::with_release` changes views and mechanisms only).
-    pub(crate) pinned_upstream: PinnedUpstream,
-    /// The mechanism's WCPQ codewords as released answers, each written once on its
-    /// first release (`release::Codewords`); empty in a clone.
-    pub(crate) codewords: crate::release::Codewords,
-}
-
-/// A question's upstream form and score legend, built once (see `QuestionRule`).
-pub(crate) type PinnedUpstream = std::sync::OnceLock<(
-    std::sync::Arc<crate::wire::UpstreamQuestion>,
-    Option<std::sync::Arc<serde_json::Map<String, Value>>>,
-)>;
-
-/// The question a contract asks: its type and its text. The proxy sends exactly this
-/// upstream, whatever the caller wrote (`wire::check_request`): the model reads the text,
-/// so whoever writes it decides what each label means. A request may leave the text out
-/// or send the same text; any other text is refused, unless `caller_text` lets the
-/// caller's through (an explicit risk: such a question is not certifiable).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Pinned {
-    /// The question type (`type`, or what the classes imply).
-    pub kind: Kind,
-    /// `instructions` (System One content: a string, an object or an array).
-    pub instructions: Option<Value>,
-    /// One description per class in `classes` order; `None`: interpreted by its name alone.
-    pub descriptions: Vec<Option<Value>>,
-    /// The caller's instructions and descriptions go upstream instead of the contract's.
-    pub caller_text: bool,
-}
-
-/// A fine-to-coarse relabelling of a question's classes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Coarsening {
-    /// The released (coarse) labels, in order of first appearance in the canonical order.
-    pub labels: Vec<String>,
-    /// For each canonical class index, the index of its released label.
-    pub map: Vec<usize>,
-}
-
-/// Whether token usage goes out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Usage {
-    /// Forward `usage.input_tokens` and `usage.output_tokens`.
-    Keep,
-    /// Release `usage` with both counts 0: schema-complete, and nothing of the input size
-    /// (token counts reveal it).
-    Drop,
-    /// Forward `usage.input_tokens` (a function of what went upstream: the contract's
-    /// question and the caller's state and assets) and release `output_tokens` as 0: the
-    /// output count follows what the model wrote (the fine label it chose, say), which a
-    /// coarsening, withholding or mechanism exists to hide.
-    Input,
-}
-
-/// How released answers are shaped.
-///
-/// The official clients require every field of an answer's type (choice:
-/// `choice`, `probabilities`, `confidence`; score: `score`, `legend`,
-/// `probabilities`, `confidence`; noul: `noul`) and accept an answer that is
-/// absent from `answers`. The complete shape satisfies them without
-/// releasing more: each required field the view does not release is filled
-/// with a deterministic function of the fields it does release
-/// (`release::shape`), and an answer without a prediction is left out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Shape {
-    /// Every required field; fills for the fields the view does not release.
-    #[default]
-    Complete,
-    /// Only the fields the view releases (clients that validate the schema reject it).
-    Minimal,
-}
-
-/// The fields of an answer a recipient receives (what the view *releases*;
-/// the complete shape adds fills computed from them, see `release::shape`).
-///
-/// | view | choice answers | score answers | noul answers |
-/// |---|---|---|---|
-/// | `no_output` | nothing | nothing | nothing |
-/// | `choice` | `choice` | `score` = selected level, `legend` | `noul` = 0 or 1 (selected outcome) |
-/// | `choice_confidence` | + `confidence` | + `confidence` | as `choice` (noul has no confidence) |
-/// | `full_probabilities` | `choice`, `probabilities` | `score` = Σ level·p, `legend`, `probabilities` | `noul` = P(true) |
-/// | `full_native` | + `confidence` | + `confidence` | as `full_probabilities` |
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum View {
-    /// No prediction field.
-    NoOutput,
-    /// The selected class only.
-    Choice,
-    /// The selected class and the confidence.
-    ChoiceConfidence,
-    /// The selected class and the probabilities.
-    FullProbabilities,
-    /// Everything the provider sent: class, probabilities and confidence.
-    FullNative,
-}
-
-/// Why a question's releases cannot be certified, if they cannot.
-fn not_certifiable_because(rule: &QuestionRule) -> Option<&'static str> {
-    if rule.question.caller_text {
-        Some("the caller writes its text: caller_text")
-    } else if rule.question.kind == crate::wire::Kind::Box {
-        Some(
-            "a box question: the audit does not read box answers, so what they reveal is not measured",
-        )
-    } else {
-        None
     }
 }
 
@@ -593,160 +460,6 @@ impl Contract {
         self.questions
             .values()
             .any(|rule| rule.mechanism.is_heavy())
-    }
-}
-
-// === impl QuestionRule ===
-
-impl QuestionRule {
-    /// The canonical class order: probabilities are aligned to it by class id.
-    pub fn classes(&self) -> &[String] {
-        &self.classes
-    }
-
-    /// The question as the contract asks it upstream.
-    pub fn question(&self) -> &Pinned {
-        &self.question
-    }
-
-    /// Which prediction fields go out.
-    pub fn view(&self) -> View {
-        self.view
-    }
-
-    /// Optional fine-to-coarse relabelling, applied before anything else.
-    pub fn coarsen(&self) -> Option<&Coarsening> {
-        self.coarsen.as_ref()
-    }
-
-    /// Released labels whose selection withholds every other probability and the confidence.
-    pub fn withhold(&self) -> &[bool] {
-        &self.withhold
-    }
-
-    /// The mechanism that rewrites the probability and confidence fields.
-    pub fn mechanism(&self) -> &Mechanism {
-        &self.mechanism
-    }
-
-    /// The recipient's frozen downstream workflows over the released labels, when declared.
-    pub fn workflows(&self) -> Option<&Spec> {
-        self.workflows.as_ref()
-    }
-
-    /// Whether answers under this rule carry `field` (before any WCPQ fallback).
-    pub fn releases(&self, field: Field) -> bool {
-        match field {
-            Field::Choice => self.view.has_choice(),
-            Field::Probabilities => self.view.has_probabilities(),
-            Field::Confidence => self.view.has_confidence() && !self.mechanism.drops_confidence(),
-        }
-    }
-
-    /// The labels answers are released under (coarse labels when coarsened).
-    pub fn released_labels(&self) -> &[String] {
-        match &self.coarsen {
-            Some(coarsening) => &coarsening.labels,
-            None => &self.classes,
-        }
-    }
-}
-
-// === impl View ===
-
-impl View {
-    /// Every view, in order of increasing disclosure.
-    pub const ALL: [View; 5] = [
-        View::NoOutput,
-        View::Choice,
-        View::ChoiceConfidence,
-        View::FullProbabilities,
-        View::FullNative,
-    ];
-
-    /// The view's configuration name (also its metrics label).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            View::NoOutput => "no_output",
-            View::Choice => "choice",
-            View::ChoiceConfidence => "choice_confidence",
-            View::FullProbabilities => "full_probabilities",
-            View::FullNative => "full_native",
-        }
-    }
-
-    /// Parses a view name.
-    pub fn parse(name: &str) -> Option<View> {
-        View::ALL.into_iter().find(|view| view.as_str() == name)
-    }
-
-    /// Whether the selected class goes out.
-    pub fn has_choice(self) -> bool {
-        self != View::NoOutput
-    }
-
-    /// Whether the probabilities go out.
-    pub fn has_probabilities(self) -> bool {
-        matches!(self, View::FullProbabilities | View::FullNative)
-    }
-
-    /// Whether the confidence goes out.
-    pub fn has_confidence(self) -> bool {
-        matches!(self, View::ChoiceConfidence | View::FullNative)
-    }
-}
-
-impl fmt::Display for View {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-// === impl Shape ===
-
-impl Shape {
-    /// The shape's configuration name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Shape::Complete => "complete",
-            Shape::Minimal => "minimal",
-        }
-    }
-
-    /// Parses a shape name.
-    pub fn parse(name: &str) -> Option<Shape> {
-        [Shape::Complete, Shape::Minimal]
-            .into_iter()
-            .find(|shape| shape.as_str() == name)
-    }
-}
-
-impl fmt::Display for Shape {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-// === impl Usage ===
-
-impl Usage {
-    /// Whether both token counts go out as received.
-    pub fn keeps(self) -> bool {
-        self == Usage::Keep
-    }
-
-    /// Whether the provider's `input_tokens` goes out (`keep` and `input`).
-    pub fn keeps_input(self) -> bool {
-        matches!(self, Usage::Keep | Usage::Input)
-    }
-
-    /// The configuration's name of this setting.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Usage::Keep => "keep",
-            Usage::Drop => "drop",
-            Usage::Input => "input",
-        }
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::*;
 use crate::config::{Config, Inputs};
 use crate::mechanism::ConfidenceSource;
+use crate::workflow::Spec;
 
 const CLASSES: [&str; 4] = ["A", "B", "C", "D"];
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::workflow::Spec;
 
 #[test]
 fn views_parse_and_expose_fields_as_documented() {
