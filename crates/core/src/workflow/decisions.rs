@@ -2,7 +2,7 @@
 //! costs one pass over precomputed values per policy, bit for bit as each policy decides
 //! alone ([`Policy::decide`]).
 
-use super::cost::{Family, Policy};
+use super::cost::{CostBase, Family, Policy};
 use super::plan::{Plan, RunnerUp, idx, lowest, near, pick_min};
 
 /// What every policy of one posterior shares, computed once per posterior: deciding a
@@ -49,25 +49,44 @@ impl Decisions {
         if n == 0 || self.miss.len() != n {
             return policy.decide(q);
         }
-        if let Family::Asymmetric = policy.family {
-            // Up to eight classes, a version of the matrix products for each class count:
-            // their loops have a known length, unrolled and without bounds checks (the
-            // loops of any length took about 340 instructions a plan for four classes).
-            let fixed = match n {
-                2 => asymmetric_fixed::<2>(policy, q),
-                3 => asymmetric_fixed::<3>(policy, q),
-                4 => asymmetric_fixed::<4>(policy, q),
-                5 => asymmetric_fixed::<5>(policy, q),
-                6 => asymmetric_fixed::<6>(policy, q),
-                7 => asymmetric_fixed::<7>(policy, q),
-                8 => asymmetric_fixed::<8>(policy, q),
-                _ => None,
-            };
-            if let Some(plan) = fixed {
-                return plan;
+        // Up to eight classes, a version of each family for each class count: its loops
+        // have a known length, unrolled and without bounds checks, and each candidate cost
+        // is computed once (the loops of any length took about 340 instructions a plan
+        // for four classes, asymmetric, and about 210 selective or clarification).
+        let fixed = match n {
+            2 => self.decide_fixed::<2>(policy, q),
+            3 => self.decide_fixed::<3>(policy, q),
+            4 => self.decide_fixed::<4>(policy, q),
+            5 => self.decide_fixed::<5>(policy, q),
+            6 => self.decide_fixed::<6>(policy, q),
+            7 => self.decide_fixed::<7>(policy, q),
+            8 => self.decide_fixed::<8>(policy, q),
+            _ => None,
+        };
+        match fixed {
+            Some(plan) => plan,
+            None => self.decide_any(policy, q),
+        }
+    }
+
+    /// [`Decisions::decide`] for `N` classes; `None` where the loops of any length must
+    /// decide (a matrix not of `N + 1` rows of `N`).
+    #[inline]
+    fn decide_fixed<const N: usize>(&mut self, policy: &Policy, q: &[f64]) -> Option<Plan> {
+        match policy.family {
+            Family::Asymmetric => asymmetric_fixed::<N>(policy, q),
+            Family::Selective => {
+                let miss: &[f64; N] = self.miss.as_slice().try_into().ok()?;
+                Some(selective_fixed(miss, &policy.costs))
+            }
+            Family::Clarification => {
+                self.clarify(q);
+                let miss: &[f64; N] = self.miss.as_slice().try_into().ok()?;
+                let rest: &[f64; N] = self.rest.as_slice().try_into().ok()?;
+                let no: &[u16; N] = self.no.as_slice().try_into().ok()?;
+                Some(clarification_fixed(miss, rest, no, &policy.costs))
             }
         }
-        self.decide_any(policy, q)
     }
 
     /// Fills `no` and `rest` for the current posterior, once.
@@ -168,4 +187,51 @@ fn asymmetric_fixed<const N: usize>(policy: &Policy, q: &[f64]) -> Option<Plan> 
     let min = lowest(costs.iter().copied()).0;
     let pick = costs.iter().position(|&v| near(v, min)).unwrap_or(0);
     Some(Plan::Act { action: idx(pick) })
+}
+
+/// A selective-routing policy's plan for `N` classes, the expressions of
+/// [`Decisions::decide_any`] in the same order: route to `t` at `c_wrong · miss[t]`, then
+/// review at `c_review`; the earliest candidate within tolerance of the least.
+#[inline]
+fn selective_fixed<const N: usize>(miss: &[f64; N], c: &CostBase) -> Plan {
+    let w = c.c_wrong;
+    let routes: [f64; N] = std::array::from_fn(|t| w * miss[t]);
+    let min = lowest(routes.iter().copied()).min_or(c.c_review);
+    match routes.iter().position(|&v| near(v, min)) {
+        Some(t) => Plan::Route { class: idx(t) },
+        None if near(c.c_review, min) => Plan::Review,
+        None => Plan::Route { class: 0 },
+    }
+}
+
+/// A clarification policy's plan for `N` classes, the expressions of
+/// [`Decisions::decide_any`] in the same order: now (the best route) at its
+/// `c_wrong · miss[t*]`, then check `k` at `c_check + c_wrong · rest[k]`.
+#[inline]
+fn clarification_fixed<const N: usize>(
+    miss: &[f64; N],
+    rest: &[f64; N],
+    no: &[u16; N],
+    c: &CostBase,
+) -> Plan {
+    let w = c.c_wrong;
+    let routes: [f64; N] = std::array::from_fn(|t| w * miss[t]);
+    let least = lowest(routes.iter().copied()).0;
+    let best = routes.iter().position(|&v| near(v, least)).unwrap_or(0);
+    let now = routes[best];
+    let checks: [f64; N] = std::array::from_fn(|k| c.c_check + w * rest[k]);
+    let min = lowest(std::iter::once(now).chain(checks.iter().copied())).0;
+    let check = if near(now, min) {
+        None
+    } else {
+        checks.iter().position(|&v| near(v, min))
+    };
+    match check {
+        None => Plan::Now { class: idx(best) },
+        Some(k) => Plan::Check {
+            target: idx(k),
+            yes: idx(k),
+            no: no[k],
+        },
+    }
 }
