@@ -12,6 +12,7 @@
 pub mod auth;
 pub(crate) mod cache;
 pub(crate) mod capture;
+pub(crate) mod clock;
 pub mod collect;
 pub(crate) mod cpus;
 pub mod decisions;

@@ -335,12 +335,13 @@ impl Upstreams {
         post: Post<'_>,
     ) -> Attempt {
         let sent = AtomicBool::new(false);
-        let result = self
+        let (result, took) = self
             .call(provider, recipient, SYSTEMONE_PATH, Some(post), &sent)
             .await;
         Attempt {
             result,
             sent: sent.load(Ordering::Relaxed),
+            took,
         }
     }
 
@@ -358,6 +359,7 @@ impl Upstreams {
             &AtomicBool::new(false),
         )
         .await
+        .0
     }
 
     async fn call(
@@ -367,11 +369,11 @@ impl Upstreams {
         path: &str,
         post: Option<Post<'_>>,
         sent: &AtomicBool,
-    ) -> Result<Reply, Error> {
-        let configured = self
-            .providers
-            .get(provider)
-            .ok_or_else(|| Error::Rejected(format!("provider `{provider}` is not configured")))?;
+    ) -> (Result<Reply, Error>, Duration) {
+        let Some(configured) = self.providers.get(provider) else {
+            let error = Error::Rejected(format!("provider `{provider}` is not configured"));
+            return (Err(error), Duration::ZERO);
+        };
         // The call's one clock reading: its latency and both of its deadlines count from it.
         let started = tokio::time::Instant::now();
         let result = match &configured.upstream {
@@ -389,10 +391,11 @@ impl Upstreams {
                     .await
             }
         };
+        let took = started.elapsed();
         configured
             .latency
             .get_or_init(|| self.metrics.upstream_latency.with_label_values(&[provider]))
-            .observe(started.elapsed().as_secs_f64());
+            .observe(took.as_secs_f64());
         let kind = match &result {
             Err(error) => Some(error.kind()),
             Ok(Reply::Status { status, .. }) => Some(status_kind(*status)),
@@ -404,7 +407,7 @@ impl Upstreams {
                 .with_label_values(&[provider, kind])
                 .inc();
         }
-        result
+        (result, took)
     }
 }
 

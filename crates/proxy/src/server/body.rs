@@ -80,9 +80,12 @@ pub(super) async fn read(
         return Err(Error::TooLarge(limit));
     }
     let deadline = server.body_read_timeout();
-    let (wire, wire_held) = tokio::time::timeout(deadline, read_wire(body, limit, declared, hold))
-        .await
-        .map_err(|_| Error::BodyTimeout(deadline))??;
+    let (wire, wire_held) = tokio::time::timeout_at(
+        crate::clock::coarse_tokio() + deadline,
+        read_wire(body, limit, declared, hold),
+    )
+    .await
+    .map_err(|_| Error::BodyTimeout(deadline))??;
     let encoding = encoding(headers)?;
     let Some(boundary) = boundary else {
         if encoding == Encoding::Identity {

@@ -574,7 +574,8 @@ mod tests {
     #[tokio::test]
     async fn phases_pick_their_deadlines() {
         let limits = limits(10_000, 60_000);
-        let accepted = Instant::now();
+        // The activity reads the coarse clock (`clock`), so the test does too.
+        let accepted = crate::clock::coarse_tokio();
         let activity = Arc::new(Activity::new());
         // A new connection: the head deadline counts from accept, also after the first byte.
         let (first, reason) = activity.deadline(limits).unwrap();
@@ -591,12 +592,12 @@ mod tests {
         activity.received();
         assert_eq!(activity.deadline(limits), None);
         // Kept alive: the idle clock, until the next request's first byte.
-        let ended = Instant::now();
+        let ended = crate::clock::coarse_tokio();
         drop(guard);
         let (idle, reason) = activity.deadline(limits).unwrap();
         assert_eq!(reason, Closed::IdleTimeout);
         assert!(idle >= ended + limits.idle_timeout);
-        let first_byte = Instant::now();
+        let first_byte = crate::clock::coarse_tokio();
         activity.received();
         let (head, reason) = activity.deadline(limits).unwrap();
         assert_eq!(reason, Closed::HeaderTimeout);

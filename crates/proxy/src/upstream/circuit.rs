@@ -197,7 +197,7 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         if self.trial && !self.reported {
-            self.breaker.abandon(Instant::now());
+            self.breaker.abandon(crate::clock::coarse());
         }
     }
 }

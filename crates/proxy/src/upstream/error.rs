@@ -83,6 +83,8 @@ pub(crate) fn status_kind(status: u16) -> &'static str {
 pub(crate) struct Attempt {
     pub(crate) result: Result<Reply, Error>,
     pub(crate) sent: bool,
+    /// How long the call took (the provider's latency as its histogram counts it).
+    pub(crate) took: std::time::Duration,
 }
 
 /// A provider's answer.

@@ -6,7 +6,9 @@
 //! have answered, and been paid. Which provider answered is returned to the caller for the
 //! release, the decision log and the metrics; nothing in the response says it.
 
-use std::time::Instant;
+use std::time::Duration;
+
+use crate::clock;
 
 use releasegate_core::contract::{Contract, Failover};
 
@@ -20,6 +22,8 @@ pub(crate) struct Routed {
     pub(crate) result: Result<Reply, Error>,
     /// The index in `Contract::providers` of the provider that gave `result`.
     pub(crate) provider: Option<usize>,
+    /// The time spent in the providers' calls, all attempts together.
+    pub(crate) waited: Duration,
 }
 
 impl Upstreams {
@@ -28,7 +32,7 @@ impl Upstreams {
     /// none does. The answer cache serves only this provider's entries, so that a hit is
     /// the answer a miss would get (another provider's values, codebooks and usage differ).
     pub(crate) fn first_admitting<'c>(&self, contract: &'c Contract) -> &'c str {
-        let now = Instant::now();
+        let now = clock::coarse();
         let providers = contract.providers();
         providers
             .iter()
@@ -51,8 +55,13 @@ impl Upstreams {
         let routing = &self.metrics.routing;
         let mut last: Option<(usize, Attempt)> = None;
         let mut attempts = 0;
+        let mut waited = Duration::ZERO;
         for (index, provider) in contract.providers().iter().enumerate() {
-            let ticket = match self.breakers.get(provider).map(|b| b.admit(Instant::now())) {
+            let ticket = match self
+                .breakers
+                .get(provider)
+                .map(|b| b.admit(clock::coarse()))
+            {
                 Some(Admit::Refused) => {
                     routing
                         .failovers
@@ -65,8 +74,9 @@ impl Upstreams {
             };
             attempts += 1;
             let attempt = self.attempt(provider, recipient, post).await;
+            waited += attempt.took;
             if let Some(ticket) = ticket {
-                ticket.report(is_failure(&attempt.result), Instant::now());
+                ticket.report(is_failure(&attempt.result), clock::coarse());
             }
             match move_on(contract.failover(), &attempt) {
                 Some(reason) if index + 1 < contract.providers().len() => {
@@ -97,12 +107,14 @@ impl Upstreams {
                 Routed {
                     result: attempt.result,
                     provider: Some(index),
+                    waited,
                 }
             }
             // Every circuit is open: nothing was sent anywhere.
             None => Routed {
                 result: Err(Error::Saturated),
                 provider: None,
+                waited,
             },
         }
     }
@@ -138,7 +150,11 @@ mod tests {
     use super::*;
 
     fn attempt(result: Result<Reply, Error>, sent: bool) -> Attempt {
-        Attempt { result, sent }
+        Attempt {
+            result,
+            sent,
+            took: Duration::ZERO,
+        }
     }
 
     fn status(status: u16) -> Result<Reply, Error> {

@@ -155,7 +155,9 @@ impl Pool {
     ) -> Result<Response, Error> {
         while let Some(idle) = self.take() {
             let mut connection = idle.connection;
-            if idle.since.elapsed() > self.idle_timeout || !connection.is_open() {
+            if crate::clock::coarse().saturating_duration_since(idle.since) > self.idle_timeout
+                || !connection.is_open()
+            {
                 continue;
             }
             sent.store(true, Ordering::Relaxed);

@@ -1,7 +1,6 @@
 //! A remote provider: its URLs, key and concurrency slots, and the exchange itself,
 //! over the loop's own HTTP/1.1 pool (`http://`) or hyper-util's client (`https://`).
 
-use std::io::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
@@ -194,8 +193,9 @@ impl Remote {
             request.extend_from_slice(b"\r\n");
         });
         if post.is_some() {
-            // Writing into a vector cannot fail.
-            let _ = write!(request, "content-length: {length}\r\n");
+            request.extend_from_slice(b"content-length: ");
+            request.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
+            request.extend_from_slice(b"\r\n");
         }
         request.extend_from_slice(b"\r\n");
         let read = |status: u16| {

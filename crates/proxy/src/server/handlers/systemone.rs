@@ -167,12 +167,11 @@ pub(super) async fn answer(
             entry.provider.clone(),
         ),
         None => {
-            let waiting = std::time::Instant::now();
             let routed = live
                 .upstreams
                 .route(contract, trail.recipient.as_deref(), post)
                 .await;
-            trail.upstream_wait = waiting.elapsed();
+            trail.upstream_wait = routed.waited;
             let provider = routed.provider.map_or(contract.provider(), |index| {
                 contract.providers()[index].as_str()
             });

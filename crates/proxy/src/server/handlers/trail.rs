@@ -30,8 +30,8 @@ pub(super) struct Trail {
     pub(super) provider: Option<String>,
     /// The answer cache's part (`hit`, `miss`, `bypass`), when the contract has a cache.
     pub(super) cache: Option<&'static str>,
-    /// How long the request waited for its providers (`releasegate_overhead_seconds` is
-    /// the rest of its time).
+    /// How long the request waited in its providers' calls, every attempt together
+    /// (`releasegate_overhead_seconds` is the rest of its time).
     pub(super) upstream_wait: std::time::Duration,
     /// The request's W3C trace id (for its log lines).
     pub(super) trace_id: Option<TraceId>,

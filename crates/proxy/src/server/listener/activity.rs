@@ -35,7 +35,7 @@ impl Activity {
     pub(super) fn new() -> Activity {
         Activity {
             phase: Mutex::new(Phase::Waiting {
-                since: Instant::now(),
+                since: crate::clock::coarse_tokio(),
                 fresh: true,
             }),
         }
@@ -56,7 +56,11 @@ impl Activity {
         let phase = self.lock();
         if let Phase::Waiting { since, fresh } = *phase {
             // A new connection's head deadline counts from accept.
-            let since = if fresh { since } else { Instant::now() };
+            let since = if fresh {
+                since
+            } else {
+                crate::clock::coarse_tokio()
+            };
             self.set(phase, Phase::Head { since });
         }
     }
@@ -79,7 +83,7 @@ impl Activity {
                 requests: requests - 1,
             },
             _ => Phase::Waiting {
-                since: Instant::now(),
+                since: crate::clock::coarse_tokio(),
                 fresh: false,
             },
         };

@@ -27,7 +27,7 @@
 
 use std::mem::MaybeUninit;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version, header};
@@ -410,7 +410,7 @@ thread_local! {
 
 /// Calls `f` with the current `date` value (an IMF-fixdate, as hyper writes it).
 fn date(f: impl FnOnce(&[u8])) {
-    let now = SystemTime::now();
+    let now = crate::clock::coarse_system();
     let second = now
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_secs());

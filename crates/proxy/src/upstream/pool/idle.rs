@@ -11,6 +11,7 @@ use super::{Connection, MAX_IDLE, Pool};
 #[derive(Debug)]
 pub(super) struct Idle {
     pub(super) connection: Connection,
+    /// On the coarse clock (`clock::coarse`), as every reading compared with it.
     pub(super) since: Instant,
 }
 
@@ -20,7 +21,7 @@ impl Pool {
         let Ok(mut idle) = self.idle.lock() else {
             return;
         };
-        let now = Instant::now();
+        let now = crate::clock::coarse();
         self.drop_expired(&mut idle, now);
         if idle.len() < MAX_IDLE {
             idle.push(Idle {
@@ -44,13 +45,13 @@ impl Pool {
     /// Closes the idle connections older than the idle timeout (dropping one closes it).
     pub(super) fn expire(&self) {
         if let Ok(mut idle) = self.idle.lock() {
-            self.drop_expired(&mut idle, Instant::now());
+            self.drop_expired(&mut idle, crate::clock::coarse());
         }
     }
 
     /// Drops the connections idle longer than the idle timeout at `now`.
     pub(super) fn drop_expired(&self, idle: &mut Vec<Idle>, now: Instant) {
-        idle.retain(|entry| now.duration_since(entry.since) <= self.idle_timeout);
+        idle.retain(|entry| now.saturating_duration_since(entry.since) <= self.idle_timeout);
     }
 
     /// Expires idle connections every half idle timeout until the pool is dropped.
