@@ -80,6 +80,27 @@ impl Routes {
         B: hyper::body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<axum::BoxError>,
     {
+        self.serve_lengths(request, true).await
+    }
+
+    /// [`Routes::serve`] for the plain path, whose writer gives a response without a
+    /// `content-length` the one [`set_content_length`] would give, where it would put it
+    /// (after the other fields; the plain path sets it first where its writer appends a
+    /// `connection` field), so the bytes are the same without the field made and
+    /// stored in the map.
+    pub(super) async fn serve_plain<B>(&self, request: hyper::Request<B>) -> Response
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
+        self.serve_lengths(request, false).await
+    }
+
+    async fn serve_lengths<B>(&self, request: hyper::Request<B>, length: bool) -> Response
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
         match &self.systemone {
             Some(layered) if is_systemone(&request) => {
                 let request = request.map(Body::new);
@@ -88,7 +109,9 @@ impl Routes {
                     Ok(response) => response,
                     Err(never) => match never {},
                 };
-                set_content_length(&mut response);
+                if length {
+                    set_content_length(&mut response);
+                }
                 response
             }
             _ => match self.router.clone().oneshot(request).await {
@@ -107,7 +130,7 @@ fn is_systemone<B>(request: &hyper::Request<B>) -> bool {
 
 /// A `content-length` for a body of known size, as the router's routes set one (hyper
 /// would write the same header; setting it here keeps the two paths' responses equal).
-fn set_content_length(response: &mut Response) {
+pub(super) fn set_content_length(response: &mut Response) {
     if response.headers().contains_key(header::CONTENT_LENGTH) {
         return;
     }

@@ -130,8 +130,14 @@ pub(super) async fn serve(
                 let version = plain.version;
                 let guard = activity.begin_request();
                 let served = async {
-                    let response = routes.serve(request).await;
+                    let mut response = routes.serve_plain(request).await;
                     let draining = *stage.borrow() != Stage::Serving;
+                    // `encode` writes a missing `content-length` after the other fields,
+                    // where `Routes::serve` puts it, unless it appends a `connection`
+                    // field (HTTP/1.0, the drain): then the length goes in first.
+                    if draining || version == Version::HTTP_10 {
+                        super::super::routes::set_content_length(&mut response);
+                    }
                     let (bytes, close) = encode(response, draining, version).await?;
                     stream.write_all(&bytes).await.ok()?;
                     Some(close)
