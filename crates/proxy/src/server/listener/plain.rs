@@ -312,7 +312,7 @@ impl Plain {
     pub(crate) fn request(&self, bytes: &Bytes) -> Option<Request<Body>> {
         let mut headers = HeaderMap::with_capacity(self.fields.len());
         for (name, value) in &self.fields {
-            let name = HeaderName::from_bytes(&bytes[name.clone()]).ok()?;
+            let name = field_name(&bytes[name.clone()])?;
             let value = HeaderValue::from_maybe_shared(bytes.slice(value.clone())).ok()?;
             headers.append(name, value);
         }
@@ -323,6 +323,37 @@ impl Plain {
         *request.headers_mut() = headers;
         Some(request)
     }
+}
+
+/// The names the official clients send on every request (and `connection`), made once:
+/// such a name is matched here, in any case, instead of parsed, and one the
+/// `http` crate does not know (`x-typesafe-*`) is not copied into an allocation of its
+/// own for each request.
+static COMMON_NAMES: [HeaderName; 12] = [
+    header::HOST,
+    header::CONTENT_TYPE,
+    header::CONTENT_LENGTH,
+    header::ACCEPT,
+    header::ACCEPT_ENCODING,
+    header::USER_AGENT,
+    header::AUTHORIZATION,
+    header::CONNECTION,
+    HeaderName::from_static("x-typesafe-sdk"),
+    HeaderName::from_static("x-typesafe-runtime"),
+    HeaderName::from_static("x-typesafe-retry-count"),
+    HeaderName::from_static("traceparent"),
+];
+
+/// A request field's name as `HeaderName::from_bytes` makes it (lower case), `None`
+/// where it refuses it.
+fn field_name(raw: &[u8]) -> Option<HeaderName> {
+    COMMON_NAMES
+        .iter()
+        .find(|name| {
+            name.as_str().len() == raw.len() && raw.eq_ignore_ascii_case(name.as_str().as_bytes())
+        })
+        .cloned()
+        .map_or_else(|| HeaderName::from_bytes(raw).ok(), Some)
 }
 
 /// The response's bytes as hyper writes them to a request of `version`, and whether the

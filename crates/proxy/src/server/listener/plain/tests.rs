@@ -257,3 +257,53 @@ fn connection_options_and_lengths_are_read_as_hyper_reads_them() {
     assert_eq!(content_length(b"1,1"), None);
     assert_eq!(content_length(b"9999999999999"), None);
 }
+
+#[test]
+fn field_names_are_what_the_http_crate_makes_of_them() {
+    let mut names: Vec<Vec<u8>> = COMMON_NAMES
+        .iter()
+        .flat_map(|name| {
+            let lower = name.as_str().as_bytes().to_vec();
+            let upper = lower.to_ascii_uppercase();
+            // Every other letter upper-cased, as `X-TypeSafe-SDK`.
+            let mixed = lower
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    if i % 2 == 0 {
+                        b.to_ascii_uppercase()
+                    } else {
+                        *b
+                    }
+                })
+                .collect();
+            // One byte longer and shorter: not the common name.
+            let longer = [lower.as_slice(), b"x"].concat();
+            let shorter = lower[..lower.len() - 1].to_vec();
+            [lower, upper, mixed, longer, shorter]
+        })
+        .collect();
+    for other in [
+        &b"X-TypeSafe-SDKs"[..],
+        b"x-other",
+        b"Tracestate",
+        b"bad name",
+        b"",
+        b"\xff",
+        b"x_typesafe_sdk",
+    ] {
+        names.push(other.to_vec());
+    }
+    for raw in &names {
+        assert_eq!(
+            field_name(raw),
+            HeaderName::from_bytes(raw).ok(),
+            "{:?}",
+            String::from_utf8_lossy(raw)
+        );
+    }
+    assert_eq!(
+        field_name(b"X-TypeSafe-SDK").unwrap().as_str(),
+        "x-typesafe-sdk"
+    );
+}
