@@ -371,57 +371,83 @@ impl<'a> Reader<'a> {
     /// A number, read as serde_json reads it: an integer without fraction or exponent
     /// is `Unsigned` if it fits `u64`, `Signed` if negative and it fits `i64` (not
     /// `-0`), and everything else a correctly rounded `f64`.
+    ///
+    /// One pass: the digits are gathered into one integer as they are passed (the first
+    /// 19 of them, which always fit `u64`), so that the common short decimal and
+    /// integer need no second look at their bytes.
     fn number(&mut self) -> Option<Number> {
+        let bytes = self.bytes;
         let start = self.at;
-        let negative = self.peek() == Some(b'-');
+        let mut at = start;
+        let negative = bytes.get(at) == Some(&b'-');
         if negative {
-            self.at += 1;
+            at += 1;
         }
-        let digits = self.at;
-        match self.peek()? {
-            b'0' => self.at += 1,
-            b'1'..=b'9' => self.skip_digits(),
+        let mut significand = 0u64;
+        let mut digits = 0usize;
+        match bytes.get(at)? {
+            b'0' => {
+                at += 1;
+                digits = 1;
+            }
+            b'1'..=b'9' => gather(bytes, &mut at, &mut significand, &mut digits),
             _ => return None,
         }
-        let integer_end = self.at;
+        let whole = digits;
+        let integer_end = at;
         let mut integral = true;
-        let mut fraction = integer_end..integer_end;
-        if self.peek() == Some(b'.') {
-            self.at += 1;
-            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+        if bytes.get(at) == Some(&b'.') {
+            at += 1;
+            if !matches!(bytes.get(at), Some(b'0'..=b'9')) {
                 return None;
             }
-            let start = self.at;
-            self.skip_digits();
-            fraction = start..self.at;
+            gather(bytes, &mut at, &mut significand, &mut digits);
             integral = false;
         }
-        if !integral
-            && !matches!(self.peek(), Some(b'e' | b'E'))
-            && let Some(x) = short_decimal(&self.bytes[digits..integer_end], &self.bytes[fraction])
-        {
-            return Some(Number::Float(if negative { -x } else { x }));
-        }
-        if let Some(b'e' | b'E') = self.peek() {
-            self.at += 1;
-            if let Some(b'+' | b'-') = self.peek() {
-                self.at += 1;
+        let exponent = matches!(bytes.get(at), Some(b'e' | b'E'));
+        if !exponent {
+            if !integral && digits <= SHORT_DIGITS {
+                // `digits` decimal digits make an integer below 2⁵³ and ten to the power
+                // of the places is exact: one correctly rounded division gives the double
+                // nearest the decimal, as `str::parse` reads it (the classic fast path).
+                self.at = at;
+                let x = significand as f64 / POWERS[digits - whole];
+                return Some(Number::Float(if negative { -x } else { x }));
             }
-            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+            if integral && digits < GATHERED {
+                self.at = at;
+                if !negative {
+                    return Some(Number::Unsigned(significand));
+                }
+                if significand >= 1 {
+                    // Below 10¹⁹ - 1 < 2⁶³: always an `i64`.
+                    return Some(Number::Signed((significand as i64).wrapping_neg()));
+                }
+            }
+        } else {
+            at += 1;
+            if let Some(b'+' | b'-') = bytes.get(at) {
+                at += 1;
+            }
+            if !matches!(bytes.get(at), Some(b'0'..=b'9')) {
                 return None;
             }
-            self.skip_digits();
+            while let Some(b'0'..=b'9') = bytes.get(at) {
+                at += 1;
+            }
             integral = false;
         }
-        if integral {
-            let mut significand = 0u64;
+        self.at = at;
+        if integral && digits >= GATHERED {
+            // Nineteen digits or more: gathered again, with overflow checked.
+            let mut wide = 0u64;
             let mut fits = true;
-            for &d in &self.bytes[digits..integer_end] {
-                match significand
+            for &d in &bytes[start + usize::from(negative)..integer_end] {
+                match wide
                     .checked_mul(10)
                     .and_then(|n| n.checked_add(u64::from(d - b'0')))
                 {
-                    Some(n) => significand = n,
+                    Some(n) => wide = n,
                     None => {
                         fits = false;
                         break;
@@ -430,39 +456,40 @@ impl<'a> Reader<'a> {
             }
             if fits {
                 if !negative {
-                    return Some(Number::Unsigned(significand));
+                    return Some(Number::Unsigned(wide));
                 }
-                if (1..=1u64 << 63).contains(&significand) {
-                    return Some(Number::Signed((significand as i64).wrapping_neg()));
+                if (1..=1u64 << 63).contains(&wide) {
+                    return Some(Number::Signed((wide as i64).wrapping_neg()));
                 }
             }
         }
-        let token = self.text.get(start..self.at)?;
+        let token = self.text.get(start..at)?;
         let value: f64 = token.parse().ok()?;
         value.is_finite().then_some(Number::Float(value))
     }
-
-    fn skip_digits(&mut self) {
-        while let Some(b'0'..=b'9') = self.peek() {
-            self.at += 1;
-        }
-    }
 }
 
-/// A decimal of at most 15 digits in all (`whole` and `fraction`, ASCII digits), read
-/// exactly as `str::parse` reads it: its digits make an integer below 2⁵³ and ten to
-/// the power of its places is exact, so one correctly rounded division gives the
-/// double nearest to it (the classic fast path of decimal reading).
-fn short_decimal(whole: &[u8], fraction: &[u8]) -> Option<f64> {
-    const POWERS: [f64; 16] = [
-        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-    ];
-    if whole.len() + fraction.len() > 15 {
-        return None;
+/// Most digits of a decimal read by one division (their integer is below 2⁵³).
+const SHORT_DIGITS: usize = 15;
+
+/// Digits gathered into the significand as they are passed: any `GATHERED - 1` decimal
+/// digits fit `u64` (an integer of `GATHERED` digits or more is gathered again, checked).
+const GATHERED: usize = 19;
+
+/// Ten to the powers up to [`SHORT_DIGITS`], each exact.
+const POWERS: [f64; SHORT_DIGITS + 1] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+];
+
+/// Passes the digits at `*at`, adding them to `significand` while fewer than
+/// [`GATHERED`] have been (`digits` counts them all).
+#[inline]
+fn gather(bytes: &[u8], at: &mut usize, significand: &mut u64, digits: &mut usize) {
+    while let Some(&d @ b'0'..=b'9') = bytes.get(*at) {
+        if *digits < GATHERED {
+            *significand = *significand * 10 + u64::from(d - b'0');
+        }
+        *digits += 1;
+        *at += 1;
     }
-    let significand = whole
-        .iter()
-        .chain(fraction)
-        .fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
-    Some(significand as f64 / POWERS[fraction.len()])
 }
