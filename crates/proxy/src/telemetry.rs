@@ -70,9 +70,9 @@ pub fn init(json: bool) {
 #[allow(missing_debug_implementations)]
 pub struct Access<'a> {
     /// The request id (`rg-...`).
-    pub request_id: &'a dyn std::fmt::Display,
-    /// The trace id, when there is one.
-    pub trace_id: Option<&'a dyn std::fmt::Display>,
+    pub request_id: &'a str,
+    /// The trace id (32 hex digits), when there is one.
+    pub trace_id: Option<&'a str>,
     /// The authenticated recipient, when there is one.
     pub recipient: Option<&'a str>,
     /// The route (`systemone`, `models`).
@@ -136,10 +136,10 @@ fn format_access(line: &Access<'_>, json: bool, now: std::time::SystemTime) -> S
         out.push_str("{\"timestamp\":\"");
         timestamp.push_to(&mut out);
         out.push_str("\",\"level\":\"INFO\",\"fields\":{\"message\":\"request\",\"request_id\":");
-        string(&mut out, &line.request_id.to_string());
+        string(&mut out, line.request_id);
         if let Some(trace_id) = line.trace_id {
             out.push_str(",\"trace_id\":");
-            string(&mut out, &trace_id.to_string());
+            string(&mut out, trace_id);
         }
         if let Some(recipient) = line.recipient {
             out.push_str(",\"recipient\":");
@@ -163,9 +163,10 @@ fn format_access(line: &Access<'_>, json: bool, now: std::time::SystemTime) -> S
         out.push_str("  INFO ");
         out.push_str(ACCESS_TARGET);
         out.push_str(": request request_id=");
-        let _ = write!(out, "{}", line.request_id);
+        out.push_str(line.request_id);
         if let Some(trace_id) = line.trace_id {
-            let _ = write!(out, " trace_id={trace_id}");
+            out.push_str(" trace_id=");
+            out.push_str(trace_id);
         }
         if let Some(recipient) = line.recipient {
             out.push_str(" recipient=");
@@ -177,10 +178,35 @@ fn format_access(line: &Access<'_>, json: bool, now: std::time::SystemTime) -> S
         push_debug_str(&mut out, line.contract);
         out.push_str(" status=");
         out.push_str(itoa::Buffer::new().format(line.status));
-        let _ = write!(out, " latency_ms={:?}", line.latency_ms);
+        out.push_str(" latency_ms=");
+        push_debug_f64(&mut out, line.latency_ms);
     }
     out.push('\n');
     out
+}
+
+/// `x` as `{:?}` writes it: through `zmij` where the two write the same text, through
+/// `fmt` elsewhere. Both write the shortest digits that read back to `x`, without an
+/// exponent in this range; of at most 15 significant digits there is only one such
+/// decimal (they are further apart than doubles are), while of 16 or 17 there may be two,
+/// and the two formatters may pick either. The tests below hold them equal.
+fn push_debug_f64(out: &mut String, x: f64) {
+    use std::fmt::Write as _;
+    if x.is_finite() && (1e-3..1e15).contains(&x.abs()) {
+        let mut buffer = zmij::Buffer::new();
+        let text = buffer.format_finite(x);
+        // Significant digits, counted from the first nonzero one (a trailing `.0` counts).
+        let significant = text
+            .bytes()
+            .filter(u8::is_ascii_digit)
+            .skip_while(|&b| b == b'0')
+            .count();
+        if significant <= 15 {
+            out.push_str(text);
+            return;
+        }
+    }
+    let _ = write!(out, "{x:?}");
 }
 
 /// `text` as `{:?}` writes it. Printable ASCII other than `"` and `\\` is the only text
@@ -249,8 +275,36 @@ impl Rfc3339 {
     }
 
     /// Appends the time, laid out as `Display` lays it out, without `fmt`'s machinery
-    /// for the years it can (0 to 9999).
+    /// for the years it can (0 to 9999). The date and time of day up to the second are
+    /// laid out once a second per thread (the access lines of one second share them).
     fn push_to(&self, out: &mut String) {
+        thread_local! {
+            /// The second last laid out, and its `YYYY-MM-DDTHH:MM:SS.`.
+            static SECOND: std::cell::Cell<(u64, [u8; 20])> =
+                const { std::cell::Cell::new((u64::MAX, [0; 20])) };
+        }
+        let since = self
+            .time
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let (second, prefix) = SECOND.get();
+        if second == since.as_secs() {
+            let mut fraction = if self.digits == 3 {
+                since.subsec_millis()
+            } else {
+                since.subsec_micros()
+            };
+            let mut text = [b'0'; 7];
+            for slot in text[..self.digits].iter_mut().rev() {
+                *slot = b'0' + (fraction % 10) as u8;
+                fraction /= 10;
+            }
+            text[self.digits] = b'Z';
+            // ASCII digits and separators only.
+            out.push_str(std::str::from_utf8(&prefix).unwrap_or_default());
+            out.push_str(std::str::from_utf8(&text[..=self.digits]).unwrap_or_default());
+            return;
+        }
         let fields = self.fields();
         if fields[0] > 9999 {
             use std::fmt::Write as _;
@@ -276,6 +330,9 @@ impl Rfc3339 {
         }
         let end = 20 + self.digits;
         text[end] = b'Z';
+        let mut prefix = [0u8; 20];
+        prefix.copy_from_slice(&text[..20]);
+        SECOND.set((since.as_secs(), prefix));
         // ASCII digits and separators only.
         out.push_str(std::str::from_utf8(&text[..=end]).unwrap_or_default());
     }
@@ -688,8 +745,8 @@ mod tests {
         let trace = "0af7651916cd43dd8448eb211c80319c";
         let lines = [
             Access {
-                request_id: &"rg-53f7adbbdfe69a64",
-                trace_id: Some(&trace),
+                request_id: "rg-53f7adbbdfe69a64",
+                trace_id: Some(trace),
                 recipient: Some("load"),
                 route: "systemone",
                 contract: "load",
@@ -697,7 +754,7 @@ mod tests {
                 latency_ms: 0.406221,
             },
             Access {
-                request_id: &"rg-0000000000000001",
+                request_id: "rg-0000000000000001",
                 trace_id: None,
                 recipient: None,
                 route: "models",
@@ -706,8 +763,8 @@ mod tests {
                 latency_ms: 12.0,
             },
             Access {
-                request_id: &"rg-0000000000000002",
-                trace_id: Some(&trace),
+                request_id: "rg-0000000000000002",
+                trace_id: Some(trace),
                 recipient: Some("équipe \"nord\"\u{202e}\n"),
                 route: "systemone",
                 contract: "c\\d",
@@ -743,7 +800,42 @@ mod tests {
         }
     }
 
+    #[test]
+    fn latencies_at_the_ends_of_the_range_are_written_as_debug_writes_them() {
+        let ends = [
+            1e-3,
+            1e-3 - 1e-19,
+            0.0011,
+            0.1,
+            12.0,
+            100.0,
+            123_456.789,
+            1e15,
+            1e15 - 0.125,
+        ];
+        for x in ends.into_iter().flat_map(|x| [x, -x]) {
+            let mut out = String::new();
+            super::push_debug_f64(&mut out, x);
+            assert_eq!(out, format!("{x:?}"));
+        }
+    }
+
     proptest::proptest! {
+        #[test]
+        fn latencies_are_written_as_debug_writes_them(
+            bits in proptest::prelude::any::<u64>(),
+            nanos in 0u64..100_000_000_000_000,
+        ) {
+            // Any double (most outside the range `zmij` writes: through `fmt`), and
+            // latencies as the access line computes them from a duration.
+            let latency = Duration::from_nanos(nanos).as_secs_f64() * 1e3;
+            for x in [f64::from_bits(bits), latency, -latency, latency.round(), 1.0 / latency] {
+                let mut out = String::new();
+                super::push_debug_f64(&mut out, x);
+                proptest::prop_assert_eq!(out, format!("{x:?}"));
+            }
+        }
+
         #[test]
         fn any_name_is_written_as_debug_writes_it(text in proptest::prelude::any::<String>()) {
             let mut out = String::new();
@@ -779,6 +871,12 @@ mod tests {
             for time in [Rfc3339::micros(time), Rfc3339::millis(time)] {
                 assert_eq!(pushed(time), time.to_string());
             }
+        }
+        // The second laid out once: later times of the same second, and a second again
+        // after another.
+        for micros in [5_000_000u64, 5_999_999, 5_000_001, 6_000_000, 5_000_002] {
+            let time = Rfc3339::micros(std::time::UNIX_EPOCH + Duration::from_micros(micros));
+            assert_eq!(pushed(time), time.to_string());
         }
         assert_eq!(at(0, 0), "1970-01-01T00:00:00.000000Z");
         assert_eq!(at(951_782_400, 7), "2000-02-29T00:00:00.000007Z");

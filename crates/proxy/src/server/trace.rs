@@ -44,12 +44,21 @@ pub(super) struct TraceContext {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct TraceId([u8; 16]);
 
+impl TraceId {
+    /// The 32 lower-case hex digits.
+    pub(super) fn hex(&self) -> [u8; 32] {
+        let mut out = [b'0'; 32];
+        // 32 digits for 16 bytes: it cannot fail.
+        let _ = hex::encode_to_slice(self.0, &mut out);
+        out
+    }
+}
+
 impl fmt::Display for TraceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // One write of the 32 digits (a formatted write per byte cost a noticeable share of
         // the access line).
-        let mut out = [0u8; 32];
-        hex::encode_to_slice(self.0, &mut out).map_err(|_| fmt::Error)?;
+        let out = self.hex();
         f.write_str(std::str::from_utf8(&out).map_err(|_| fmt::Error)?)
     }
 }

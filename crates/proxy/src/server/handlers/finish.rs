@@ -169,12 +169,15 @@ fn log_access(
     status: u16,
     latency: Duration,
 ) {
+    let trace_hex = trail
+        .trace_id
+        .as_ref()
+        .map(super::super::trace::TraceId::hex);
     crate::telemetry::access(&crate::telemetry::Access {
-        request_id,
-        trace_id: trail
-            .trace_id
+        request_id: request_id.as_str(),
+        trace_id: trace_hex
             .as_ref()
-            .map(|id| id as &dyn std::fmt::Display),
+            .and_then(|hex| std::str::from_utf8(hex).ok()),
         recipient: trail.recipient.as_deref(),
         route,
         contract: trail.contract.as_ref().map_or("none", |c| c.name()),
