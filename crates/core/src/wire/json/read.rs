@@ -425,43 +425,16 @@ impl<'a> Reader<'a> {
                 }
             }
         } else {
-            at += 1;
-            if let Some(b'+' | b'-') = bytes.get(at) {
-                at += 1;
-            }
-            if !matches!(bytes.get(at), Some(b'0'..=b'9')) {
-                return None;
-            }
-            while let Some(b'0'..=b'9') = bytes.get(at) {
-                at += 1;
-            }
+            at = exponent_end(bytes, at + 1)?;
             integral = false;
         }
         self.at = at;
-        if integral && digits >= GATHERED {
-            // Nineteen digits or more: gathered again, with overflow checked.
-            let mut wide = 0u64;
-            let mut fits = true;
-            for &d in &bytes[start + usize::from(negative)..integer_end] {
-                match wide
-                    .checked_mul(10)
-                    .and_then(|n| n.checked_add(u64::from(d - b'0')))
-                {
-                    Some(n) => wide = n,
-                    None => {
-                        fits = false;
-                        break;
-                    }
-                }
-            }
-            if fits {
-                if !negative {
-                    return Some(Number::Unsigned(wide));
-                }
-                if (1..=1u64 << 63).contains(&wide) {
-                    return Some(Number::Signed((wide as i64).wrapping_neg()));
-                }
-            }
+        if integral
+            && digits >= GATHERED
+            && let Some(number) =
+                wide_integer(&bytes[start + usize::from(negative)..integer_end], negative)
+        {
+            return Some(number);
         }
         let token = self.text.get(start..at)?;
         let value: f64 = token.parse().ok()?;
@@ -480,6 +453,36 @@ const GATHERED: usize = 19;
 const POWERS: [f64; SHORT_DIGITS + 1] = [
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
 ];
+
+/// Where an exponent whose `e` is just before `at` ends (`None`: it has no digits).
+fn exponent_end(bytes: &[u8], mut at: usize) -> Option<usize> {
+    if let Some(b'+' | b'-') = bytes.get(at) {
+        at += 1;
+    }
+    if !matches!(bytes.get(at), Some(b'0'..=b'9')) {
+        return None;
+    }
+    while let Some(b'0'..=b'9') = bytes.get(at) {
+        at += 1;
+    }
+    Some(at)
+}
+
+/// An integer of [`GATHERED`] digits or more (`digits`, ASCII), gathered again with
+/// overflow checked: `Unsigned` if it fits `u64`, `Signed` if negative and it fits `i64`,
+/// `None` (a float) otherwise.
+fn wide_integer(digits: &[u8], negative: bool) -> Option<Number> {
+    let mut wide = 0u64;
+    for &d in digits {
+        wide = wide.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+    }
+    if !negative {
+        return Some(Number::Unsigned(wide));
+    }
+    (1..=1u64 << 63)
+        .contains(&wide)
+        .then(|| Number::Signed((wide as i64).wrapping_neg()))
+}
 
 /// Passes the digits at `*at`, adding them to `significand` while fewer than
 /// [`GATHERED`] have been (`digits` counts them all).
