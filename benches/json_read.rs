@@ -1,6 +1,7 @@
 //! Benchmark of the proxy's JSON reader (`wire::Json::parse`, then the drop of the
-//! document): what every request pays twice, for the caller's request and for the
-//! provider's answer.
+//! document): what every request pays for the caller's request, and the arena reader
+//! (`wire::json::Doc`) the proxy reads a provider's answer with, beside the same answer
+//! read as a `Json`.
 //!
 //! The documents are built here: a three-question request as the official Python client
 //! sends it (a 700-byte `state` note, `null` instructions, four criteria each), and a
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 use criterion::Criterion;
 use releasegate_core::wire::Json;
+use releasegate_core::wire::json::{Doc, with_arena};
 use serde_json::json;
 
 const CLASSES: [&str; 4] = ["DELAY", "ADDRESS", "DAMAGE", "DELIVERY_RECORD"];
@@ -87,6 +89,19 @@ fn main() {
         assert!(Json::parse(&bytes).is_ok(), "{name}: the document reads");
         criterion.bench_function(name, |b| {
             b.iter(|| drop(black_box(Json::parse(black_box(&bytes)))))
+        });
+    }
+    // A provider's answer as the proxy reads it: into this thread's arena, reset after.
+    for questions in [1, 4, 8] {
+        let bytes = answer(questions);
+        let name = format!("json_read_answer_{questions}_questions");
+        criterion.bench_function(&name, |b| {
+            b.iter(|| drop(black_box(Json::parse(black_box(&bytes)))))
+        });
+        let name = format!("doc_read_answer_{questions}_questions");
+        with_arena(|arena| assert!(Doc::read(&bytes, arena).is_some(), "{name}: it reads"));
+        criterion.bench_function(&name, |b| {
+            b.iter(|| with_arena(|arena| black_box(Doc::read(black_box(&bytes), arena)).is_some()))
         });
     }
     let long = long_state_request();

@@ -11,11 +11,14 @@
 //! goes upstream) read back to that member's value. A request read against known
 //! `questions` values (`Json::parse_request`) stands in `{}` for its `questions` only
 //! where that value's bytes are exactly a known one, and is otherwise the skimmed reading.
+//! The arena reader (`wire::json::Doc`, how the proxy reads a provider's answer) reads
+//! nothing serde_json refuses, and what it reads is serde_json's `Value`, every member
+//! found by `Node::member`.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use releasegate_core::fuzzing::read_own;
+use releasegate_core::fuzzing::{read_doc, read_own};
 use releasegate_core::wire::json::{QuestionsAt, write};
 use releasegate_core::wire::{Json, Node};
 use serde_json::Value;
@@ -30,6 +33,10 @@ fuzz_target!(|bytes: &[u8]| {
                 read_own(bytes).is_none(),
                 "the own reader accepts what serde_json refuses"
             );
+            assert!(
+                read_doc(bytes).is_none(),
+                "the arena reader accepts what serde_json refuses"
+            );
             return;
         }
         (reference, read) => {
@@ -43,6 +50,12 @@ fuzz_target!(|bytes: &[u8]| {
             reference,
             "the own reader's document differs"
         );
+    }
+    if let Some((doc, members)) = read_doc(bytes) {
+        assert_eq!(doc, reference, "the arena reader's document differs");
+        for (key, member) in members {
+            assert_eq!(member.as_ref(), reference.get(&key), "arena member {key:?}");
+        }
     }
     let visited = Json::parse_with_serde(bytes).expect("serde_json accepted these bytes");
     assert_eq!(

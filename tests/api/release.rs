@@ -411,3 +411,41 @@ async fn contract_allowed_headers_are_forwarded_and_counted() {
     assert!(!metrics.contains("contract=\"other\",header="));
     app.stop().await;
 }
+
+/// A provider's answer is read into an arena where it can be, and as a `Json` where an
+/// object repeats a key or is large: both readings release what serde_json's reading of
+/// the same bytes releases (a repeated key's last value, any number of unknown fields).
+#[tokio::test]
+async fn answers_with_repeated_keys_or_large_objects_release_as_their_values_do() {
+    let app = spawn("full_native", "").await;
+    app.upstream.answer(native_answer());
+    let plain: Value = app.post(&request()).await.json().await.unwrap();
+
+    // `confidence` first sent as another value, then as the native one: the last counts.
+    let text = serde_json::to_string(&native_answer()).unwrap();
+    let repeated = text.replacen(
+        "\"confidence\":0.61",
+        "\"confidence\":0.99,\"confidence\":0.61",
+        1,
+    );
+    assert_ne!(repeated, text);
+    // Forty unknown fields in one answer: more members than the arena reader holds.
+    let mut large = native_answer();
+    for i in 0..40 {
+        large["answers"]["cause"][format!("extra{i}")] = json!(i);
+    }
+    let large = serde_json::to_string(&large).unwrap();
+    for body in [repeated, large] {
+        app.upstream.script(
+            200,
+            body.clone().into_bytes(),
+            &[],
+            std::time::Duration::ZERO,
+        );
+        let response = app.post(&request()).await;
+        assert_eq!(response.status(), 200, "{body}");
+        let released: Value = response.json().await.unwrap();
+        assert_eq!(released, plain, "{body}");
+    }
+    app.stop().await;
+}

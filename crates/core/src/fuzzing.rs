@@ -8,3 +8,25 @@ use crate::wire::Json;
 pub fn read_own(bytes: &[u8]) -> Option<Json<'_>> {
     crate::wire::json::read::document(bytes)
 }
+
+/// The arena reader (`Doc::read`) on `bytes`: `None` where it gives up, else its document
+/// as a `Value`, and for an object each of its keys with the `Value` of what
+/// `Node::member` finds for it (the fuzz target holds both to serde_json's reading).
+#[expect(clippy::type_complexity, reason = "a fuzzing wrapper, not an API")]
+pub fn read_doc(
+    bytes: &[u8],
+) -> Option<(serde_json::Value, Vec<(String, Option<serde_json::Value>)>)> {
+    use crate::wire::Node;
+    use crate::wire::json::{Doc, with_arena};
+    with_arena(|arena| {
+        let doc = Doc::read(bytes, arena)?;
+        let members = match doc {
+            Doc::Object(members) => members
+                .iter()
+                .map(|(key, _)| (key.to_string(), doc.member(key).map(Doc::to_value)))
+                .collect(),
+            _ => Vec::new(),
+        };
+        Some((doc.to_value(), members))
+    })
+}

@@ -20,6 +20,7 @@ use std::fmt;
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
+pub use doc::{Doc, MOST_MEMBERS, with_arena};
 use object::INDEXED_FROM;
 pub use object::Object;
 #[cfg(test)]
@@ -440,6 +441,7 @@ impl<'de> Visitor<'de> for JsonVisitor {
     }
 }
 
+mod doc;
 mod object;
 pub(crate) mod read;
 pub(in crate::wire) mod scan;

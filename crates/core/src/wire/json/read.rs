@@ -11,9 +11,10 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use super::scan::find_stop;
+use super::scan::{find_stop, find_stop_near};
 use super::{Json, Number, Object};
 
+pub(super) mod doc;
 mod skim;
 
 /// Nesting this reader follows itself; deeper documents go to serde_json (whose
@@ -283,7 +284,7 @@ impl<'a> Reader<'a> {
         self.at += 1;
         let start = self.at;
         let rest = self.bytes.get(start..)?;
-        let end = find_stop(rest)?;
+        let end = find_stop_near(rest)?;
         match rest[end] {
             b'"' => {
                 self.at = start + end + 1;

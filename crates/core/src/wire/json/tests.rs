@@ -447,3 +447,6 @@ fn a_top_level_member_is_found_as_sent() {
 
 /// The skimmed member (`Json::parse_skimming`).
 mod skim;
+
+/// A document read into an arena (`Doc`).
+mod doc;

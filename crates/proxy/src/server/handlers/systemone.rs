@@ -346,8 +346,8 @@ struct Sent {
     answers: Vec<release::AnswerRecord>,
 }
 
-/// Runs the pure release path on the provider's answer (`native`, read as a borrowed
-/// [`wire::Json`]: no `Value` is built for it); contracts whose mechanisms scan
+/// Runs the pure release path on the provider's answer (`native`, read into an arena as
+/// a [`wire::json::Doc`], or as a borrowed [`wire::Json`]: no `Value` is built for it); contracts whose mechanisms scan
 /// codebooks per request run on the blocking pool so they never stall the async workers.
 async fn release_off_thread(
     contract: &Arc<Contract>,
@@ -367,10 +367,14 @@ async fn release_off_thread(
                 rng: &mut rng,
                 evaluate: false,
             };
-            let native = wire::Json::parse(&native).map_err(|_| wire::Invalid::NotJson)?;
-            release::release(&contract, &asked, &native, &mut options).map(|released| Sent {
-                body: released.to_bytes(),
-                answers: released.answers,
+            // Read into this thread's arena where it can be ([`wire::json::Doc`]), else
+            // as a `Json`; both mean what a `Value` of the same bytes means.
+            wire::json::with_arena(|arena| match wire::json::Doc::read(&native, arena) {
+                Some(native) => release_sent(&contract, &asked, &native, &mut options),
+                None => {
+                    let native = wire::Json::parse(&native).map_err(|_| wire::Invalid::NotJson)?;
+                    release_sent(&contract, &asked, &native, &mut options)
+                }
             })
         }
     };
@@ -381,6 +385,19 @@ async fn release_off_thread(
     } else {
         Ok(run())
     }
+}
+
+/// The release of one native answer, written.
+fn release_sent<N: wire::Node>(
+    contract: &Contract,
+    asked: &wire::Asked,
+    native: &N,
+    options: &mut release::Options<'_>,
+) -> Result<Sent, wire::Invalid> {
+    release::release(contract, asked, native, options).map(|released| Sent {
+        body: released.to_bytes(),
+        answers: released.answers,
+    })
 }
 
 /// Counts each released answer in its contract's series.
