@@ -27,8 +27,9 @@ static CLASS_ORDER: [usize; workflow::MAX_CLASSES + 1] = {
     order
 };
 
-/// The last candidate the WCPQ mapper round-tripped, with its encoding.
-type LastEncoded<'a> = RefCell<Option<(usize, Released, Option<Json<'a>>)>>;
+/// The last candidate the WCPQ mapper round-tripped, with its encoding (a kept
+/// codeword's borrowed from where it is kept).
+type LastEncoded<'a> = RefCell<Option<(usize, Cow<'a, Released>, Option<Json<'a>>)>>;
 
 /// Releases one parsed answer; returns the answer object (`None`: left out of
 /// `answers`) and its record.
@@ -139,7 +140,7 @@ impl RoundTrip for Roundtrip<'_, '_> {
         if let Some(entry) = kept {
             self.last_encoded.replace(Some((
                 candidate.release.choice,
-                entry.released.clone(),
+                Cow::Borrowed(&entry.released),
                 Some(Json::Written(&entry.written)),
             )));
             return entry.back.clone();
@@ -148,8 +149,11 @@ impl RoundTrip for Roundtrip<'_, '_> {
         let back = value
             .as_ref()
             .and_then(|value| read_encoded(self.form, value));
-        self.last_encoded
-            .replace(Some((candidate.release.choice, released, value)));
+        self.last_encoded.replace(Some((
+            candidate.release.choice,
+            Cow::Owned(released),
+            value,
+        )));
         back
     }
 }
@@ -196,7 +200,7 @@ fn encode_once<'a>(
     form: &Form<'a>,
     choice: usize,
     released: &Released,
-    last: Option<(usize, Released, Option<Json<'a>>)>,
+    last: Option<(usize, Cow<'a, Released>, Option<Json<'a>>)>,
 ) -> Option<Json<'a>> {
     match last {
         Some((last_choice, candidate, value))
