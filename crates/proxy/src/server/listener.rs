@@ -31,6 +31,7 @@ mod activity;
 mod fds;
 pub(crate) mod plain;
 mod tracked;
+mod woken;
 
 use activity::Activity;
 pub(super) use fds::{fit_to_fd_limit, upstream_fds};

@@ -39,6 +39,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::super::limits::{MAX_HEADER_FIELDS, MAX_PLAIN_BODY};
+use super::woken::Woken;
 use super::{Activity, Closed, Limits, Routes, Stage};
 use crate::http1::{decimal_length, says_close, says_keep_alive};
 
@@ -106,18 +107,23 @@ pub(super) async fn serve(
     // so a request costs no timer of its own. The two watches on the stage are the
     // connection's too: each registers with the stage's sender once, not once per request
     // or read.
+    // Each is polled again only once it was woken ([`Woken`]): a pending watch's every
+    // poll takes a lock all connections share.
     let expired = activity.expired(limits);
-    let mut expired = std::pin::pin!(expired);
+    let expired = std::pin::pin!(expired);
+    let mut expired = Woken::new(expired);
     // The end of the grace (or of the sender), while a request is served.
     let mut grace = stage.clone();
     let closing = async move {
         let _ = grace.wait_for(|now| *now == Stage::Closing).await;
     };
-    let mut closing = std::pin::pin!(closing);
+    let closing = std::pin::pin!(closing);
+    let mut closing = Woken::new(closing);
     // The drain (or the end of the sender), while waiting for bytes.
     let mut watched = stage.clone();
     let leaving = async move { watched.wait_for(|now| *now != Stage::Serving).await.is_ok() };
-    let mut leaving = std::pin::pin!(leaving);
+    let leaving = std::pin::pin!(leaving);
+    let mut leaving = Woken::new(leaving);
     let mut left = false;
     loop {
         match parse(&buffer) {
