@@ -347,8 +347,10 @@ struct Sent {
 }
 
 /// Runs the pure release path on the provider's answer (`native`, read into an arena as
-/// a [`wire::json::Doc`], or as a borrowed [`wire::Json`]: no `Value` is built for it); contracts whose mechanisms scan
-/// codebooks per request run on the blocking pool so they never stall the async workers.
+/// a [`wire::json::Doc`], or as a borrowed [`wire::Json`]: no `Value` is built for it);
+/// contracts whose mechanisms scan codebooks per request run on the blocking pool so
+/// they never stall the async workers (each of its threads then keeps an arena of its
+/// own, at most 1 MiB, until the thread ends).
 async fn release_off_thread(
     contract: &Arc<Contract>,
     asked: wire::Asked,
