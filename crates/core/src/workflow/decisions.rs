@@ -69,9 +69,66 @@ impl Decisions {
         }
     }
 
+    /// Every policy's plan, in order, pushed onto `plans` (empty): a policy with a twin
+    /// (`twins[j]`, an earlier policy deciding exactly as it does) gets its twin's plan,
+    /// every other one [`Decisions::decide`]'s. The class count is matched once for all of
+    /// them, and each policy's decision is inlined into one loop (a call per policy, and
+    /// its match on the class count, were about a fifth of a plan's instructions).
+    pub fn decide_all(
+        &mut self,
+        policies: &[Policy],
+        twins: &[Option<usize>],
+        q: &[f64],
+        plans: &mut Vec<Plan>,
+    ) {
+        if self.miss.len() != q.len() {
+            return self.decide_each(policies, twins, q, plans, Decisions::decide);
+        }
+        match q.len() {
+            2 => self.decide_each(policies, twins, q, plans, Decisions::decide_with::<2>),
+            3 => self.decide_each(policies, twins, q, plans, Decisions::decide_with::<3>),
+            4 => self.decide_each(policies, twins, q, plans, Decisions::decide_with::<4>),
+            5 => self.decide_each(policies, twins, q, plans, Decisions::decide_with::<5>),
+            6 => self.decide_each(policies, twins, q, plans, Decisions::decide_with::<6>),
+            7 => self.decide_each(policies, twins, q, plans, Decisions::decide_with::<7>),
+            8 => self.decide_each(policies, twins, q, plans, Decisions::decide_with::<8>),
+            _ => self.decide_each(policies, twins, q, plans, Decisions::decide),
+        }
+    }
+
+    /// [`Decisions::decide_all`]'s loop, each policy decided by `decide`.
+    #[inline(always)]
+    fn decide_each(
+        &mut self,
+        policies: &[Policy],
+        twins: &[Option<usize>],
+        q: &[f64],
+        plans: &mut Vec<Plan>,
+        decide: impl Fn(&mut Decisions, &Policy, &[f64]) -> Plan,
+    ) {
+        plans.reserve(policies.len());
+        for (i, policy) in policies.iter().enumerate() {
+            let twin = twins.get(i).copied().flatten();
+            let plan = match twin.and_then(|j| plans.get(j)) {
+                Some(&plan) => plan,
+                None => decide(self, policy, q),
+            };
+            plans.push(plan);
+        }
+    }
+
+    /// [`Decisions::decide`] where `q` is known to be `N` long and prepared.
+    #[inline(always)]
+    fn decide_with<const N: usize>(&mut self, policy: &Policy, q: &[f64]) -> Plan {
+        match self.decide_fixed::<N>(policy, q) {
+            Some(plan) => plan,
+            None => self.decide_any(policy, q),
+        }
+    }
+
     /// [`Decisions::decide`] for `N` classes; `None` where the loops of any length must
     /// decide (a matrix not of `N + 1` rows of `N`).
-    #[inline]
+    #[inline(always)]
     fn decide_fixed<const N: usize>(&mut self, policy: &Policy, q: &[f64]) -> Option<Plan> {
         match policy.family {
             Family::Asymmetric => asymmetric_fixed::<N>(policy, q),

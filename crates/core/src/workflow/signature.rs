@@ -58,13 +58,7 @@ impl Spec {
             .estimate(self.class_count(), release, public, q);
         decisions.prepare(q);
         let mut plans: Vec<Plan> = Vec::with_capacity(self.policies.len());
-        for (policy, twin) in self.policies.iter().zip(&self.twins) {
-            let plan = match twin.and_then(|j| plans.get(j)) {
-                Some(&plan) => plan,
-                None => decisions.decide(policy, q),
-            };
-            plans.push(plan);
-        }
+        decisions.decide_all(&self.policies, &self.twins, q, &mut plans);
         plans
     }
 

@@ -755,6 +755,13 @@ fn shared_decisions_decide_exactly_as_each_policy_alone() {
                 costs: base.apply(profile),
             })
             .collect();
+        let twins: Vec<Option<usize>> = (0..policies.len())
+            .map(|i| {
+                policies[..i]
+                    .iter()
+                    .position(|p| p.decides_as(&policies[i]))
+            })
+            .collect();
         let mut decisions = Decisions::new();
         for _ in 0..4 {
             let q = random_posterior(&mut rng, n);
@@ -775,6 +782,16 @@ fn shared_decisions_decide_exactly_as_each_policy_alone() {
                     }
                 }
             }
+            // All at once, twins taking their earlier twin's plan, as a spec decides them;
+            // and once more with buffers prepared for another posterior's length.
+            let alone: Vec<Plan> = policies.iter().map(|policy| policy.decide(&q)).collect();
+            let mut plans = Vec::new();
+            decisions.decide_all(&policies, &twins, &q, &mut plans);
+            assert_eq!(plans, alone, "{q:?}");
+            decisions.prepare(&q[..n - 1]);
+            plans.clear();
+            decisions.decide_all(&policies, &twins, &q, &mut plans);
+            assert_eq!(plans, alone, "unprepared: {q:?}");
         }
     }
 }
