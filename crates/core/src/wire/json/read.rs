@@ -279,7 +279,10 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// A string starting at its opening quote: borrowed when it holds no escape.
+    /// A string starting at its opening quote: borrowed when it holds no escape. Inlined
+    /// where it is read: most strings are short keys and labels, for which a call's
+    /// saving and restoring of registers cost as much as the reading.
+    #[inline(always)]
     fn string(&mut self) -> Option<Cow<'a, str>> {
         self.at += 1;
         let start = self.at;
@@ -375,7 +378,9 @@ impl<'a> Reader<'a> {
     ///
     /// One pass: the digits are gathered into one integer as they are passed (the first
     /// 19 of them, which always fit `u64`), so that the common short decimal and
-    /// integer need no second look at their bytes.
+    /// integer need no second look at their bytes. Those are read inline where the
+    /// number is; the rest (an exponent, many digits, `-0`) by [`Reader::number_rest`].
+    #[inline(always)]
     fn number(&mut self) -> Option<Number> {
         let bytes = self.bytes;
         let start = self.at;
@@ -425,9 +430,34 @@ impl<'a> Reader<'a> {
                     return Some(Number::Signed((significand as i64).wrapping_neg()));
                 }
             }
-        } else {
+        }
+        let read = Read {
+            start,
+            at,
+            negative,
+            integral: integral && !exponent,
+            digits,
+            integer_end,
+        };
+        self.number_rest(read, exponent)
+    }
+
+    /// [`Reader::number`] past its short forms: `read` is what it read of the number (up
+    /// to an exponent's `e`, if `exponent`).
+    #[cold]
+    #[inline(never)]
+    fn number_rest(&mut self, read: Read, exponent: bool) -> Option<Number> {
+        let Read {
+            start,
+            mut at,
+            negative,
+            integral,
+            digits,
+            integer_end,
+        } = read;
+        let bytes = self.bytes;
+        if exponent {
             at = exponent_end(bytes, at + 1)?;
-            integral = false;
         }
         self.at = at;
         if integral
@@ -441,6 +471,21 @@ impl<'a> Reader<'a> {
         let value: f64 = token.parse().ok()?;
         value.is_finite().then_some(Number::Float(value))
     }
+}
+
+/// What [`Reader::number`] read of a number it leaves to [`Reader::number_rest`].
+struct Read {
+    /// Where the number starts (its sign, if any).
+    start: usize,
+    /// Where reading stopped (the end, or an exponent's `e`).
+    at: usize,
+    negative: bool,
+    /// No fraction and no exponent.
+    integral: bool,
+    /// The digits before and after the point.
+    digits: usize,
+    /// Where the integer part ends.
+    integer_end: usize,
 }
 
 /// Most digits of a decimal read by one division (their integer is below 2⁵³).
