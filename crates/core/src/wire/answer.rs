@@ -146,8 +146,9 @@ fn choice_or_score<N: Node>(
         return Err(Invalid::ClassMismatch);
     }
     let mut probabilities = Vec::with_capacity(classes.len());
-    for class in classes {
-        let value = map.member(class).ok_or(Invalid::ClassMismatch)?;
+    for (at, class) in classes.iter().enumerate() {
+        // Most providers list the classes in the question's order.
+        let value = map.member_near(class, at).ok_or(Invalid::ClassMismatch)?;
         probabilities.push(unit_number(value)?);
     }
     let choice = match kind {

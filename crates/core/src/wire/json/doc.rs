@@ -78,6 +78,21 @@ impl Node for Doc<'_> {
             _ => None,
         }
     }
+    /// A `Doc` holds no repeated key (its reader gives up on one), so the member at `at`
+    /// with the key is the only one.
+    #[inline]
+    fn member_near(&self, key: &str, at: usize) -> Option<&Self> {
+        match self {
+            Doc::Object(members) => match members.get(at) {
+                Some((k, value)) if same_key(k, key) => Some(value),
+                _ => members
+                    .iter()
+                    .find(|(k, _)| same_key(k, key))
+                    .map(|(_, value)| value),
+            },
+            _ => None,
+        }
+    }
     fn object_len(&self) -> Option<usize> {
         match self {
             Doc::Object(members) => Some(members.len()),

@@ -178,6 +178,24 @@ fn nodes_read_the_same_from_a_doc_and_a_json() {
         assert_eq!(d.object_len(), j.object_len(), "{key}");
         assert_eq!(d.member("k").is_some(), j.member("k").is_some(), "{key}");
     }
+    // Looked for first at any position, in or past the object, a key finds what it
+    // finds alone: the same member, or none.
+    for key in ["s", "n", "u", "f", "z", "o", "a", "missing", ""] {
+        for at in 0..9 {
+            let near = doc.member_near(key, at).map(|d| d as *const Doc<'_>);
+            assert_eq!(
+                near,
+                doc.member(key).map(|d| d as *const Doc<'_>),
+                "{key} {at}"
+            );
+            assert_eq!(
+                json.member_near(key, at).is_some(),
+                near.is_some(),
+                "{key} {at}"
+            );
+        }
+    }
+    assert_eq!(Doc::Null.member_near("s", 0).map(|_| ()), None);
     assert_eq!(doc.text(), None);
     assert_eq!(doc.number(), None);
 }
