@@ -61,7 +61,7 @@ impl<'a> Reader<'a> {
 
     /// A string starting at its opening quote: borrowed from the bytes, or written into
     /// the arena when it holds escapes.
-    #[inline]
+    #[inline(always)]
     fn doc_string(&mut self, arena: &'a Bump) -> Option<&'a str> {
         Some(match self.string()? {
             Cow::Borrowed(text) => text,
