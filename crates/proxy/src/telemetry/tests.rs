@@ -250,12 +250,25 @@ proptest::proptest! {
     ) {
         // Any double (most outside the range `zmij` writes: through `fmt`), and
         // latencies as the access line computes them from a duration.
-        let latency = Duration::from_nanos(nanos).as_secs_f64() * 1e3;
-        for x in [f64::from_bits(bits), latency, -latency, latency.round(), 1.0 / latency] {
+        let latency = super::latency_ms(Duration::from_nanos(nanos));
+        let rounded_twice = Duration::from_nanos(nanos).as_secs_f64() * 1e3;
+        for x in [f64::from_bits(bits), latency, -latency, latency.round(), 1.0 / latency, rounded_twice] {
             let mut out = String::new();
             super::push_debug_f64(&mut out, x);
             proptest::prop_assert_eq!(out, format!("{x:?}"));
         }
+    }
+
+    #[test]
+    fn latencies_are_written_to_the_nanosecond(nanos in 1_000u64..1_000_000_000_000_000) {
+        // The exact decimal of the nanoseconds in milliseconds, trailing zeros dropped
+        // (`.0` when none is left), as `{:?}` writes a double of at most 15 digits.
+        let fraction = format!("{:06}", nanos % 1_000_000);
+        let fraction = fraction.trim_end_matches('0');
+        let exact = format!("{}.{}", nanos / 1_000_000, if fraction.is_empty() { "0" } else { fraction });
+        let mut out = String::new();
+        super::push_debug_f64(&mut out, super::latency_ms(Duration::from_nanos(nanos)));
+        proptest::prop_assert_eq!(out, exact);
     }
 
     #[test]

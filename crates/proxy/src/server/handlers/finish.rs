@@ -182,7 +182,7 @@ fn log_access(
         route,
         contract: trail.contract.as_ref().map_or("none", |c| c.name()),
         status,
-        latency_ms: latency.as_secs_f64() * 1e3,
+        latency_ms: crate::telemetry::latency_ms(latency),
     });
 }
 
