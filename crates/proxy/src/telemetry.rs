@@ -122,10 +122,19 @@ pub fn access(line: &Access<'_>) {
     let _ = stderr.write_event(escaped(&event).as_bytes(), true);
 }
 
+/// Whether every byte is printable ASCII (`0x20..0x7f`), which no event needs to escape.
+/// Folded without an early exit, so that it compiles to vector compares: a byte at a
+/// time cost the access line about 1,500 instructions.
+fn printable(bytes: &[u8]) -> bool {
+    !bytes
+        .iter()
+        .fold(false, |other, &b| other | (b.wrapping_sub(0x20) >= 0x5f))
+}
+
 /// An event as [`EscapedWriter`] writes it.
 fn escaped(event: &str) -> std::borrow::Cow<'_, str> {
     let body = event.strip_suffix('\n').unwrap_or(event);
-    if body.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+    if printable(body.as_bytes()) {
         std::borrow::Cow::Borrowed(event)
     } else {
         std::borrow::Cow::Owned(escape_event(event.as_bytes()))
@@ -287,7 +296,7 @@ impl<W: Write> Write for EscapedWriter<W> {
     /// one written raw.
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let body = buf.strip_suffix(b"\n").unwrap_or(buf);
-        if body.iter().all(|&b| (0x20..0x7f).contains(&b)) {
+        if printable(body) {
             // Printable ASCII only (the usual line): nothing to escape, no copy.
             self.0.write_all(buf)?;
         } else {

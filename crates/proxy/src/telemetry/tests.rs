@@ -278,3 +278,16 @@ proptest::proptest! {
         proptest::prop_assert_eq!(out, format!("{text:?}"));
     }
 }
+
+#[test]
+fn printable_is_exactly_printable_ascii() {
+    for b in 0..=255u8 {
+        let expected = (0x20..0x7f).contains(&b);
+        assert_eq!(super::printable(&[b]), expected, "{b:#x}");
+        // Anywhere in a long line.
+        let mut line = vec![b'a'; 300];
+        line[b as usize] = b;
+        assert_eq!(super::printable(&line), expected, "{b:#x} at {b}");
+    }
+    assert!(super::printable(b""));
+}
