@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version, header};
+use axum::http::{HeaderMap, HeaderValue, Method, Request, Uri, Version, header};
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
@@ -42,6 +42,9 @@ use super::super::limits::{MAX_HEADER_FIELDS, MAX_PLAIN_BODY};
 use super::woken::Woken;
 use super::{Activity, Closed, Limits, Routes, Stage};
 use crate::http1::{decimal_length, says_close, says_keep_alive};
+use names::{field_name, same_name};
+
+mod names;
 
 /// The one path served here (as sent: no query, no trailing slash).
 const PATH: &[u8] = b"/v1/systemone";
@@ -259,7 +262,7 @@ pub(crate) fn parse(buffer: &[u8]) -> Parsed {
     let mut fields = Vec::with_capacity(request.headers.len());
     for field in request.headers.iter() {
         let name = field.name.as_bytes();
-        if name.eq_ignore_ascii_case(b"content-length") {
+        if same_name(name, b"content-length") {
             if length.is_some() {
                 return Parsed::Other;
             }
@@ -267,14 +270,14 @@ pub(crate) fn parse(buffer: &[u8]) -> Parsed {
                 Some(n) => length = Some(n),
                 None => return Parsed::Other,
             }
-        } else if name.eq_ignore_ascii_case(b"connection") {
+        } else if same_name(name, b"connection") {
             if !field.value.eq_ignore_ascii_case(b"keep-alive") {
                 return Parsed::Other;
             }
             keep_alive = true;
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding")
-            || name.eq_ignore_ascii_case(b"expect")
-            || name.eq_ignore_ascii_case(b"upgrade")
+        } else if same_name(name, b"transfer-encoding")
+            || same_name(name, b"expect")
+            || same_name(name, b"upgrade")
         {
             return Parsed::Other;
         }
@@ -329,37 +332,6 @@ impl Plain {
         *request.headers_mut() = headers;
         Some(request)
     }
-}
-
-/// The names the official clients send on every request (and `connection`), made once:
-/// such a name is matched here, in any case, instead of parsed, and one the
-/// `http` crate does not know (`x-typesafe-*`) is not copied into an allocation of its
-/// own for each request.
-static COMMON_NAMES: [HeaderName; 12] = [
-    header::HOST,
-    header::CONTENT_TYPE,
-    header::CONTENT_LENGTH,
-    header::ACCEPT,
-    header::ACCEPT_ENCODING,
-    header::USER_AGENT,
-    header::AUTHORIZATION,
-    header::CONNECTION,
-    HeaderName::from_static("x-typesafe-sdk"),
-    HeaderName::from_static("x-typesafe-runtime"),
-    HeaderName::from_static("x-typesafe-retry-count"),
-    HeaderName::from_static("traceparent"),
-];
-
-/// A request field's name as `HeaderName::from_bytes` makes it (lower case), `None`
-/// where it refuses it.
-fn field_name(raw: &[u8]) -> Option<HeaderName> {
-    COMMON_NAMES
-        .iter()
-        .find(|name| {
-            name.as_str().len() == raw.len() && raw.eq_ignore_ascii_case(name.as_str().as_bytes())
-        })
-        .cloned()
-        .map_or_else(|| HeaderName::from_bytes(raw).ok(), Some)
 }
 
 /// The response's bytes as hyper writes them to a request of `version`, and whether the

@@ -1,5 +1,8 @@
 //! The plain path's parsing, lengths and encoding, against what hyper does.
 
+use axum::http::HeaderName;
+
+use super::names::{COMMON_NAMES, COMMON_TEXTS};
 use super::*;
 
 fn plain(extra: &str, body: &str) -> Vec<u8> {
@@ -260,6 +263,9 @@ fn connection_options_and_lengths_are_read_as_hyper_reads_them() {
 
 #[test]
 fn field_names_are_what_the_http_crate_makes_of_them() {
+    for (name, text) in COMMON_NAMES.iter().zip(COMMON_TEXTS) {
+        assert_eq!(name.as_str().as_bytes(), text);
+    }
     let mut names: Vec<Vec<u8>> = COMMON_NAMES
         .iter()
         .flat_map(|name| {
