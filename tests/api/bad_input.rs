@@ -180,6 +180,17 @@ async fn unsupported_encodings_and_media_types_are_refused() {
         ),
         (vec![("content-encoding", "zstd")], 400, "invalid_json"),
         (vec![("content-encoding", "gzip")], 400, "invalid_json"),
+        // Media types in any case.
+        (
+            vec![("content-type", "APPLICATION/XML")],
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            vec![("content-type", "Multipart/Form-Data; boundary=x")],
+            400,
+            "invalid_multipart",
+        ),
     ];
     for (mut headers, status, error_type) in cases {
         headers.push(("authorization", &auth));
@@ -190,6 +201,17 @@ async fn unsupported_encodings_and_media_types_are_refused() {
             "{headers:?}"
         );
     }
+    // And a JSON body under `Application/JSON; charset=UTF-8` is read as JSON.
+    let response = app
+        .post_raw(
+            body.clone(),
+            &[
+                ("authorization", &auth),
+                ("content-type", "Application/JSON; charset=UTF-8"),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), 200);
     app.stop().await;
 }
 

@@ -56,18 +56,22 @@ pub(super) async fn read(
 ) -> Result<Received, Error> {
     let mut boundary = None;
     if let Some(content_type) = headers.get(CONTENT_TYPE) {
-        let text = content_type.to_str().unwrap_or("").to_ascii_lowercase();
+        // Compared in any case where it is (not lowered into a copy for each request).
+        let text = content_type.to_str().unwrap_or("");
+        let starts = |prefix: &str| {
+            text.get(..prefix.len())
+                .is_some_and(|head| head.eq_ignore_ascii_case(prefix))
+        };
         let json_like = text.is_empty()
-            || text.starts_with("application/json")
-            || text.starts_with("text/plain")
-            || text.starts_with("application/x-www-form-urlencoded");
-        if text.starts_with("multipart/form-data") {
-            let original = content_type.to_str().unwrap_or("");
-            boundary = Some(super::multipart::boundary(original)?);
+            || starts("application/json")
+            || starts("text/plain")
+            || starts("application/x-www-form-urlencoded");
+        if starts("multipart/form-data") {
+            boundary = Some(super::multipart::boundary(text)?);
         } else if !json_like {
             return Err(Error::Unsupported(format!(
                 "content type `{}` is not supported; send application/json or multipart/form-data",
-                text.split(';').next().unwrap_or("")
+                text.split(';').next().unwrap_or("").to_ascii_lowercase()
             )));
         }
     }
