@@ -91,7 +91,7 @@ pub struct Access<'a> {
 /// A latency in milliseconds, to the nanosecond: the double nearest to the duration's
 /// nanoseconds over 10⁶. Below 10¹⁵ ns (11 days) that decimal has at most 15
 /// significant digits, so it is the shortest text that reads back to the double and
-/// the access line writes it without a second formatter ([`push_debug_f64`]);
+/// the access line writes it without a second formatter;
 /// `as_secs_f64() * 1e3` rounds twice and is mostly written with 16 or 17 digits.
 pub fn latency_ms(latency: Duration) -> f64 {
     latency.as_nanos() as f64 / 1e6
