@@ -156,37 +156,55 @@ where
     }
 
     fn call(&mut self, mut request: Request) -> Self::Future {
-        let id = self.state.next_request_id();
-        let trace = super::trace::TraceContext::from_headers(request.headers());
-        let header_bytes: usize = request
-            .headers()
-            .iter()
-            .map(|(name, value)| name.as_str().len() + value.len() + 4)
-            .sum();
-        let max_header_bytes = self.state.inner.limits.max_header_bytes;
-        if header_bytes > max_header_bytes {
-            request_span(&id, Some(trace.trace_id()), None, None).in_scope(|| {
-                tracing::warn!(request_id = %id, header_bytes, "request header fields too large");
-            });
-            return Stamped {
-                inner: Err(Some(
-                    Error::HeadersTooLarge(max_header_bytes).into_response(),
-                )),
-                id,
-            };
-        }
-        let trace_id = trace.trace_id();
-        trace.apply(request.headers_mut());
-        request.extensions_mut().insert(Ids {
-            request_id: id.clone(),
-            trace_id,
-            spans: trace.span_ids(),
-        });
+        let (id, refused) = admit(&self.state, &mut request);
         Stamped {
-            inner: Ok(self.inner.call(request)),
+            inner: match refused {
+                Some(response) => Err(Some(response)),
+                None => Ok(self.inner.call(request)),
+            },
             id,
         }
     }
+}
+
+/// What the layer does before the request goes on: a fresh request id, and either the
+/// layer's own response (`Some`: a header section over the limit) or the request made
+/// ready for the handler (its trace context replaced, its [`Ids`] in its extensions).
+/// The public listener's direct path to `POST /v1/systemone` calls it as the layer does.
+pub(super) fn admit(state: &AppState, request: &mut Request) -> (RequestId, Option<Response>) {
+    let id = state.next_request_id();
+    let trace = super::trace::TraceContext::from_headers(request.headers());
+    let header_bytes: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    let max_header_bytes = state.inner.limits.max_header_bytes;
+    if header_bytes > max_header_bytes {
+        request_span(&id, Some(trace.trace_id()), None, None).in_scope(|| {
+            tracing::warn!(request_id = %id, header_bytes, "request header fields too large");
+        });
+        let response = Error::HeadersTooLarge(max_header_bytes).into_response();
+        return (id, Some(response));
+    }
+    let trace_id = trace.trace_id();
+    trace.apply(request.headers_mut());
+    request.extensions_mut().insert(Ids {
+        request_id: id.clone(),
+        trace_id,
+        spans: trace.span_ids(),
+    });
+    (id, None)
+}
+
+/// Stamps the request id on a response, as the layer does on every response.
+pub(super) fn stamp(id: &RequestId, response: &mut Response) {
+    let headers = response.headers_mut();
+    // Names made at compile time (`from_static` at run time checks every byte).
+    const REQUEST_ID: HeaderName = HeaderName::from_static(REQUEST_ID_HEADER);
+    const SDK_REQUEST_ID: HeaderName = HeaderName::from_static(SDK_REQUEST_ID_HEADER);
+    headers.insert(REQUEST_ID, id.0.clone());
+    headers.insert(SDK_REQUEST_ID, id.0.clone());
 }
 
 /// The `request` span of a failed request's log lines: its request id, its W3C trace id
@@ -230,12 +248,7 @@ where
                 .take()
                 .unwrap_or_else(|| Error::Internal.into_response()),
         };
-        let headers = response.headers_mut();
-        // Names made at compile time (`from_static` at run time checks every byte).
-        const REQUEST_ID: HeaderName = HeaderName::from_static(REQUEST_ID_HEADER);
-        const SDK_REQUEST_ID: HeaderName = HeaderName::from_static(SDK_REQUEST_ID_HEADER);
-        headers.insert(REQUEST_ID, this.id.0.clone());
-        headers.insert(SDK_REQUEST_ID, this.id.0.clone());
+        stamp(&this.id, &mut response);
         Poll::Ready(Ok(response))
     }
 }

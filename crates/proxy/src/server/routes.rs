@@ -1,33 +1,27 @@
 //! What a listener serves: its axum router, and for the public listener a direct
 //! path to the one route that carries nearly all traffic.
 //!
-//! `POST /v1/systemone` goes through the same layers as every other public route, in
-//! the router's order (the sensitive-header marking, then [`RequestIdLayer`]) and the
-//! same handler
-//! ([`handlers::systemone`]); only the router's own dispatch is skipped (its route
-//! table lookup, the boxed per-request clone of the matched route, the response
-//! mapping futures). That dispatch was about 6,000 instructions of a request's
-//! 81,000 (`docs/benchmarks.md`). Every other method, path or route (including
-//! `/contracts/{contract}/v1/systemone`, a `HEAD`, a trailing slash) goes to the
-//! router exactly as before, so 404s, 405s and path extraction stay axum's.
-
-use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
+//! `POST /v1/systemone` goes through the same steps as every other public route, in
+//! the router's order (the sensitive-header marking, then the request id layer's
+//! [`middleware::admit`] and [`middleware::stamp`]) and the same handler
+//! ([`handlers::systemone`]); only the router's own dispatch and the layers' services are
+//! skipped (its route table lookup, the boxed per-request clone of the matched route, the
+//! response mapping futures, the handler's boxed future). Every other method, path or
+//! route (including `/contracts/{contract}/v1/systemone`, a `HEAD`, a trailing slash) goes
+//! to the router exactly as before, so 404s, 405s and path extraction stay axum's.
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::http::{HeaderName, HeaderValue, Method, header};
+use axum::extract::State;
+use axum::http::header::Entry;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
 use axum::response::Response;
 use bytes::Bytes;
-use tower::{Layer, Service, ServiceExt};
-use tower_http::sensitive_headers::{SetSensitiveRequestHeaders, SetSensitiveRequestHeadersLayer};
+use tower::ServiceExt;
 
 use super::AppState;
 use super::handlers;
-use super::middleware::{RequestIdLayer, RequestIdService};
+use super::middleware;
 
 /// The header values marked sensitive on every public request (never printed by
 /// `Debug`, so never in a log line): the two ways a caller sends its key.
@@ -42,22 +36,20 @@ pub(super) fn sensitive_headers() -> [HeaderName; 2] {
 #[derive(Clone)]
 pub(super) struct Routes {
     router: Router,
-    systemone: Option<Layered>,
+    /// The state of the direct path (the public listener's), which runs the public
+    /// router's layers' steps ([`mark_sensitive`], then [`middleware::admit`] and
+    /// [`middleware::stamp`]) around [`handlers::systemone`], awaited in place: no
+    /// service clone, no boxed future.
+    systemone: Option<AppState>,
 }
-
-/// [`handlers::systemone`] under the public router's layers (the last one added to the
-/// router is the outermost).
-type Layered = SetSensitiveRequestHeaders<RequestIdService<SystemOne>>;
 
 impl Routes {
     /// The public routes: `router` (which must serve `POST /v1/systemone` with
     /// [`handlers::systemone`] under the same layers) and the direct path to it.
     pub(super) fn public(router: Router, state: AppState) -> Routes {
-        let layered = SetSensitiveRequestHeadersLayer::new(sensitive_headers())
-            .layer(RequestIdLayer(state.clone()).layer(SystemOne(state)));
         Routes {
             router,
-            systemone: Some(layered),
+            systemone: Some(state),
         }
     }
 
@@ -102,13 +94,16 @@ impl Routes {
         B::Error: Into<axum::BoxError>,
     {
         match &self.systemone {
-            Some(layered) if is_systemone(&request) => {
-                let request = request.map(Body::new);
-                // Infallible, and every service here is always ready.
-                let mut response = match layered.clone().oneshot(request).await {
-                    Ok(response) => response,
-                    Err(never) => match never {},
+            Some(state) if is_systemone(&request) => {
+                let mut request = request.map(Body::new);
+                // The router's layers in its order: the outermost first.
+                mark_sensitive(request.headers_mut());
+                let (id, refused) = middleware::admit(state, &mut request);
+                let mut response = match refused {
+                    Some(response) => response,
+                    None => handlers::systemone(State(state.clone()), request).await,
                 };
+                middleware::stamp(&id, &mut response);
                 if length {
                     set_content_length(&mut response);
                 }
@@ -141,22 +136,15 @@ pub(super) fn set_content_length(response: &mut Response) {
     }
 }
 
-/// [`handlers::systemone`] as a service.
-#[derive(Clone)]
-pub(super) struct SystemOne(AppState);
-
-impl Service<Request> for SystemOne {
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request) -> Self::Future {
-        let state = self.0.clone();
-        Box::pin(async move { Ok(handlers::systemone(State(state), request).await) })
+/// Marks the values of [`sensitive_headers`] sensitive, as the public router's
+/// `SetSensitiveRequestHeadersLayer` does (every value of each name).
+fn mark_sensitive(headers: &mut HeaderMap) {
+    for name in sensitive_headers() {
+        if let Entry::Occupied(mut entry) = headers.entry(name) {
+            for value in entry.iter_mut() {
+                value.set_sensitive(true);
+            }
+        }
     }
 }
 
@@ -216,6 +204,23 @@ mod tests {
             builder = builder.header(*name, *value);
         }
         builder.body(Body::from(body.to_string())).unwrap()
+    }
+
+    /// The direct path marks every value of both key headers sensitive (so no `Debug` of
+    /// the request prints them), as the router's layer does, and no other header.
+    #[test]
+    fn every_key_value_is_marked_sensitive() {
+        let mut headers = axum::http::HeaderMap::new();
+        headers.append("authorization", "Bearer a".parse().unwrap());
+        headers.append("authorization", "Bearer b".parse().unwrap());
+        headers.append(crate::auth::API_KEY_HEADER, "k".parse().unwrap());
+        headers.append("x-release-contract", "c".parse().unwrap());
+        super::mark_sensitive(&mut headers);
+        for (name, value) in &headers {
+            let key = name == "authorization" || name == crate::auth::API_KEY_HEADER;
+            assert_eq!(value.is_sensitive(), key, "{name}");
+        }
+        assert_eq!(headers.len(), 4);
     }
 
     /// The direct path answers exactly what the router answers, for the requests it takes

@@ -138,7 +138,9 @@ pub(super) async fn serve(
                 };
                 let version = plain.version;
                 let guard = activity.begin_request();
-                let served = async {
+                // Pinned where it is made and raced by reference: `select!` taking it by
+                // value copied the whole future (the handler's with it) into its own.
+                let served = std::pin::pin!(async {
                     let mut response = routes.serve_plain(request).await;
                     let draining = *stage.borrow() != Stage::Serving;
                     // `encode` writes a missing `content-length` after the other fields,
@@ -150,7 +152,7 @@ pub(super) async fn serve(
                     let (bytes, close) = encode(response, draining, version).await?;
                     stream.write_all(&bytes).await.ok()?;
                     Some(close)
-                };
+                });
                 let close = tokio::select! {
                     close = served => close,
                     () = &mut closing => None,
