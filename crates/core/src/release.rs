@@ -127,7 +127,7 @@ pub fn release<'a, N: Node>(
 
     let mut released_answers = Object::with_capacity(asked.questions.len());
     let mut records = Vec::with_capacity(asked.questions.len());
-    for question in &asked.questions {
+    for question in asked.questions.iter() {
         let (value, record) = release_question(contract, asked, question, answers, options)?;
         if let Some(value) = value {
             released_answers.insert(Cow::Borrowed(&question.id), value);

@@ -54,8 +54,9 @@ pub enum Kind {
 pub struct Asked {
     /// The requested model.
     pub model: String,
-    /// The questions, in request order.
-    pub questions: Vec<AskedQuestion>,
+    /// The questions, in request order (shared with the contract's known question set
+    /// the request's `questions` matched, if any: `KnownQuestions`).
+    pub questions: Arc<[AskedQuestion]>,
     /// The upstream body's members before `questions`, in this order: the model that
     /// goes upstream (pinned or the caller's), then the caller's `state` and `assets`
     /// where present.
@@ -67,7 +68,7 @@ pub struct Asked {
     state_value: OnceLock<Value>,
     assets: Option<Value>,
     /// Each question's upstream form, keyed by its id, in request order.
-    upstream_questions: Vec<(String, Arc<UpstreamQuestion>)>,
+    upstream_questions: UpstreamQuestions,
     /// The whole upstream body, built from the parts on first use.
     upstream: OnceLock<Value>,
 }
@@ -147,11 +148,14 @@ fn with_content(checked: Checked, body: &Json<'_>, state: Option<&[u8]>) -> Aske
     checked.into_asked(state, body.member("assets").map(Json::to_value))
 }
 
+/// Each question's upstream form, keyed by its id, in request order.
+type UpstreamQuestions = Arc<[(String, Arc<UpstreamQuestion>)]>;
+
 /// A request that passed every check, before the caller's content joins it.
 struct Checked {
     model: String,
-    questions: Vec<AskedQuestion>,
-    upstream_questions: Vec<(String, Arc<UpstreamQuestion>)>,
+    questions: Arc<[AskedQuestion]>,
+    upstream_questions: UpstreamQuestions,
     /// The model that goes upstream (pinned or the caller's).
     upstream_model: String,
 }
@@ -226,8 +230,8 @@ fn check_body(
     Ok(Checked {
         upstream_model,
         model,
-        questions: asked,
-        upstream_questions,
+        questions: asked.into(),
+        upstream_questions: upstream_questions.into(),
     })
 }
 

@@ -15,8 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::{
-    Asked, AskedQuestion, Json, RequestError, UpstreamQuestion, check_body, json, json_invalid,
-    with_content,
+    Asked, AskedQuestion, Json, RequestError, check_body, json, json_invalid, with_content,
 };
 use crate::contract::Contract;
 
@@ -31,7 +30,7 @@ pub fn check_bytes(
     contract: &Contract,
     room: Option<&str>,
 ) -> Result<Asked, RequestError> {
-    let kept = room.map_or_else(Vec::new, |room| contract.known_questions.sets(room));
+    let kept = room.map_or_else(|| Arc::from([]), |room| contract.known_questions.sets(room));
     let known: Vec<&[u8]> = kept.iter().map(|set| set.bytes()).collect();
     let (body, state, questions) = Json::parse_request(bytes, &known).map_err(|error| {
         let reason = error.to_string();
@@ -73,8 +72,8 @@ pub(super) const MAX_KEPT_BYTES: usize = 8 * 1024;
 #[derive(Debug)]
 pub struct KnownQuestions {
     pub(super) bytes: Box<[u8]>,
-    pub(super) questions: Vec<AskedQuestion>,
-    pub(super) upstream_questions: Vec<(String, Arc<UpstreamQuestion>)>,
+    pub(super) questions: Arc<[AskedQuestion]>,
+    pub(super) upstream_questions: super::UpstreamQuestions,
 }
 
 impl KnownQuestions {
@@ -88,14 +87,24 @@ impl KnownQuestions {
 /// may check otherwise).
 #[derive(Default)]
 pub struct KnownRooms {
-    rooms: Mutex<HashMap<String, Room>>,
+    /// Keyed by recipient names (from the configuration, never from a request's
+    /// content), so a fast hash without a random key serves.
+    rooms: Mutex<HashMap<String, Room, foldhash::fast::FixedState>>,
 }
 
 /// A room's sets, and the place the next one takes once it is full.
-#[derive(Default)]
 struct Room {
-    sets: Vec<Arc<KnownQuestions>>,
+    sets: Arc<[Arc<KnownQuestions>]>,
     next: usize,
+}
+
+impl Default for Room {
+    fn default() -> Room {
+        Room {
+            sets: Arc::from([]),
+            next: 0,
+        }
+    }
 }
 
 impl Clone for KnownRooms {
@@ -111,16 +120,16 @@ impl std::fmt::Debug for KnownRooms {
 }
 
 impl KnownRooms {
-    /// The sets `room` keeps now.
-    pub fn sets(&self, room: &str) -> Vec<Arc<KnownQuestions>> {
+    /// The sets `room` keeps now: a snapshot, shared with the room until it keeps
+    /// another (a request reads it with one reference count, not a copy of the list).
+    pub fn sets(&self, room: &str) -> Arc<[Arc<KnownQuestions>]> {
         let rooms = self
             .rooms
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         rooms
             .get(room)
-            .map(|room| room.sets.clone())
-            .unwrap_or_default()
+            .map_or_else(|| Arc::from([]), |room| room.sets.clone())
     }
 
     /// Keeps `set` in `room` (replacing the room's oldest when it is full), unless its
@@ -137,13 +146,15 @@ impl KnownRooms {
         if room.sets.iter().any(|kept| kept.bytes == set.bytes) {
             return;
         }
+        let mut sets = room.sets.to_vec();
         let set = Arc::new(set);
-        if room.sets.len() < ROOM_SETS {
-            room.sets.push(set);
+        if sets.len() < ROOM_SETS {
+            sets.push(set);
         } else {
-            room.sets[room.next] = set;
+            sets[room.next] = set;
             room.next = (room.next + 1) % ROOM_SETS;
         }
+        room.sets = sets.into();
     }
 }
 
