@@ -37,6 +37,14 @@ pub(crate) fn document<'a>(bytes: &'a [u8], arena: &'a Bump) -> Option<Doc<'a>> 
     (reader.at == bytes.len()).then_some(value)
 }
 
+/// A key's bit among an object's keys ([`Reader::doc_object`]'s repeat check): one of 64,
+/// by its length and last byte, which [`same_key`] compares first.
+#[inline]
+fn key_bit(key: &str) -> u64 {
+    let last = key.as_bytes().last().copied().unwrap_or(0);
+    1 << ((key.len() + usize::from(last)) % 64)
+}
+
 /// The arena and the stacks of the containers being read.
 struct Stacks<'a> {
     arena: &'a Bump,
@@ -97,6 +105,9 @@ impl<'a> Reader<'a> {
             return Some(Doc::Object(&[]));
         }
         let start = stacks.members.len();
+        // One bit per key read so far, picked by its length and last byte: equal keys
+        // share their bit, so a key whose bit is clear repeats none and is not compared.
+        let mut seen = 0u64;
         loop {
             self.skip_whitespace();
             if self.peek()? != b'"' {
@@ -109,9 +120,13 @@ impl<'a> Reader<'a> {
             }
             self.at += 1;
             let before = &stacks.members[start..];
-            if before.len() == MOST_MEMBERS || before.iter().any(|(k, _)| same_key(k, key)) {
+            let bit = key_bit(key);
+            if before.len() == MOST_MEMBERS
+                || (seen & bit != 0 && before.iter().any(|(k, _)| same_key(k, key)))
+            {
                 return None;
             }
+            seen |= bit;
             let value = self.doc_value(depth, stacks)?;
             stacks.members.push((key, value));
             if !self.more(b'}')? {

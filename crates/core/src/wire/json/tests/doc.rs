@@ -156,6 +156,38 @@ fn a_doc_holds_objects_up_to_its_bound() {
     assert!(read_as_json_reads(over.as_bytes()).is_ok());
 }
 
+/// A repeated key is found wherever it stands, among keys that share its length and
+/// last byte (compared in full) and among keys that share neither.
+#[test]
+fn a_repeated_key_is_found_among_any_others() {
+    let arena = bumpalo::Bump::new();
+    let object = |keys: &[String]| {
+        let members: Vec<String> = keys.iter().map(|key| format!("\"{key}\": 0")).collect();
+        format!("{{{}}}", members.join(","))
+    };
+    let alike: Vec<String> = (b'a'..=b'z').map(|c| format!("{}key", c as char)).collect();
+    let unlike: Vec<String> = (1..=MOST_MEMBERS - 1).map(|n| "k".repeat(n)).collect();
+    for keys in [alike, unlike] {
+        assert!(Doc::read(object(&keys).as_bytes(), &arena).is_some());
+        for repeated in 0..keys.len() {
+            let mut with = keys.clone();
+            with.insert(repeated + 1, keys[repeated].clone());
+            assert_eq!(
+                Doc::read(object(&with).as_bytes(), &arena),
+                None,
+                "{with:?}"
+            );
+            let mut last = keys.clone();
+            last.push(keys[repeated].clone());
+            assert_eq!(
+                Doc::read(object(&last).as_bytes(), &arena),
+                None,
+                "{last:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn nodes_read_the_same_from_a_doc_and_a_json() {
     let text =
