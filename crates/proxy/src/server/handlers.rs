@@ -38,6 +38,14 @@ pub(super) async fn systemone(State(state): State<AppState>, request: Request) -
     serve_systemone(state, id, None, parts.headers, body).await
 }
 
+/// `POST /v1/systemone` from the public listener's direct path, which ran the router's
+/// layers' steps itself: their ids come as they are, not through the request's extensions.
+pub(super) async fn systemone_admitted(state: AppState, request: Request, ids: Ids) -> Response {
+    let (parts, body) = request.into_parts();
+    let id = (ids.request_id, Some(ids.trace_id), Some(ids.spans));
+    serve_systemone(state, id, None, parts.headers, body).await
+}
+
 /// `POST /contracts/{contract}/v1/systemone`: the contract chosen by the path.
 pub(super) async fn systemone_for(
     State(state): State<AppState>,

@@ -156,22 +156,36 @@ where
     }
 
     fn call(&mut self, mut request: Request) -> Self::Future {
-        let (id, refused) = admit(&self.state, &mut request);
-        Stamped {
-            inner: match refused {
-                Some(response) => Err(Some(response)),
-                None => Ok(self.inner.call(request)),
-            },
-            id,
+        match admit(&self.state, &mut request) {
+            Ok(ids) => {
+                let id = ids.request_id.clone();
+                request.extensions_mut().insert(ids);
+                Stamped {
+                    inner: Ok(self.inner.call(request)),
+                    id,
+                }
+            }
+            Err(refused) => {
+                let (id, response) = *refused;
+                Stamped {
+                    inner: Err(Some(response)),
+                    id,
+                }
+            }
         }
     }
 }
 
+/// The layer's own response to a request it refuses, and the id stamped on it (boxed:
+/// refusals are rare, and a response is large).
+pub(super) type Refused = (RequestId, Response);
+
 /// What the layer does before the request goes on: a fresh request id, and either the
-/// layer's own response (`Some`: a header section over the limit) or the request made
-/// ready for the handler (its trace context replaced, its [`Ids`] in its extensions).
-/// The public listener's direct path to `POST /v1/systemone` calls it as the layer does.
-pub(super) fn admit(state: &AppState, request: &mut Request) -> (RequestId, Option<Response>) {
+/// request made ready for the handler (its trace context replaced) with the ids the layer
+/// leaves in its extensions, or the layer's own response (a header section over the
+/// limit) with the id it is stamped with. The public listener's direct path to
+/// `POST /v1/systemone` calls it as the layer does and hands the ids to the handler.
+pub(super) fn admit(state: &AppState, request: &mut Request) -> Result<Ids, Box<Refused>> {
     let id = state.next_request_id();
     let trace = super::trace::TraceContext::from_headers(request.headers());
     let header_bytes: usize = request
@@ -185,16 +199,14 @@ pub(super) fn admit(state: &AppState, request: &mut Request) -> (RequestId, Opti
             tracing::warn!(request_id = %id, header_bytes, "request header fields too large");
         });
         let response = Error::HeadersTooLarge(max_header_bytes).into_response();
-        return (id, Some(response));
+        return Err(Box::new((id, response)));
     }
-    let trace_id = trace.trace_id();
     trace.apply(request.headers_mut());
-    request.extensions_mut().insert(Ids {
-        request_id: id.clone(),
-        trace_id,
+    Ok(Ids {
+        request_id: id,
+        trace_id: trace.trace_id(),
         spans: trace.span_ids(),
-    });
-    (id, None)
+    })
 }
 
 /// Stamps the request id on a response, as the layer does on every response.

@@ -4,16 +4,15 @@
 //! `POST /v1/systemone` goes through the same steps as every other public route, in
 //! the router's order (the sensitive-header marking, then the request id layer's
 //! [`middleware::admit`] and [`middleware::stamp`]) and the same handler
-//! ([`handlers::systemone`]); only the router's own dispatch and the layers' services are
-//! skipped (its route table lookup, the boxed per-request clone of the matched route, the
-//! response mapping futures, the handler's boxed future). Every other method, path or
+//! ([`handlers::systemone_admitted`]: `handlers::systemone` given the layer's ids directly
+//! rather than through the request's extensions); only the router's own dispatch and the
+//! layers' services are skipped (its route table lookup, the boxed per-request clone of
+//! the matched route, the response mapping futures, the handler's boxed future). Every other method, path or
 //! route (including `/contracts/{contract}/v1/systemone`, a `HEAD`, a trailing slash) goes
 //! to the router exactly as before, so 404s, 405s and path extraction stay axum's.
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::State;
-use axum::http::header::Entry;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
 use axum::response::Response;
 use bytes::Bytes;
@@ -38,7 +37,7 @@ pub(super) struct Routes {
     router: Router,
     /// The state of the direct path (the public listener's), which runs the public
     /// router's layers' steps ([`mark_sensitive`], then [`middleware::admit`] and
-    /// [`middleware::stamp`]) around [`handlers::systemone`], awaited in place: no
+    /// [`middleware::stamp`]) around [`handlers::systemone_admitted`], awaited in place: no
     /// service clone, no boxed future.
     systemone: Option<AppState>,
 }
@@ -98,10 +97,15 @@ impl Routes {
                 let mut request = request.map(Body::new);
                 // The router's layers in its order: the outermost first.
                 mark_sensitive(request.headers_mut());
-                let (id, refused) = middleware::admit(state, &mut request);
-                let mut response = match refused {
-                    Some(response) => response,
-                    None => handlers::systemone(State(state.clone()), request).await,
+                let (id, mut response) = match middleware::admit(state, &mut request) {
+                    Ok(ids) => {
+                        let id = ids.request_id.clone();
+                        (
+                            id,
+                            handlers::systemone_admitted(state.clone(), request, ids).await,
+                        )
+                    }
+                    Err(refused) => *refused,
                 };
                 middleware::stamp(&id, &mut response);
                 if length {
@@ -138,12 +142,13 @@ pub(super) fn set_content_length(response: &mut Response) {
 
 /// Marks the values of [`sensitive_headers`] sensitive, as the public router's
 /// `SetSensitiveRequestHeadersLayer` does (every value of each name).
+/// One pass over the request's few fields: a lookup per name (which reserves room and
+/// hashes a custom name) cost more.
 fn mark_sensitive(headers: &mut HeaderMap) {
-    for name in sensitive_headers() {
-        if let Entry::Occupied(mut entry) = headers.entry(name) {
-            for value in entry.iter_mut() {
-                value.set_sensitive(true);
-            }
+    let names = sensitive_headers();
+    for (name, value) in headers.iter_mut() {
+        if names.contains(name) {
+            value.set_sensitive(true);
         }
     }
 }
