@@ -67,6 +67,18 @@ impl<'a> Reader<'a> {
         })
     }
 
+    /// A member's value: a string or a number (most members of an answer) read here,
+    /// without the call into [`Reader::doc_value`] that reads any other value.
+    #[inline(always)]
+    fn doc_member_value(&mut self, depth: usize, stacks: &mut Stacks<'a>) -> Option<Doc<'a>> {
+        self.skip_whitespace();
+        Some(match self.peek()? {
+            b'"' => Doc::String(self.doc_string(stacks.arena)?),
+            b'-' | b'0'..=b'9' => Doc::Number(self.number()?),
+            _ => return self.doc_value(depth, stacks),
+        })
+    }
+
     /// A string starting at its opening quote: borrowed from the bytes, or written into
     /// the arena when it holds escapes.
     #[inline(always)]
@@ -127,7 +139,7 @@ impl<'a> Reader<'a> {
                 return None;
             }
             seen |= bit;
-            let value = self.doc_value(depth, stacks)?;
+            let value = self.doc_member_value(depth, stacks)?;
             stacks.members.push((key, value));
             if !self.more(b'}')? {
                 break;
