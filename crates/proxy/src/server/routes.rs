@@ -7,9 +7,10 @@
 //! ([`handlers::systemone_admitted`]: `handlers::systemone` given the layer's ids directly
 //! rather than through the request's extensions); only the router's own dispatch and the
 //! layers' services are skipped (its route table lookup, the boxed per-request clone of
-//! the matched route, the response mapping futures, the handler's boxed future). Every other method, path or
-//! route (including `/contracts/{contract}/v1/systemone`, a `HEAD`, a trailing slash) goes
-//! to the router exactly as before, so 404s, 405s and path extraction stay axum's.
+//! the matched route, the response mapping futures, the handler's boxed future). Every
+//! other method, path or route (including `/contracts/{contract}/v1/systemone`, a `HEAD`,
+//! a trailing slash) goes to the router exactly as before, so 404s, 405s and path
+//! extraction stay axum's.
 
 use axum::Router;
 use axum::body::Body;
