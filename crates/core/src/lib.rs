@@ -24,6 +24,7 @@ pub mod fuzzing;
 pub mod mechanism;
 pub mod release;
 pub mod rng;
+pub mod timing;
 pub mod wcpq;
 pub mod wire;
 pub mod workflow;

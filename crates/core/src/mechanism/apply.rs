@@ -1,8 +1,6 @@
 //! Applying a mechanism to one answer: the baselines' rewritten vectors and the WCPQ
 //! mapper's codeword or fallback.
 
-use std::time::Instant;
-
 use serde_json::Value;
 
 use super::{
@@ -137,7 +135,7 @@ impl WcpqMechanism {
         } else {
             &UNREAD
         };
-        let started = Instant::now();
+        let started = crate::timing::now();
         // D is the native answer as the recipient would read it: the fields the
         // contract releases (view, withholding, a dropped confidence), read back
         // from the bytes that would go out.
@@ -148,7 +146,7 @@ impl WcpqMechanism {
                 workflow::InvalidRelease::Choice,
             )),
         };
-        let mapping_seconds = Some(started.elapsed().as_secs_f64());
+        let mapping_seconds = Some(crate::timing::since(started).as_secs_f64());
         let n = native.probabilities.len();
         let (released, outcome) = match outcome {
             wcpq::Outcome::Covered {

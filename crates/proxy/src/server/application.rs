@@ -44,6 +44,8 @@ impl Application {
             return Err(StartError::CodebooksNotLoaded);
         }
         let state = AppState::prepare(config)?;
+        // The latency clock is calibrated before the first request, not during it.
+        releasegate_core::timing::warm();
         let public = bind(listen).await?;
         let admin = bind(admin_listen).await?;
         // The bound addresses (port 0 picks one): how a supervisor finds the proxy.

@@ -8,7 +8,7 @@ mod reply;
 mod systemone;
 mod trail;
 
-use std::time::Instant;
+use releasegate_core::timing;
 
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
@@ -120,7 +120,7 @@ async fn serve_systemone(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let started = Instant::now();
+    let started = timing::now();
     let mut trail = Trail::new(&state, trace_id, spans);
     let selection = Selection::new(&headers, path_contract.as_deref());
     let result = answer(&state, selection, body, &mut trail).await;
@@ -144,7 +144,7 @@ async fn serve_models(
     path_contract: Option<String>,
     headers: HeaderMap,
 ) -> Response {
-    let started = Instant::now();
+    let started = timing::now();
     let mut trail = Trail::new(&state, trace_id, spans);
     let selection = Selection::new(&headers, path_contract.as_deref());
     let result = list_models(&state, selection, &mut trail)
@@ -163,7 +163,7 @@ async fn serve_questions(
     path_contract: Option<String>,
     headers: HeaderMap,
 ) -> Response {
-    let started = Instant::now();
+    let started = timing::now();
     let mut trail = Trail::new(&state, trace_id, spans);
     let selection = Selection::new(&headers, path_contract.as_deref());
     let live = state.live();

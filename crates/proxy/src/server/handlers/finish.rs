@@ -1,10 +1,11 @@
 //! The end of every public request: its response, the failure's log lines, the request
 //! metrics, the SERVER span, the access line, the live capture and the decision log.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use releasegate_core::timing::{self, Instant};
 
 use super::trail::{Trail, export_server_span};
 use crate::server::AppState;
@@ -52,7 +53,7 @@ pub(super) fn finish(
     };
     let status = response.status().as_u16();
     export_server_span(state, route, &request_id, &trail, status, outcome);
-    let latency = started.elapsed();
+    let latency = timing::since(started);
     let live = state.inner.live.load();
     if route == "systemone"
         && let Some(contract) = &trail.contract
