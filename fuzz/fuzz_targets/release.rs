@@ -9,7 +9,9 @@
 //! an arbitrary document shaped like an answer (right and wrong types, labels, numbers,
 //! extra fields and answers), read by `wire::Json::parse`.
 //!
-//! Oracle: nothing panics; a release is deterministic for its seed; and what goes out is
+//! Oracle: nothing panics; a release is deterministic for its seed; where
+//! `wire::read_answers` reads the answer (the proxy's first reading), `release_read`
+//! releases exactly what `release` does (the same bytes or the same refusal); and what goes out is
 //! only what the contract allows, checked here from the fuzzed parameters alone (never the
 //! release code): the top-level members `model` (the pinned model, else the provider's),
 //! `answers` and `usage`; answers only for asked questions, in request order, of the asked
@@ -32,9 +34,10 @@ use libfuzzer_sys::fuzz_target;
 use releasegate_core::codebook;
 use releasegate_core::config::{Config, Inputs};
 use releasegate_core::contract::Contract;
-use releasegate_core::release::{Options, release};
+use releasegate_core::release::{Options, release, release_read};
 use releasegate_core::rng::Rng;
-use releasegate_core::wire::{Json, check_json};
+use releasegate_core::wire::json::with_arena;
+use releasegate_core::wire::{Json, check_json, read_answers};
 use releasegate_core::workflow::Spec;
 use serde_json::{Map, Value, json};
 
@@ -837,7 +840,20 @@ fn release_under(
             serde_json::to_vec(&native).expect("a Value writes")
         }
     };
+    // The proxy first reads a response with `wire::read_answers`, where it can: what that
+    // reading releases must be exactly what the reading here releases (the same bytes,
+    // or the same refusal).
+    let read_first = with_arena(|arena| {
+        let read = read_answers(&native_bytes, arena, contract, &asked)?;
+        let mut rng = Rng::new(input.seed);
+        let mut options = Options {
+            rng: &mut rng,
+            evaluate: input.evaluate,
+        };
+        Some(release_read(contract, &asked, &read, &mut options).map(|released| released.to_bytes()))
+    });
     let Ok(native) = Json::parse(&native_bytes) else {
+        assert!(read_first.is_none(), "read_answers read bytes that are not JSON");
         return;
     };
     let run = || {
@@ -848,6 +864,9 @@ fn release_under(
         };
         release(contract, &asked, &native, &mut options).map(|released| released.to_bytes())
     };
+    if let Some(read_first) = read_first {
+        assert_eq!(read_first, run(), "read_answers releases otherwise");
+    }
     let Ok(bytes) = run() else {
         return;
     };

@@ -124,22 +124,70 @@ pub fn release<'a, N: Node>(
         .filter(|answers| answers.object_len().is_some())
         .ok_or(Invalid::MissingField)?;
     let usage = native_usage(native)?;
-
-    let mut released_answers = Object::with_capacity(asked.questions.len());
-    let mut records = Vec::with_capacity(asked.questions.len());
-    for question in asked.questions.iter() {
-        let (value, record) = release_question(contract, asked, question, answers, options)?;
-        if let Some(value) = value {
-            released_answers.insert(Cow::Borrowed(&question.id), value);
-        }
-        records.push(record);
-    }
+    let (released_answers, records) = release_each(asked, options, |question, options| {
+        release_question(contract, asked, question, answers, options)
+    })?;
     // Every asked question has its answer (else `MissingAnswer` above), and an object's
     // keys are distinct: more answers than questions means one the request did not ask.
     if answers.object_len() != Some(asked.questions.len()) {
         return Err(Invalid::UnaskedAnswer);
     }
+    assemble(contract, model, usage, released_answers, records)
+}
 
+/// [`release`] of a response whose answers [`wire::read_answers`] read straight into
+/// their class vectors, for the same `contract` and `asked`: the same release of the same
+/// response (that reader reads only the responses whose every answer is one
+/// [`wire::parse_answer`] reads to the same vector, to exactly the asked questions),
+/// without reading the answers again.
+pub fn release_read<'a>(
+    contract: &'a Contract,
+    asked: &'a Asked,
+    read: &'a wire::ReadAnswers<'a>,
+    options: &mut Options<'_>,
+) -> Result<Release<'a>, Invalid> {
+    let native = &read.top;
+    native.object_len().ok_or(Invalid::MissingField)?;
+    let model = released_model(contract, asked, native)?;
+    let usage = native_usage(native)?;
+    let mut answers = read.answers.iter();
+    let (released_answers, records) = release_each(asked, options, |question, options| {
+        let (rule, vector) = answers.next().ok_or(Invalid::MissingAnswer)?;
+        release_answer(question, rule, contract.shape, vector, asked, options)
+    })?;
+    assemble(contract, model, usage, released_answers, records)
+}
+
+/// Each asked question's answer released by `release_one`, in request order: the
+/// released `answers` object and the records.
+fn release_each<'a>(
+    asked: &'a Asked,
+    options: &mut Options<'_>,
+    mut release_one: impl FnMut(
+        &'a AskedQuestion,
+        &mut Options<'_>,
+    ) -> Result<(Option<Json<'a>>, AnswerRecord), Invalid>,
+) -> Result<(Object<'a>, Vec<AnswerRecord>), Invalid> {
+    let mut released_answers = Object::with_capacity(asked.questions.len());
+    let mut records = Vec::with_capacity(asked.questions.len());
+    for question in asked.questions.iter() {
+        let (value, record) = release_one(question, options)?;
+        if let Some(value) = value {
+            released_answers.insert(Cow::Borrowed(&question.id), value);
+        }
+        records.push(record);
+    }
+    Ok((released_answers, records))
+}
+
+/// The released body: the model, the answers and the usage.
+fn assemble<'a, N: Node>(
+    contract: &'a Contract,
+    model: &'a str,
+    usage: Option<&N>,
+    released_answers: Object<'a>,
+    answers: Vec<AnswerRecord>,
+) -> Result<Release<'a>, Invalid> {
     let mut body = Object::with_capacity(3);
     body.insert(Cow::Borrowed("model"), Json::text(model));
     body.insert(Cow::Borrowed("answers"), Json::Object(released_answers));
@@ -149,7 +197,7 @@ pub fn release<'a, N: Node>(
     );
     Ok(Release {
         body: Json::Object(body),
-        answers: records,
+        answers,
     })
 }
 

@@ -8,8 +8,8 @@ use serde_json::{Map, Value};
 
 use crate::contract::{Contract, QuestionRule};
 pub use answer::{
-    BoxAnswer, BoxEdges, Invalid, MAX_MODEL_ID_LEN, argmax, is_calendar_date, is_model_id,
-    parse_answer, parse_box, sum_tolerance,
+    BoxAnswer, BoxEdges, Invalid, MAX_MODEL_ID_LEN, ReadAnswers, argmax, is_calendar_date,
+    is_model_id, parse_answer, parse_box, read_answers, sum_tolerance,
 };
 pub use canonical::{canonical_json, same_json};
 pub use json::{Json, Node};

@@ -62,6 +62,9 @@ pub(crate) fn build_question(
     )
     .into_iter();
     let rule = (problems.len() == n_problems).then(|| QuestionRule {
+        plain_classes: classes
+            .iter()
+            .all(|class| crate::wire::json::is_plain(class)),
         classes,
         question,
         view: raw.view,
@@ -350,6 +353,7 @@ fn build_box_question(
     }
     let rule = (problems.len() == n_problems).then(|| QuestionRule {
         classes: Vec::new(),
+        plain_classes: true,
         question: Pinned {
             kind: Kind::Box,
             instructions: raw.instructions,

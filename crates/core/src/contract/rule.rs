@@ -13,6 +13,10 @@ use crate::workflow::Spec;
 pub struct QuestionRule {
     /// The canonical class order: probabilities are aligned to it by class id.
     pub(crate) classes: Vec<String>,
+    /// Whether every class label is plain string content (`wire::json::is_plain`): a
+    /// provider's answer then names each class with the label's own bytes, which
+    /// `wire::read_answers` compares without reading the string first.
+    pub(crate) plain_classes: bool,
     /// The question as the contract asks it upstream.
     pub(crate) question: Pinned,
     /// Which prediction fields go out.

@@ -150,6 +150,7 @@ mod tests {
     fn test_rule(mechanism: Mechanism) -> QuestionRule {
         QuestionRule {
             classes: Vec::new(),
+            plain_classes: true,
             question: crate::contract::Pinned {
                 kind: crate::wire::Kind::Box,
                 instructions: None,

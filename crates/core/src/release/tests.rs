@@ -6,6 +6,7 @@ use crate::mechanism::Released;
 use crate::wire::check_request;
 
 mod complete;
+mod read_answers;
 mod withhold_wcpq;
 
 /// The test contract in the minimal shape (today's field table).

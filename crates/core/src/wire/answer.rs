@@ -2,8 +2,12 @@
 //! class vector aligned by class id (never by position), a box answer into its edges, the
 //! model ids and dates the proxy vouches for, and why an answer is rejected ([`Invalid`]).
 
-use super::{Kind, Node};
-use crate::contract::QuestionRule;
+use bumpalo::Bump;
+
+use super::json::Doc;
+use super::json::read::doc::answers::{self, Expected};
+use super::{Asked, Kind, Node};
+use crate::contract::{Contract, QuestionRule};
 use crate::mechanism::ClassVector;
 
 /// How far the probabilities of an answer with `n` classes may sum from 1: half a hundredth
@@ -85,6 +89,53 @@ impl Invalid {
     ];
 }
 
+/// A provider's response whose answers were read straight into class vectors
+/// ([`read_answers`]).
+#[derive(Debug)]
+pub struct ReadAnswers<'a> {
+    /// The response's top-level members, its `answers` standing as an empty object.
+    pub top: Doc<'a>,
+    /// Each asked question's rule and class vector, in the order asked, each vector
+    /// exactly what [`parse_answer`] reads from the same bytes.
+    pub answers: Vec<(&'a QuestionRule, ClassVector)>,
+}
+
+/// Reads a provider's response (`bytes`) to `asked` under `contract` with each choice
+/// and score answer straight into its class vector, without building its members first.
+/// `None` wherever the response must be read as a [`Doc`] (or a `Json`) and each answer
+/// with [`parse_answer`]: a question of another type, a question the contract does not
+/// cover, and every response or answer that reading would refuse or read otherwise (see
+/// `wire::json::read::doc::answers`). So a response it reads releases exactly as the
+/// other reading would release it.
+pub fn read_answers<'a>(
+    bytes: &'a [u8],
+    arena: &'a Bump,
+    contract: &'a Contract,
+    asked: &Asked,
+) -> Option<ReadAnswers<'a>> {
+    let rules = asked
+        .questions
+        .iter()
+        .map(|question| contract.questions.get(&question.id))
+        .collect::<Option<Vec<_>>>()?;
+    let expected: Vec<Expected<'_>> = asked
+        .questions
+        .iter()
+        .zip(&rules)
+        .map(|(question, rule)| Expected {
+            id: &question.id,
+            kind: question.kind,
+            classes: &rule.classes,
+            plain_classes: rule.plain_classes,
+        })
+        .collect();
+    let read = answers::document(bytes, arena, &expected)?;
+    Some(ReadAnswers {
+        top: read.top,
+        answers: rules.into_iter().zip(read.vectors).collect(),
+    })
+}
+
 /// Reads a native answer into a class vector in the rule's canonical class order.
 pub fn parse_answer<N: Node>(
     kind: Kind,
@@ -118,8 +169,7 @@ pub fn parse_answer<N: Node>(
             (probabilities, choice, None)
         }
     };
-    let sum: f64 = probabilities.iter().sum();
-    if (sum - 1.0).abs() > sum_tolerance(probabilities.len()) {
+    if !sum_is_close(&probabilities) {
         return Err(Invalid::ProbabilitySum);
     }
     Ok(ClassVector {
@@ -237,8 +287,18 @@ pub fn parse_box<N: Node>(answer: &N) -> Result<BoxAnswer, Invalid> {
     Ok(BoxAnswer { edges, confidence })
 }
 
+/// Whether `probabilities` sum to 1 within [`sum_tolerance`].
+pub(crate) fn sum_is_close(probabilities: &[f64]) -> bool {
+    let sum: f64 = probabilities.iter().sum();
+    (sum - 1.0).abs() <= sum_tolerance(probabilities.len())
+}
+
 fn unit_number<N: Node>(value: &N) -> Result<f64, Invalid> {
-    let number = value.number().ok_or(Invalid::MissingField)?;
+    unit(value.number().ok_or(Invalid::MissingField)?)
+}
+
+/// A probability or confidence: a finite number in [0, 1].
+pub(crate) fn unit(number: f64) -> Result<f64, Invalid> {
     if number.is_finite() && (0.0..=1.0).contains(&number) {
         // `-0` is zero: it goes on as `0.0`, the one spelling of zero every number the
         // proxy computes has (`shape::fixed`), so a native value released unchanged (a

@@ -452,6 +452,7 @@ mod doc;
 mod object;
 pub(crate) mod read;
 pub(in crate::wire) mod scan;
+pub(crate) use scan::is_plain;
 pub mod write;
 mod written;
 

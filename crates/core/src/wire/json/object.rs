@@ -169,7 +169,12 @@ impl<'a> Object<'a> {
 /// call to `memcmp`, whose call costs more than such a comparison.
 #[inline]
 pub(super) fn same_key(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
+    same_bytes(a.as_bytes(), b.as_bytes())
+}
+
+/// [`same_key`] of two byte strings.
+#[inline]
+pub(super) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() || a.last() != b.last() {
         return false;
     }

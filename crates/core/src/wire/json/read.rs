@@ -14,7 +14,7 @@ use std::ops::Range;
 use super::scan::{find_stop, find_stop_near};
 use super::{Json, Object};
 
-pub(super) mod doc;
+pub(crate) mod doc;
 mod number;
 mod skim;
 

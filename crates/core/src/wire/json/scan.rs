@@ -45,6 +45,12 @@ pub(super) fn find_stop(bytes: &[u8]) -> Option<usize> {
     first_stop(padded(rest)).map(|i| at + i)
 }
 
+/// Whether `text` is plain string content: JSON writes it as itself, between quotes,
+/// so a string is exactly `text` where its bytes are `text` and a closing quote.
+pub(crate) fn is_plain(text: &str) -> bool {
+    find_stop(text.as_bytes()).is_none()
+}
+
 /// [`find_stop`] with its first word tested where it is called: most keys and labels
 /// end within it, and a call cost more than the test.
 #[inline]

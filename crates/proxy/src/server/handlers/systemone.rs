@@ -369,13 +369,21 @@ async fn release_off_thread(
                 rng: &mut rng,
                 evaluate: false,
             };
-            // Read into this thread's arena where it can be ([`wire::json::Doc`]), else
-            // as a `Json`; both mean what a `Value` of the same bytes means.
-            wire::json::with_arena(|arena| match wire::json::Doc::read(&native, arena) {
-                Some(native) => release_sent(&contract, &asked, &native, &mut options),
-                None => {
-                    let native = wire::Json::parse(&native).map_err(|_| wire::Invalid::NotJson)?;
-                    release_sent(&contract, &asked, &native, &mut options)
+            // Read into this thread's arena: each answer straight into its class vector
+            // where it can be (`wire::read_answers`), else as a [`wire::json::Doc`], else
+            // as a `Json`; all three mean what a `Value` of the same bytes means.
+            wire::json::with_arena(|arena| {
+                if let Some(read) = wire::read_answers(&native, arena, &contract, &asked) {
+                    let released = release::release_read(&contract, &asked, &read, &mut options);
+                    return released.map(Sent::from);
+                }
+                match wire::json::Doc::read(&native, arena) {
+                    Some(native) => release_sent(&contract, &asked, &native, &mut options),
+                    None => {
+                        let native =
+                            wire::Json::parse(&native).map_err(|_| wire::Invalid::NotJson)?;
+                        release_sent(&contract, &asked, &native, &mut options)
+                    }
                 }
             })
         }
@@ -396,10 +404,16 @@ fn release_sent<N: wire::Node>(
     native: &N,
     options: &mut release::Options<'_>,
 ) -> Result<Sent, wire::Invalid> {
-    release::release(contract, asked, native, options).map(|released| Sent {
-        body: released.to_bytes(),
-        answers: released.answers,
-    })
+    release::release(contract, asked, native, options).map(Sent::from)
+}
+
+impl From<release::Release<'_>> for Sent {
+    fn from(released: release::Release<'_>) -> Sent {
+        Sent {
+            body: released.to_bytes(),
+            answers: released.answers,
+        }
+    }
 }
 
 /// Counts each released answer in its contract's series.

@@ -14,6 +14,8 @@ use super::super::doc::Doc;
 use super::super::object::same_key;
 use super::{MAX_DEPTH, Reader};
 
+pub(crate) mod answers;
+
 /// Most members of an object a [`Doc`] holds: a larger object (and one that repeats a
 /// key) is left to [`Json`](super::super::Json), whose large objects are indexed, so that
 /// looking up every member stays linear.

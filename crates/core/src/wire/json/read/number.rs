@@ -76,6 +76,34 @@ impl Reader<'_> {
         self.number_rest(read, exponent)
     }
 
+    /// A number of the form `0.` and one to fourteen digits (not followed by an
+    /// exponent): its value, exactly as [`Reader::number`] reads it (the same one
+    /// division), the reader then past it; `None`, the reader unmoved, for any other form.
+    /// Most probabilities and confidences are written so.
+    #[inline(always)]
+    pub(super) fn short_fraction(&mut self) -> Option<f64> {
+        let bytes = self.bytes;
+        let digits_at = self.at + 2;
+        if bytes.get(self.at..digits_at)? != b"0." {
+            return None;
+        }
+        let mut at = digits_at;
+        let mut significand = 0u64;
+        while let Some(&d @ b'0'..=b'9') = bytes.get(at) {
+            significand = significand * 10 + u64::from(d - b'0');
+            at += 1;
+            if at - digits_at == SHORT_DIGITS {
+                return None;
+            }
+        }
+        let places = at - digits_at;
+        if places == 0 || matches!(bytes.get(at), Some(b'e' | b'E')) {
+            return None;
+        }
+        self.at = at;
+        Some(significand as f64 / POWERS[places])
+    }
+
     /// [`Reader::number`] past its short forms: `read` is what it read of the number (up
     /// to an exponent's `e`, if `exponent`).
     #[cold]
@@ -174,5 +202,70 @@ fn gather(bytes: &[u8], at: &mut usize, significand: &mut u64, digits: &mut usiz
         }
         *digits += 1;
         *at += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::super::Reader;
+
+    /// A number's value and where the reader stopped after it.
+    type Reading = Option<(f64, usize)>;
+
+    /// What [`Reader::number`] and [`Reader::short_fraction`] read of `text`, and where
+    /// each left the reader (`short_fraction`: `None` and unmoved, or its reading).
+    fn both(text: &str) -> (Reading, Reading) {
+        let mut full = Reader::new(text, None, false);
+        let number = full.number().map(|n| (n.as_f64(), full.at));
+        let mut short = Reader::new(text, None, false);
+        let fraction = short.short_fraction();
+        if fraction.is_none() {
+            assert_eq!(short.at, 0, "{text}: moved without a reading");
+        }
+        (number, fraction.map(|value| (value, short.at)))
+    }
+
+    #[test]
+    fn a_short_fraction_reads_as_any_number() {
+        for text in ["0.5", "0.25,", "0.00}", "0.12345678901234", "0.1 ", "0.05]"] {
+            let (number, fraction) = both(text);
+            assert!(fraction.is_some(), "{text}");
+            assert_eq!(
+                number.map(|(v, at)| (v.to_bits(), at)),
+                fraction.map(|(v, at)| (v.to_bits(), at))
+            );
+        }
+        for text in [
+            "0.123456789012345",
+            "0.5e1",
+            "0.5E-1",
+            "0.",
+            "0",
+            "1.0",
+            "-0.5",
+            "00.5",
+            ".5",
+            "0,5",
+        ] {
+            assert_eq!(both(text).1, None, "{text}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn a_short_fraction_is_the_number_it_spells(
+            digits in "[0-9]{1,16}",
+            tail in "(|,|}|e1|E-2|\\.5| |[0-9])",
+        ) {
+            let text = format!("0.{digits}{tail}");
+            let (number, fraction) = both(&text);
+            if let Some((value, at)) = fraction {
+                let (full, full_at) = number.expect("a number");
+                prop_assert_eq!(value.to_bits(), full.to_bits());
+                prop_assert_eq!(at, full_at);
+            }
+        }
     }
 }

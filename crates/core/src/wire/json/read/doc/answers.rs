@@ -1,0 +1,497 @@
+//! A provider's response read with its choice and score answers straight into class
+//! vectors ([`document`]), where reading it as a [`Doc`] and then each answer with
+//! [`parse_answer`](crate::wire::parse_answer) would build every answer's members in the
+//! arena only to look each of them up again.
+//!
+//! It reads only what the two-step path would read to the same vectors, and gives up
+//! (`None`) on everything else, for that path to decide: any object that repeats a key or
+//! holds more than [`MOST_MEMBERS`] members (where `Doc::read` gives up too), an answer
+//! to a question not asked or asked and not answered, and every answer that path would
+//! refuse (a missing or mistyped field, a class missing or not asked, a probability or
+//! confidence out of [0, 1], a choice that is not the most probable, a sum off by more
+//! than the tolerance). So a vector it returns is the one `parse_answer` returns for the
+//! same bytes: the tests and a fuzz target hold the two paths to that.
+//!
+//! The strings it expects (the answers' field names, the asked ids, the classes) are
+//! first compared with the bytes as they stand: a string whose bytes are plain content
+//! (`is_plain`) and a closing quote is exactly that content. Any other spelling (an
+//! escape) is read as a string and compared by its content, as `Doc::read` reads it.
+//! Every other member, at any depth, is read as `Doc::read` reads it (the same checks,
+//! the same depth limit); the top-level ones (`model`, `usage`, any other) are kept as a
+//! [`Doc`] object, in which the `answers` member stands as an empty object.
+
+use bumpalo::Bump;
+use bumpalo::collections::Vec as ArenaVec;
+
+use super::super::super::doc::Doc;
+use super::super::super::object::{same_bytes, same_key};
+use super::super::super::scan::is_plain;
+use super::{FIRST_ROOM, MOST_MEMBERS, Reader, Stacks, key_bit};
+use crate::mechanism::ClassVector;
+use crate::wire::Kind;
+use crate::wire::answer::{argmax, sum_is_close, unit};
+
+/// One asked question as its answer is read: its id, its type (choice or score) and its
+/// classes in the contract's order.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Expected<'r> {
+    pub(crate) id: &'r str,
+    pub(crate) kind: Kind,
+    pub(crate) classes: &'r [String],
+    /// Whether every class is plain string content (`QuestionRule::plain_classes`).
+    pub(crate) plain_classes: bool,
+}
+
+/// A response read by [`document`]: its top-level members (`answers` standing as an empty
+/// object) and one class vector per expected answer, in the order expected.
+#[derive(Debug)]
+pub(crate) struct Read<'a> {
+    pub(crate) top: Doc<'a>,
+    pub(crate) vectors: Vec<ClassVector>,
+}
+
+/// Reads a whole response (see the module's doc), `None` where the two-step path must.
+/// Only choice and score answers are read here: any other expected kind gives `None`.
+pub(crate) fn document<'a>(
+    bytes: &'a [u8],
+    arena: &'a Bump,
+    expected: &[Expected<'_>],
+) -> Option<Read<'a>> {
+    if expected
+        .iter()
+        .any(|e| !matches!(e.kind, Kind::Choice | Kind::Score))
+    {
+        return None;
+    }
+    let text = simdutf8::basic::from_utf8(bytes).ok()?;
+    let mut reader = Reader::new(text, None, false);
+    let mut stacks = Stacks {
+        arena,
+        members: ArenaVec::with_capacity_in(FIRST_ROOM, arena),
+        items: ArenaVec::with_capacity_in(FIRST_ROOM, arena),
+    };
+    let mut vectors: Vec<Option<ClassVector>> = vec![None; expected.len()];
+    reader.skip_whitespace();
+    if reader.peek()? != b'{' {
+        return None;
+    }
+    let top = reader.top_object(&mut stacks, expected, &mut vectors)?;
+    reader.skip_whitespace();
+    if reader.at != bytes.len() {
+        return None;
+    }
+    let vectors = vectors.into_iter().collect::<Option<Vec<_>>>()?;
+    Some(Read { top, vectors })
+}
+
+/// The fields of an answer its class vector is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Type,
+    Choice,
+    Score,
+    Confidence,
+    Probabilities,
+}
+
+impl Field {
+    /// Each field by its name, the most frequent first.
+    const NAMES: [(Field, &'static str); 5] = [
+        (Field::Type, "type"),
+        (Field::Choice, "choice"),
+        (Field::Confidence, "confidence"),
+        (Field::Probabilities, "probabilities"),
+        (Field::Score, "score"),
+    ];
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+/// The fields of one answer, as read.
+struct Fields<'a> {
+    /// The fields read so far, one bit each ([`Field::bit`]).
+    seen: u8,
+    kind: Option<&'a str>,
+    /// The choice's class index, or its label where it is not plainly one of them.
+    choice: Option<Choice<'a>>,
+    score: bool,
+    confidence: Option<f64>,
+    probabilities: Option<Vec<f64>>,
+}
+
+/// An answer's `choice` as read.
+enum Choice<'a> {
+    Class(usize),
+    Label(&'a str),
+}
+
+/// The keys of one object other than the fields of [`Field`], for the repeated-key
+/// check `Doc::read` makes (a key equal to a field's name is that field).
+struct Others<'a> {
+    keys: [&'a str; MOST_MEMBERS],
+    len: usize,
+    seen: u64,
+}
+
+impl<'a> Others<'a> {
+    fn new() -> Others<'a> {
+        Others {
+            keys: [""; MOST_MEMBERS],
+            len: 0,
+            seen: 0,
+        }
+    }
+
+    /// Adds `key`; `None` where it repeats one.
+    fn add(&mut self, key: &'a str) -> Option<()> {
+        let bit = key_bit(key);
+        let before = self.keys.get(..self.len)?;
+        if self.seen & bit != 0 && before.iter().any(|k| same_key(k, key)) {
+            return None;
+        }
+        self.seen |= bit;
+        *self.keys.get_mut(self.len)? = key;
+        self.len += 1;
+        Some(())
+    }
+}
+
+impl<'a> Reader<'a> {
+    /// Whether the string at the reader (at its quote) is `plain` (plain content), by its
+    /// bytes: if so it is passed, with the colon after it when `key`.
+    #[inline(always)]
+    fn at_plain(&mut self, plain: &[u8]) -> bool {
+        let start = self.at + 1;
+        let end = start + plain.len();
+        let found = match self.bytes.get(start..=end) {
+            Some(window) => {
+                window.last() == Some(&b'"') && same_bytes(&window[..plain.len()], plain)
+            }
+            None => false,
+        };
+        if found {
+            self.at = end + 1;
+        }
+        found
+    }
+
+    /// After a member's key: its colon, the reader then at the value.
+    #[inline(always)]
+    fn colon(&mut self) -> Option<()> {
+        self.skip_whitespace();
+        if self.peek()? != b':' {
+            return None;
+        }
+        self.at += 1;
+        self.skip_whitespace();
+        Some(())
+    }
+
+    /// A member's key and its colon, the reader then at the value.
+    #[inline]
+    fn member_key(&mut self, arena: &'a Bump) -> Option<&'a str> {
+        self.skip_whitespace();
+        if self.peek()? != b'"' {
+            return None;
+        }
+        let key = self.doc_string(arena)?;
+        self.colon()?;
+        Some(key)
+    }
+
+    /// The top-level object (at its `{`), its `answers` read by [`Reader::answers`].
+    fn top_object(
+        &mut self,
+        stacks: &mut Stacks<'a>,
+        expected: &[Expected<'_>],
+        vectors: &mut [Option<ClassVector>],
+    ) -> Option<Doc<'a>> {
+        const DEPTH: usize = 1;
+        self.at += 1;
+        let mut answered = false;
+        loop {
+            let key = self.member_key(stacks.arena)?;
+            let before = &stacks.members[..];
+            if before.len() == MOST_MEMBERS || before.iter().any(|(k, _)| same_key(k, key)) {
+                return None;
+            }
+            let value = if same_key(key, "answers") {
+                if self.peek()? != b'{' {
+                    return None;
+                }
+                self.answers(DEPTH + 1, stacks, expected, vectors)?;
+                answered = true;
+                Doc::Object(&[])
+            } else {
+                self.doc_member_value(DEPTH, stacks)?
+            };
+            stacks.members.push((key, value));
+            if !self.more(b'}')? {
+                break;
+            }
+        }
+        let members = stacks.arena.alloc_slice_copy(&stacks.members);
+        stacks.members.clear();
+        answered.then_some(Doc::Object(members))
+    }
+
+    /// The `answers` object (at its `{`, `depth` its own): each member the answer to the
+    /// expected question of its id, into that question's place in `vectors`.
+    fn answers(
+        &mut self,
+        depth: usize,
+        stacks: &mut Stacks<'a>,
+        expected: &[Expected<'_>],
+        vectors: &mut [Option<ClassVector>],
+    ) -> Option<()> {
+        self.at += 1;
+        let mut count = 0;
+        loop {
+            self.skip_whitespace();
+            if self.peek()? != b'"' {
+                return None;
+            }
+            // Answers most often come in the order asked.
+            let index = match expected.get(count) {
+                Some(e) if is_plain(e.id) && self.at_plain(e.id.as_bytes()) => count,
+                _ => {
+                    let key = self.doc_string(stacks.arena)?;
+                    expected.iter().position(|e| same_key(e.id, key))?
+                }
+            };
+            self.colon()?;
+            count += 1;
+            // No repeated id (its place is taken) and at most as many as `Doc::read`
+            // keeps: each id is one expected question's.
+            let place = vectors.get_mut(index)?;
+            if place.is_some() || count > MOST_MEMBERS || self.peek()? != b'{' {
+                return None;
+            }
+            let question = expected.get(index)?;
+            *place = Some(self.answer(depth + 1, stacks, question)?);
+            if !self.more(b'}')? {
+                return Some(());
+            }
+        }
+    }
+
+    /// One answer object (at its `{`, `depth` its own) into its class vector, as
+    /// `parse_answer` reads it; `None` for anything that reading would refuse.
+    fn answer(
+        &mut self,
+        depth: usize,
+        stacks: &mut Stacks<'a>,
+        question: &Expected<'_>,
+    ) -> Option<ClassVector> {
+        self.at += 1;
+        let mut others = Others::new();
+        let mut count = 0;
+        let mut fields = Fields {
+            seen: 0,
+            kind: None,
+            choice: None,
+            score: false,
+            confidence: None,
+            probabilities: None,
+        };
+        loop {
+            self.skip_whitespace();
+            if self.peek()? != b'"' {
+                return None;
+            }
+            // The fields' names differ in their first letter but for `choice` and
+            // `confidence`: only the names it could be are compared.
+            let first = self.bytes.get(self.at + 1).copied();
+            let named = Field::NAMES
+                .iter()
+                .filter(|(_, name)| name.as_bytes().first().copied() == first)
+                .find(|(_, name)| self.at_plain(name.as_bytes()));
+            let field = match named {
+                Some(&(field, _)) => Some(field),
+                None => {
+                    let key = self.doc_string(stacks.arena)?;
+                    let field = Field::NAMES
+                        .iter()
+                        .find(|(_, name)| same_key(name, key))
+                        .map(|&(field, _)| field);
+                    if field.is_none() {
+                        others.add(key)?;
+                    }
+                    field
+                }
+            };
+            self.colon()?;
+            count += 1;
+            if count > MOST_MEMBERS {
+                return None;
+            }
+            match field {
+                Some(field) if fields.seen & field.bit() != 0 => return None,
+                Some(field) => {
+                    fields.seen |= field.bit();
+                    self.answer_field(depth, stacks, question, field, &mut fields)?;
+                }
+                None => {
+                    self.doc_member_value(depth, stacks)?;
+                }
+            }
+            if !self.more(b'}')? {
+                break;
+            }
+        }
+        vector(question, fields)
+    }
+
+    /// One field of an answer, read into `fields` where the class vector is made of it,
+    /// else (a field of the other question type) read as `Doc::read` reads any value.
+    #[inline]
+    fn answer_field(
+        &mut self,
+        depth: usize,
+        stacks: &mut Stacks<'a>,
+        question: &Expected<'_>,
+        field: Field,
+        fields: &mut Fields<'a>,
+    ) -> Option<()> {
+        match (field, question.kind) {
+            (Field::Probabilities, _) => {
+                if self.peek()? != b'{' {
+                    return None;
+                }
+                fields.probabilities = Some(self.probabilities(stacks.arena, question)?);
+            }
+            (Field::Type, _) => {
+                fields.kind = Some(
+                    if self.peek()? == b'"' && self.at_plain(question.kind.as_str().as_bytes()) {
+                        question.kind.as_str()
+                    } else {
+                        self.text(stacks.arena)?
+                    },
+                );
+            }
+            (Field::Confidence, _) => {
+                fields.confidence = match self.peek()? {
+                    b'n' => self.literal(b"null").map(|()| None)?,
+                    _ => Some(self.unit_number()?),
+                };
+            }
+            (Field::Choice, Kind::Choice) => {
+                if self.peek()? != b'"' {
+                    return None;
+                }
+                let plain = question.plain_classes;
+                let class = question
+                    .classes
+                    .iter()
+                    .position(|class| plain && self.at_plain(class.as_bytes()));
+                fields.choice = Some(match class {
+                    Some(class) => Choice::Class(class),
+                    None => Choice::Label(self.doc_string(stacks.arena)?),
+                });
+            }
+            (Field::Score, Kind::Score) => {
+                let score = self.number()?.as_f64();
+                fields.score = score.is_finite();
+            }
+            _ => {
+                self.doc_member_value(depth, stacks)?;
+            }
+        }
+        Some(())
+    }
+
+    /// A string value (at its quote); `None` for any other value.
+    #[inline]
+    fn text(&mut self, arena: &'a Bump) -> Option<&'a str> {
+        if self.peek()? != b'"' {
+            return None;
+        }
+        self.doc_string(arena)
+    }
+
+    /// A number in [0, 1] (`-0` read as `0`, as `parse_answer` reads it); `None` for
+    /// any other value.
+    #[inline]
+    fn unit_number(&mut self) -> Option<f64> {
+        // `0.` and a few digits: in [0, 1), and read as `Reader::number` reads it.
+        if let Some(value) = self.short_fraction() {
+            return Some(value);
+        }
+        if !matches!(self.peek()?, b'-' | b'0'..=b'9') {
+            return None;
+        }
+        unit(self.number()?.as_f64()).ok()
+    }
+
+    /// A `probabilities` object (at its `{`): exactly the question's classes, each once,
+    /// each with a number in [0, 1], in the classes' order. Its values are numbers, so
+    /// its depth is not needed.
+    fn probabilities(&mut self, arena: &'a Bump, question: &Expected<'_>) -> Option<Vec<f64>> {
+        self.at += 1;
+        let classes = question.classes;
+        let mut values = vec![f64::NAN; classes.len()];
+        let mut count = 0;
+        loop {
+            self.skip_whitespace();
+            if self.peek()? != b'"' {
+                return None;
+            }
+            // Most providers list the classes in the question's order.
+            let index = match classes.get(count) {
+                Some(class) if question.plain_classes && self.at_plain(class.as_bytes()) => count,
+                _ => {
+                    let key = self.doc_string(arena)?;
+                    classes.iter().position(|class| same_key(class, key))?
+                }
+            };
+            self.colon()?;
+            count += 1;
+            let value = values.get_mut(index)?;
+            // A class given twice: `Doc::read` gives up on the repeated key.
+            if !value.is_nan() || count > MOST_MEMBERS {
+                return None;
+            }
+            *value = self.unit_number()?;
+            if !self.more(b'}')? {
+                break;
+            }
+        }
+        // Every class given once each (no value is NaN once read).
+        (count == classes.len()).then_some(values)
+    }
+}
+
+/// The class vector of an answer's `fields`, as `parse_answer` makes it; `None` where it
+/// refuses the answer.
+fn vector(question: &Expected<'_>, fields: Fields<'_>) -> Option<ClassVector> {
+    if fields.kind? != question.kind.as_str() {
+        return None;
+    }
+    let probabilities = fields.probabilities?;
+    let choice = match question.kind {
+        Kind::Choice => {
+            let choice = match fields.choice? {
+                Choice::Class(class) => class,
+                Choice::Label(label) => question.classes.iter().position(|c| c == label)?,
+            };
+            let top = *probabilities.get(choice)?;
+            if probabilities.iter().any(|&p| p > top) {
+                return None;
+            }
+            choice
+        }
+        _ => {
+            if !fields.score {
+                return None;
+            }
+            argmax(&probabilities)
+        }
+    };
+    sum_is_close(&probabilities).then_some(ClassVector {
+        choice,
+        probabilities,
+        confidence: fields.confidence,
+    })
+}
