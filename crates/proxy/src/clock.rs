@@ -7,7 +7,8 @@
 //! coarse one about 6 ns.
 //!
 //! What a request's latency, its upstream wait and a mapping's duration measure stays
-//! on the precise clock: only deadlines of seconds read these.
+//! on a precise clock (the first and the last on `releasegate_core::timing`'s, the
+//! processor's time-stamp counter): only deadlines of seconds read these.
 
 use std::sync::LazyLock;
 use std::time::{Duration, Instant, SystemTime};
