@@ -29,11 +29,7 @@ pub(crate) fn document<'a>(bytes: &'a [u8], arena: &'a Bump) -> Option<Doc<'a>> 
     // UTF-8 is checked once, as `read` does and for the same reason.
     let text = simdutf8::basic::from_utf8(bytes).ok()?;
     let mut reader = Reader::new(text, None, false);
-    let mut stacks = Stacks {
-        arena,
-        members: ArenaVec::with_capacity_in(FIRST_ROOM, arena),
-        items: ArenaVec::with_capacity_in(FIRST_ROOM, arena),
-    };
+    let mut stacks = Stacks::new(arena);
     let value = reader.doc_value(0, &mut stacks)?;
     reader.skip_whitespace();
     (reader.at == bytes.len()).then_some(value)
@@ -52,6 +48,17 @@ struct Stacks<'a> {
     arena: &'a Bump,
     members: ArenaVec<'a, (&'a str, Doc<'a>)>,
     items: ArenaVec<'a, Doc<'a>>,
+}
+
+impl<'a> Stacks<'a> {
+    /// Empty stacks in `arena`, with the room of [`FIRST_ROOM`].
+    fn new(arena: &'a Bump) -> Stacks<'a> {
+        Stacks {
+            arena,
+            members: ArenaVec::with_capacity_in(FIRST_ROOM, arena),
+            items: ArenaVec::with_capacity_in(FIRST_ROOM, arena),
+        }
+    }
 }
 
 impl<'a> Reader<'a> {

@@ -21,12 +21,11 @@
 //! [`Doc`] object, in which the `answers` member stands as an empty object.
 
 use bumpalo::Bump;
-use bumpalo::collections::Vec as ArenaVec;
 
 use super::super::super::doc::Doc;
 use super::super::super::object::{same_bytes, same_key};
 use super::super::super::scan::is_plain;
-use super::{FIRST_ROOM, MOST_MEMBERS, Reader, Stacks, key_bit};
+use super::{MOST_MEMBERS, Reader, Stacks, key_bit};
 use crate::mechanism::ClassVector;
 use crate::wire::Kind;
 use crate::wire::answer::{argmax, sum_is_close, unit};
@@ -65,11 +64,7 @@ pub(crate) fn document<'a>(
     }
     let text = simdutf8::basic::from_utf8(bytes).ok()?;
     let mut reader = Reader::new(text, None, false);
-    let mut stacks = Stacks {
-        arena,
-        members: ArenaVec::with_capacity_in(FIRST_ROOM, arena),
-        items: ArenaVec::with_capacity_in(FIRST_ROOM, arena),
-    };
+    let mut stacks = Stacks::new(arena);
     let mut vectors: Vec<Option<ClassVector>> = vec![None; expected.len()];
     reader.skip_whitespace();
     if reader.peek()? != b'{' {
@@ -189,6 +184,33 @@ impl<'a> Reader<'a> {
         Some(())
     }
 
+    /// A member's key, which must be the name of one of `items` (`name`: its name and
+    /// whether that is plain content), and its colon: the index of that item, the reader
+    /// then at the value. `items[likely]` is compared with the bytes first; any other key
+    /// is read and found by its content.
+    #[inline(always)]
+    fn key_among<T>(
+        &mut self,
+        arena: &'a Bump,
+        items: &[T],
+        likely: usize,
+        name: impl Fn(&T) -> (&str, bool),
+    ) -> Option<usize> {
+        self.skip_whitespace();
+        if self.peek()? != b'"' {
+            return None;
+        }
+        let index = match items.get(likely).map(&name) {
+            Some((text, true)) if self.at_plain(text.as_bytes()) => likely,
+            _ => {
+                let key = self.doc_string(arena)?;
+                items.iter().position(|item| same_key(name(item).0, key))?
+            }
+        };
+        self.colon()?;
+        Some(index)
+    }
+
     /// A member's key and its colon, the reader then at the value.
     #[inline]
     fn member_key(&mut self, arena: &'a Bump) -> Option<&'a str> {
@@ -249,19 +271,9 @@ impl<'a> Reader<'a> {
         self.at += 1;
         let mut count = 0;
         loop {
-            self.skip_whitespace();
-            if self.peek()? != b'"' {
-                return None;
-            }
             // Answers most often come in the order asked.
-            let index = match expected.get(count) {
-                Some(e) if is_plain(e.id) && self.at_plain(e.id.as_bytes()) => count,
-                _ => {
-                    let key = self.doc_string(stacks.arena)?;
-                    expected.iter().position(|e| same_key(e.id, key))?
-                }
-            };
-            self.colon()?;
+            let index =
+                self.key_among(stacks.arena, expected, count, |e| (e.id, is_plain(e.id)))?;
             count += 1;
             // No repeated id (its place is taken) and at most as many as `Doc::read`
             // keeps: each id is one expected question's.
@@ -434,19 +446,9 @@ impl<'a> Reader<'a> {
         let mut values = vec![f64::NAN; classes.len()];
         let mut count = 0;
         loop {
-            self.skip_whitespace();
-            if self.peek()? != b'"' {
-                return None;
-            }
             // Most providers list the classes in the question's order.
-            let index = match classes.get(count) {
-                Some(class) if question.plain_classes && self.at_plain(class.as_bytes()) => count,
-                _ => {
-                    let key = self.doc_string(arena)?;
-                    classes.iter().position(|class| same_key(class, key))?
-                }
-            };
-            self.colon()?;
+            let plain = question.plain_classes;
+            let index = self.key_among(arena, classes, count, |class| (class, plain))?;
             count += 1;
             let value = values.get_mut(index)?;
             // A class given twice: `Doc::read` gives up on the repeated key.
