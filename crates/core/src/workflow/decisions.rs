@@ -152,14 +152,14 @@ impl Decisions {
             return;
         }
         let runner = RunnerUp::new(q);
-        self.no.clear();
-        self.no.reserve(q.len());
-        self.rest.clear();
-        self.rest.reserve(q.len());
-        for (k, &m) in self.miss.iter().enumerate() {
+        // Sized once for the class count (a no-op from then on), then written in place.
+        self.no.resize(self.miss.len(), 0);
+        self.rest.resize(self.miss.len(), 0.0);
+        let slots = self.no.iter_mut().zip(self.rest.iter_mut());
+        for (k, ((no, rest), &m)) in slots.zip(&self.miss).enumerate() {
             let t_no = runner.best_except(q, k);
-            self.no.push(idx(t_no));
-            self.rest.push(m - q[t_no]);
+            *no = idx(t_no);
+            *rest = m - q.get(t_no).copied().unwrap_or(f64::NAN);
         }
         self.clarified = true;
     }

@@ -124,31 +124,31 @@ enum Choice<'a> {
 
 /// The keys of one object other than the fields of [`Field`], for the repeated-key
 /// check `Doc::read` makes (a key equal to a field's name is that field).
+/// Empty until an unknown key comes (no allocation: nearly every answer has none).
 struct Others<'a> {
-    keys: [&'a str; MOST_MEMBERS],
-    len: usize,
+    keys: Vec<&'a str>,
     seen: u64,
 }
 
 impl<'a> Others<'a> {
     fn new() -> Others<'a> {
         Others {
-            keys: [""; MOST_MEMBERS],
-            len: 0,
+            keys: Vec::new(),
             seen: 0,
         }
     }
 
-    /// Adds `key`; `None` where it repeats one.
+    /// Adds `key`; `None` where it repeats one, or past `MOST_MEMBERS` keys.
     fn add(&mut self, key: &'a str) -> Option<()> {
         let bit = key_bit(key);
-        let before = self.keys.get(..self.len)?;
-        if self.seen & bit != 0 && before.iter().any(|k| same_key(k, key)) {
+        if self.seen & bit != 0 && self.keys.iter().any(|k| same_key(k, key)) {
+            return None;
+        }
+        if self.keys.len() >= MOST_MEMBERS {
             return None;
         }
         self.seen |= bit;
-        *self.keys.get_mut(self.len)? = key;
-        self.len += 1;
+        self.keys.push(key);
         Some(())
     }
 }
