@@ -80,12 +80,7 @@ pub fn release_answer<'a>(
 /// The native answer as the recipient would read it had it gone out unchanged (read
 /// by WCPQ and by the evaluation only).
 fn native_reading(form: &Form<'_>, vector: &ClassVector) -> Option<workflow::Release> {
-    let native_released = Released {
-        probabilities: vector.probabilities.iter().copied().map(Some).collect(),
-        confidence: vector.confidence,
-        deny: false,
-    };
-    form.read_encoding(vector.choice, &native_released)
+    form.read_native(vector.choice, &vector.probabilities, vector.confidence)
 }
 
 /// Applies the rule's mechanism to `vector`, recording in `last_encoded` the last

@@ -153,6 +153,42 @@ impl<'a> Form<'a> {
         })
     }
 
+    /// [`Form::read_encoding`] of a provider's answer as read (`probabilities` in the
+    /// labels' order, nothing denied), bit for bit the same reading. A choice answer of
+    /// finite numbers whose every probability the form shows, with its confidence where
+    /// the form shows one, reads as it stands (its vector copied once: the mapper reads
+    /// every native answer); anything else goes through `read_encoding`.
+    pub fn read_native(
+        &self,
+        choice: usize,
+        probabilities: &[f64],
+        confidence: Option<f64>,
+    ) -> Option<workflow::Release> {
+        let as_it_stands = self.question.kind == Kind::Choice
+            && self.view.has_choice()
+            && choice < self.labels.len()
+            && probabilities.len() == self.labels.len()
+            && self.releases_probabilities(choice)
+            && probabilities
+                .iter()
+                .chain(&confidence)
+                .all(|x| x.is_finite())
+            && (confidence.is_some() || !self.releases_confidence(choice));
+        if as_it_stands {
+            return Some(workflow::Release {
+                choice,
+                probabilities: Some(probabilities.to_vec()),
+                confidence: confidence.filter(|_| self.releases_confidence(choice)),
+            });
+        }
+        let released = Released {
+            probabilities: probabilities.iter().copied().map(Some).collect(),
+            confidence,
+            deny: false,
+        };
+        self.read_encoding(choice, &released)
+    }
+
     /// The probabilities an answer selecting `choice` shows: when the view has them and
     /// the mechanism released any (a WCPQ `choice_only` fallback releases none); a
     /// withheld selection keeps only its own entry (residual scores leak it).

@@ -706,5 +706,58 @@ mod text_identity {
             let written = form.encode(choice, &released).and_then(|value| form.read(&value));
             prop_assert_eq!(bits(form.read_encoding(choice, &released)), bits(written));
         }
+
+        /// `Form::read_native` (a provider's answer as read) reads as `read_encoding` of
+        /// the same answer, bit for bit, where it reads the answer as it stands and
+        /// where it does not.
+        #[test]
+        fn reading_a_native_answer_is_reading_its_encoding(
+            n in 2usize..7,
+            values in proptest::collection::vec(prop_oneof![
+                30 => float(),
+                1 => Just(-0.0),
+                1 => Just(f64::NAN),
+                1 => Just(f64::INFINITY),
+            ], 8),
+            // Mostly what the mapper reads (a choice answer, one entry per label, finite,
+            // nothing withheld), so the answer read as it stands is read often.
+            length in prop_oneof![4 => Just(1usize), 1 => 0usize..3],
+            confidence in proptest::option::of(prop_oneof![8 => float(), 1 => Just(-0.0), 1 => Just(f64::NAN)]),
+            choice in 0usize..8,
+            view in 0usize..View::ALL.len(),
+            complete in any::<bool>(),
+            kind in prop_oneof![4 => Just(0usize), 1 => 0usize..3],
+            withhold in proptest::collection::vec(proptest::bool::weighted(0.2), 7),
+            releases_confidence in any::<bool>(),
+        ) {
+            let choice = choice % (n + 1);
+            let (kind, labels) = kind_and_labels(kind, n);
+            let n = labels.len();
+            let question = AskedQuestion { id: "q".into(), kind, legend: None };
+            let form = Form {
+                question: &question,
+                labels: &labels,
+                view: View::ALL[view],
+                confidence: releases_confidence,
+                withhold: &withhold[..n],
+                shape: if complete { Shape::Complete } else { Shape::Minimal },
+            };
+            // One entry short, exactly the labels, or one too many.
+            let probabilities = &values[..n - 1 + length];
+            let released = Released {
+                probabilities: probabilities.iter().copied().map(Some).collect(),
+                confidence,
+                deny: false,
+            };
+            let bits = |r: Option<crate::workflow::Release>| r.map(|r| (
+                r.choice,
+                r.probabilities.map(|p| p.iter().map(|x| x.to_bits()).collect::<Vec<_>>()),
+                r.confidence.map(f64::to_bits),
+            ));
+            prop_assert_eq!(
+                bits(form.read_native(choice, probabilities, confidence)),
+                bits(form.read_encoding(choice, &released))
+            );
+        }
     }
 }
