@@ -160,12 +160,12 @@ impl<'a> Reader<'a> {
     fn at_plain(&mut self, plain: &[u8]) -> bool {
         let start = self.at + 1;
         let end = start + plain.len();
-        let found = match self.bytes.get(start..=end) {
-            Some(window) => {
-                window.last() == Some(&b'"') && same_bytes(&window[..plain.len()], plain)
-            }
-            None => false,
-        };
+        // The closing quote first: a string of another length is told by one byte.
+        let found = self.bytes.get(end) == Some(&b'"')
+            && self
+                .bytes
+                .get(start..end)
+                .is_some_and(|window| same_bytes(window, plain));
         if found {
             self.at = end + 1;
         }
@@ -315,13 +315,18 @@ impl<'a> Reader<'a> {
             }
             // The fields' names differ in their first letter but for `choice` and
             // `confidence`: only the names it could be are compared.
-            let first = self.bytes.get(self.at + 1).copied();
-            let named = Field::NAMES
-                .iter()
-                .filter(|(_, name)| name.as_bytes().first().copied() == first)
-                .find(|(_, name)| self.at_plain(name.as_bytes()));
+            let named = match self.bytes.get(self.at + 1) {
+                Some(b't') => self.at_plain(b"type").then_some(Field::Type),
+                Some(b'c') if self.at_plain(b"choice") => Some(Field::Choice),
+                Some(b'c') => self.at_plain(b"confidence").then_some(Field::Confidence),
+                Some(b'p') => self
+                    .at_plain(b"probabilities")
+                    .then_some(Field::Probabilities),
+                Some(b's') => self.at_plain(b"score").then_some(Field::Score),
+                _ => None,
+            };
             let field = match named {
-                Some(&(field, _)) => Some(field),
+                Some(field) => Some(field),
                 None => {
                     let key = self.doc_string(stacks.arena)?;
                     let field = Field::NAMES
