@@ -18,9 +18,11 @@ use releasegate_core::wcpq::{Reason, Stage};
 mod certified;
 mod families;
 mod routing;
+mod sharded;
 
 pub(crate) use certified::Certified;
 pub(crate) use routing::Routing;
+pub(crate) use sharded::{PerShard, Sharded};
 
 /// Histogram buckets of request and upstream latencies, in seconds.
 const LATENCY_BUCKETS: [f64; 15] = [
@@ -31,26 +33,26 @@ const LATENCY_BUCKETS: [f64; 15] = [
 #[derive(Clone, Debug)]
 pub struct Metrics {
     registry: Registry,
-    /// Requests by contract and status class.
-    pub requests: IntCounterVec,
+    /// Requests by contract and status class (counted per thread: [`Sharded`]).
+    pub(crate) requests: Sharded<IntCounterVec>,
     /// The proxy's own request latency by contract, route and status class.
-    pub request_duration: HistogramVec,
+    pub(crate) request_duration: Sharded<HistogramVec>,
     /// Upstream latency by provider.
-    pub upstream_latency: HistogramVec,
+    pub(crate) upstream_latency: Sharded<HistogramVec>,
     /// Upstream failures by provider and kind.
     pub upstream_errors: IntCounterVec,
     /// Released answers by contract, question and view.
-    pub released_answers: IntCounterVec,
+    pub(crate) released_answers: Sharded<IntCounterVec>,
     /// Rejected upstream answers by contract and reason.
     pub rejected_answers: IntCounterVec,
     /// WCPQ-mapped answers by contract, question and outcome (covered or fallback).
-    pub wcpq_answers: IntCounterVec,
+    pub(crate) wcpq_answers: Sharded<IntCounterVec>,
     /// WCPQ fallbacks by contract, question and reason.
-    pub wcpq_fallbacks: IntCounterVec,
+    pub(crate) wcpq_fallbacks: Sharded<IntCounterVec>,
     /// Covered WCPQ answers by contract, question and codebook stage (`compact`, `strict`).
-    pub wcpq_covered: IntCounterVec,
+    pub(crate) wcpq_covered: Sharded<IntCounterVec>,
     /// Time spent in the WCPQ mapper by contract and question.
-    pub wcpq_mapping: HistogramVec,
+    pub(crate) wcpq_mapping: Sharded<HistogramVec>,
     /// One series per WCPQ question: the codebook's SHA-256 as a label, its codeword count as value.
     pub codebook_info: IntGaugeVec,
     /// Configuration reloads by result (`ok`, `error`).
@@ -103,16 +105,16 @@ impl Metrics {
         let registry = Registry::new();
         let r = &registry;
         let metrics = Metrics {
-            requests: counters(r, &REQUESTS)?,
-            request_duration: histograms(r, &REQUEST_DURATION, &LATENCY_BUCKETS)?,
-            upstream_latency: histograms(r, &UPSTREAM_LATENCY, &LATENCY_BUCKETS)?,
+            requests: sharded_counters(r, &REQUESTS)?,
+            request_duration: sharded_histograms(r, &REQUEST_DURATION, &LATENCY_BUCKETS)?,
+            upstream_latency: sharded_histograms(r, &UPSTREAM_LATENCY, &LATENCY_BUCKETS)?,
             upstream_errors: counters(r, &UPSTREAM_ERRORS)?,
-            released_answers: counters(r, &RELEASED_ANSWERS)?,
+            released_answers: sharded_counters(r, &RELEASED_ANSWERS)?,
             rejected_answers: counters(r, &REJECTED_ANSWERS)?,
-            wcpq_answers: counters(r, &WCPQ_ANSWERS)?,
-            wcpq_fallbacks: counters(r, &WCPQ_FALLBACKS)?,
-            wcpq_covered: counters(r, &WCPQ_COVERED)?,
-            wcpq_mapping: histograms(r, &WCPQ_MAPPING, &MAPPING_BUCKETS)?,
+            wcpq_answers: sharded_counters(r, &WCPQ_ANSWERS)?,
+            wcpq_fallbacks: sharded_counters(r, &WCPQ_FALLBACKS)?,
+            wcpq_covered: sharded_counters(r, &WCPQ_COVERED)?,
+            wcpq_mapping: sharded_histograms(r, &WCPQ_MAPPING, &MAPPING_BUCKETS)?,
             codebook_info: gauges(r, &CODEBOOK_INFO)?,
             config_reloads: counters(r, &CONFIG_RELOADS)?,
             config_info: gauges(r, &CONFIG_INFO)?,
@@ -274,7 +276,8 @@ type RequestPair = (IntCounter, Histogram);
 /// counting a request then takes one map lookup instead of two label lookups.
 #[derive(Debug, Default)]
 pub struct RequestSeries {
-    by_contract: HashMap<String, ContractRequests, FixedState>,
+    /// Per contract, each thread shard's pairs (of that shard's copy of the families).
+    by_contract: HashMap<String, PerShard<ContractRequests>, FixedState>,
 }
 
 /// One contract's request pairs, by route (in [`ROUTES`] order) and status class (in
@@ -290,7 +293,9 @@ struct ContractRequests {
 /// two map lookups instead of a label lookup per series (four for a WCPQ answer).
 #[derive(Debug, Default)]
 pub struct AnswerSeries {
-    by_contract: HashMap<String, HashMap<String, QuestionSeries, FixedState>, FixedState>,
+    /// Per contract and question, each thread shard's series (of that shard's copy of
+    /// the families).
+    by_contract: HashMap<String, HashMap<String, PerShard<QuestionSeries>, FixedState>, FixedState>,
 }
 
 /// One question's series.
@@ -324,15 +329,20 @@ impl Metrics {
             for (question, rule) in contract.questions() {
                 let labels = [name.as_str(), question.as_str()];
                 let view = rule.view().as_str();
-                let wcpq = matches!(rule.mechanism(), Mechanism::Wcpq(_))
-                    .then(|| self.wcpq_series(labels));
-                let series = QuestionSeries {
-                    released: self
-                        .released_answers
-                        .with_label_values(&[labels[0], labels[1], view]),
+                let is_wcpq = matches!(rule.mechanism(), Mechanism::Wcpq(_));
+                let mut released = self.released_answers.each();
+                let series = PerShard::new(|shard| QuestionSeries {
+                    released: released
+                        .next()
+                        .map(|family| family.with_label_values(&[labels[0], labels[1], view]))
+                        .unwrap_or_else(|| {
+                            self.released_answers
+                                .here()
+                                .with_label_values(&[labels[0], labels[1], view])
+                        }),
                     view,
-                    wcpq,
-                };
+                    wcpq: is_wcpq.then(|| self.wcpq_series(labels, shard)),
+                });
                 questions.insert(question.clone(), series);
             }
             by_contract.insert(name.clone(), questions);
@@ -369,14 +379,16 @@ impl Metrics {
         let class = status_class(status);
         let by_label = || {
             (
-                self.requests.with_label_values(&[contract, class]),
+                self.requests.here().with_label_values(&[contract, class]),
                 self.request_duration
+                    .here()
                     .with_label_values(&[contract, route, class]),
             )
         };
         let kept = series
             .by_contract
             .get(contract)
+            .map(PerShard::here)
             .zip(ROUTES.iter().position(|&known| known == route))
             .map(|(kept, at)| &kept.pairs[at][status_class_index(status)]);
         let owned;
@@ -396,24 +408,28 @@ impl Metrics {
     /// otherwise (the same series either way; like the request pairs, it appears with the
     /// first request it counts).
     pub fn record_overhead(&self, series: &RequestSeries, contract: &str, seconds: f64) {
-        let by_label = || self.routing.overhead.with_label_values(&[contract]);
-        match series.by_contract.get(contract) {
+        let by_label = || self.routing.overhead.here().with_label_values(&[contract]);
+        match series.by_contract.get(contract).map(PerShard::here) {
             Some(kept) => kept.overhead.get_or_init(by_label).observe(seconds),
             None => by_label().observe(seconds),
         }
     }
 
-    /// A WCPQ question's series (`labels`: contract, question), created at zero.
-    fn wcpq_series(&self, labels: [&str; 2]) -> WcpqSeries {
-        let with = |vec: &IntCounterVec, label: &str| {
-            vec.with_label_values(&[labels[0], labels[1], label])
+    /// A WCPQ question's series (`labels`: contract, question) in thread shard `shard`'s
+    /// copy of the families, created at zero.
+    fn wcpq_series(&self, labels: [&str; 2], shard: usize) -> WcpqSeries {
+        fn copy<V>(family: &Sharded<V>, shard: usize) -> &V {
+            family.each().nth(shard).unwrap_or_else(|| family.here())
+        }
+        let with = |family: &Sharded<IntCounterVec>, label: &str| {
+            copy(family, shard).with_label_values(&[labels[0], labels[1], label])
         };
         WcpqSeries {
             covered: with(&self.wcpq_answers, "covered"),
             fallback: with(&self.wcpq_answers, "fallback"),
             stages: Stage::ALL.map(|stage| with(&self.wcpq_covered, stage.label())),
             reasons: Reason::LABELS.map(|reason| with(&self.wcpq_fallbacks, reason)),
-            mapping: self.wcpq_mapping.with_label_values(&labels),
+            mapping: copy(&self.wcpq_mapping, shard).with_label_values(&labels),
         }
     }
 
@@ -424,11 +440,13 @@ impl Metrics {
         let resolved = series
             .by_contract
             .get(contract)
-            .and_then(|questions| questions.get(&record.question));
+            .and_then(|questions| questions.get(&record.question))
+            .map(PerShard::here);
         match resolved.filter(|resolved| resolved.view == record.view.as_str()) {
             Some(resolved) => resolved.released.inc(),
             None => self
                 .released_answers
+                .here()
                 .with_label_values(&[labels[0], labels[1], record.view.as_str()])
                 .inc(),
         }
@@ -441,7 +459,7 @@ impl Metrics {
         let wcpq = match resolved.and_then(|resolved| resolved.wcpq.as_ref()) {
             Some(wcpq) => wcpq,
             None => {
-                by_label = self.wcpq_series(labels);
+                by_label = self.wcpq_series(labels, sharded::shard());
                 &by_label
             }
         };

@@ -148,8 +148,9 @@ pub(crate) struct Upstreams {
 struct Configured {
     upstream: Upstream,
     /// `releasegate_upstream_latency_seconds{provider}`, resolved at the provider's first
-    /// call (so the series appears then, as it would by label) and observed directly after.
-    latency: OnceLock<Histogram>,
+    /// call (so the series appears then, as it would by label) and observed directly after;
+    /// one per thread shard, of that shard's copy of the family.
+    latency: crate::metrics::PerShard<OnceLock<Histogram>>,
 }
 
 /// One value per connection slot and event loop (at least one of each).
@@ -289,7 +290,7 @@ impl Upstreams {
                 name.clone(),
                 Configured {
                     upstream,
-                    latency: OnceLock::new(),
+                    latency: Default::default(),
                 },
             );
         }
@@ -394,7 +395,11 @@ impl Upstreams {
         let took = started.elapsed();
         configured
             .latency
-            .get_or_init(|| self.metrics.upstream_latency.with_label_values(&[provider]))
+            .here()
+            .get_or_init(|| {
+                let family = self.metrics.upstream_latency.here();
+                family.with_label_values(&[provider])
+            })
             .observe(took.as_secs_f64());
         let kind = match &result {
             Err(error) => Some(error.kind()),

@@ -7,7 +7,7 @@ use prometheus::{
     HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
-use super::Error;
+use super::{Error, Sharded};
 
 /// A metric family: its name, help text and label names.
 #[derive(Clone, Copy, Debug)]
@@ -61,6 +61,31 @@ pub(super) fn histograms(
 ) -> Result<HistogramVec, Error> {
     let opts = HistogramOpts::from(family.opts()).buckets(buckets.to_vec());
     register(registry, HistogramVec::new(opts, family.labels)?)
+}
+
+/// The counter family `family`, one copy per thread shard, registered on `registry`.
+pub(super) fn sharded_counters(
+    registry: &Registry,
+    family: &Family,
+) -> Result<Sharded<IntCounterVec>, Error> {
+    register(
+        registry,
+        Sharded::new(|| IntCounterVec::new(family.opts(), family.labels))?,
+    )
+}
+
+/// The histogram family `family` with `buckets`, one copy per thread shard, registered
+/// on `registry`.
+pub(super) fn sharded_histograms(
+    registry: &Registry,
+    family: &Family,
+    buckets: &[f64],
+) -> Result<Sharded<HistogramVec>, Error> {
+    let opts = HistogramOpts::from(family.opts()).buckets(buckets.to_vec());
+    register(
+        registry,
+        Sharded::new(|| HistogramVec::new(opts.clone(), family.labels))?,
+    )
 }
 
 /// `releasegate_requests_total`.
