@@ -610,6 +610,43 @@ mod text_identity {
         (kind, labels)
     }
 
+    /// The form of `question` with `labels` under view `View::ALL[view]`.
+    fn form<'a>(
+        question: &'a AskedQuestion,
+        labels: &'a [String],
+        view: usize,
+        releases_confidence: bool,
+        withhold: &'a [bool],
+        complete: bool,
+    ) -> Form<'a> {
+        Form {
+            question,
+            labels,
+            view: View::ALL[view],
+            confidence: releases_confidence,
+            withhold,
+            shape: if complete {
+                Shape::Complete
+            } else {
+                Shape::Minimal
+            },
+        }
+    }
+
+    /// A reading's numbers as their bits: `-0.0` and NaN compared exactly.
+    fn bits(
+        read: Option<crate::workflow::Release>,
+    ) -> Option<(usize, Option<Vec<u64>>, Option<u64>)> {
+        read.map(|r| {
+            (
+                r.choice,
+                r.probabilities
+                    .map(|p| p.iter().map(|x| x.to_bits()).collect()),
+                r.confidence.map(f64::to_bits),
+            )
+        })
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -685,24 +722,12 @@ mod text_identity {
             let (kind, labels) = kind_and_labels(kind, n);
             let n = labels.len();
             let question = AskedQuestion { id: "q".into(), kind, legend: None };
-            let form = Form {
-                question: &question,
-                labels: &labels,
-                view: View::ALL[view],
-                confidence: releases_confidence,
-                withhold: &withhold[..n],
-                shape: if complete { Shape::Complete } else { Shape::Minimal },
-            };
+            let form = form(&question, &labels, view, releases_confidence, &withhold[..n], complete);
             let released = Released {
                 probabilities: values[..n].to_vec(),
                 confidence,
                 deny,
             };
-            let bits = |r: Option<crate::workflow::Release>| r.map(|r| (
-                r.choice,
-                r.probabilities.map(|p| p.iter().map(|x| x.to_bits()).collect::<Vec<_>>()),
-                r.confidence.map(f64::to_bits),
-            ));
             let written = form.encode(choice, &released).and_then(|value| form.read(&value));
             prop_assert_eq!(bits(form.read_encoding(choice, &released)), bits(written));
         }
@@ -734,14 +759,7 @@ mod text_identity {
             let (kind, labels) = kind_and_labels(kind, n);
             let n = labels.len();
             let question = AskedQuestion { id: "q".into(), kind, legend: None };
-            let form = Form {
-                question: &question,
-                labels: &labels,
-                view: View::ALL[view],
-                confidence: releases_confidence,
-                withhold: &withhold[..n],
-                shape: if complete { Shape::Complete } else { Shape::Minimal },
-            };
+            let form = form(&question, &labels, view, releases_confidence, &withhold[..n], complete);
             // One entry short, exactly the labels, or one too many.
             let probabilities = &values[..n - 1 + length];
             let released = Released {
@@ -749,11 +767,6 @@ mod text_identity {
                 confidence,
                 deny: false,
             };
-            let bits = |r: Option<crate::workflow::Release>| r.map(|r| (
-                r.choice,
-                r.probabilities.map(|p| p.iter().map(|x| x.to_bits()).collect::<Vec<_>>()),
-                r.confidence.map(f64::to_bits),
-            ));
             prop_assert_eq!(
                 bits(form.read_native(choice, probabilities, confidence)),
                 bits(form.read_encoding(choice, &released))

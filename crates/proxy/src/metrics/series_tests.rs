@@ -2,6 +2,9 @@
 
 use super::*;
 use releasegate_core::contract::View;
+use releasegate_core::mechanism;
+use releasegate_core::release::AnswerRecord;
+use releasegate_core::wcpq::{Reason, Stage};
 
 fn config() -> Config {
     let codebook = concat!(

@@ -28,7 +28,10 @@ use super::super::super::scan::is_plain;
 use super::{MOST_MEMBERS, Reader, Stacks, key_bit};
 use crate::mechanism::ClassVector;
 use crate::wire::Kind;
-use crate::wire::answer::{argmax, sum_is_close, unit};
+use crate::wire::answer::unit;
+use fields::{Choice, Field, Fields, vector};
+
+mod fields;
 
 /// One asked question as its answer is read: its id, its type (choice or score) and its
 /// classes in the contract's order.
@@ -77,49 +80,6 @@ pub(crate) fn document<'a>(
     }
     let vectors = vectors.into_iter().collect::<Option<Vec<_>>>()?;
     Some(Read { top, vectors })
-}
-
-/// The fields of an answer its class vector is made of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Field {
-    Type,
-    Choice,
-    Score,
-    Confidence,
-    Probabilities,
-}
-
-impl Field {
-    /// Each field by its name, the most frequent first.
-    const NAMES: [(Field, &'static str); 5] = [
-        (Field::Type, "type"),
-        (Field::Choice, "choice"),
-        (Field::Confidence, "confidence"),
-        (Field::Probabilities, "probabilities"),
-        (Field::Score, "score"),
-    ];
-
-    fn bit(self) -> u8 {
-        1 << (self as u8)
-    }
-}
-
-/// The fields of one answer, as read.
-struct Fields<'a> {
-    /// The fields read so far, one bit each ([`Field::bit`]).
-    seen: u8,
-    kind: Option<&'a str>,
-    /// The choice's class index, or its label where it is not plainly one of them.
-    choice: Option<Choice<'a>>,
-    score: bool,
-    confidence: Option<f64>,
-    probabilities: Option<Vec<f64>>,
-}
-
-/// An answer's `choice` as read.
-enum Choice<'a> {
-    Class(usize),
-    Label(&'a str),
 }
 
 /// The keys of one object other than the fields of [`Field`], for the repeated-key
@@ -468,37 +428,4 @@ impl<'a> Reader<'a> {
         // Every class given once each (no value is NaN once read).
         (count == classes.len()).then_some(values)
     }
-}
-
-/// The class vector of an answer's `fields`, as `parse_answer` makes it; `None` where it
-/// refuses the answer.
-fn vector(question: &Expected<'_>, fields: Fields<'_>) -> Option<ClassVector> {
-    if fields.kind? != question.kind.as_str() {
-        return None;
-    }
-    let probabilities = fields.probabilities?;
-    let choice = match question.kind {
-        Kind::Choice => {
-            let choice = match fields.choice? {
-                Choice::Class(class) => class,
-                Choice::Label(label) => question.classes.iter().position(|c| c == label)?,
-            };
-            let top = *probabilities.get(choice)?;
-            if probabilities.iter().any(|&p| p > top) {
-                return None;
-            }
-            choice
-        }
-        _ => {
-            if !fields.score {
-                return None;
-            }
-            argmax(&probabilities)
-        }
-    };
-    sum_is_close(&probabilities).then_some(ClassVector {
-        choice,
-        probabilities,
-        confidence: fields.confidence,
-    })
 }
